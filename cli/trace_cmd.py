@@ -1,0 +1,99 @@
+"""``python main.py trace IMAGE --a X,Y --b X,Y``: one trace, printed as JSON or GeoJSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from core.tracer import TraceParams
+
+
+def point(text: str) -> tuple[float, float]:
+    """Parse ``X,Y`` (pixel column, row)."""
+    try:
+        x, y = (float(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected X,Y (two numbers), got {text!r}") from None
+    return x, y
+
+
+def add_trace_parameters(parser: argparse.ArgumentParser) -> None:
+    """Options shared by every command that traces (trace, batch, eval)."""
+    from core.scores import SCORE_KINDS
+    from gpu.select import BACKEND_CHOICES
+
+    defaults = TraceParams()
+    group = parser.add_argument_group("tracing parameters (default: scale with |ab|)")
+    group.add_argument("--guides", type=int, help="number of guides m (default: |ab|/25)")
+    group.add_argument("--points", type=int, help="points per guide d (default: 1 px apart)")
+    group.add_argument("--halfwidth", type=float, help="corridor half-width, px (default: 0.2·|ab|)")
+    group.add_argument("--max-angle", type=float, default=defaults.max_angle,
+                       help="largest turn at a guide, degrees in (0, 180] (default: %(default)s)")
+    group.add_argument("--sigma", type=float, default=defaults.sigma,
+                       help="gradient scale σ, px (default: %(default)s)")
+    group.add_argument("--score", default=defaults.score, choices=sorted(SCORE_KINDS),
+                       help="link score kind (default: %(default)s)")
+    group.add_argument("--backend", default="auto", choices=BACKEND_CHOICES,
+                       help="compute backend (default: %(default)s: GPU if available)")
+
+
+def params_from_args(args: argparse.Namespace) -> TraceParams:
+    return TraceParams(guides=args.guides, points=args.points, halfwidth=args.halfwidth,
+                       max_angle=args.max_angle, sigma=args.sigma, score=args.score)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("image", help="image file (PNG, JPEG, TIFF, GeoTIFF)")
+    parser.add_argument("--a", required=True, type=point, metavar="X,Y", help="start point (px)")
+    parser.add_argument("--b", required=True, type=point, metavar="X,Y", help="end point (px)")
+    add_trace_parameters(parser)
+    parser.add_argument("--format", default="json", choices=("json", "geojson"),
+                        help="output format (default: %(default)s)")
+    parser.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+
+
+def result_record(result, image: str, note: str) -> dict:
+    """The JSON object printed by ``--format json``."""
+    return {
+        "image": image,
+        "a": result.polyline[0].tolist(),
+        "b": result.polyline[-1].tolist(),
+        "pixels": result.polyline.tolist(),
+        "score": result.score,
+        "link_scores": result.link_scores.tolist(),
+        "indices": result.indices.tolist(),
+        "backend": result.backend,
+        "backend_note": note,
+        "params": result.params.as_dict(),
+        "timings_ms": {key: round(value, 3) for key, value in result.timings_ms.items()},
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    from core.output import write_text_atomic
+    from core.raster import load_image
+    from core.tracer import trace
+    from gpu.select import choose_backend
+
+    start = time.perf_counter()
+    params = params_from_args(args)
+    backend, note = choose_backend(args.backend)
+    if args.backend == "auto" and backend.name != "gpu":
+        print(f"note: using {note}", file=sys.stderr)
+    raster = load_image(args.image)
+    result = trace(raster, args.a, args.b, params, backend)
+    result.timings_ms["load"] = 1e3 * (time.perf_counter() - start) - result.timings_ms["total"]
+    if args.format == "geojson":
+        from core.geojson import feature_collection, trace_feature
+
+        document = feature_collection([trace_feature(result, raster)], raster)
+    else:
+        document = result_record(result, args.image, note)
+    text = json.dumps(document, indent=None if args.format == "geojson" else 1)
+    if args.output:
+        write_text_atomic(args.output, text + "\n")
+    else:
+        print(text)
+    return 0

@@ -1,0 +1,10 @@
+"""Tracing engine: pure numpy/numba, no Qt and no CUDA.
+
+Vocabulary used everywhere in the project:
+
+* A point is ``(x, y) = (column, row)`` in pixel coordinates; integer values are pixel
+  centres. Arrays are indexed ``[row, col]``.
+* A polyline is an ``(N, 2)`` float64 array of such points.
+* A corridor holds ``m`` guides of ``d`` points each, perpendicular to the segment [a, b]
+  (see :mod:`core.guides`); a candidate trace picks one point per guide.
+"""

@@ -1,0 +1,25 @@
+"""Writing result files atomically: a temporary file beside the target, then a rename."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+from core.errors import OutputWriteError
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old file or the whole new one."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        handle, temporary = tempfile.mkstemp(dir=folder, prefix=".", suffix=".part")
+    except OSError as exc:
+        raise OutputWriteError(f"cannot write {path}: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        os.replace(temporary, path)
+    except OSError as exc:
+        os.unlink(temporary)
+        raise OutputWriteError(f"cannot write {path}: {exc.strerror or exc}") from None

@@ -1,0 +1,1 @@
+"""CUDA backend: kernels in ``*.cu`` beside their pycuda host code. No Qt here."""

@@ -1,0 +1,42 @@
+"""The one backend chooser: ``auto`` takes the GPU when pycuda and a device answer, else the CPU.
+
+Returns the backend and a one-line note saying which was chosen and why, e.g.
+``"CPU (numba, 2 threads): GPU unavailable: pycuda is not installed"``.
+"""
+
+from __future__ import annotations
+
+from core.backend import CpuBackend, ReferenceBackend, TracerBackend
+from core.errors import BackendUnavailable, BadParameter
+
+BACKEND_CHOICES = ("auto", "cpu", "gpu", "reference")
+
+
+def gpu_backend() -> TracerBackend:
+    """The CUDA backend, or :class:`BackendUnavailable` naming why it cannot run here."""
+    try:
+        from gpu.backend import GpuBackend
+    except ImportError as exc:
+        raise BackendUnavailable(f"GPU unavailable: {exc}") from None
+    return GpuBackend.create()
+
+
+def choose_backend(name: str = "auto") -> tuple[TracerBackend, str]:
+    """Pick a backend by name; returns ``(backend, note)``."""
+    if name not in BACKEND_CHOICES:
+        raise BadParameter(f"unknown backend {name!r}; choose from {', '.join(BACKEND_CHOICES)}")
+    if name == "cpu":
+        backend = CpuBackend()
+        return backend, backend.description
+    if name == "reference":
+        backend = ReferenceBackend()
+        return backend, backend.description
+    if name == "gpu":
+        backend = gpu_backend()
+        return backend, backend.description
+    try:
+        backend = gpu_backend()
+        return backend, backend.description
+    except BackendUnavailable as exc:
+        backend = CpuBackend()
+        return backend, f"{backend.description}: {exc}"

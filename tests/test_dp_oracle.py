@@ -1,0 +1,59 @@
+"""Both CPU DPs against the brute-force oracle on many random tiny cases."""
+
+import numpy as np
+import pytest
+
+from core.dp import solve_fast, solve_reference
+from core.errors import NoAdmissiblePath
+from tests.oracle import brute_force, random_problem
+
+SOLVERS = {"reference": solve_reference, "fast": solve_fast}
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("max_angle", [10, 30, 60, 180])
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+def test_matches_brute_force(solver, max_angle, m):
+    rng = np.random.default_rng(1000 * m + max_angle)
+    checked = infeasible = 0
+    for d in range(2, 8 if m <= 3 else 6):
+        for _ in range(4):
+            problem = random_problem(rng, m, d, max_angle)
+            best, winners = brute_force(problem.corridor, problem.links, np.deg2rad(max_angle))
+            if not winners:
+                with pytest.raises(NoAdmissiblePath):
+                    SOLVERS[solver](problem)
+                infeasible += 1
+                continue
+            solution = SOLVERS[solver](problem)
+            assert solution.score == pytest.approx(best, abs=1e-9)
+            assert tuple(solution.indices.tolist()) in winners
+            checked += 1
+    assert checked > 0
+
+
+def test_unconstrained_equals_plain_maximum():
+    """At θ = 180° every polyline is admissible: the DP must find the unconstrained optimum."""
+    rng = np.random.default_rng(7)
+    problem = random_problem(rng, 3, 5, 180)
+    best, _ = brute_force(problem.corridor, problem.links, np.pi)
+    links = problem.links
+    exhaustive = max(links[0][0, i] + links[1][i, j] + links[2][j, k] + links[3][k, 0]
+                     for i in range(5) for j in range(5) for k in range(5))
+    assert best == pytest.approx(exhaustive)
+    assert solve_fast(problem).score == pytest.approx(exhaustive)
+
+
+def test_fast_equals_reference_on_larger_random_cases():
+    rng = np.random.default_rng(11)
+    for m, d, theta in [(5, 40, 20), (8, 64, 45), (3, 101, 5), (12, 30, 90)]:
+        problem = random_problem(rng, m, d, theta)
+        try:
+            expected = solve_reference(problem)
+        except NoAdmissiblePath:
+            with pytest.raises(NoAdmissiblePath):
+                solve_fast(problem)
+            continue
+        got = solve_fast(problem)
+        assert got.score == pytest.approx(expected.score, rel=1e-12)
+        np.testing.assert_array_equal(got.indices, expected.indices)
