@@ -40,6 +40,25 @@ class TracerBackend:
     def solve(self, problem: DPProblem) -> DPSolution:
         raise NotImplementedError
 
+    def time_dp(self, problem: DPProblem, repeats: int) -> list[float]:
+        """Milliseconds of ``repeats`` runs of the DP alone (link scores already in place)."""
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            self.solve(problem)
+            times.append(1e3 * (time.perf_counter() - start))
+        return times
+
+    def time_trace(self, evidence: Evidence, corridor: Corridor, windows: Windows,
+                   repeats: int) -> list[float]:
+        """Milliseconds of ``repeats`` runs of link scores + DP + backtracking."""
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            self.trace(evidence, corridor, windows)
+            times.append(1e3 * (time.perf_counter() - start))
+        return times
+
     def trace(self, evidence: Evidence, corridor: Corridor, windows: Windows) -> BackendSolution:
         start = time.perf_counter()
         links = self.link_scores(evidence, corridor)
