@@ -156,7 +156,8 @@ def _stage_windows(incoming: np.ndarray, outgoing: np.ndarray, max_angle_rad: fl
         hi[j] = np.searchsorted(rising, -outgoing[j] + limit, side="right") - 1
     if n_in > 1:
         # k grows → window moves to smaller i; the sliding-window DP relies on this.
-        assert np.all(np.diff(lo, axis=1) <= 0) and np.all(np.diff(hi, axis=1) <= 0)
+        assert np.all(np.diff(lo, axis=1) <= 0)
+        assert np.all(np.diff(hi, axis=1) <= 0)
     return lo, hi
 
 

@@ -107,5 +107,6 @@ def load_image(path: str | os.PathLike) -> Raster:
         raise ImageReadError(f"{path}: multi-page or planar image {array.shape} not supported")
     pixels = to_float_bands(array, source=path)
     if pixels.shape[0] < 2 or pixels.shape[1] < 2:
-        raise ImageReadError(f"{path}: image of {pixels.shape[1]}×{pixels.shape[0]} px is too small")
+        raise ImageReadError(
+            f"{path}: image of {pixels.shape[1]}×{pixels.shape[0]} px is too small")
     return Raster(pixels=np.ascontiguousarray(pixels), path=path)

@@ -148,7 +148,7 @@ register_score_kind(ScoreKind(
 # Link integration: compiled (CPU backend) and plain numpy (reference backend).
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, fastmath=True, inline="always")
 def _term(sampler, v0, v1, vx, vy, tau):
     if sampler == SCALAR:
         return v0
@@ -159,47 +159,89 @@ def _term(sampler, v0, v1, vx, vy, tau):
     return cross / magnitude if magnitude > tau else 0.0
 
 
-@numba.njit(cache=True, parallel=True, fastmath=False)
-def _integrate_links(planes, col0, row0, width, height, sampler, tau, starts, ends):
-    rows, cols = planes.shape[1], planes.shape[2]
-    two = planes.shape[0] > 1
+@numba.njit(cache=True, fastmath=True, inline="always")
+def _sample(pixels, lx, ly, two):
+    """Bilinear sample of planes 0 (and 1) of ``pixels`` (rows, cols, P) at window point
+    (lx, ly) >= 0; the last row and column are zero padding, so no clamping is needed."""
+    ix = int(lx)
+    iy = int(ly)
+    fx, fy = lx - ix, ly - iy
+    top = pixels[iy, ix, 0] + fx * (pixels[iy, ix + 1, 0] - pixels[iy, ix, 0])
+    bottom = pixels[iy + 1, ix, 0] + fx * (pixels[iy + 1, ix + 1, 0] - pixels[iy + 1, ix, 0])
+    v0 = top + fy * (bottom - top)
+    v1 = 0.0
+    if two:
+        top = pixels[iy, ix, 1] + fx * (pixels[iy, ix + 1, 1] - pixels[iy, ix, 1])
+        bottom = pixels[iy + 1, ix, 1] + fx * (pixels[iy + 1, ix + 1, 1] - pixels[iy + 1, ix, 1])
+        v1 = top + fy * (bottom - top)
+    return v0, v1
+
+
+@numba.njit(cache=True, fastmath=True, inline="always")
+def _link_total(pixels, px, py, dx, dy, count, width, height, col0, row0, sampler, tau, check):
+    """Σ_k term(x_k) over one link; ``sampler`` and ``check`` are constants at each call site,
+    so the compiler emits one specialised loop per combination."""
+    length = np.sqrt(dx * dx + dy * dy)
+    vx, vy = dx / length, dy / length
+    step = 1.0 / count
+    total = 0.0
+    for k in range(count):
+        f = (k + 0.5) * step
+        x, y = px + f * dx, py + f * dy
+        if check and (x < 0.0 or y < 0.0 or x > width - 1 or y > height - 1):
+            continue
+        v0, v1 = _sample(pixels, x - col0, y - row0, sampler != SCALAR)
+        total += _term(sampler, v0, v1, vx, vy, tau)
+    return total * length * step
+
+
+@numba.njit(cache=True, parallel=True, fastmath=True)
+def _integrate_links(pixels, col0, row0, width, height, sampler, tau, starts, ends):
+    """Link scores; ``pixels`` holds the planes interleaved and padded (interleaved_planes)."""
     out = np.empty((starts.shape[0], ends.shape[0]))
     for i in numba.prange(starts.shape[0]):
         px, py = starts[i, 0], starts[i, 1]
+        start_inside = 0.0 <= px <= width - 1 and 0.0 <= py <= height - 1
         for j in range(ends.shape[0]):
-            dx, dy = ends[j, 0] - px, ends[j, 1] - py
-            length = np.sqrt(dx * dx + dy * dy)
-            count = max(2, int(np.ceil(length)))
-            vx, vy = dx / length, dy / length
-            total = 0.0
-            for k in range(count):
-                f = (k + 0.5) / count
-                x, y = px + f * dx, py + f * dy
-                if x < 0.0 or y < 0.0 or x > width - 1 or y > height - 1:
-                    continue
-                lx, ly = x - col0, y - row0
-                ix = min(max(int(np.floor(lx)), 0), cols - 2)
-                iy = min(max(int(np.floor(ly)), 0), rows - 2)
-                fx, fy = lx - ix, ly - iy
-                w00, w01 = (1 - fx) * (1 - fy), fx * (1 - fy)
-                w10, w11 = (1 - fx) * fy, fx * fy
-                v0 = (w00 * planes[0, iy, ix] + w01 * planes[0, iy, ix + 1]
-                      + w10 * planes[0, iy + 1, ix] + w11 * planes[0, iy + 1, ix + 1])
-                v1 = 0.0
-                if two:
-                    v1 = (w00 * planes[1, iy, ix] + w01 * planes[1, iy, ix + 1]
-                          + w10 * planes[1, iy + 1, ix] + w11 * planes[1, iy + 1, ix + 1])
-                total += _term(sampler, v0, v1, vx, vy, tau)
-            out[i, j] = total * length / count
+            qx, qy = ends[j, 0], ends[j, 1]
+            dx, dy = qx - px, qy - py
+            count = max(2, int(np.ceil(np.sqrt(dx * dx + dy * dy))))
+            # A segment with both ends in the (convex) image has every sample inside it.
+            inside = start_inside and 0.0 <= qx <= width - 1 and 0.0 <= qy <= height - 1
+            if sampler == SCALAR:
+                total = (_link_total(pixels, px, py, dx, dy, count, width, height, col0,
+                                             row0, SCALAR, tau, False) if inside
+                         else _link_total(pixels, px, py, dx, dy, count, width, height, col0,
+                                             row0, SCALAR, tau, True))
+            elif sampler == CROSS:
+                total = (_link_total(pixels, px, py, dx, dy, count, width, height, col0,
+                                             row0, CROSS, tau, False) if inside
+                         else _link_total(pixels, px, py, dx, dy, count, width, height, col0,
+                                             row0, CROSS, tau, True))
+            else:
+                total = (_link_total(pixels, px, py, dx, dy, count, width, height, col0,
+                                             row0, SINE, tau, False) if inside
+                         else _link_total(pixels, px, py, dx, dy, count, width, height, col0,
+                                             row0, SINE, tau, True))
+            out[i, j] = total
     return out
 
 
 def integrate_links(evidence: Evidence, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Scores of all links from ``starts`` (n0, 2) to ``ends`` (n1, 2): shape (n0, n1), float64."""
-    return _integrate_links(evidence.planes, evidence.origin[0], evidence.origin[1],
+    return _integrate_links(interleaved_planes(evidence), evidence.origin[0], evidence.origin[1],
                             evidence.image_size[0], evidence.image_size[1], evidence.sampler,
                             evidence.tau, np.ascontiguousarray(starts, dtype=np.float64),
                             np.ascontiguousarray(ends, dtype=np.float64))
+
+
+def interleaved_planes(evidence: Evidence) -> np.ndarray:
+    """The planes as one (rows + 1, cols + 1, P) float32 array, a pixel's values side by side,
+    with a zero last row and column (read with weight 0 by samples on the image's far edge)."""
+    planes = evidence.planes
+    out = np.zeros((planes.shape[1] + 1, planes.shape[2] + 1, planes.shape[0]), dtype=np.float32)
+    out[:-1, :-1] = planes.transpose(1, 2, 0)
+    return out
 
 
 def _bilinear_reference(evidence: Evidence, x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -216,7 +258,8 @@ def _bilinear_reference(evidence: Evidence, x: np.ndarray, y: np.ndarray) -> np.
     return np.where(inside, values, 0.0)
 
 
-def integrate_links_reference(evidence: Evidence, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+def integrate_links_reference(evidence: Evidence, starts: np.ndarray,
+                              ends: np.ndarray) -> np.ndarray:
     """Plain-numpy twin of :func:`integrate_links` (one link at a time; for tests)."""
     out = np.empty((len(starts), len(ends)))
     for i, p in enumerate(np.asarray(starts, dtype=np.float64)):

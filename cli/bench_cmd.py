@@ -1,0 +1,120 @@
+"""``python main.py bench``: the paper's Table 2 grid, DP only and end-to-end, medians.
+
+Geometry: the bundled sample image, a horizontal click pair 300 px apart through its centre,
+corridor half-width 50 px, ``m = n - 2`` guides for n division points, d points per guide.
+DP only: random link scores (normal), windows for θ. End-to-end: gradient and evidence on the
+corridor window + link scores + DP + backtracking (``cross``, the paper's score).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+
+import numpy as np
+
+#: Paper, Table 2: GTX 750 Ti, DP only, unconstrained, ms; rows n = 5..8, columns d.
+PAPER_TABLE2_MS = {5: [1.9, 7.5, 53.1, 460.9], 6: [2.5, 11.4, 88.5, 787.8],
+                   7: [3.6, 14.8, 108.1, 1004.4], 8: [5.4, 22.0, 157.0, 1397.8]}
+POINTS = [128, 256, 512, 1024]
+HALFWIDTH = 50.0
+CLICK_LENGTH = 300.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from gpu.select import BACKEND_CHOICES
+
+    parser.add_argument("--backend", default="cpu", choices=BACKEND_CHOICES)
+    parser.add_argument("--repeats", type=int, default=5, help="runs per cell (median reported)")
+    parser.add_argument("--angles", default="180,30", help="max angles θ to time, degrees")
+    parser.add_argument("--points", default=",".join(map(str, POINTS)),
+                        help="points per guide d to time")
+    parser.add_argument("--divisions", default="5,6,7,8", help="division points n = m + 2")
+    parser.add_argument("--image", default=None, help="image for end-to-end (default: sample)")
+    parser.add_argument("--json", metavar="FILE", help="also write the raw figures here")
+
+
+def machine_description() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as info:
+            names = [line.split(":", 1)[1].strip() for line in info
+                     if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def sample_image_path() -> str:
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "resources", "sample", "gsi_108.png")
+
+
+def run(args: argparse.Namespace) -> int:
+    from core.dp import DPProblem
+    from core.guides import admissible_windows, build_corridor, check_max_angle
+    from core.raster import load_image
+    from core.tracer import TraceParams, corridor_evidence
+    from gpu.select import choose_backend
+
+    backend, note = choose_backend(args.backend)
+    raster = load_image(args.image or sample_image_path())
+    centre = np.array([raster.width / 2, raster.height / 2])
+    a = centre - [CLICK_LENGTH / 2, 0]
+    b = centre + [CLICK_LENGTH / 2, 0]
+    rng = np.random.default_rng(0)
+    rows = []
+    print(f"backend: {note}\nmachine: {machine_description()}", file=sys.stderr)
+    for theta in [float(v) for v in args.angles.split(",")]:
+        for n in [int(v) for v in args.divisions.split(",")]:
+            for d in [int(v) for v in args.points.split(",")]:
+                m = n - 2
+                corridor = build_corridor(a, b, m, d, HALFWIDTH)
+                windows = admissible_windows(corridor, check_max_angle(theta))
+                sizes = [1] + [d] * m + [1]
+                links = [rng.normal(size=(sizes[t], sizes[t + 1])) for t in range(m + 1)]
+                problem = DPProblem(corridor, windows, links)
+                backend.time_dp(problem, 1)  # warm-up (compilation, allocations)
+                dp_ms = statistics.median(backend.time_dp(problem, args.repeats))
+                params = TraceParams(guides=m, points=d, halfwidth=HALFWIDTH, max_angle=theta,
+                                     score="cross")
+                evidence = corridor_evidence(raster, corridor, params)
+                backend.time_trace(evidence, corridor, windows, 1)
+                e2e = []
+                for _ in range(args.repeats):
+                    import time
+
+                    start = time.perf_counter()
+                    evidence = corridor_evidence(raster, corridor, params)
+                    gradient_ms = 1e3 * (time.perf_counter() - start)
+                    e2e.append(gradient_ms + backend.time_trace(evidence, corridor, windows, 1)[0])
+                row = {"theta": theta, "n": n, "m": m, "d": d, "dp_ms": dp_ms,
+                       "end_to_end_ms": statistics.median(e2e),
+                       "paper_ms": PAPER_TABLE2_MS.get(n, [None] * 4)[POINTS.index(d)]
+                       if d in POINTS else None}
+                rows.append(row)
+                print(f"θ={theta:5.0f}° n={n} d={d:5d}  DP {row['dp_ms']:9.3f} ms  "
+                      f"end-to-end {row['end_to_end_ms']:9.3f} ms  paper {row['paper_ms']} ms",
+                      file=sys.stderr, flush=True)
+    print(markdown_table(rows, note))
+    if args.json:
+        from core.output import write_text_atomic
+
+        write_text_atomic(args.json, json.dumps({"backend": note, "machine": machine_description(),
+                                                 "rows": rows}, indent=1))
+    return 0
+
+
+def markdown_table(rows: list[dict], note: str) -> str:
+    lines = [f"Backend: {note}. Machine: {machine_description()}.", "",
+             "| θ | n (m) | d | DP only, ms | end-to-end, ms | paper GPU DP, ms |",
+             "|---|---|---|---|---|---|"]
+    for row in rows:
+        lines.append(f"| {row['theta']:g}° | {row['n']} ({row['m']}) | {row['d']} | "
+                     f"{row['dp_ms']:.2f} | {row['end_to_end_ms']:.1f} | {row['paper_ms']} |")
+    return "\n".join(lines)
