@@ -1,0 +1,177 @@
+"""GPU benchmarks: the paper's Table 2 grid and the interactive default, CUDA-event medians.
+
+Geometry as ``main.py bench`` (cli/bench_cmd.py): the sample image, a horizontal click pair
+300 px apart through its centre, corridor half-width 50 px, m = n - 2 guides, d points each.
+
+* DP only: random link scores already on the device; DP rounds + merge + backtracking + result
+  copy (``GpuBackend.time_dp``), for the sparse-table kernel (``rmq``, what ``auto`` picks) and
+  the paper's reduction kernel (``reduce``); the CPU backend's DP beside them.
+* End-to-end: evidence (``cross``: the gradient) resident on the device; link scores + DP +
+  backtracking + result copy (``GpuBackend.time_trace``).
+* Interactive: a 300 px pair on the sample with default ``TraceParams``: device time, the
+  backend's wall time with uploads, and the whole ``core.tracer.trace`` call (CPU evidence too).
+
+Usage: ``python benchmarks/gpu_bench.py [--repeats N] [--markdown FILE] [--json FILE]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from cli.bench_cmd import CLICK_LENGTH, HALFWIDTH, PAPER_TABLE2_MS, POINTS  # noqa: E402
+from core.backend import CpuBackend  # noqa: E402
+from core.dp import DPProblem  # noqa: E402
+from core.guides import admissible_windows, build_corridor, check_max_angle  # noqa: E402
+from core.raster import load_image  # noqa: E402
+from core.tracer import TraceParams, corridor_evidence, trace  # noqa: E402
+from gpu.backend import GpuBackend  # noqa: E402
+
+SAMPLE = Path(__file__).resolve().parent.parent / "resources" / "sample" / "gsi_108.png"
+
+
+def median(values) -> float:
+    return float(statistics.median(values))
+
+
+def wall_ms(function, repeats: int) -> list[float]:
+    """Host wall-clock milliseconds of ``repeats`` calls after one warm-up call."""
+    function()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        function()
+        times.append(1e3 * (time.perf_counter() - start))
+    return times
+
+
+def grid(backends: dict, raster, repeats: int, angles, divisions, points) -> list[dict]:
+    centre = np.array([raster.width / 2, raster.height / 2])
+    a, b = centre - [CLICK_LENGTH / 2, 0], centre + [CLICK_LENGTH / 2, 0]
+    rng = np.random.default_rng(0)
+    cpu = CpuBackend()
+    rows = []
+    for theta in angles:
+        for n in divisions:
+            for d in points:
+                m = n - 2
+                corridor = build_corridor(a, b, m, d, HALFWIDTH)
+                windows = admissible_windows(corridor, check_max_angle(theta))
+                sizes = [1] + [d] * m + [1]
+                links = [rng.normal(size=(sizes[t], sizes[t + 1])) for t in range(m + 1)]
+                problem = DPProblem(corridor, windows, links)
+                row = {"theta": theta, "n": n, "m": m, "d": d,
+                       "paper_ms": PAPER_TABLE2_MS[n][POINTS.index(d)]
+                       if n in PAPER_TABLE2_MS and d in POINTS else None}
+                for name, backend in backends.items():
+                    row[f"dp_{name}_ms"] = median(backend.time_dp(problem, repeats))
+                row["dp_cpu_ms"] = median(cpu.time_dp(problem, max(3, repeats // 5)))
+                params = TraceParams(guides=m, points=d, halfwidth=HALFWIDTH, max_angle=theta,
+                                     score="cross")
+                evidence = corridor_evidence(raster, corridor, params)
+                row["e2e_ms"] = median(backends["rmq"].time_trace(evidence, corridor, windows,
+                                                                  repeats))
+                fused = backends["rmq"].trace(evidence, corridor, windows).timings_ms
+                row["e2e_links_ms"] = fused["link_scores"]
+                rows.append(row)
+                print(json.dumps(row), file=sys.stderr, flush=True)
+    return rows
+
+
+def interactive(backend: GpuBackend, raster, repeats: int) -> dict:
+    """A 300 px click pair along the sample's road of case gsi_108_05, default parameters."""
+    a = np.array([27.0, 431.0])
+    direction = np.array([239.0, 328.0]) - a
+    b = a + 300.0 * direction / np.hypot(*direction)
+    params = TraceParams().resolve(300.0)
+    corridor = build_corridor(a, b, params.guides, params.points, params.halfwidth)
+    windows = admissible_windows(corridor, check_max_angle(params.max_angle))
+    evidence = corridor_evidence(raster, corridor, params)
+    cpu = CpuBackend()
+    result = trace(raster, a, b, TraceParams(), backend)
+    expected = trace(raster, a, b, TraceParams(), cpu)
+    return {
+        "a": a.tolist(), "b": b.round(2).tolist(), "guides": params.guides,
+        "points": params.points, "halfwidth": params.halfwidth, "max_angle": params.max_angle,
+        "score": params.score, "same_path_as_cpu": bool(np.array_equal(result.indices,
+                                                                       expected.indices)),
+        "device_ms": median(backend.time_trace(evidence, corridor, windows, repeats)),
+        # New evidence and windows objects each call: uploads included, as for a fresh click.
+        "backend_wall_ms": median(wall_ms(
+            lambda: backend.trace(corridor_evidence(raster, corridor, params), corridor,
+                                  admissible_windows(corridor, check_max_angle(params.max_angle))),
+            repeats)),
+        "evidence_wall_ms": median(wall_ms(lambda: corridor_evidence(raster, corridor, params),
+                                           repeats)),
+        "trace_wall_ms": median(wall_ms(lambda: trace(raster, a, b, TraceParams(), backend),
+                                        repeats)),
+        "cpu_trace_wall_ms": median(wall_ms(lambda: trace(raster, a, b, TraceParams(), cpu),
+                                            repeats)),
+        "gpu_timings_ms": {k: round(v, 4) for k, v in result.timings_ms.items()},
+    }
+
+
+def markdown(device: str, rows: list[dict], live: dict, repeats: int) -> str:
+    lines = [f"Device: {device}. Medians of {repeats} runs, CUDA events. Sizes as the paper: "
+             "n division points (m = n - 2 guides), d points per guide.", "",
+             "| θ | n (m) | d | DP sparse-table, ms | DP paper-style reduction, ms | "
+             "DP CPU backend, ms | end-to-end, ms | of which link scores, ms | "
+             "paper GTX 750 Ti DP, ms |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        lines.append(f"| {row['theta']:g}° | {row['n']} ({row['m']}) | {row['d']} | "
+                     f"{row['dp_rmq_ms']:.3f} | {row['dp_reduce_ms']:.3f} | "
+                     f"{row['dp_cpu_ms']:.2f} | {row['e2e_ms']:.3f} | "
+                     f"{row['e2e_links_ms']:.3f} | {row['paper_ms']} |")
+    lines += ["", f"Interactive default: a = {live['a']}, b = {live['b']} (300 px), "
+              f"m = {live['guides']}, d = {live['points']}, w = {live['halfwidth']:g} px, "
+              f"θ = {live['max_angle']:g}°, score {live['score']}; "
+              f"same path as the CPU backend: {live['same_path_as_cpu']}.", "",
+              "| what | ms |", "|---|---|",
+              f"| device: link scores + DP + backtrack + result copy (evidence resident) | "
+              f"{live['device_ms']:.3f} |",
+              f"| GpuBackend.trace wall time, fresh evidence and windows uploaded | "
+              f"{live['backend_wall_ms']:.3f} |",
+              f"| CPU evidence for the corridor (corridor_evidence) | "
+              f"{live['evidence_wall_ms']:.3f} |",
+              f"| core.tracer.trace total, GPU backend | {live['trace_wall_ms']:.3f} |",
+              f"| core.tracer.trace total, CPU backend | {live['cpu_trace_wall_ms']:.3f} |"]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--angles", default="180,30")
+    parser.add_argument("--divisions", default="5,6,7,8")
+    parser.add_argument("--points", default=",".join(map(str, POINTS)))
+    parser.add_argument("--markdown", metavar="FILE")
+    parser.add_argument("--json", metavar="FILE")
+    args = parser.parse_args(argv)
+    backends = {"rmq": GpuBackend.create(method="rmq"),
+                "reduce": GpuBackend.create(method="reduce")}
+    raster = load_image(SAMPLE)
+    rows = grid(backends, raster, args.repeats, [float(v) for v in args.angles.split(",")],
+                [int(v) for v in args.divisions.split(",")],
+                [int(v) for v in args.points.split(",")])
+    live = interactive(backends["rmq"], raster, args.repeats)
+    text = markdown(backends["rmq"].description.removeprefix("GPU: "), rows, live, args.repeats)
+    print(text)
+    if args.markdown:
+        Path(args.markdown).write_text(text + "\n")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"device": backends["rmq"].description,
+                                               "grid": rows, "interactive": live}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

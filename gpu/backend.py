@@ -1,0 +1,191 @@
+"""The CUDA tracer backend: link scores, bidirectional DP, merge and backtracking on the GPU.
+
+``GpuBackend.create()`` is what ``gpu.select`` calls; it raises
+:class:`~core.errors.BackendUnavailable` with a one-line reason when pycuda, the driver, a device
+or the kernel build is missing. Every call pushes the device's retained primary context and pops
+it afterwards, so the backend may be used from any thread (calls are serialised).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from core.backend import BackendSolution, TracerBackend
+from core.dp import DPProblem, DPSolution
+from core.errors import BackendUnavailable, NoAdmissiblePath
+from core.guides import Corridor, Windows
+from core.scores import Evidence
+from gpu.context import GpuContext, open_context
+from gpu.engine import DeviceTracer
+
+
+def _corridor_sizes(corridor: Corridor) -> tuple[int, ...]:
+    return (1, *[corridor.points] * corridor.guides, 1)
+
+
+def _problem_sizes(problem: DPProblem) -> tuple[int, ...]:
+    return (*(np.shape(link)[0] for link in problem.links), np.shape(problem.links[-1])[1])
+
+
+def _no_path(windows: Windows) -> NoAdmissiblePath:
+    return NoAdmissiblePath(
+        f"no polyline turns by at most {np.rad2deg(windows.max_angle_rad):.4g}° at every guide; "
+        "raise the max angle, add guides or widen the corridor")
+
+
+class GpuBackend(TracerBackend):
+    """CUDA backend (pycuda).
+
+    Parameters
+    ----------
+    context : gpu.context.GpuContext
+    method : {"auto", "rmq", "reduce"}
+        DP step kernel (see :class:`gpu.engine.DeviceTracer`); ``auto`` picks the sparse-table
+        kernel whenever it fits the device.
+    """
+
+    name = "gpu"
+
+    def __init__(self, context: GpuContext, method: str = "auto"):
+        self.context = context
+        self.description = f"GPU: {context.name}"
+        with context.active():
+            self._tracer = DeviceTracer(context, method)
+
+    @classmethod
+    def create(cls, method: str = "auto", device: int = 0) -> GpuBackend:
+        """The backend on device ``device``, or :class:`BackendUnavailable` saying why not."""
+        context = open_context(device)
+        import pycuda.driver as cuda
+
+        try:
+            return cls(context, method)
+        except (cuda.Error, cuda.CompileError, OSError) as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise BackendUnavailable(f"GPU unavailable: the CUDA kernels cannot be built or "
+                                     f"loaded ({reason})") from None
+
+    @property
+    def method(self) -> str:
+        """The DP step kernel requested (``auto``, ``rmq`` or ``reduce``)."""
+        return self._tracer.method
+
+    def release(self) -> None:
+        """Return the device memory held by this backend's pool."""
+        with self.context.active():
+            self._tracer.release()
+
+    # -- TracerBackend ----------------------------------------------------------------------
+
+    def link_scores(self, evidence: Evidence, corridor: Corridor) -> list[np.ndarray]:
+        """links[t] of shape (n_t, n_{t+1}), float64, for t = 0..m, computed on the device."""
+        tracer = self._tracer
+        with self.context.active():
+            plan = tracer.plan(_corridor_sizes(corridor))
+            plan.bind_corridor(corridor)
+            tracer.launch_links(plan, evidence, tracer.bind_evidence(evidence))
+            plan.host_links = None
+            sizes = plan.schedule.sizes
+            stored = []
+            for t, buffer in enumerate(plan.links):
+                shape = (sizes[t], sizes[t + 1])
+                host = np.empty(shape[::-1] if plan.schedule.transposed(t) else shape)
+                tracer.cuda.memcpy_dtoh_async(host, buffer, tracer.stream)
+                stored.append(host)
+            tracer.stream.synchronize()
+        return [host.T.copy() if plan.schedule.transposed(t) else host
+                for t, host in enumerate(stored)]
+
+    def solve(self, problem: DPProblem) -> DPSolution:
+        """The optimal indices (m,) and total score of ``problem`` (links from the host)."""
+        with self.context.active():
+            plan = self._bind_problem(problem)
+            plan.launch_dp()
+            self._tracer.fetch(plan)
+            self._tracer.stream.synchronize()
+            total, _, indices = plan.solution()
+        if not np.isfinite(total):
+            raise _no_path(problem.windows)
+        return DPSolution(indices, total)
+
+    def trace(self, evidence: Evidence, corridor: Corridor, windows: Windows) -> BackendSolution:
+        """Link scores + DP + backtracking on the device; timings_ms from CUDA events.
+
+        timings_ms keys: ``gpu_upload`` (evidence, geometry), ``link_scores``, ``dp`` (DP rounds,
+        merge, backtracking) and ``gpu_download`` (the result).
+        """
+        tracer, cuda = self._tracer, self._tracer.cuda
+        with self.context.active():
+            marks = [cuda.Event() for _ in range(5)]
+            marks[0].record(tracer.stream)
+            plan = self._bind_trace(evidence, corridor, windows)
+            image = tracer.bind_evidence(evidence)
+            marks[1].record(tracer.stream)
+            tracer.launch_links(plan, evidence, image)
+            marks[2].record(tracer.stream)
+            plan.launch_dp()
+            marks[3].record(tracer.stream)
+            tracer.fetch(plan)
+            marks[4].record(tracer.stream)
+            marks[4].synchronize()
+            total, along, indices = plan.solution()
+            spans = [marks[i].time_till(marks[i + 1]) for i in range(4)]
+        if not np.isfinite(total):
+            raise _no_path(windows)
+        timings = dict(zip(("gpu_upload", "link_scores", "dp", "gpu_download"), spans,
+                           strict=True))
+        return BackendSolution(indices, total, along, timings)
+
+    def time_dp(self, problem: DPProblem, repeats: int) -> list[float]:
+        """CUDA-event milliseconds of DP + merge + backtracking + result copy, links resident."""
+        with self.context.active():
+            plan = self._bind_problem(problem)
+            return self._time(plan.launch_dp, plan, repeats)
+
+    def time_trace(self, evidence: Evidence, corridor: Corridor, windows: Windows,
+                   repeats: int) -> list[float]:
+        """CUDA-event milliseconds of link scores + DP + backtracking + result copy.
+
+        Evidence, points and windows are uploaded once beforehand (resident), as when the same
+        image is traced again.
+        """
+        tracer = self._tracer
+        with self.context.active():
+            plan = self._bind_trace(evidence, corridor, windows)
+            image = tracer.bind_evidence(evidence)
+
+            def run():
+                tracer.launch_links(plan, evidence, image)
+                plan.launch_dp()
+
+            return self._time(run, plan, repeats)
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _bind_problem(self, problem: DPProblem):
+        plan = self._tracer.plan(_problem_sizes(problem))
+        plan.bind_windows(problem.windows)
+        plan.bind_links(problem.links)
+        return plan
+
+    def _bind_trace(self, evidence: Evidence, corridor: Corridor, windows: Windows):
+        plan = self._tracer.plan(_corridor_sizes(corridor))
+        plan.bind_windows(windows)
+        plan.bind_corridor(corridor)
+        plan.host_links = None
+        return plan
+
+    def _time(self, run, plan, repeats: int) -> list[float]:
+        """Run ``run`` + result copy once to warm up, then ``repeats`` timed times."""
+        tracer = self._tracer
+        start, end = tracer.cuda.Event(), tracer.cuda.Event()
+        times = []
+        for repeat in range(repeats + 1):
+            start.record(tracer.stream)
+            run()
+            tracer.fetch(plan)
+            end.record(tracer.stream)
+            end.synchronize()
+            if repeat:
+                times.append(start.time_till(end))
+        return times

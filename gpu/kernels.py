@@ -1,0 +1,93 @@
+"""The CUDA sources of this package, compiled once per context, and their argument layouts.
+
+``dp.cu`` and ``links.cu`` sit beside this file; :func:`load_kernels` compiles them with
+pycuda's ``SourceModule`` (nvcc, cached on disk by pycuda) for the current context's device,
+memoised per context (one retained primary context per device), and returns the kernels as
+prepared functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from core.scores import CROSS, SCALAR, SINE
+
+SOURCE_DIR = Path(__file__).resolve().parent
+#: Every CUDA source of the package (tests compile each with nvcc).
+CUDA_SOURCES = ("dp.cu", "links.cu")
+
+#: ``struct Step`` of dp.cu.
+STEP_DTYPE = np.dtype([
+    ("prev", np.uint64), ("link", np.uint64), ("lo", np.uint64), ("hi", np.uint64),
+    ("out", np.uint64), ("arg", np.uint64), ("best", np.uint64), ("best_arg", np.uint64),
+    ("n_r", np.int32), ("n_o", np.int32), ("n_p", np.int32),
+    ("out_o_stride", np.int32), ("out_r_stride", np.int32), ("pad", np.int32)])
+
+#: ``struct LinkStage`` of links.cu.
+LINK_STAGE_DTYPE = np.dtype([
+    ("from", np.uint64), ("to", np.uint64), ("out", np.uint64),
+    ("n_from", np.int32), ("n_to", np.int32), ("transposed", np.int32), ("pad", np.int32)])
+
+#: Kernel name of each sampler in links.cu.
+LINK_KERNELS = {SCALAR: "link_scores_scalar", CROSS: "link_scores_cross",
+                SINE: "link_scores_sine"}
+
+
+def source(name: str) -> str:
+    """Text of the CUDA source ``name`` of this package."""
+    return (SOURCE_DIR / name).read_text()
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """Prepared kernels of one context (argument formats as in ``prepare``)."""
+
+    step_rmq: object         # (const Step*)
+    step_reduce: object      # (const Step*)
+    row_argmax: object       # (values, n_rows, n_cols, best, best_arg)
+    reverse_windows: object  # (lo, hi, n_r, n_q, n_o, rlo, rhi)
+    finish: object           # (best, best_arg, n_best, merge_arg, args, links, sizes, m, c, result)
+    links: dict              # sampler -> (const LinkStage*, Image by value)
+
+
+def _compile(name: str):
+    from pycuda.compiler import SourceModule
+
+    return SourceModule(source(name), no_extern_c=True, options=["-std=c++17"])
+
+
+def _load():
+    dp = _compile("dp.cu")
+    links = _compile("links.cu")
+
+    def prepared(module, name, arg_format):
+        function = module.get_function(name)
+        function.prepare(arg_format)
+        return function
+
+    return Kernels(
+        step_rmq=prepared(dp, "dp_step_rmq", "P"),
+        step_reduce=prepared(dp, "dp_step_reduce", "P"),
+        row_argmax=prepared(dp, "row_argmax", "PiiPP"),
+        reverse_windows=prepared(dp, "reverse_windows", "PPiiiPP"),
+        finish=prepared(dp, "finish", "PPiPPPPiiP"),
+        # struct Image {const float* planes; int rows, cols, col0, row0, width, height; double tau}
+        links={sampler: prepared(links, name, "PPiiiiiid")
+               for sampler, name in LINK_KERNELS.items()},
+    )
+
+
+def load_kernels(context) -> Kernels:
+    """The compiled kernels of ``context`` (a :class:`gpu.context.GpuContext`), memoised.
+
+    Call inside ``context.active()``: the modules are built for, and belong to, that context.
+    """
+    if context not in _KERNELS:
+        _KERNELS[context] = _load()
+    return _KERNELS[context]
+
+
+_KERNELS: dict = {}

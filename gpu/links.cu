@@ -1,0 +1,105 @@
+// Link scores of every stage on the device, by the rule of core/scores.py:
+// a link p -> q of length L gets K = max(2, ceil(L)) midpoint samples x_k = p + (k + 1/2)/K (q - p),
+// each a bilinear sample of the evidence planes (0 outside the image) turned into a term by the
+// sampler, and score = L/K * sum_k term(x_k). Positions, interpolation and the sum are float64,
+// in the CPU's order of operations, so scores agree with the CPU backend to rounding. Samples
+// on the window's far edge use its last two pixels with weight 1 (the CPU's zero padding, with
+// weight 0, gives the same value).
+//
+// Evidence planes are interleaved per pixel: (rows, cols, P) float32, P = 1 (SCALAR) or 2
+// (CROSS, SINE: gx, gy). One thread computes one link; blockIdx.y picks the stage.
+
+#define SAMPLER_SCALAR 0
+#define SAMPLER_CROSS 1
+#define SAMPLER_SINE 2
+
+struct LinkStage {
+    const double* from;  // (n_from, 2) start points (x, y), image pixels
+    const double* to;    // (n_to, 2) end points
+    double* out;         // (n_from, n_to), or (n_to, n_from) when transposed
+    int n_from, n_to;
+    int transposed;
+    int pad;
+};
+
+struct Image {
+    const float* planes;  // (rows, cols, P)
+    int rows, cols;       // window size
+    int col0, row0;       // image pixel at the window's [0, 0]
+    int width, height;    // whole image; samples outside it contribute 0
+    double tau;           // SINE: gradient-magnitude threshold
+};
+
+// Bilinear interpolation as core/scores.py writes it: lerp along x, then along y, with the
+// differences of neighbouring pixels taken in float32.
+__device__ __forceinline__ double lerp2(float p00, float p01, float p10, float p11, double fx,
+                                        double fy)
+{
+    const double top = p00 + fx * (float)(p01 - p00);
+    const double bottom = p10 + fx * (float)(p11 - p10);
+    return top + fy * (bottom - top);
+}
+
+template <int SAMPLER>
+__device__ __forceinline__ double sample_term(const Image& im, double x, double y, double vx,
+                                              double vy)
+{
+    const double lx = x - im.col0, ly = y - im.row0;
+    const int ix = min(max((int)floor(lx), 0), im.cols - 2);
+    const int iy = min(max((int)floor(ly), 0), im.rows - 2);
+    const double fx = lx - ix, fy = ly - iy;
+    const size_t at = (size_t)iy * im.cols + ix;
+    if (SAMPLER == SAMPLER_SCALAR) {
+        const float* p = im.planes + at;
+        return lerp2(__ldg(p), __ldg(p + 1), __ldg(p + im.cols), __ldg(p + im.cols + 1), fx, fy);
+    }
+    const float2* p = reinterpret_cast<const float2*>(im.planes) + at;
+    const float2 p00 = __ldg(p), p01 = __ldg(p + 1);
+    const float2 p10 = __ldg(p + im.cols), p11 = __ldg(p + im.cols + 1);
+    const double v0 = lerp2(p00.x, p01.x, p10.x, p11.x, fx, fy);
+    const double v1 = lerp2(p00.y, p01.y, p10.y, p11.y, fx, fy);
+    const double cross = fabs(v0 * vy - v1 * vx);
+    if (SAMPLER == SAMPLER_CROSS) return cross;
+    const double magnitude = sqrt(v0 * v0 + v1 * v1);
+    return magnitude > im.tau ? cross / magnitude : 0.0;
+}
+
+template <int SAMPLER>
+__device__ __forceinline__ void link_scores(const LinkStage* stages, const Image& im)
+{
+    const LinkStage st = stages[blockIdx.y];
+    const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= (long long)st.n_from * st.n_to) return;
+    int s, e;
+    if (st.transposed) { e = (int)(g / st.n_from); s = (int)(g - (long long)e * st.n_from); }
+    else { s = (int)(g / st.n_to); e = (int)(g - (long long)s * st.n_to); }
+    const double px = st.from[2 * s], py = st.from[2 * s + 1];
+    const double dx = st.to[2 * e] - px, dy = st.to[2 * e + 1] - py;
+    const double length = sqrt(dx * dx + dy * dy);
+    const int count = max(2, (int)ceil(length));
+    const double vx = dx / length, vy = dy / length;
+    const double step = 1.0 / count;
+    double total = 0.0;
+    for (int k = 0; k < count; ++k) {
+        const double f = (k + 0.5) * step;
+        const double x = px + f * dx, y = py + f * dy;
+        if (x < 0.0 || y < 0.0 || x > im.width - 1 || y > im.height - 1) continue;
+        total += sample_term<SAMPLER>(im, x, y, vx, vy);
+    }
+    st.out[g] = total * length * step;
+}
+
+extern "C" __global__ void link_scores_scalar(const LinkStage* __restrict__ stages, Image im)
+{
+    link_scores<SAMPLER_SCALAR>(stages, im);
+}
+
+extern "C" __global__ void link_scores_cross(const LinkStage* __restrict__ stages, Image im)
+{
+    link_scores<SAMPLER_CROSS>(stages, im);
+}
+
+extern "C" __global__ void link_scores_sine(const LinkStage* __restrict__ stages, Image im)
+{
+    link_scores<SAMPLER_SINE>(stages, im);
+}

@@ -1,0 +1,300 @@
+"""The CUDA backend against the oracle and the CPU backend.
+
+Tests marked ``gpu`` need pycuda and a device (``conftest.py`` skips them otherwise). The
+schedule test runs everywhere: a numpy twin of the kernels' data layout checks the bidirectional
+schedule (forward + backward halves, inverted windows, merge, backtracking) against the CPU DP.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+import pytest
+
+from core.backend import CpuBackend
+from core.dp import DPProblem, solve_fast
+from core.errors import BackendUnavailable, NoAdmissiblePath
+from core.guides import admissible_windows, build_corridor
+from core.raster import load_image
+from core.scores import CROSS, SCALAR, SINE, Evidence, integrate_links
+from core.tracer import TraceParams, trace
+from gpu.schedule import Schedule
+from tests.conftest import SAMPLE_CASES, SAMPLE_IMAGE
+from tests.oracle import brute_force, random_problem
+
+# -- a numpy twin of dp.cu's steps, for the schedule ----------------------------------------------
+
+
+def _inverted_windows(lo, hi, n_o):
+    """reverse_windows of dp.cu: for (r, o), the q with lo[r, q] <= o <= hi[r, q]."""
+    o = np.arange(n_o)
+    rlo = np.array([np.searchsorted(-row, -o, side="left") for row in lo])
+    rhi = np.array([np.searchsorted(-row, -o, side="right") - 1 for row in hi])
+    return rlo, rhi
+
+
+def _step(prev, link, lo, hi):
+    """out[o, r] = link[r, o] + max prev[r, lo:hi+1]; arg[r, o] = its (first) argmax."""
+    n_r, n_o = link.shape
+    out, arg = np.full((n_o, n_r), -np.inf), np.full((n_r, n_o), -1)
+    for r in range(n_r):
+        for o in range(n_o):
+            if lo[r, o] <= hi[r, o]:
+                arg[r, o] = lo[r, o] + int(np.argmax(prev[r, lo[r, o]:hi[r, o] + 1]))
+                out[o, r] = link[r, o] + prev[r, arg[r, o]]
+    return out, arg
+
+
+def _emulate(problem):
+    links, windows = problem.links, problem.windows
+    schedule = Schedule((*(link.shape[0] for link in links), 1))
+    m, c, sizes = schedule.guides, schedule.middle, schedule.sizes
+    stored = [link.T if schedule.transposed(t) else link for t, link in enumerate(links)]
+    inverted = {s: _inverted_windows(windows.lo[s - 1], windows.hi[s - 1], sizes[s - 1])
+                for s in schedule.reversed_turns}
+    forward, backward, args = {0: stored[0].reshape(-1, 1)}, {m: stored[m].reshape(-1, 1)}, {}
+    for steps in schedule.rounds:
+        for step in steps:
+            t = step.stage
+            if step.kind == "forward":
+                forward[t], args[t] = _step(forward[t - 1], stored[t], windows.lo[t - 1],
+                                            windows.hi[t - 1])
+            else:
+                backward[t], args[t] = _step(backward[t + 1], stored[t], *inverted[t + 1])
+    total, merge_arg = _step(forward[c - 1], backward[c], windows.lo[c - 1], windows.hi[c - 1])
+    j, k = np.unravel_index(np.argmax(total.T), total.T.shape)
+    x = np.zeros(m + 2, dtype=int)
+    x[c], x[c + 1], x[c - 1] = j, k, merge_arg[j, k]
+    for t in range(c - 1, 0, -1):
+        x[t - 1] = args[t][x[t], x[t + 1]]
+    for t in range(c, m):
+        x[t + 2] = args[t][x[t + 1], x[t]]
+    return total[k, j], x[1:m + 1]
+
+
+def test_bidirectional_schedule_matches_cpu_dp():
+    rng = np.random.default_rng(3)
+    checked = 0
+    for m in range(1, 9):
+        for d in (2, 3, 6, 11):
+            for theta in (5, 30, 90, 180):
+                problem = random_problem(rng, m, d, theta)
+                score, indices = _emulate(problem)
+                try:
+                    expected = solve_fast(problem)
+                except NoAdmissiblePath:
+                    assert score == -np.inf
+                    continue
+                assert score == pytest.approx(expected.score, rel=1e-12)
+                np.testing.assert_array_equal(indices, expected.indices)
+                checked += 1
+    assert checked > 50
+
+
+def test_unavailable_gpu_names_the_reason():
+    try:
+        import pycuda.driver  # noqa: F401
+    except ImportError:
+        from gpu.select import gpu_backend
+
+        with pytest.raises(BackendUnavailable, match="pycuda"):
+            gpu_backend()
+    else:
+        pytest.skip("pycuda is installed here")
+
+
+# -- GPU ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module", params=["auto", "reduce"])
+def backend(request):
+    from gpu.backend import GpuBackend
+
+    return GpuBackend.create(method=request.param)
+
+
+@pytest.fixture(scope="module")
+def fast_backend():
+    from gpu.backend import GpuBackend
+
+    return GpuBackend.create()
+
+
+def _path_score(problem, indices):
+    """Score of a path in float64 and whether every turn lies in its window."""
+    nodes = [0, *np.asarray(indices).tolist(), 0]
+    score = sum(problem.links[t][nodes[t], nodes[t + 1]] for t in range(len(problem.links)))
+    admissible = all(problem.windows.lo[t - 1][nodes[t], nodes[t + 1]] <= nodes[t - 1]
+                     <= problem.windows.hi[t - 1][nodes[t], nodes[t + 1]]
+                     for t in range(1, len(nodes) - 1))
+    return score, admissible
+
+
+def _assert_same_optimum(problem, got, expected, rel=1e-9):
+    assert got.score == pytest.approx(expected.score, rel=rel, abs=1e-12)
+    if not np.array_equal(got.indices, expected.indices):  # only an exact tie may differ
+        score, admissible = _path_score(problem, got.indices)
+        assert admissible
+        assert score == pytest.approx(expected.score, rel=1e-12, abs=1e-12)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("max_angle", [5, 10, 30, 60, 180])
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+def test_gpu_matches_brute_force(backend, max_angle, m):
+    rng = np.random.default_rng(100 * m + max_angle)
+    checked = 0
+    for d in range(2, 8 if m <= 3 else 6):
+        for _ in range(3):
+            problem = random_problem(rng, m, d, max_angle)
+            best, winners = brute_force(problem.corridor, problem.links, np.deg2rad(max_angle))
+            if not winners:
+                with pytest.raises(NoAdmissiblePath):
+                    backend.solve(problem)
+                continue
+            solution = backend.solve(problem)
+            assert solution.score == pytest.approx(best, abs=1e-9)
+            assert tuple(solution.indices.tolist()) in winners
+            checked += 1
+    assert checked > 0
+
+
+RANDOM_CASES = [(m, d, theta) for m, d in [(1, 2), (2, 5), (3, 64), (4, 128), (5, 33), (6, 256),
+                                           (7, 100), (8, 48), (9, 20), (10, 64), (11, 9), (12, 128)]
+                for theta in (5, 30, 90, 180)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("m", "d", "max_angle"), RANDOM_CASES)
+def test_gpu_matches_cpu_on_random_scores(backend, m, d, max_angle):
+    rng = np.random.default_rng(m * 10007 + d * 31 + max_angle)
+    problem = random_problem(rng, m, d, max_angle)
+    try:
+        expected = solve_fast(problem)
+    except NoAdmissiblePath:
+        with pytest.raises(NoAdmissiblePath):
+            backend.solve(problem)
+        return
+    _assert_same_optimum(problem, backend.solve(problem), expected)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("m", "d", "max_angle"),
+                         [(3, 1024, 180), (6, 1024, 30), (12, 1024, 5), (6, 512, 90)])
+def test_gpu_matches_cpu_at_paper_sizes(fast_backend, m, d, max_angle):
+    rng = np.random.default_rng(d + m + max_angle)
+    problem = random_problem(rng, m, d, max_angle)
+    _assert_same_optimum(problem, fast_backend.solve(problem), solve_fast(problem))
+
+
+@pytest.mark.gpu
+def test_gpu_ties_resolve_to_an_optimal_admissible_path(backend):
+    """Integer scores make many exact ties: any optimal admissible path is right."""
+    rng = np.random.default_rng(5)
+    for m, d, theta in [(3, 16, 30), (6, 40, 60), (9, 25, 180)]:
+        problem = random_problem(rng, m, d, theta)
+        problem = DPProblem(problem.corridor, problem.windows,
+                            [np.round(link) for link in problem.links])
+        _assert_same_optimum(problem, backend.solve(problem), solve_fast(problem))
+
+
+def _random_evidence(rng, sampler, size=(90, 120), origin=(-5, 7), image_size=(100, 110)):
+    planes = rng.normal(size=(1 if sampler == SCALAR else 2, *size)).astype(np.float32)
+    return Evidence(planes, origin, image_size, sampler, 0.8 if sampler == SINE else 0.0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sampler", [SCALAR, CROSS, SINE])
+def test_gpu_link_scores_match_cpu(fast_backend, sampler):
+    rng = np.random.default_rng(sampler)
+    evidence = _random_evidence(rng, sampler)
+    # The corridor reaches outside the image (x < 0 and y > height - 1): those samples count 0.
+    corridor = build_corridor((2.5, 30.25), (80.0, 104.0), 5, 37, 25.0)
+    got = fast_backend.link_scores(evidence, corridor)
+    nodes = corridor.node_sets()
+    for t, link in enumerate(got):
+        expected = integrate_links(evidence, nodes[t], nodes[t + 1])
+        np.testing.assert_allclose(link, expected, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sampler", [SCALAR, CROSS, SINE])
+def test_gpu_trace_matches_cpu_trace(backend, sampler):
+    rng = np.random.default_rng(10 + sampler)
+    evidence = _random_evidence(rng, sampler)
+    corridor = build_corridor((10.0, 20.0), (90.0, 80.0), 4, 41, 20.0)
+    windows = admissible_windows(corridor, np.deg2rad(35))
+    got = backend.trace(evidence, corridor, windows)
+    expected = CpuBackend().trace(evidence, corridor, windows)
+    assert got.score == pytest.approx(expected.score, rel=1e-9)
+    np.testing.assert_array_equal(got.indices, expected.indices)
+    np.testing.assert_allclose(got.link_scores, expected.link_scores, rtol=1e-9, atol=1e-12)
+    assert {"link_scores", "dp"} <= set(got.timings_ms)
+
+
+@pytest.fixture(scope="module")
+def sample():
+    return load_image(SAMPLE_IMAGE), json.loads(SAMPLE_CASES.read_text())
+
+
+SAMPLE_PARAMS = [TraceParams(), TraceParams(score="cross"), TraceParams(score="sine", max_angle=5),
+                 TraceParams(score="flat", max_angle=180), TraceParams(guides=12, points=64),
+                 TraceParams(guides=6, points=256, halfwidth=20.0, max_angle=90)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("params", SAMPLE_PARAMS, ids=lambda p: f"{p.score}-{p.max_angle}")
+def test_gpu_matches_cpu_on_the_sample_image(backend, sample, params):
+    raster, cases = sample
+    for case in cases:
+        try:
+            expected = trace(raster, case["a"], case["b"], params, CpuBackend())
+        except NoAdmissiblePath:
+            with pytest.raises(NoAdmissiblePath):
+                trace(raster, case["a"], case["b"], params, backend)
+            continue
+        got = trace(raster, case["a"], case["b"], params, backend)
+        assert got.score == pytest.approx(expected.score, rel=1e-5)
+        if not np.array_equal(got.indices, expected.indices):  # exact tie only
+            assert got.score == pytest.approx(expected.score, rel=1e-9)
+        assert got.backend == "gpu"
+
+
+@pytest.mark.gpu
+def test_gpu_works_from_worker_threads(fast_backend, sample):
+    raster, cases = sample
+    case = cases[0]
+    expected = trace(raster, case["a"], case["b"], TraceParams(), CpuBackend())
+    results, errors = [], []
+
+    def work():
+        try:
+            results.append(trace(raster, case["a"], case["b"], TraceParams(), fast_backend))
+        except Exception as exc:  # relayed to the test thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    for result in results:
+        np.testing.assert_array_equal(result.indices, expected.indices)
+
+
+@pytest.mark.gpu
+def test_gpu_timings_are_positive(fast_backend):
+    rng = np.random.default_rng(9)
+    problem = random_problem(rng, 6, 128, 30)
+    times = fast_backend.time_dp(problem, 3)
+    assert len(times) == 3
+    assert min(times) > 0
+    evidence = _random_evidence(rng, CROSS)
+    corridor = build_corridor((10.0, 20.0), (90.0, 80.0), 6, 64, 20.0)
+    windows = admissible_windows(corridor, np.deg2rad(30))
+    times = fast_backend.time_trace(evidence, corridor, windows, 3)
+    assert len(times) == 3
+    assert min(times) > 0
