@@ -10,6 +10,7 @@ tags are ignored: pixels are used in the order the file stores them.
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -100,7 +101,9 @@ def load_image(path: str | os.PathLike) -> Raster:
     if os.path.isdir(path):
         raise ImageReadError(f"expected an image file, got a folder: {path}")
     try:
-        array = iio.imread(path)
+        with warnings.catch_warnings():  # plugins probed on undecodable files warn noisily
+            warnings.simplefilter("ignore")
+            array = iio.imread(path)
     except Exception as exc:  # imageio raises many types for undecodable files
         raise ImageReadError(f"cannot read image {path}: {type(exc).__name__}: {exc}") from None
     if array.ndim == 3 and array.shape[0] in (2, 3, 4) and array.shape[2] > 4:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numba
 import numpy as np
+from scipy import ndimage
 
 from core.errors import BadParameter
 
@@ -122,13 +123,22 @@ def _flat_planes(inputs):
     return (-(magnitude / (g0 + magnitude) + 0.05))[None].astype(np.float32), 0.0
 
 
+#: Scale (px) of the blur that turns the flat colour-match band into a ridge on its centreline.
+COLOUR_CENTRING_SIGMA = 1.5
+
+
 def _colour_planes(inputs):
+    """Similarity to the median colour under a and b (robust to patches overlapping the
+    verge), blurred so that the middle of a uniform road or river scores highest."""
     samples = np.vstack([_patch_colours(inputs.pixels, inputs.a),
                          _patch_colours(inputs.pixels, inputs.b)])
-    centre = samples.mean(axis=0)
-    spread = max(float(samples.std(axis=0).mean()), 0.04 * float(np.ptp(inputs.pixels)) + 1e-6)
+    centre = np.median(samples, axis=0)
+    bands = samples.shape[1]
+    deviation = np.sqrt(bands) * 1.4826 * float(np.median(np.abs(samples - centre), axis=0).mean())
+    spread = max(deviation, 0.04 * float(np.ptp(inputs.pixels)) + 1e-6)
     distance2 = ((inputs.pixels - centre) ** 2).sum(axis=2)
     term = -(1.0 - np.exp(-distance2 / (2.0 * spread * spread)) + 0.05)
+    term = ndimage.gaussian_filter(term, COLOUR_CENTRING_SIGMA, mode="nearest")
     return term[None].astype(np.float32), 0.0
 
 

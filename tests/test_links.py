@@ -1,0 +1,63 @@
+"""Compiled link integration against the plain-numpy reference, and window geometry."""
+
+import numpy as np
+import pytest
+
+from core.guides import admissible_windows, build_corridor, link_angles, turn_is_admissible
+from core.scores import CROSS, SCALAR, SINE, Evidence, integrate_links, integrate_links_reference
+
+
+def random_evidence(rng, sampler, width=60, height=50, origin=(3, 5), planes=2):
+    rows, cols = height - origin[1] - 4, width - origin[0] - 6
+    values = rng.normal(size=(planes, rows, cols)).astype(np.float32)
+    return Evidence(values, origin, (width, height), sampler, tau=0.5)
+
+
+@pytest.mark.parametrize("sampler", [SCALAR, CROSS, SINE])
+def test_compiled_links_match_reference(sampler):
+    rng = np.random.default_rng(sampler)
+    evidence = random_evidence(rng, sampler)
+    # Window covers x in [3, 53], y in [5, 45]; image is 60×50: some links leave the image
+    # (x < 0 is impossible inside the window, so keep starts inside the window's span).
+    starts = rng.uniform([3, 5], [49, 45], size=(7, 2))
+    ends = rng.uniform([3, 5], [49, 45], size=(9, 2))
+    np.testing.assert_allclose(integrate_links(evidence, starts, ends),
+                               integrate_links_reference(evidence, starts, ends),
+                               rtol=1e-6, atol=1e-6)
+
+
+def test_samples_outside_the_image_contribute_nothing():
+    planes = np.ones((1, 20, 20), dtype=np.float32)
+    evidence = Evidence(planes, (0, 0), (10, 10), SCALAR)
+    # A horizontal link from x=5 to x=15 at y=2: only its part up to x = 9 lies in the image.
+    score = integrate_links(evidence, np.array([[5.0, 2.0]]), np.array([[15.0, 2.0]]))[0, 0]
+    expected = integrate_links_reference(evidence, np.array([[5.0, 2.0]]),
+                                         np.array([[15.0, 2.0]]))[0, 0]
+    assert score == pytest.approx(expected)
+    assert score == pytest.approx(4.0)  # samples at 5.5, 6.5, 7.5, 8.5 inside; 9.5.. outside
+
+
+def test_constant_plane_integrates_to_length():
+    planes = np.full((1, 30, 30), 2.0, dtype=np.float32)
+    evidence = Evidence(planes, (0, 0), (30, 30), SCALAR)
+    score = integrate_links(evidence, np.array([[1.0, 1.0]]), np.array([[21.0, 16.0]]))
+    assert score[0, 0] == pytest.approx(2.0 * 25.0)
+
+
+@pytest.mark.parametrize("theta", [5, 30, 90, 180])
+def test_windows_equal_the_direct_turn_test(theta):
+    rng = np.random.default_rng(theta)
+    for _ in range(5):
+        a = rng.uniform(0, 50, 2)
+        b = a + rng.uniform(10, 60, 2)
+        corridor = build_corridor(a, b, int(rng.integers(1, 5)), int(rng.integers(2, 30)),
+                                  rng.uniform(2, 40))
+        windows = admissible_windows(corridor, np.deg2rad(theta))
+        for t in range(1, corridor.guides + 1):
+            incoming, outgoing = link_angles(corridor, t - 1), link_angles(corridor, t)
+            for j in range(incoming.shape[1]):
+                turn = np.abs(outgoing[j][None, :] - incoming[:, j][:, None])
+                mask = turn_is_admissible(turn, np.deg2rad(theta))  # (i, k)
+                i = np.arange(incoming.shape[0])[:, None]
+                inside = (i >= windows.lo[t - 1][j]) & (i <= windows.hi[t - 1][j])
+                np.testing.assert_array_equal(mask, inside)

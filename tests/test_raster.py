@@ -1,0 +1,45 @@
+"""Image loading: every pixel layout and type becomes float32 (rows, cols, bands)."""
+
+import imageio.v3 as iio
+import numpy as np
+import pytest
+
+from core.errors import ImageReadError
+from core.raster import load_image, to_float_bands
+
+
+@pytest.mark.parametrize(("array", "bands", "top"), [
+    (np.full((5, 6), 255, np.uint8), 1, 1.0),
+    (np.full((5, 6, 3), 65535, np.uint16), 3, 1.0),
+    (np.full((5, 6, 4), 255, np.uint8), 3, 1.0),
+    (np.full((5, 6, 2), 128, np.uint8), 1, 128 / 255),
+    (np.full((5, 6), 3.5, np.float32), 1, 3.5),
+])
+def test_to_float_bands(array, bands, top):
+    out = to_float_bands(array)
+    assert out.dtype == np.float32
+    assert out.shape == (5, 6, bands)
+    assert out.max() == pytest.approx(top)
+
+
+def test_png_and_16_bit_tiff_round_trip(tmp_path):
+    rgb = np.random.default_rng(0).integers(0, 255, (20, 30, 3), dtype=np.uint8)
+    iio.imwrite(tmp_path / "a.png", rgb)
+    grey16 = (np.arange(600, dtype=np.uint16).reshape(20, 30) * 100)
+    iio.imwrite(tmp_path / "b.tif", grey16)
+    raster = load_image(tmp_path / "a.png")
+    assert (raster.width, raster.height, raster.bands) == (30, 20, 3)
+    np.testing.assert_allclose(raster.pixels * 255, rgb, atol=1e-3)
+    raster16 = load_image(tmp_path / "b.tif")
+    assert raster16.bands == 1
+    assert raster16.pixels.max() == pytest.approx(59900 / 65535)
+    window = raster.read_window(-3, 5, 25, 40)
+    assert window.shape == (5, 5, 3)
+
+
+def test_missing_and_corrupt_files_raise_clear_errors(tmp_path):
+    with pytest.raises(ImageReadError, match="not found"):
+        load_image(tmp_path / "nope.png")
+    (tmp_path / "bad.png").write_bytes(b"this is not a png")
+    with pytest.raises(ImageReadError, match="cannot read image"):
+        load_image(tmp_path / "bad.png")

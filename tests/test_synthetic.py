@@ -1,0 +1,64 @@
+"""Traces on synthetic roads with known centrelines land within 1.5 px of them."""
+
+import numpy as np
+import pytest
+
+from core.backend import CpuBackend, ReferenceBackend
+from core.tracer import TraceParams, trace
+from tests.synthetic import densify, distance_to_polyline, edge_image, road_image
+
+STRAIGHT = np.array([[20.0, 150.0], [240.0, 60.0]])
+BENT = np.array([[20.0, 40.0], [130.0, 100.0], [240.0, 110.0]])  # 23° bend
+CURVED = np.array([[20.0, 100.0], [80.0, 60.0], [150.0, 50.0], [230.0, 80.0]])
+
+
+def assert_on_centreline(result, centreline, tolerance=1.5):
+    """Every traced vertex within ``tolerance`` px; the whole line within 1 px on average."""
+    worst = distance_to_polyline(result.polyline, centreline).max()
+    assert worst <= tolerance, f"a traced vertex strays {worst:.2f} px from the centreline"
+    mean = distance_to_polyline(densify(result.polyline), centreline).mean()
+    assert mean <= 1.0, f"the trace is {mean:.2f} px from the centreline on average"
+    np.testing.assert_allclose(result.polyline[0], centreline[0])
+    np.testing.assert_allclose(result.polyline[-1], centreline[-1])
+
+
+@pytest.mark.parametrize("centreline", [STRAIGHT, BENT, CURVED], ids=["straight", "bent", "curved"])
+def test_line_with_noise_and_occlusions(centreline):
+    middle = densify(centreline)[len(densify(centreline)) // 2]
+    raster = road_image(centreline, width=3.0, blobs=[(middle[0], middle[1] + 1, 4)], noise=0.06)
+    result = trace(raster, centreline[0], centreline[-1], TraceParams())
+    assert_on_centreline(result, centreline)
+
+
+@pytest.mark.parametrize(("score", "tolerance"), [("cross", 1.5), ("sine", 2.0)])
+def test_edge_scores_follow_a_bent_edge(score, tolerance):
+    """The paper's scores follow edges; ``sine`` is flat across the |∇I| > τ band (±2σ)."""
+    raster = edge_image(BENT, noise=0.03)
+    params = TraceParams(score=score, sigma=1.0, halfwidth=30.0, points=121)
+    result = trace(raster, BENT[0], BENT[-1], params)
+    assert_on_centreline(result, BENT, tolerance)
+
+
+def test_one_and_two_guides_work_and_backends_agree():
+    raster = road_image(BENT, noise=0.04)
+    for guides in (1, 2):
+        params = TraceParams(guides=guides, points=41, halfwidth=40.0, max_angle=60.0)
+        fast = trace(raster, BENT[0], BENT[-1], params, CpuBackend())
+        reference = trace(raster, BENT[0], BENT[-1], params, ReferenceBackend())
+        assert fast.score == pytest.approx(reference.score, rel=1e-6)
+        np.testing.assert_array_equal(fast.indices, reference.indices)
+        assert fast.polyline.shape == (guides + 2, 2)
+        assert fast.link_scores.sum() == pytest.approx(fast.score)
+
+
+def test_turn_limit_is_respected_on_real_sample():
+    from core.raster import load_image
+    from tests.conftest import SAMPLE_IMAGE
+    from tests.oracle import turn_angle
+
+    raster = load_image(SAMPLE_IMAGE)
+    for theta in (10.0, 30.0):
+        result = trace(raster, (27, 431), (239, 328), TraceParams(max_angle=theta))
+        line = result.polyline
+        turns = [turn_angle(*line[t - 1:t + 2]) for t in range(1, len(line) - 1)]
+        assert max(turns) <= np.deg2rad(theta) + 1e-9
