@@ -113,6 +113,9 @@ def trace(raster: Raster, a, b, params: TraceParams | None = None,
     backend = backend or CpuBackend()
     a = check_point(raster, a, "a")
     b = check_point(raster, b, "b")
+    if params.halfwidth is not None and not (np.isfinite(params.halfwidth)
+                                             and params.halfwidth > 0):
+        raise BadParameter(f"halfwidth must be > 0 px, got {params.halfwidth}")
     if not np.isfinite(params.sigma) or params.sigma <= 0:
         raise BadParameter(f"sigma must be > 0 px, got {params.sigma}")
     get_score_kind(params.score)

@@ -1,0 +1,121 @@
+"""The ``trace`` command: output contract and one-line errors with exit code 2."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from cli import main as cli_main
+from tests.conftest import ROOT, SAMPLE_IMAGE
+
+A, B = "430,241", "486,172"
+
+
+def run_cli(capsys, *argv):
+    code = cli_main(["trace", *map(str, argv)])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_json_output_contract(capsys):
+    code, out, _ = run_cli(capsys, SAMPLE_IMAGE, "--a", A, "--b", B, "--backend", "cpu")
+    assert code == 0
+    record = json.loads(out)
+    assert record["pixels"][0] == [430.0, 241.0]
+    assert record["pixels"][-1] == [486.0, 172.0]
+    assert len(record["link_scores"]) == len(record["pixels"]) - 1
+    assert sum(record["link_scores"]) == pytest.approx(record["score"])
+    assert record["backend"] == "cpu"
+    assert any("dp" in key for key in record["timings_ms"])
+    assert record["timings_ms"]["total"] > 0
+    assert record["params"]["max_angle"] == 30.0
+    assert record["params"]["guides"] >= 1
+
+
+def test_output_file_and_geojson(capsys, tmp_path):
+    target = tmp_path / "line.geojson"
+    code, out, _ = run_cli(capsys, SAMPLE_IMAGE, "--a", A, "--b", B, "--backend", "cpu",
+                           "--format", "geojson", "-o", target)
+    assert code == 0
+    assert out == ""
+    document = json.loads(target.read_text())
+    assert document["type"] == "FeatureCollection"
+    assert document["features"][0]["geometry"]["type"] == "LineString"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["missing.png", "--a", A, "--b", B], "not found"),
+    ([SAMPLE_IMAGE, "--a=-5,10", "--b", B], "outside"),
+    ([SAMPLE_IMAGE, "--a", "100,600", "--b", B], "outside"),
+    ([SAMPLE_IMAGE, "--a", A, "--b", A], "at least 2 px apart"),
+    ([SAMPLE_IMAGE, "--a", A, "--b", B, "--points", "1"], "points per guide"),
+    ([SAMPLE_IMAGE, "--a", A, "--b", B, "--guides", "0"], "guides"),
+    ([SAMPLE_IMAGE, "--a", A, "--b", B, "--max-angle", "0"], "max angle"),
+    ([SAMPLE_IMAGE, "--a", A, "--b", B, "--max-angle", "181"], "max angle"),
+    ([SAMPLE_IMAGE, "--a", A, "--b", B, "--halfwidth", "-3"], "halfwidth"),
+    ([SAMPLE_IMAGE, "--a", A, "--b", B, "--sigma", "0"], "sigma"),
+    ([SAMPLE_IMAGE, "--a", A, "--b", B, "--max-angle", "1", "--points", "2", "--guides", "3",
+      "--halfwidth", "30"], "no polyline turns"),
+])
+def test_bad_input_gives_one_line_and_exit_code_2(capsys, args, message):
+    code, out, err = run_cli(capsys, *args)
+    assert code == 2
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert lines[-1].startswith("error: ")
+    assert message in lines[-1]
+    assert "Traceback" not in err
+
+
+def test_unreadable_image(capsys, tmp_path):
+    bad = tmp_path / "broken.png"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n not really")
+    code, _, err = run_cli(capsys, bad, "--a", A, "--b", B)
+    assert code == 2
+    assert "cannot read image" in err
+
+
+def test_unwritable_output(capsys, tmp_path):
+    code, _, err = run_cli(capsys, SAMPLE_IMAGE, "--a", A, "--b", B, "--backend", "cpu",
+                           "-o", tmp_path / "no" / "such" / "dir.json")
+    assert code == 2
+    assert "cannot write" in err
+
+
+def test_gpu_backend_unavailable_is_a_clear_error(capsys):
+    from core.errors import BackendUnavailable
+    from gpu.select import gpu_backend
+
+    try:
+        gpu_backend()
+    except BackendUnavailable:
+        code, _, err = run_cli(capsys, SAMPLE_IMAGE, "--a", A, "--b", B, "--backend", "gpu")
+        assert code == 2
+        assert "GPU unavailable" in err
+    else:
+        pytest.skip("a GPU is available here")
+
+
+def test_auto_backend_says_which_backend_runs(capsys):
+    code, out, err = run_cli(capsys, SAMPLE_IMAGE, "--a", A, "--b", B)
+    assert code == 0
+    backend = json.loads(out)["backend"]
+    if backend == "cpu":
+        assert "note: using CPU" in err
+
+
+def test_bad_point_syntax_is_a_usage_error():
+    process = subprocess.run([sys.executable, "main.py", "trace", str(SAMPLE_IMAGE), "--a", "1;2",
+                              "--b", B], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert process.returncode == 2
+    assert "expected X,Y" in process.stderr
+    assert "Traceback" not in process.stderr
+
+
+def test_main_entry_runs_trace_in_a_fresh_process():
+    process = subprocess.run([sys.executable, "main.py", "trace", str(SAMPLE_IMAGE), "--a", A,
+                              "--b", B, "--backend", "cpu"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=300)
+    assert process.returncode == 0, process.stderr
+    assert json.loads(process.stdout)["pixels"][0] == [430.0, 241.0]
