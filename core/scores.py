@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import numba
 import numpy as np
-from scipy import ndimage
 
 from core.errors import BadParameter
+from core.gradient import gaussian_blur
 
 SCALAR, CROSS, SINE = 0, 1, 2
 
@@ -138,7 +138,7 @@ def _colour_planes(inputs):
     spread = max(deviation, 0.04 * float(np.ptp(inputs.pixels)) + 1e-6)
     distance2 = ((inputs.pixels - centre) ** 2).sum(axis=2)
     term = -(1.0 - np.exp(-distance2 / (2.0 * spread * spread)) + 0.05)
-    term = ndimage.gaussian_filter(term, COLOUR_CENTRING_SIGMA, mode="nearest")
+    term = gaussian_blur(term, COLOUR_CENTRING_SIGMA)
     return term[None].astype(np.float32), 0.0
 
 

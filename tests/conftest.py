@@ -23,11 +23,11 @@ def _gpu_skip_reason() -> str | None:
 
 
 def pytest_collection_modifyitems(config, items):
-    if not any("gpu" in item.keywords for item in items):
+    if not any(item.get_closest_marker("gpu") for item in items):
         return
     reason = _gpu_skip_reason()
     if reason:
         marker = pytest.mark.skip(reason=f"no usable GPU: {reason}")
         for item in items:
-            if "gpu" in item.keywords:
+            if item.get_closest_marker("gpu"):
                 item.add_marker(marker)
