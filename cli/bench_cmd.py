@@ -12,8 +12,10 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import sys
+import time
 
 import numpy as np
 
@@ -87,8 +89,6 @@ def run(args: argparse.Namespace) -> int:
                 backend.time_trace(evidence, corridor, windows, 1)
                 e2e = []
                 for _ in range(args.repeats):
-                    import time
-
                     start = time.perf_counter()
                     evidence = corridor_evidence(raster, corridor, params)
                     gradient_ms = 1e3 * (time.perf_counter() - start)
@@ -101,7 +101,9 @@ def run(args: argparse.Namespace) -> int:
                 print(f"θ={theta:5.0f}° n={n} d={d:5d}  DP {row['dp_ms']:9.3f} ms  "
                       f"end-to-end {row['end_to_end_ms']:9.3f} ms  paper {row['paper_ms']} ms",
                       file=sys.stderr, flush=True)
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(markdown_table(rows, note))
+    print(f"\nPeak resident memory of the whole run: {peak_mb:.0f} MB.")
     if args.json:
         from core.output import write_text_atomic
 
