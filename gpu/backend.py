@@ -114,9 +114,9 @@ class GpuBackend(TracerBackend):
         timings_ms keys: ``gpu_upload`` (evidence, geometry), ``link_scores``, ``dp`` (DP rounds,
         merge, backtracking) and ``gpu_download`` (the result).
         """
-        tracer, cuda = self._tracer, self._tracer.cuda
+        tracer = self._tracer
         with self.context.active():
-            marks = [cuda.Event() for _ in range(5)]
+            marks = tracer.events
             marks[0].record(tracer.stream)
             plan = self._bind_trace(evidence, corridor, windows)
             image = tracer.bind_evidence(evidence)
@@ -178,7 +178,7 @@ class GpuBackend(TracerBackend):
     def _time(self, run, plan, repeats: int) -> list[float]:
         """Run ``run`` + result copy once to warm up, then ``repeats`` timed times."""
         tracer = self._tracer
-        start, end = tracer.cuda.Event(), tracer.cuda.Event()
+        start, end = tracer.events[:2]
         times = []
         for repeat in range(repeats + 1):
             start.record(tracer.stream)

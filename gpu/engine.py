@@ -58,6 +58,8 @@ class DeviceTracer:
         self.kernels = load_kernels(context)
         self.pool = DeviceMemoryPool()
         self.stream = cuda.Stream()
+        #: CUDA events for timing, made once (events, like buffers, belong to this context).
+        self.events = [cuda.Event() for _ in range(5)]
         self.max_shared = context.attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")
         self._rmq_shared_limit = _DEFAULT_SHARED
         self._plan: _Plan | None = None
@@ -184,12 +186,17 @@ class _Plan:
         self.result = allocate(8 * (2 * m + 4))
         self.result_host = tracer.cuda.pagelocked_empty(2 * m + 4, np.float64)
 
+        self.groups = [*schedule.rounds, [schedule.merge]]
+        self.steps = [step for group in self.groups for step in group]
+        self.step_template = np.array([self._descriptor(step) for step in self.steps],
+                                      dtype=STEP_DTYPE)
+        self.step_table = allocate(self.step_template.nbytes)
+        self.launches = self._launches()
+
         self.windows = None
         self.window_buffers: list = []
         self.corridor = None
         self.host_links = None
-        self.step_table = None
-        self.launches: list = []
 
     # -- inputs -----------------------------------------------------------------------------
 
@@ -212,27 +219,28 @@ class _Plan:
             self.host_links = links
 
     def bind_windows(self, windows) -> None:
-        """Upload the turn windows, invert those the backward steps need, build the launches."""
+        """Upload the turn windows, invert those the backward steps need, fill the step table."""
         if self.windows is windows:
             return
         tracer, schedule, sizes = self.tracer, self.schedule, self.schedule.sizes
         m = schedule.guides
         if len(windows.lo) != m:
             raise BadParameter(f"windows for {len(windows.lo)} guides, expected {m}")
-        uploaded: dict = {}
-        self.window_buffers = []
-        forward = {}
+        unique: dict = {}  # interior turns share their arrays: upload each array once
         for s in range(1, m + 1):
             lo, hi = windows.lo[s - 1], windows.hi[s - 1]
-            key = (id(lo), id(hi))
-            if key not in uploaded:
-                if lo.shape != (sizes[s], sizes[s + 1]) or hi.shape != lo.shape:
-                    raise BadParameter(f"windows of turn {s} have shape {lo.shape}, "
-                                       f"expected {sizes[s:s + 2]}")
-                uploaded[key] = (tracer.upload(lo.astype(np.int32, copy=False)),
-                                 tracer.upload(hi.astype(np.int32, copy=False)))
-                self.window_buffers.append(uploaded[key])
-            forward[s] = uploaded[key]
+            if lo.shape != (sizes[s], sizes[s + 1]) or hi.shape != lo.shape:
+                raise BadParameter(f"windows of turn {s} have shape {lo.shape}, "
+                                   f"expected {sizes[s:s + 2]}")
+            unique.setdefault((id(lo), id(hi)), (lo, hi))
+        packed = np.concatenate([np.ravel(array) for pair in unique.values() for array in pair])
+        self.window_buffers = [tracer.upload(packed.astype(np.int32, copy=False))]
+        pointers, at = {}, int(self.window_buffers[0])
+        for key, (lo, _) in unique.items():
+            pointers[key] = (at, at + 4 * lo.size)
+            at += 8 * lo.size
+        forward = {s: pointers[id(windows.lo[s - 1]), id(windows.hi[s - 1])]
+                   for s in range(1, m + 1)}
         inverted: dict = {}
         backward = {}
         for s in schedule.reversed_turns:
@@ -243,16 +251,21 @@ class _Plan:
                 threads = 256
                 tracer.kernels.reverse_windows.prepared_async_call(
                     (-(-n_r * n_o // threads), 1), (threads, 1, 1), tracer.stream,
-                    int(forward[s][0]), int(forward[s][1]), n_r, n_q, n_o, int(rlo), int(rhi))
+                    forward[s][0], forward[s][1], n_r, n_q, n_o, int(rlo), int(rhi))
                 inverted[key] = (rlo, rhi)
                 self.window_buffers.append(inverted[key])
-            backward[s] = inverted[key]
-        self._build_launches(forward, backward)
+            backward[s] = tuple(int(buffer) for buffer in inverted[key])
+        table = self.step_template.copy()
+        for row, step in enumerate(self.steps):
+            table["lo"][row], table["hi"][row] = (
+                backward if step.kind == "backward" else forward)[step.turn]
+        tracer.upload(table, self.step_table)
         self.windows = windows
 
     # -- launches ---------------------------------------------------------------------------
 
-    def _descriptor(self, step: StepPlan, forward: dict, backward: dict) -> tuple:
+    def _descriptor(self, step: StepPlan) -> tuple:
+        """The ``Step`` of dp.cu for ``step``, its windows (lo, hi) left 0 until bound."""
         m, c = self.schedule.guides, self.schedule.middle
         t = step.stage
         if step.kind == "forward":
@@ -264,24 +277,19 @@ class _Plan:
         else:
             prev = self.links[0] if c == 1 else self.outputs["forward", c - 1]
             link = self.links[m] if c == m else self.outputs["backward", c]
-        lo, hi = (backward if step.kind == "backward" else forward)[step.turn]
         out = self.outputs.get((step.kind, step.stage))
         best = step.kind == "merge" and self.rmq
         strides = (1, step.n_o) if step.kind == "merge" else (step.n_r, 1)
-        return (int(prev), int(link), int(lo), int(hi), int(out) if out is not None else 0,
+        return (int(prev), int(link), 0, 0, int(out) if out is not None else 0,
                 int(self.args[step.kind, step.stage]), int(self.best) if best else 0,
                 int(self.best_arg) if best else 0, step.n_r, step.n_o, step.n_p, *strides, 0)
 
-    def _build_launches(self, forward: dict, backward: dict) -> None:
-        tracer, schedule = self.tracer, self.schedule
-        groups = [*schedule.rounds, [schedule.merge]]
-        table = np.array([self._descriptor(step, forward, backward)
-                          for group in groups for step in group], dtype=STEP_DTYPE)
-        self.step_table = tracer.upload(table)
-        kernels = tracer.kernels
+    def _launches(self) -> list[tuple]:
+        """(function, grid, block, shared bytes, arguments) of every DP launch, in order."""
+        kernels, schedule = self.tracer.kernels, self.schedule
         launches = []
         first = 0
-        for group in groups:
+        for group in self.groups:
             pointer = int(self.step_table) + first * STEP_DTYPE.itemsize
             first += len(group)
             n_r = max(step.n_r for step in group)
@@ -303,7 +311,7 @@ class _Plan:
                          (int(self.best), int(self.best_arg), merge.n_r,
                           int(self.args["merge", c]), int(self.arg_table), int(self.link_table),
                           int(self.sizes), m, c, int(self.result))))
-        self.launches = launches
+        return launches
 
     def launch_dp(self) -> None:
         """Queue the DP rounds, the merge and the backtracking on the tracer's stream."""

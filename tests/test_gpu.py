@@ -182,11 +182,21 @@ def test_gpu_matches_cpu_on_random_scores(backend, m, d, max_angle):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(("m", "d", "max_angle"),
-                         [(3, 1024, 180), (6, 1024, 30), (12, 1024, 5), (6, 512, 90)])
+                         [(3, 1024, 180), (6, 1024, 30), (12, 1024, 5), (6, 512, 90),
+                          (2, 2048, 45)])
 def test_gpu_matches_cpu_at_paper_sizes(fast_backend, m, d, max_angle):
     rng = np.random.default_rng(d + m + max_angle)
     problem = random_problem(rng, m, d, max_angle)
     _assert_same_optimum(problem, fast_backend.solve(problem), solve_fast(problem))
+
+
+@pytest.mark.gpu
+def test_auto_chooses_the_gpu():
+    from gpu.select import choose_backend
+
+    backend, note = choose_backend("auto")
+    assert backend.name == "gpu"
+    assert note.startswith("GPU: ")
 
 
 @pytest.mark.gpu
@@ -200,9 +210,11 @@ def test_gpu_ties_resolve_to_an_optimal_admissible_path(backend):
         _assert_same_optimum(problem, backend.solve(problem), solve_fast(problem))
 
 
-def _random_evidence(rng, sampler, size=(90, 120), origin=(-5, 7), image_size=(100, 110)):
-    planes = rng.normal(size=(1 if sampler == SCALAR else 2, *size)).astype(np.float32)
-    return Evidence(planes, origin, image_size, sampler, 0.8 if sampler == SINE else 0.0)
+def _random_evidence(rng, sampler, image_size=(100, 110)):
+    """Random planes over a whole (width, height) image."""
+    planes = rng.normal(size=(1 if sampler == SCALAR else 2, image_size[1], image_size[0]))
+    return Evidence(planes.astype(np.float32), (0, 0), image_size, sampler,
+                    0.8 if sampler == SINE else 0.0)
 
 
 @pytest.mark.gpu
@@ -210,7 +222,7 @@ def _random_evidence(rng, sampler, size=(90, 120), origin=(-5, 7), image_size=(1
 def test_gpu_link_scores_match_cpu(fast_backend, sampler):
     rng = np.random.default_rng(sampler)
     evidence = _random_evidence(rng, sampler)
-    # The corridor reaches outside the image (x < 0 and y > height - 1): those samples count 0.
+    # The corridor reaches outside the image (x < 0): those samples count 0.
     corridor = build_corridor((2.5, 30.25), (80.0, 104.0), 5, 37, 25.0)
     got = fast_backend.link_scores(evidence, corridor)
     nodes = corridor.node_sets()
