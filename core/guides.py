@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+import numba
 import numpy as np
 
 from core.errors import BadParameter
@@ -116,10 +117,24 @@ def link_angles(corridor: Corridor, t: int) -> np.ndarray:
     Returns
     -------
     ndarray of shape (n_t, n_{t+1}), float64, values in (-π/2, π/2).
+        Between two guides the angle depends only on the index difference k - j (offsets are
+        evenly spaced), so it is looked up in a table of 2d - 1 angles.
     """
+    if 0 < t < corridor.guides:
+        return _guide_to_guide_angles(corridor, transposed=False)
     s_from = corridor.node_offsets(t)
     s_to = corridor.node_offsets(t + 1)
     return np.arctan2(s_to[None, :] - s_from[:, None], corridor.spacing)
+
+
+def _guide_to_guide_angles(corridor: Corridor, transposed: bool) -> np.ndarray:
+    """Angles of links between two guides, [from, to] (or [to, from] if transposed): (d, d)."""
+    d = corridor.points
+    step = 2.0 * corridor.halfwidth / (d - 1)
+    table = np.arctan2(np.arange(1 - d, d) * step, corridor.spacing)
+    index = np.arange(d)
+    difference = index[:, None] - index[None, :] if transposed else index[None, :] - index[:, None]
+    return table[difference + d - 1]
 
 
 def turn_is_admissible(turn: np.ndarray, max_angle_rad: float) -> np.ndarray:
@@ -142,39 +157,61 @@ class Windows:
     max_angle_rad: float
 
 
-def _stage_windows(incoming: np.ndarray, outgoing: np.ndarray, max_angle_rad: float):
-    """Windows for one stage from incoming angles (n_{t-1}, n_t) and outgoing (n_t, n_{t+1})."""
-    limit = max_angle_rad + ANGLE_TOLERANCE
-    n_in, n_mid = incoming.shape
+@numba.njit(cache=True, parallel=True)
+def _stage_windows_compiled(incoming_by_node, outgoing, limit):
+    n_mid, n_in = incoming_by_node.shape
     n_out = outgoing.shape[1]
     lo = np.empty((n_mid, n_out), dtype=np.int32)
     hi = np.empty((n_mid, n_out), dtype=np.int32)
-    for j in range(n_mid):
-        # incoming[:, j] decreases with i (offsets increase), so -incoming is sorted ascending.
-        rising = -incoming[:, j]
-        lo[j] = np.searchsorted(rising, -outgoing[j] - limit, side="left")
-        hi[j] = np.searchsorted(rising, -outgoing[j] + limit, side="right") - 1
-    if n_in > 1:
-        # k grows → window moves to smaller i; the sliding-window DP relies on this.
-        assert np.all(np.diff(lo, axis=1) <= 0)
-        assert np.all(np.diff(hi, axis=1) <= 0)
+    for j in numba.prange(n_mid):
+        alpha = incoming_by_node[j]  # decreasing in i
+        first, last = 0, -1
+        for k in range(n_out - 1, -1, -1):  # β falls with k: both ends move up in i
+            beta = outgoing[j, k]
+            while first < n_in and beta - alpha[first] < -limit:
+                first += 1
+            while last + 1 < n_in and beta - alpha[last + 1] <= limit:
+                last += 1
+            lo[j, k] = first
+            hi[j, k] = last
     return lo, hi
 
 
+def _stage_windows(incoming_by_node: np.ndarray, outgoing: np.ndarray, max_angle_rad: float):
+    """Windows of one stage from the angles of links arriving at each node, [j, i] of shape
+    (n_t, n_{t-1}), and of links leaving it, [j, k] of shape (n_t, n_{t+1}).
+
+    i is admissible iff |β − α_i| <= θ + tolerance, exactly :func:`turn_is_admissible`: i lies
+    below the window iff β − α_i < −limit and above it iff β − α_i > limit. Two pointers walk
+    each column once (O(n_in + n_out) per j), since α falls with i and β with k.
+    """
+    return _stage_windows_compiled(np.ascontiguousarray(incoming_by_node),
+                                   np.ascontiguousarray(outgoing), max_angle_rad + ANGLE_TOLERANCE)
+
+
 def admissible_windows(corridor: Corridor, max_angle_rad: float) -> Windows:
-    """Compute the :class:`Windows` of every stage in float64."""
+    """Compute the :class:`Windows` of every stage in float64.
+
+    Links between two guides have the same angles at every t, so that matrix is computed once,
+    and so are the windows of the interior stages (t = 2..m-1).
+    """
     m = corridor.guides
+    leaving = _guide_to_guide_angles(corridor, transposed=False) if m > 1 else None
+    arriving = _guide_to_guide_angles(corridor, transposed=True) if m > 1 else None
+
+    def angles(t: int, transposed: bool) -> np.ndarray:
+        if 0 < t < m:
+            return arriving if transposed else leaving
+        return link_angles(corridor, t).T if transposed else link_angles(corridor, t)
+
     lo, hi = [], []
     interior = None
     for t in range(1, m + 1):
-        is_interior = 1 < t < m
-        if is_interior and interior is not None:
+        if 1 < t < m and interior is not None:
             stage = interior
         else:
-            stage = _stage_windows(link_angles(corridor, t - 1), link_angles(corridor, t),
-                                   max_angle_rad)
-            if is_interior:
-                interior = stage
+            stage = _stage_windows(angles(t - 1, True), angles(t, False), max_angle_rad)
+            interior = stage if 1 < t < m else None
         lo.append(stage[0])
         hi.append(stage[1])
     return Windows(lo, hi, max_angle_rad)
