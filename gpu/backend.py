@@ -65,13 +65,25 @@ class GpuBackend(TracerBackend):
             raise BackendUnavailable(f"GPU unavailable: the CUDA kernels cannot be built or "
                                      f"loaded ({reason})") from None
 
+    def __del__(self):
+        # Destroy the stream, events and buffers with the context current: pycuda cannot make it
+        # current itself on a thread other than the one that opened it (it would leak them).
+        tracer = self.__dict__.pop("_tracer", None)
+        if tracer is None:
+            return
+        try:
+            with self.context.active():
+                del tracer
+        except Exception:  # interpreter shutdown: the driver may already be gone
+            pass
+
     @property
     def method(self) -> str:
         """The DP step kernel requested (``auto``, ``rmq`` or ``reduce``)."""
         return self._tracer.method
 
     def release(self) -> None:
-        """Return the device memory held by this backend's pool."""
+        """Free the device memory this backend holds (it is allocated again when needed)."""
         with self.context.active():
             self._tracer.release()
 
@@ -82,7 +94,7 @@ class GpuBackend(TracerBackend):
         tracer = self._tracer
         with self.context.active():
             plan = tracer.plan(_corridor_sizes(corridor))
-            plan.bind_corridor(corridor)
+            plan.bind_corridor(tracer, corridor)
             tracer.launch_links(plan, evidence, tracer.bind_evidence(evidence))
             plan.host_links = None
             sizes = plan.schedule.sizes
@@ -100,10 +112,10 @@ class GpuBackend(TracerBackend):
         """The optimal indices (m,) and total score of ``problem`` (links from the host)."""
         with self.context.active():
             plan = self._bind_problem(problem)
-            plan.launch_dp()
-            self._tracer.fetch(plan)
+            plan.launch_dp(self._tracer.stream)
+            result = self._tracer.fetch(plan)
             self._tracer.stream.synchronize()
-            total, _, indices = plan.solution()
+            total, _, indices = plan.solution(result)
         if not np.isfinite(total):
             raise _no_path(problem.windows)
         return DPSolution(indices, total)
@@ -123,12 +135,12 @@ class GpuBackend(TracerBackend):
             marks[1].record(tracer.stream)
             tracer.launch_links(plan, evidence, image)
             marks[2].record(tracer.stream)
-            plan.launch_dp()
+            plan.launch_dp(tracer.stream)
             marks[3].record(tracer.stream)
-            tracer.fetch(plan)
+            result = tracer.fetch(plan)
             marks[4].record(tracer.stream)
             marks[4].synchronize()
-            total, along, indices = plan.solution()
+            total, along, indices = plan.solution(result)
             spans = [marks[i].time_till(marks[i + 1]) for i in range(4)]
         if not np.isfinite(total):
             raise _no_path(windows)
@@ -140,7 +152,7 @@ class GpuBackend(TracerBackend):
         """CUDA-event milliseconds of DP + merge + backtracking + result copy, links resident."""
         with self.context.active():
             plan = self._bind_problem(problem)
-            return self._time(plan.launch_dp, plan, repeats)
+            return self._time(lambda: plan.launch_dp(self._tracer.stream), plan, repeats)
 
     def time_trace(self, evidence: Evidence, corridor: Corridor, windows: Windows,
                    repeats: int) -> list[float]:
@@ -156,7 +168,7 @@ class GpuBackend(TracerBackend):
 
             def run():
                 tracer.launch_links(plan, evidence, image)
-                plan.launch_dp()
+                plan.launch_dp(tracer.stream)
 
             return self._time(run, plan, repeats)
 
@@ -164,14 +176,14 @@ class GpuBackend(TracerBackend):
 
     def _bind_problem(self, problem: DPProblem):
         plan = self._tracer.plan(_problem_sizes(problem))
-        plan.bind_windows(problem.windows)
-        plan.bind_links(problem.links)
+        plan.bind_windows(self._tracer, problem.windows)
+        plan.bind_links(self._tracer, problem.links)
         return plan
 
     def _bind_trace(self, evidence: Evidence, corridor: Corridor, windows: Windows):
         plan = self._tracer.plan(_corridor_sizes(corridor))
-        plan.bind_windows(windows)
-        plan.bind_corridor(corridor)
+        plan.bind_windows(self._tracer, windows)
+        plan.bind_corridor(self._tracer, corridor)
         plan.host_links = None
         return plan
 

@@ -1,11 +1,16 @@
 """Device buffers and kernel launches: link scores, the bidirectional DP, merge and backtracking.
 
-A :class:`DeviceTracer` owns a memory pool, a stream and the kernels of one context. For a
-problem shape it keeps a :class:`_Plan`: every device buffer of that shape, the step descriptor
-table and the list of launches. Windows, corridor points, evidence and host link scores are
-uploaded when they change (by object identity), so repeated traces of the same request keep
-their data resident. Only the result (2m+4 doubles: total, per-link scores, node indices)
-comes back to the host. Call every method inside ``context.active()``.
+A :class:`DeviceTracer` owns a stream, the kernels of one context and a few named device
+buffers ("slots") that grow when a request needs more and are otherwise reused, so a drag that
+changes the corridor's size on every mouse move allocates nothing. For a problem shape it keeps
+a :class:`_Plan`: the layout of every buffer of that shape inside the "plan" slot, the step
+descriptor table and the list of launches. Windows, corridor points, evidence and host link
+scores are uploaded when they change (by object identity), so repeated traces of the same
+request keep their data resident. Only the result (2m+4 doubles: total, per-link scores, node
+indices) comes back to the host. Call every method inside ``context.active()``.
+
+Plain ``mem_alloc`` buffers, not pycuda's memory pool: a pool that gets a block back while no
+context is current (garbage collection on another thread, interpreter exit) aborts the process.
 """
 
 from __future__ import annotations
@@ -21,12 +26,18 @@ METHODS = ("auto", "rmq", "reduce")
 #: Static shared memory a block may use without opting in.
 _DEFAULT_SHARED = 48 * 1024
 _SHORT_MAX = 32767
+#: Headroom for the static shared memory of the step kernel (its block reduction).
+_STATIC_SHARED = 1024
 
 
 def rmq_shared_bytes(n_p: int) -> int:
     """Shared memory of ``dp_step_rmq`` for rows of ``n_p`` values: row + sparse index table."""
     levels = int(n_p).bit_length() - 1
     return 8 * n_p + 2 * n_p * levels
+
+
+def _align(nbytes: int) -> int:
+    return -(-max(int(nbytes), 1) // 256) * 256
 
 
 def _threads(n: int, cap: int) -> int:
@@ -50,42 +61,52 @@ class DeviceTracer:
             raise BadParameter(f"unknown GPU DP method {method!r}; choose from "
                                f"{', '.join(METHODS)}")
         import pycuda.driver as cuda
-        from pycuda.tools import DeviceMemoryPool
 
         self.cuda = cuda
         self.context = context
         self.method = method
         self.kernels = load_kernels(context)
-        self.pool = DeviceMemoryPool()
         self.stream = cuda.Stream()
         #: CUDA events for timing, made once (events, like buffers, belong to this context).
         self.events = [cuda.Event() for _ in range(5)]
         self.max_shared = context.attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")
         self._rmq_shared_limit = _DEFAULT_SHARED
+        self._slots: dict = {}
+        self._result_host = cuda.pagelocked_empty(64, np.float64)
         self._plan: _Plan | None = None
         self._evidence = None
-        self._evidence_buffer = None
 
     # -- memory -----------------------------------------------------------------------------
 
-    def allocate(self, nbytes: int):
-        """A pooled device allocation of at least ``nbytes`` bytes."""
-        return self.pool.allocate(max(int(nbytes), 8))
+    def slot(self, name: str, nbytes: int) -> int:
+        """Device pointer of the named buffer, grown (contents lost) to at least ``nbytes``."""
+        held = self._slots.get(name)
+        if held is None or held[1] < nbytes:
+            if held is not None:
+                self.stream.synchronize()
+                held[0].free()
+            capacity = max(_align(nbytes * 5 // 4), 4096)
+            self._slots[name] = (self.cuda.mem_alloc(capacity), capacity)
+        return int(self._slots[name][0])
 
-    def upload(self, array: np.ndarray, buffer=None):
-        """Copy ``array`` to ``buffer`` (allocated when None) on the stream; returns the buffer."""
-        array = np.ascontiguousarray(array)
-        if buffer is None:
-            buffer = self.allocate(array.nbytes)
-        self.cuda.memcpy_htod_async(buffer, array, self.stream)
-        return buffer
+    def upload(self, array: np.ndarray, pointer: int) -> None:
+        """Queue the copy of ``array`` to device address ``pointer`` on the stream."""
+        self.cuda.memcpy_htod_async(pointer, np.ascontiguousarray(array), self.stream)
+
+    def result_host(self, size: int) -> np.ndarray:
+        """The page-locked host buffer results come back to: float64, at least ``size``."""
+        if self._result_host.size < size:
+            self._result_host = self.cuda.pagelocked_empty(2 * size, np.float64)
+        return self._result_host
 
     def release(self) -> None:
-        """Drop every buffer and return the pool's memory to the device."""
-        self._plan = None
-        self._evidence = self._evidence_buffer = None
+        """Free every device buffer (they are made again on the next request)."""
         self.stream.synchronize()
-        self.pool.free_held()
+        self._plan = None
+        self._evidence = None
+        for allocation, _ in self._slots.values():
+            allocation.free()
+        self._slots = {}
 
     # -- problem data ----------------------------------------------------------------------
 
@@ -102,7 +123,7 @@ class DeviceTracer:
             return False
         n_p = max(step.n_p for step in [*sum(schedule.rounds, []), schedule.merge])
         needed = rmq_shared_bytes(n_p)
-        fits = n_p <= _SHORT_MAX and needed <= self.max_shared
+        fits = n_p <= _SHORT_MAX and needed <= self.max_shared - _STATIC_SHARED
         if not fits:
             if self.method == "rmq":
                 raise BadParameter(f"the sparse-table DP needs {needed} bytes of shared memory "
@@ -110,23 +131,26 @@ class DeviceTracer:
             return False
         if needed > self._rmq_shared_limit:
             self.kernels.step_rmq.set_attribute(
-                self.cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, self.max_shared)
-            self._rmq_shared_limit = self.max_shared
+                self.cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                self.max_shared - _STATIC_SHARED)
+            self._rmq_shared_limit = self.max_shared - _STATIC_SHARED
         return True
 
     def bind_evidence(self, evidence) -> tuple:
         """Upload the evidence planes interleaved per pixel; returns the ``Image`` arguments."""
+        planes = evidence.planes
         if self._evidence is not evidence:
-            planes = np.asarray(evidence.planes, dtype=np.float32)
+            planes = np.asarray(planes, dtype=np.float32)
             if planes.ndim != 3 or planes.shape[0] != (1 if evidence.sampler == SCALAR else 2):
                 raise BadParameter(f"evidence planes of shape {planes.shape} do not suit "
                                    f"sampler {evidence.sampler}")
             if planes.shape[1] < 2 or planes.shape[2] < 2:
                 raise BadParameter(f"evidence window {planes.shape[1:]} is smaller than 2×2")
-            self._evidence_buffer = self.upload(np.moveaxis(planes, 0, -1))
+            self._evidence = None
+            self.upload(np.moveaxis(planes, 0, -1), self.slot("evidence", planes.nbytes))
             self._evidence = evidence
-        rows, cols = evidence.planes.shape[1:]
-        return (int(self._evidence_buffer), int(rows), int(cols), int(evidence.origin[0]),
+        rows, cols = planes.shape[1:]
+        return (self.slot("evidence", 0), int(rows), int(cols), int(evidence.origin[0]),
                 int(evidence.origin[1]), int(evidence.image_size[0]),
                 int(evidence.image_size[1]), float(evidence.tau))
 
@@ -139,74 +163,93 @@ class DeviceTracer:
         most = max(sizes[t] * sizes[t + 1] for t in range(len(sizes) - 1))
         grid = (-(-most // threads), plan.schedule.guides + 1)
         self.kernels.links[evidence.sampler].prepared_async_call(
-            grid, (threads, 1, 1), self.stream, int(plan.link_stages), *image)
+            grid, (threads, 1, 1), self.stream, plan.link_stages, *image)
 
-    def fetch(self, plan: _Plan) -> None:
-        """Queue the copy of the result to the plan's page-locked host buffer."""
-        self.cuda.memcpy_dtoh_async(plan.result_host, plan.result, self.stream)
+    def fetch(self, plan: _Plan) -> np.ndarray:
+        """Queue the copy of the result to the page-locked host buffer; returns that buffer."""
+        host = self.result_host(plan.result_size)
+        self.cuda.memcpy_dtoh_async(host[:plan.result_size], plan.result, self.stream)
+        return host
 
 
 class _Plan:
-    """Device buffers, descriptors and launches for one schedule (one problem shape)."""
+    """Buffer layout, descriptors and launches for one schedule (one problem shape).
+
+    Holds device addresses (ints) inside the tracer's "plan" slot, not the tracer itself.
+    """
 
     def __init__(self, tracer: DeviceTracer, schedule: Schedule):
-        self.tracer = tracer
         self.schedule = schedule
         sizes, m = schedule.sizes, schedule.guides
         self.rmq = tracer.use_rmq(schedule)
-        allocate = tracer.allocate
-        self.links = [allocate(8 * sizes[t] * sizes[t + 1]) for t in range(m + 1)]
-        offsets = np.concatenate([[0], np.cumsum(sizes)])
-        self.points = allocate(16 * int(offsets[-1]))
-        stages = np.zeros(m + 1, dtype=LINK_STAGE_DTYPE)
-        stages["from"] = int(self.points) + 16 * offsets[:-2]
-        stages["to"] = int(self.points) + 16 * offsets[1:-1]
-        stages["out"] = [int(buffer) for buffer in self.links]
-        stages["n_from"], stages["n_to"] = sizes[:-1], sizes[1:]
-        stages["transposed"] = [schedule.transposed(t) for t in range(m + 1)]
-        self.link_stages = tracer.upload(stages)
-
-        steps = [*sum(schedule.rounds, []), schedule.merge]
-        self.outputs = {}
-        self.args = {}
-        for step in steps:
-            if step.kind != "merge" or not self.rmq:
-                self.outputs[step.kind, step.stage] = allocate(8 * step.n_r * step.n_o)
-            self.args[step.kind, step.stage] = allocate(4 * step.n_r * step.n_o)
-        merge = schedule.merge
-        self.best = allocate(8 * merge.n_r)
-        self.best_arg = allocate(4 * merge.n_r)
-        arg_table = np.zeros(m + 1, dtype=np.uint64)
-        for (kind, stage), buffer in self.args.items():
-            if kind != "merge":
-                arg_table[stage] = int(buffer)
-        self.arg_table = tracer.upload(arg_table)
-        self.link_table = tracer.upload(np.array([int(b) for b in self.links], dtype=np.uint64))
-        self.sizes = tracer.upload(np.array(sizes, dtype=np.int32))
-        self.result = allocate(8 * (2 * m + 4))
-        self.result_host = tracer.cuda.pagelocked_empty(2 * m + 4, np.float64)
-
         self.groups = [*schedule.rounds, [schedule.merge]]
         self.steps = [step for group in self.groups for step in group]
+        self.result_size = 2 * m + 4
+
+        layout: dict = {}
+        total = 0
+
+        def place(key, nbytes):
+            nonlocal total
+            layout[key] = total
+            total += _align(nbytes)
+
+        for t in range(m + 1):
+            place(("link", t), 8 * sizes[t] * sizes[t + 1])
+        for step in self.steps:
+            if step.kind != "merge" or not self.rmq:
+                place(("out", step.kind, step.stage), 8 * step.n_r * step.n_o)
+            place(("arg", step.kind, step.stage), 4 * step.n_r * step.n_o)
+        offsets = np.concatenate([[0], np.cumsum(sizes)])
+        place("points", 16 * int(offsets[-1]))
+        place("link_stages", LINK_STAGE_DTYPE.itemsize * (m + 1))
+        place("step_table", STEP_DTYPE.itemsize * len(self.steps))
+        place("best", 8 * schedule.merge.n_r)
+        place("best_arg", 4 * schedule.merge.n_r)
+        place("arg_table", 8 * (m + 1))
+        place("link_table", 8 * (m + 1))
+        place("sizes", 4 * (m + 2))
+        place("result", 8 * self.result_size)
+        base = tracer.slot("plan", total)
+        self.address = {key: base + offset for key, offset in layout.items()}
+        address = self.address
+        self.links = [address["link", t] for t in range(m + 1)]
+        self.points = address["points"]
+        self.link_stages = address["link_stages"]
+        self.step_table = address["step_table"]
+        self.result = address["result"]
+
+        stages = np.zeros(m + 1, dtype=LINK_STAGE_DTYPE)
+        stages["from"] = self.points + 16 * offsets[:-2]
+        stages["to"] = self.points + 16 * offsets[1:-1]
+        stages["out"] = self.links
+        stages["n_from"], stages["n_to"] = sizes[:-1], sizes[1:]
+        stages["transposed"] = [schedule.transposed(t) for t in range(m + 1)]
+        tracer.upload(stages, self.link_stages)
+        arg_table = np.zeros(m + 1, dtype=np.uint64)
+        for step in self.steps:
+            if step.kind != "merge":
+                arg_table[step.stage] = address["arg", step.kind, step.stage]
+        tracer.upload(arg_table, address["arg_table"])
+        tracer.upload(np.array(self.links, dtype=np.uint64), address["link_table"])
+        tracer.upload(np.array(sizes, dtype=np.int32), address["sizes"])
         self.step_template = np.array([self._descriptor(step) for step in self.steps],
                                       dtype=STEP_DTYPE)
-        self.step_table = allocate(self.step_template.nbytes)
-        self.launches = self._launches()
+        self.launches = self._launches(tracer.kernels)
 
         self.windows = None
-        self.window_buffers: list = []
         self.corridor = None
         self.host_links = None
 
     # -- inputs -----------------------------------------------------------------------------
 
-    def bind_corridor(self, corridor) -> None:
+    def bind_corridor(self, tracer: DeviceTracer, corridor) -> None:
         """Upload the node-set points of ``corridor`` (a → guides → b)."""
         if self.corridor is not corridor:
-            self.tracer.upload(np.vstack(corridor.node_sets()).astype(np.float64), self.points)
+            tracer.upload(np.vstack(corridor.node_sets()).astype(np.float64), self.points)
             self.corridor = corridor
 
-    def bind_links(self, links: list) -> None:
+    def bind_links(self, tracer: DeviceTracer, links: list) -> None:
         """Upload host link scores (links[t] of shape (n_t, n_{t+1})) in the device layout."""
         if self.host_links is not links:
             for t, link in enumerate(links):
@@ -214,15 +257,14 @@ class _Plan:
                 if link.shape != (self.schedule.sizes[t], self.schedule.sizes[t + 1]):
                     raise BadParameter(f"link scores of stage {t} have shape {link.shape}, "
                                        f"expected {self.schedule.sizes[t:t + 2]}")
-                self.tracer.upload(link.T if self.schedule.transposed(t) else link,
-                                   self.links[t])
+                tracer.upload(link.T if self.schedule.transposed(t) else link, self.links[t])
             self.host_links = links
 
-    def bind_windows(self, windows) -> None:
+    def bind_windows(self, tracer: DeviceTracer, windows) -> None:
         """Upload the turn windows, invert those the backward steps need, fill the step table."""
         if self.windows is windows:
             return
-        tracer, schedule, sizes = self.tracer, self.schedule, self.schedule.sizes
+        schedule, sizes = self.schedule, self.schedule.sizes
         m = schedule.guides
         if len(windows.lo) != m:
             raise BadParameter(f"windows for {len(windows.lo)} guides, expected {m}")
@@ -233,32 +275,36 @@ class _Plan:
                 raise BadParameter(f"windows of turn {s} have shape {lo.shape}, "
                                    f"expected {sizes[s:s + 2]}")
             unique.setdefault((id(lo), id(hi)), (lo, hi))
+        self.windows = None
         packed = np.concatenate([np.ravel(array) for pair in unique.values() for array in pair])
-        self.window_buffers = [tracer.upload(packed.astype(np.int32, copy=False))]
-        pointers, at = {}, int(self.window_buffers[0])
+        at = tracer.slot("windows", 4 * packed.size)
+        tracer.upload(packed.astype(np.int32, copy=False), at)
+        pointers = {}
         for key, (lo, _) in unique.items():
             pointers[key] = (at, at + 4 * lo.size)
             at += 8 * lo.size
         forward = {s: pointers[id(windows.lo[s - 1]), id(windows.hi[s - 1])]
                    for s in range(1, m + 1)}
-        inverted: dict = {}
-        backward = {}
+        # Inverted windows of the turns the backward steps cross, (n_s, n_{s-1}) each.
+        to_invert = {}
         for s in schedule.reversed_turns:
-            key = (id(windows.lo[s - 1]), id(windows.hi[s - 1]))
-            if key not in inverted:
-                n_r, n_q, n_o = sizes[s], sizes[s + 1], sizes[s - 1]
-                rlo, rhi = tracer.allocate(4 * n_r * n_o), tracer.allocate(4 * n_r * n_o)
-                threads = 256
-                tracer.kernels.reverse_windows.prepared_async_call(
-                    (-(-n_r * n_o // threads), 1), (threads, 1, 1), tracer.stream,
-                    forward[s][0], forward[s][1], n_r, n_q, n_o, int(rlo), int(rhi))
-                inverted[key] = (rlo, rhi)
-                self.window_buffers.append(inverted[key])
-            backward[s] = tuple(int(buffer) for buffer in inverted[key])
+            to_invert.setdefault(forward[s], s)
+        at = tracer.slot("inverted", sum(8 * sizes[s] * sizes[s - 1]
+                                         for s in to_invert.values()))
+        inverted = {}
+        for key, s in to_invert.items():
+            n_r, n_q, n_o = sizes[s], sizes[s + 1], sizes[s - 1]
+            inverted[key] = (at, at + 4 * n_r * n_o)
+            threads = 256
+            tracer.kernels.reverse_windows.prepared_async_call(
+                (-(-n_r * n_o // threads), 1), (threads, 1, 1), tracer.stream,
+                key[0], key[1], n_r, n_q, n_o, *inverted[key])
+            at += 8 * n_r * n_o
         table = self.step_template.copy()
         for row, step in enumerate(self.steps):
-            table["lo"][row], table["hi"][row] = (
-                backward if step.kind == "backward" else forward)[step.turn]
+            table["lo"][row], table["hi"][row] = (inverted[forward[step.turn]]
+                                                  if step.kind == "backward"
+                                                  else forward[step.turn])
         tracer.upload(table, self.step_table)
         self.windows = windows
 
@@ -269,28 +315,28 @@ class _Plan:
         m, c = self.schedule.guides, self.schedule.middle
         t = step.stage
         if step.kind == "forward":
-            prev = self.links[0] if t == 1 else self.outputs["forward", t - 1]
+            prev = self.links[0] if t == 1 else self.address["out", "forward", t - 1]
             link = self.links[t]
         elif step.kind == "backward":
-            prev = self.links[m] if t == m - 1 else self.outputs["backward", t + 1]
+            prev = self.links[m] if t == m - 1 else self.address["out", "backward", t + 1]
             link = self.links[t]
         else:
-            prev = self.links[0] if c == 1 else self.outputs["forward", c - 1]
-            link = self.links[m] if c == m else self.outputs["backward", c]
-        out = self.outputs.get((step.kind, step.stage))
+            prev = self.links[0] if c == 1 else self.address["out", "forward", c - 1]
+            link = self.links[m] if c == m else self.address["out", "backward", c]
+        address = self.address
         best = step.kind == "merge" and self.rmq
         strides = (1, step.n_o) if step.kind == "merge" else (step.n_r, 1)
-        return (int(prev), int(link), 0, 0, int(out) if out is not None else 0,
-                int(self.args[step.kind, step.stage]), int(self.best) if best else 0,
-                int(self.best_arg) if best else 0, step.n_r, step.n_o, step.n_p, *strides, 0)
+        return (prev, link, 0, 0, address.get(("out", step.kind, step.stage), 0),
+                address["arg", step.kind, step.stage], address["best"] if best else 0,
+                address["best_arg"] if best else 0, step.n_r, step.n_o, step.n_p, *strides, 0)
 
-    def _launches(self) -> list[tuple]:
+    def _launches(self, kernels) -> list[tuple]:
         """(function, grid, block, shared bytes, arguments) of every DP launch, in order."""
-        kernels, schedule = self.tracer.kernels, self.schedule
+        schedule, address = self.schedule, self.address
         launches = []
         first = 0
         for group in self.groups:
-            pointer = int(self.step_table) + first * STEP_DTYPE.itemsize
+            pointer = self.step_table + first * STEP_DTYPE.itemsize
             first += len(group)
             n_r = max(step.n_r for step in group)
             n_o = max(step.n_o for step in group)
@@ -305,23 +351,23 @@ class _Plan:
         merge, m, c = schedule.merge, schedule.guides, schedule.middle
         if not self.rmq:
             launches.append((kernels.row_argmax, (merge.n_r, 1), (_threads(merge.n_o, 256), 1, 1),
-                             0, (int(self.outputs["merge", c]), merge.n_r, merge.n_o,
-                                 int(self.best), int(self.best_arg))))
+                             0, (address["out", "merge", c], merge.n_r, merge.n_o,
+                                 address["best"], address["best_arg"])))
         launches.append((kernels.finish, (1, 1), (_threads(merge.n_r, 256), 1, 1), 0,
-                         (int(self.best), int(self.best_arg), merge.n_r,
-                          int(self.args["merge", c]), int(self.arg_table), int(self.link_table),
-                          int(self.sizes), m, c, int(self.result))))
+                         (address["best"], address["best_arg"], merge.n_r,
+                          address["arg", "merge", c], address["arg_table"],
+                          address["link_table"], address["sizes"], m, c, self.result)))
         return launches
 
-    def launch_dp(self) -> None:
-        """Queue the DP rounds, the merge and the backtracking on the tracer's stream."""
-        stream = self.tracer.stream
+    def launch_dp(self, stream) -> None:
+        """Queue the DP rounds, the merge and the backtracking on ``stream``."""
         for function, grid, block, shared, args in self.launches:
             function.prepared_async_call(grid, block, stream, *args, shared_size=shared)
 
-    def solution(self) -> tuple[float, np.ndarray, np.ndarray]:
-        """(total, link scores (m+1,), indices (m,) int64) from the fetched result."""
+    def solution(self, result: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        """(total, link scores (m+1,), indices (m,) int64) from the fetched ``result``."""
         m = self.schedule.guides
-        result = self.result_host
-        return (float(result[0]), result[1:m + 2].copy(),
-                result[m + 3:2 * m + 3].astype(np.int64))
+        total = float(result[0])
+        if not np.isfinite(total):  # no admissible path: the kernel wrote the total alone
+            return total, np.empty(0), np.empty(0, dtype=np.int64)
+        return total, result[1:m + 2].copy(), result[m + 3:2 * m + 3].astype(np.int64)

@@ -298,6 +298,45 @@ def test_gpu_works_from_worker_threads(fast_backend, sample):
 
 
 @pytest.mark.gpu
+def test_gpu_follows_a_drag(fast_backend, sample):
+    """b moves on every step, so the corridor size changes: buffers grow and are reused."""
+    raster, _ = sample
+    a = np.array([27.0, 431.0])
+    direction = np.array([0.9, -0.44]) / np.hypot(0.9, -0.44)
+    for length in (300, 40, 120, 12, 260, 180, 75, 300):
+        b = a + length * direction
+        expected = trace(raster, a, b, TraceParams(), CpuBackend())
+        got = trace(raster, a, b, TraceParams(), fast_backend)
+        assert got.score == pytest.approx(expected.score, rel=1e-9)
+        np.testing.assert_array_equal(got.indices, expected.indices)
+
+
+@pytest.mark.gpu
+def test_dropped_backends_free_their_memory_cleanly(sample):
+    """Backends made, used and dropped on the main thread and on a worker: no abort, no leak."""
+    import gc
+
+    from gpu.backend import GpuBackend
+
+    raster, cases = sample
+    case = cases[1]
+
+    def use_and_drop():
+        backend = GpuBackend.create()
+        trace(raster, case["a"], case["b"], TraceParams(), backend)
+        backend.release()
+        trace(raster, case["a"], case["b"], TraceParams(), backend)
+        del backend
+        gc.collect()
+
+    use_and_drop()
+    worker = threading.Thread(target=use_and_drop)
+    worker.start()
+    worker.join()
+    gc.collect()
+
+
+@pytest.mark.gpu
 def test_gpu_timings_are_positive(fast_backend):
     rng = np.random.default_rng(9)
     problem = random_problem(rng, 6, 128, 30)
