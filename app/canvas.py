@@ -50,6 +50,12 @@ def points_rect(points: np.ndarray, pad: float) -> QRectF:
     return QRectF(float(low[0]), float(low[1]), float(high[0] - low[0]), float(high[1] - low[1]))
 
 
+def _straight(event) -> bool:
+    """Shift or Ctrl held: a straight segment instead of a traced one."""
+    return bool(event.modifiers() & (Qt.KeyboardModifier.ShiftModifier
+                                     | Qt.KeyboardModifier.ControlModifier))
+
+
 def screen_scale(painter: QPainter) -> float:
     """Scene units per screen pixel under the painter's transform."""
     return 1.0 / max(painter.worldTransform().m11(), 1e-9)
@@ -330,9 +336,7 @@ class Canvas(QGraphicsView):
             if self._drag is not None:
                 self.controller.select(self._drag[0])
                 return
-        straight = bool(modifiers & (Qt.KeyboardModifier.ShiftModifier
-                                     | Qt.KeyboardModifier.ControlModifier))
-        self.controller.press((x, y), straight)
+        self.controller.press((x, y), _straight(event))
 
     def mouseMoveEvent(self, event) -> None:  # noqa: N802 (Qt override)
         if self._pan_from is not None:
@@ -353,9 +357,7 @@ class Canvas(QGraphicsView):
                 self._overlay.drag_lines = np.array(band, dtype=np.float64)
                 self._overlay_changed()
             return
-        straight = bool(event.modifiers() & (Qt.KeyboardModifier.ShiftModifier
-                                             | Qt.KeyboardModifier.ControlModifier))
-        self.controller.hover((x, y), straight)
+        self.controller.hover((x, y), _straight(event))
 
     def mouseReleaseEvent(self, event) -> None:  # noqa: N802 (Qt override)
         if self._pan_from is not None and event.button() in (Qt.MouseButton.MiddleButton,
@@ -376,7 +378,9 @@ class Canvas(QGraphicsView):
             self._overlay_changed()
 
     def mouseDoubleClickEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        """The double-click's point ends the line (platforms that skip its press included)."""
         if event.button() == Qt.MouseButton.LeftButton and self.controller.drawing:
+            self.controller.press(self._scene_xy(event), _straight(event))
             self.controller.finish()
 
     def keyPressEvent(self, event) -> None:  # noqa: N802 (Qt override)

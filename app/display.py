@@ -40,24 +40,25 @@ def stretch_to_uint8(pixels: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class DisplayLevel:
-    """A pyramid level: ``image`` views ``array`` (kept alive here); ``factor`` px per level px."""
+    """A pyramid level: ``image`` shows the full image at 1/``factor`` of its size."""
 
-    array: np.ndarray
     image: QImage
     factor: int
 
 
 def _qimage(array: np.ndarray) -> QImage:
+    """An RGB32 copy of an 8-bit grey or RGB array (the format Qt draws without converting)."""
     rows, cols, bands = array.shape
     fmt = QImage.Format.Format_Grayscale8 if bands == 1 else QImage.Format.Format_RGB888
-    return QImage(array.data, cols, rows, array.strides[0], fmt)
+    view = QImage(array.data, cols, rows, array.strides[0], fmt)
+    return view.convertToFormat(QImage.Format.Format_RGB32)
 
 
 def display_pyramid(pixels: np.ndarray) -> list[DisplayLevel]:
     """Stretched 8-bit levels, full size first, each half the previous (nearest sampling)."""
     array = stretch_to_uint8(pixels)
-    levels = [DisplayLevel(array, _qimage(array), 1)]
+    levels = [DisplayLevel(_qimage(array), 1)]
     while max(array.shape[:2]) > SMALLEST_LEVEL:
         array = np.ascontiguousarray(array[::2, ::2])
-        levels.append(DisplayLevel(array, _qimage(array), levels[-1].factor * 2))
+        levels.append(DisplayLevel(_qimage(array), levels[-1].factor * 2))
     return levels

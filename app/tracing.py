@@ -155,9 +155,12 @@ class TracingController(QObject):
         self.jobs.submit(Job(self._warm_up, lambda _: None, lambda _: None))
 
     def _warm_up(self) -> None:
-        """One small trace so that compiling the tracer does not delay the first click."""
-        raster = Raster(np.random.default_rng(0).random((48, 48, 3), dtype=np.float32))
-        trace(raster, (4.0, 4.0), (40.0, 30.0), self.params, self.backend)
+        """One small trace so that compiling the tracer does not delay the first click.
+
+        The corridor window is smaller than the image, as on a real image (array layouts differ).
+        """
+        raster = Raster(np.random.default_rng(0).random((160, 160, 3), dtype=np.float32))
+        trace(raster, (40.0, 40.0), (110.0, 90.0), self.params, self.backend)
 
     def _use_backend(self, backend, note: str) -> None:
         self.backend, self.backend_note = backend, note
