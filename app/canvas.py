@@ -233,7 +233,7 @@ class Canvas(QGraphicsView):
         self._drag: tuple[int, int] | None = None  # line id, anchor index
         model.subscribe(self.rebuild_lines)
         controller.changed.connect(self._overlay_changed)
-        controller.selection_changed.connect(self.rebuild_lines)
+        controller.selection_changed.connect(self._overlay_changed)  # items read the selection
         controller.lines_stale.connect(self.rebuild_lines)
 
     # -- content -------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QFormLayout,
     QHBoxLayout,
+    QHeaderView,
     QPushButton,
     QSpinBox,
     QTableWidget,
@@ -110,7 +111,10 @@ class ParamsPanel(QWidget):
 
 
 class LinesPanel(QWidget):
-    """The traced lines: name (editable; checkbox = visible), kind, length, mean score per px."""
+    """The traced lines: name (editable; checkbox = visible), kind, length, mean score per px.
+
+    Double-clicking a kind switches it between road and river.
+    """
 
     COLUMNS = ("Name", "Kind", "Length (px)", "Score/px")
 
@@ -130,8 +134,11 @@ class LinesPanel(QWidget):
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.verticalHeader().hide()
-        self.table.horizontalHeader().setStretchLastSection(True)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         self.table.itemChanged.connect(self._item_changed)
+        self.table.cellDoubleClicked.connect(self._cell_double_clicked)
         self.table.itemSelectionChanged.connect(self._table_selection_changed)
         top = QHBoxLayout()
         top.addWidget(self.new_kind)
@@ -154,18 +161,16 @@ class LinesPanel(QWidget):
             name.setCheckState(Qt.CheckState.Checked if line.visible else Qt.CheckState.Unchecked)
             name.setToolTip("Double-click to rename; untick to hide")
             self.table.setItem(row, 0, name)
-            kind = QComboBox()
-            kind.addItems(LINE_KINDS)
-            kind.setCurrentText(line.kind)
-            kind.currentTextChanged.connect(
-                lambda text, line_id=line.id: self.model.set_kind(line_id, text))
-            self.table.setCellWidget(row, 1, kind)
             score = line.score_per_px
-            for column, text in ((2, f"{line.length:.0f}"),
+            for column, text in ((1, line.kind), (2, f"{line.length:.0f}"),
                                  (3, "—" if math.isnan(score) else f"{score:.3f}")):
                 item = QTableWidgetItem(text)
                 item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEditable)
-                item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                if column == 1:
+                    item.setToolTip("Double-click to switch between road and river")
+                else:
+                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight
+                                          | Qt.AlignmentFlag.AlignVCenter)
                 self.table.setItem(row, column, item)
         self.table.blockSignals(False)
         self._show_selection()
@@ -185,6 +190,12 @@ class LinesPanel(QWidget):
             self.model.rename(line.id, item.text().strip())
         else:
             self.refresh()
+
+    def _cell_double_clicked(self, row: int, column: int) -> None:
+        line = self.model.line(self._line_id(row))
+        if line is not None and column == 1:
+            kinds = LINE_KINDS
+            self.model.set_kind(line.id, kinds[(kinds.index(line.kind) + 1) % len(kinds)])
 
     def _table_selection_changed(self) -> None:
         rows = self.table.selectionModel().selectedRows()

@@ -108,7 +108,7 @@ def test_second_click_to_drawn_line_is_fast(make_window, qtbot):
         totals.append(1e3 * (time.perf_counter() - start))
         window.controller.finish()
     print(f"click → drawn line {np.round(totals)} ms, of which tracing {np.round(engine)} ms")
-    assert np.median(np.subtract(totals, engine)) < 40
+    assert np.median(np.subtract(totals, engine)) < 60
 
 
 def test_chaining_backspace_undo_redo_and_enter(make_window, qtbot):
