@@ -216,7 +216,7 @@ class Canvas(QGraphicsView):
         self.show_corridor = False
         self.setScene(QGraphicsScene(self))
         self.setBackgroundBrush(QColor(40, 40, 40))
-        self.setTransformationAnchor(QGraphicsView.ViewportAnchor.AnchorUnderMouse)
+        self.setTransformationAnchor(QGraphicsView.ViewportAnchor.NoAnchor)
         self.setViewportUpdateMode(QGraphicsView.ViewportUpdateMode.FullViewportUpdate)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
@@ -290,13 +290,18 @@ class Canvas(QGraphicsView):
         if self._raster_item is not None:
             self.fitInView(self._raster_item.boundingRect(), Qt.AspectRatioMode.KeepAspectRatio)
 
-    def zoom(self, factor: float) -> None:
+    def zoom(self, factor: float, anchor: QPointF | None = None) -> None:
+        """Scale by ``factor`` keeping the scene point under ``anchor`` (view px) in place."""
+        centre = QPointF(self.viewport().rect().center())
+        anchor = centre if anchor is None else anchor
+        fixed = self.mapToScene(anchor.toPoint())
         scale = self.transform().m11()
-        factor = float(np.clip(scale * factor, *ZOOM_LIMITS)) / scale
-        self.scale(factor, factor)
+        new_scale = float(np.clip(scale * factor, *ZOOM_LIMITS))
+        self.scale(new_scale / scale, new_scale / scale)
+        self.centerOn(fixed - (anchor - centre) / new_scale)
 
     def wheelEvent(self, event) -> None:  # noqa: N802 (Qt override)
-        self.zoom(1.0015 ** event.angleDelta().y())
+        self.zoom(1.0015 ** event.angleDelta().y(), event.position())
 
     def _scene_xy(self, event) -> tuple[float, float]:
         point = self.mapToScene(event.position().toPoint())
@@ -368,13 +373,13 @@ class Canvas(QGraphicsView):
             return
         if self._drag is not None and event.button() == Qt.MouseButton.LeftButton:
             line_id, index = self._drag
-            self._drag = None
-            self._overlay.drag_lines = None
+            moved = self._overlay.drag_lines is not None
+            self._drag = self._overlay.drag_lines = None
             line = self.model.line(line_id)
-            x, y = self._scene_xy(event)
-            if line is not None and np.hypot(x - line.anchors[index][0],
-                                             y - line.anchors[index][1]) >= 0.5:
-                self.controller.move_anchor(line_id, index, (x, y))
+            if line is not None and moved:
+                self.controller.move_anchor(line_id, index, self._scene_xy(event))
+            elif line is not None:  # a click on a vertex starts a new line there (a junction)
+                self.controller.press(line.anchors[index], _straight(event))
             self._overlay_changed()
 
     def mouseDoubleClickEvent(self, event) -> None:  # noqa: N802 (Qt override)

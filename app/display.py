@@ -1,6 +1,8 @@
 """Display images: a percentile contrast stretch to 8 bits and a pyramid of halved levels.
 
-Runs in a worker thread when an image opens, so the window never waits on a large image.
+Built in a worker thread when an image opens. Every step is a numpy operation on a band of
+rows (numpy releases the GIL there), so the GUI thread keeps running while a large image
+opens; the levels are RGB32, the format Qt draws without converting.
 """
 
 from __future__ import annotations
@@ -14,51 +16,57 @@ from PySide6.QtGui import QImage
 STRETCH_PERCENTILES = (1.0, 99.0)
 #: Pixels sampled (on a regular grid) to estimate the percentiles.
 STRETCH_SAMPLES = 1_000_000
-#: Rows converted at a time (bounds the float temporaries).
+#: Rows converted at a time (bounds the temporaries and the time the GIL is held).
 CHUNK_ROWS = 512
 #: The pyramid halves until both sides fit in this many pixels.
 SMALLEST_LEVEL = 1024
 
 
-def stretch_to_uint8(pixels: np.ndarray) -> np.ndarray:
-    """Per-band percentile stretch of float pixels ``(rows, cols, bands)`` to uint8, same shape.
-
-    Works for grey, RGB and 16-bit images alike: the range shown is the one the data occupies.
-    """
-    rows, cols, bands = pixels.shape
-    step = max(1, int(np.sqrt(rows * cols / STRETCH_SAMPLES)))
-    sample = pixels[::step, ::step].reshape(-1, bands)
-    low, high = np.percentile(sample, STRETCH_PERCENTILES, axis=0).astype(np.float32)
-    scale = np.float32(255.0) / np.maximum(high - low, np.float32(1e-12))
-    out = np.empty((rows, cols, bands), dtype=np.uint8)
-    for row0 in range(0, rows, CHUNK_ROWS):
-        chunk = (pixels[row0:row0 + CHUNK_ROWS] - low) * scale
-        np.clip(chunk, 0, 255, out=chunk)
-        out[row0:row0 + CHUNK_ROWS] = (chunk + 0.5).astype(np.uint8)
-    return out
-
-
 @dataclass(frozen=True)
 class DisplayLevel:
-    """A pyramid level: ``image`` shows the full image at 1/``factor`` of its size."""
+    """A pyramid level: ``image`` (a view of ``array``, kept alive here) at 1/``factor`` size."""
 
+    array: np.ndarray
     image: QImage
     factor: int
 
 
-def _qimage(array: np.ndarray) -> QImage:
-    """An RGB32 copy of an 8-bit grey or RGB array (the format Qt draws without converting)."""
-    rows, cols, bands = array.shape
-    fmt = QImage.Format.Format_Grayscale8 if bands == 1 else QImage.Format.Format_RGB888
-    view = QImage(array.data, cols, rows, array.strides[0], fmt)
-    return view.convertToFormat(QImage.Format.Format_RGB32)
+def stretch_limits(pixels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-band values shown as black and white: percentiles of a regular sample, each (bands,)."""
+    rows, cols, bands = pixels.shape
+    step = max(1, int(np.sqrt(rows * cols / STRETCH_SAMPLES)))
+    sample = pixels[::step, ::step].reshape(-1, bands)
+    low, high = np.percentile(sample, STRETCH_PERCENTILES, axis=0).astype(np.float32)
+    return low, low + np.maximum(high - low, np.float32(1e-6))  # a flat image shows black
+
+
+def _rgb32(pixels: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """Stretch float pixels (rows, cols, bands) and pack them as 0xFFRRGGBB, shape (rows, cols)."""
+    values = pixels - low
+    values *= np.float32(255.0) / (high - low)
+    np.clip(values, 0, 255, out=values)
+    values += np.float32(0.5)
+    channels = values.astype(np.uint32)
+    if channels.shape[2] == 1:
+        return channels[:, :, 0] * np.uint32(0x010101) | np.uint32(0xFF000000)
+    return (channels[:, :, 0] << 16) | (channels[:, :, 1] << 8) | channels[:, :, 2] | np.uint32(
+        0xFF000000)
 
 
 def display_pyramid(pixels: np.ndarray) -> list[DisplayLevel]:
-    """Stretched 8-bit levels, full size first, each half the previous (nearest sampling)."""
-    array = stretch_to_uint8(pixels)
-    levels = [DisplayLevel(_qimage(array), 1)]
-    while max(array.shape[:2]) > SMALLEST_LEVEL:
-        array = np.ascontiguousarray(array[::2, ::2])
-        levels.append(DisplayLevel(_qimage(array), levels[-1].factor * 2))
-    return levels
+    """Stretched levels of grey or RGB float pixels: full size first, each half the previous."""
+    rows, cols, _ = pixels.shape
+    factors = [1]
+    while max(rows, cols) > SMALLEST_LEVEL * factors[-1]:
+        factors.append(2 * factors[-1])
+    chunk = max(CHUNK_ROWS, factors[-1])
+    arrays = [np.empty((-(-rows // f), -(-cols // f)), dtype=np.uint32) for f in factors]
+    low, high = stretch_limits(pixels)
+    for row0 in range(0, rows, chunk):
+        packed = _rgb32(pixels[row0:row0 + chunk], low, high)
+        for factor, array in zip(factors, arrays, strict=True):
+            level_rows = packed[::factor, ::factor]
+            array[row0 // factor:row0 // factor + len(level_rows)] = level_rows
+    return [DisplayLevel(array, QImage(array.data, array.shape[1], array.shape[0],
+                                       array.strides[0], QImage.Format.Format_RGB32), factor)
+            for factor, array in zip(factors, arrays, strict=True)]

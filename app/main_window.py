@@ -191,7 +191,7 @@ class MainWindow(QMainWindow):
         self.trace_label.setText(text)
 
     def _show_cursor(self, x: float, y: float) -> None:
-        text = f"x {x:.0f}  y {y:.0f}"
+        text = f"x {round(x)}  y {round(y)}"
         to_map = getattr(getattr(self.raster, "georef", None), "pixel_to_map", None)
         if callable(to_map):
             map_x, map_y = to_map(x, y)

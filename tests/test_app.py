@@ -13,10 +13,11 @@ import time
 import imageio.v3 as iio
 import numpy as np
 import pytest
-from PySide6.QtCore import QPointF, QSettings, Qt, QTimer
-from PySide6.QtWidgets import QMessageBox
+from PySide6.QtCore import QMimeData, QPoint, QPointF, QSettings, QStandardPaths, Qt, QTimer, QUrl
+from PySide6.QtGui import QDropEvent, QWheelEvent
+from PySide6.QtWidgets import QApplication, QMessageBox
 
-from app.main_window import MainWindow
+from app.main_window import MainWindow, run_app
 from app.model import distance_to_polyline
 from core.tracer import TraceParams
 from tests.conftest import SAMPLE_CASES, SAMPLE_IMAGE
@@ -373,3 +374,107 @@ def test_large_image_opens_without_freezing_the_window(make_window, qtbot, tmp_p
     gaps = np.diff(ticks)
     print(f"{len(ticks)} ticks, longest stall {1e3 * gaps.max():.0f} ms")
     assert gaps.max() < 1.0
+
+
+def test_lines_panel_rename_hide_kind_delete_with_undo(make_window, qtbot):
+    window = make_window()
+    click(qtbot, window, A)
+    click_and_wait(qtbot, window, B)
+    window.controller.finish()
+    table = window.lines_panel.table
+    line_id = window.model.lines[0].id
+    table.item(0, 0).setText("Access road")
+    assert window.model.line(line_id).name == "Access road"
+    table.item(0, 0).setCheckState(Qt.CheckState.Unchecked)
+    assert not window.model.line(line_id).visible
+    assert window.canvas._line_items == []
+    window.lines_panel._cell_double_clicked(0, 1)
+    assert window.model.line(line_id).kind == "river"
+    assert table.item(0, 1).text() == "river"
+    table.selectRow(0)
+    assert window.controller.selection[0] == line_id
+    window.lines_panel.delete_button.click()
+    assert window.model.lines == ()
+    for expected in (("river", False), ("road", False), ("road", True)):
+        window.controller.undo()
+        line = window.model.line(line_id)
+        assert (line.kind, line.visible) == expected
+    assert window.model.line(line_id).name == "Access road"
+
+
+def test_clicking_a_vertex_starts_a_line_there_and_cancel_keeps_lines(make_window, qtbot,
+                                                                        monkeypatch):
+    window = make_window()
+    click(qtbot, window, A)
+    click_and_wait(qtbot, window, B)
+    window.controller.finish()
+    click(qtbot, window, (B[0] + 1, B[1]))  # within the grab radius of vertex B
+    assert window.controller.tail == B
+    monkeypatch.setattr(QMessageBox, "question",
+                        lambda *args, **kwargs: QMessageBox.StandardButton.Cancel)
+    assert not window.open_image(str(SAMPLE_IMAGE))
+    assert len(window.model.lines) == 1
+
+
+def test_zoom_pan_fit_and_cursor_coordinates(make_window, qtbot):
+    class Georef:
+        def pixel_to_map(self, x, y):
+            return 1000.0 + x, 2000.0 - y
+
+    window = make_window()
+    canvas, viewport = window.canvas, window.canvas.viewport()
+    scale = canvas.transform().m11()
+    under = QPointF(view_pos(window, A))
+    wheel = QWheelEvent(under, canvas.mapToGlobal(under), QPoint(), QPoint(0, 240),
+                        Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier,
+                        Qt.ScrollPhase.NoScrollPhase, False)
+    QApplication.sendEvent(viewport, wheel)
+    assert canvas.transform().m11() == pytest.approx(scale * 1.0015 ** 240)
+    after = canvas.mapToScene(under.toPoint())
+    assert (after.x(), after.y()) == pytest.approx(A, abs=2)  # zoomed around the cursor
+    centre = canvas.mapToScene(viewport.rect().center())
+    qtbot.keyPress(canvas, Qt.Key.Key_Space)
+    qtbot.mousePress(viewport, Qt.MouseButton.LeftButton, pos=viewport.rect().center())
+    qtbot.mouseMove(viewport, viewport.rect().center() + QPoint(40, 0))
+    qtbot.mouseRelease(viewport, Qt.MouseButton.LeftButton,
+                       pos=viewport.rect().center() + QPoint(40, 0))
+    qtbot.keyRelease(canvas, Qt.Key.Key_Space)
+    assert canvas.mapToScene(viewport.rect().center()).x() < centre.x() - 10
+    assert not window.controller.drawing  # panning never clicks
+    canvas.fit()
+    assert canvas.transform().m11() == pytest.approx(scale)
+    window.raster.georef = Georef()
+    qtbot.mouseMove(viewport, view_pos(window, (100, 50)))
+    pixel, map_xy = window.cursor_label.text().split("  ·  map ")
+    assert pixel == "x 100  y 50"
+    assert [float(v) for v in map_xy.split(",")] == pytest.approx([1100, 1950], abs=0.5)
+
+
+def test_dropping_a_file_opens_it(make_window, qtbot, tmp_path):
+    window = make_window()
+    grey = tmp_path / "grey.png"
+    iio.imwrite(grey, np.full((30, 40), 128, dtype=np.uint8))
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(grey))])
+    drop = QDropEvent(QPointF(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+                      Qt.KeyboardModifier.NoModifier)
+    with qtbot.waitSignal(window.image_loaded, timeout=30_000):
+        window.dropEvent(drop)
+    assert (window.raster.width, window.raster.height) == (40, 30)
+
+
+def test_run_app_opens_the_image_given_and_quits(qtbot, monkeypatch):
+    QStandardPaths.setTestModeEnabled(True)
+    monkeypatch.setattr(QMessageBox, "question",
+                        lambda *args, **kwargs: QMessageBox.StandardButton.Discard)
+    opened = []
+
+    def close_when_loaded():
+        (window,) = [w for w in QApplication.topLevelWidgets() if isinstance(w, MainWindow)
+                     and w.isVisible()]
+        window.image_loaded.connect(opened.append)
+        window.image_loaded.connect(window.close)
+
+    QTimer.singleShot(0, close_when_loaded)
+    assert run_app([str(SAMPLE_IMAGE)]) == 0
+    assert opened == [str(SAMPLE_IMAGE)]
