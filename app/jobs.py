@@ -9,10 +9,9 @@ preview waits. Results and exceptions come back to the GUI thread through queued
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal, Slot
 
@@ -26,7 +25,6 @@ class Job:
     failed: Callable[[BaseException], None]
     preview: bool = False
     key: object = None
-    submitted: float = field(default_factory=time.perf_counter)
 
 
 class _Relay(QObject):

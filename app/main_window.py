@@ -94,6 +94,8 @@ class MainWindow(QMainWindow):
         self.params_panel.backend_changed.connect(self.controller.set_backend)
         self.setAcceptDrops(True)
         self.resize(1280, 860)
+        self.restoreGeometry(self.settings.value("window/geometry", b""))
+        self.restoreState(self.settings.value("window/state", b""))
         self._update_title()
         self.controller.set_backend(self.params_panel.backend.currentText())
 
@@ -279,7 +281,8 @@ class MainWindow(QMainWindow):
         for path in self.recent_files():
             action = self.recent_menu.addAction(path)
             action.triggered.connect(lambda _=False, p=path: self.open_image(p))
-        self.recent_menu.setEnabled(True)
+        if self.recent_menu.isEmpty():
+            self.recent_menu.addAction("(none)").setEnabled(False)
 
     def _last_folder(self) -> str:
         return os.path.dirname(self.image_path) if self.image_path else ""
@@ -428,6 +431,8 @@ class MainWindow(QMainWindow):
             event.ignore()
             return
         self._flush_autosave()
+        self.settings.setValue("window/geometry", self.saveGeometry())
+        self.settings.setValue("window/state", self.saveState())
         self.shutdown()
         event.accept()
 

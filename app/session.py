@@ -119,9 +119,9 @@ def read_session(path: str | os.PathLike) -> tuple[str | None, tuple[Line, ...],
     try:
         lines = tuple(line_from_dict(item) for item in document["lines"])
         params = params_from_dict(document["params"])
+    except SessionReadError as exc:
+        raise SessionReadError(f"{path}: {exc}") from None
     except (KeyError, TypeError, ValueError) as exc:
-        if isinstance(exc, SessionReadError):
-            raise
         raise SessionReadError(f"{path}: malformed session ({type(exc).__name__}: {exc})") from None
     image = document.get("image")
     relative = document.get("image_relative")

@@ -478,3 +478,16 @@ def test_run_app_opens_the_image_given_and_quits(qtbot, monkeypatch):
     QTimer.singleShot(0, close_when_loaded)
     assert run_app([str(SAMPLE_IMAGE)]) == 0
     assert opened == [str(SAMPLE_IMAGE)]
+
+
+def test_asking_for_an_unavailable_gpu_falls_back_with_a_message(make_window, qtbot):
+    window = make_window()
+    with qtbot.waitSignal(window.controller.backend_changed, timeout=30_000) as blocker:
+        window.params_panel.backend.setCurrentText("gpu")
+    wait_idle(qtbot, window)
+    if window.controller.backend.name == "gpu":
+        pytest.skip("a GPU is available here")
+    assert blocker.args[0].startswith("CPU")
+    assert "gpu backend unavailable" in window.statusBar().currentMessage()
+    click(qtbot, window, A)
+    click_and_wait(qtbot, window, B)
