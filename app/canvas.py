@@ -26,19 +26,14 @@ GRAB_RADIUS = 7.0
 
 def score_colours(segment: Segment, low: float, high: float) -> list[QColor]:
     """Colour of each link from its score per pixel: red (``low``) → yellow → green (``high``)."""
-    lengths = np.maximum(np.hypot(*np.diff(segment.polyline, axis=0).T), 1e-9)
-    quality = np.clip((segment.link_scores / lengths - low) / max(high - low, 1e-12), 0, 1)
+    quality = np.clip((segment.link_scores_per_px - low) / max(high - low, 1e-12), 0, 1)
     return [QColor.fromHsvF(float(q) / 3.0, 0.95, 1.0) for q in quality]
 
 
 def score_range(segments) -> tuple[float, float]:
     """Lowest and highest link score per pixel over traced segments (for :func:`score_colours`)."""
-    values = [s.link_scores / np.maximum(np.hypot(*np.diff(s.polyline, axis=0).T), 1e-9)
-              for s in segments if not s.is_straight]
-    if not values:
-        return 0.0, 1.0
-    values = np.concatenate(values)
-    return float(values.min()), float(values.max())
+    values = np.concatenate([np.empty(0)] + [s.link_scores_per_px for s in segments])
+    return (float(values.min()), float(values.max())) if values.size else (0.0, 1.0)
 
 
 def polygon(points: np.ndarray) -> QPolygonF:
@@ -48,6 +43,13 @@ def polygon(points: np.ndarray) -> QPolygonF:
 def points_rect(points: np.ndarray, pad: float) -> QRectF:
     low, high = points.min(axis=0) - pad, points.max(axis=0) + pad
     return QRectF(float(low[0]), float(low[1]), float(high[0] - low[0]), float(high[1] - low[1]))
+
+
+def cosmetic_pen(colour, width: float, style=Qt.PenStyle.SolidLine) -> QPen:
+    """A pen whose width is in screen pixels whatever the zoom."""
+    pen = QPen(colour, width, style)
+    pen.setCosmetic(True)
+    return pen
 
 
 def _straight(event) -> bool:
@@ -116,8 +118,7 @@ class LineItem(QGraphicsItem):
 def paint_segment(painter: QPainter, segment: Segment, colour: QColor, width: float,
                   low_high: tuple[float, float] | None, dashed: bool = False) -> None:
     """A segment as a polyline; per-link colours when ``low_high`` is given and it was traced."""
-    pen = QPen(colour, width)
-    pen.setCosmetic(True)
+    pen = cosmetic_pen(colour, width)
     pen.setCapStyle(Qt.PenCapStyle.RoundCap)
     if dashed or segment.is_straight:
         pen.setStyle(Qt.PenStyle.DashLine)
@@ -135,9 +136,7 @@ def paint_segment(painter: QPainter, segment: Segment, colour: QColor, width: fl
 
 def paint_anchors(painter: QPainter, anchors, colour: QColor, radius_px: float = 3.5) -> None:
     radius = radius_px * screen_scale(painter)
-    pen = QPen(Qt.GlobalColor.black, 1.0)
-    pen.setCosmetic(True)
-    painter.setPen(pen)
+    painter.setPen(cosmetic_pen(Qt.GlobalColor.black, 1.0))
     painter.setBrush(colour)
     for x, y in anchors:
         painter.drawRect(QRectF(x - radius, y - radius, 2 * radius, 2 * radius))
@@ -173,16 +172,13 @@ class OverlayItem(QGraphicsItem):
         if controller.tail is not None:
             paint_anchors(painter, [controller.tail], PREVIEW_COLOUR, 4.5)
         if self.drag_lines is not None:
-            pen = QPen(PREVIEW_COLOUR, 1.5, Qt.PenStyle.DashLine)
-            pen.setCosmetic(True)
-            painter.setPen(pen)
+            painter.setPen(cosmetic_pen(PREVIEW_COLOUR, 1.5, Qt.PenStyle.DashLine))
             painter.drawPolyline(polygon(self.drag_lines))
 
 
 def paint_corridor(painter: QPainter, corridor: Corridor) -> None:
     """The paper's Fig. 1: the corridor outline, every guide, and the guide points."""
-    pen = QPen(CORRIDOR_COLOUR, 1.0)
-    pen.setCosmetic(True)
+    pen = cosmetic_pen(CORRIDOR_COLOUR, 1.0)
     painter.setPen(pen)
     guides = corridor.guide_points
     outline = np.vstack([corridor.a, guides[:, 0], corridor.b, guides[::-1, -1]])

@@ -62,8 +62,19 @@ class Segment:
         return self.request is None
 
     @property
+    def link_lengths(self) -> np.ndarray:
+        """Length of every link, shape (N - 1,)."""
+        return np.hypot(*np.diff(self.polyline, axis=0).T)
+
+    @property
     def length(self) -> float:
-        return float(np.hypot(*np.diff(self.polyline, axis=0).T).sum())
+        return float(self.link_lengths.sum())
+
+    @property
+    def link_scores_per_px(self) -> np.ndarray:
+        """Every link's score over its length, shape (N - 1,); empty for a straight segment."""
+        return self.link_scores / np.maximum(self.link_lengths, 1e-9) if self.link_scores.size \
+            else self.link_scores
 
 
 @dataclass(frozen=True)

@@ -160,7 +160,7 @@ class TracingController(QObject):
         The corridor window is smaller than the image, as on a real image (array layouts differ).
         """
         raster = Raster(np.random.default_rng(0).random((160, 160, 3), dtype=np.float32))
-        trace(raster, (40.0, 40.0), (110.0, 90.0), self.params, self.backend)
+        trace(raster, (40.0, 40.0), (110.0, 90.0), TraceParams(), self.backend)
 
     def _use_backend(self, backend, note: str) -> None:
         self.backend, self.backend_note = backend, note
