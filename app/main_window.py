@@ -145,10 +145,17 @@ class MainWindow(QMainWindow):
         self.undo_action = self._action(edit, "&Undo", c.undo, ["Ctrl+Z"])
         self.redo_action = self._action(edit, "&Redo", c.redo, ["Ctrl+Shift+Z", "Ctrl+Y"])
         edit.addSeparator()
-        self._action(edit, "&Finish line", c.finish, ["Return", "Enter"])
-        self._action(edit, "&Cancel segment", c.cancel, ["Esc"])
-        self._action(edit, "Remove &last segment", c.backspace, ["Backspace"])
-        self._action(edit, "&Delete line", self.lines_panel.delete_selected, ["Del"])
+        # Editing keys act on the canvas (and Del on the lines list), never inside a text field.
+        for text, slot, keys, widgets in (
+                ("&Finish line", c.finish, ["Return", "Enter"], [self.canvas]),
+                ("&Cancel segment", c.cancel, ["Esc"], [self.canvas]),
+                ("Remove &last segment", c.backspace, ["Backspace"], [self.canvas]),
+                ("&Delete line", self.lines_panel.delete_selected, ["Del"],
+                 [self.canvas, self.lines_panel.table])):
+            action = self._action(edit, text, slot, keys)
+            action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+            for widget in widgets:
+                widget.addAction(action)
         view = bar.addMenu("&View")
         self._action(view, "&Fit to window", self.canvas.fit, ["F", "Ctrl+0"])
         self._action(view, "Zoom &in", lambda: self.canvas.zoom(1.25),

@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QHBoxLayout,
     QHeaderView,
+    QLabel,
     QPushButton,
     QSpinBox,
     QTableWidget,
@@ -141,6 +142,7 @@ class LinesPanel(QWidget):
         self.table.cellDoubleClicked.connect(self._cell_double_clicked)
         self.table.itemSelectionChanged.connect(self._table_selection_changed)
         top = QHBoxLayout()
+        top.addWidget(QLabel("New line:"))
         top.addWidget(self.new_kind)
         top.addStretch(1)
         top.addWidget(self.delete_button)

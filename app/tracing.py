@@ -296,7 +296,9 @@ class TracingController(QObject):
     def _submit_preview(self) -> None:
         if self.tail is None or self._hover is None or self._busy or self.raster is None:
             return
-        b = self._hover[0]
+        b, straight = self._hover
+        if straight:  # the straight preview is already shown
+            return
         if np.hypot(b[0] - self.tail[0], b[1] - self.tail[1]) < 2:
             return
         try:

@@ -67,6 +67,7 @@ def make_window(qtbot, tmp_path, monkeypatch):
         qtbot.addWidget(window)
         window.show()
         windows.append(window)
+        window.canvas.setFocus()
         if open_sample:
             with qtbot.waitSignal(window.image_loaded, timeout=60_000):
                 window.open_image(str(SAMPLE_IMAGE))
@@ -173,6 +174,9 @@ def test_double_click_finishes_the_line(make_window, qtbot):
 def test_modifier_gives_a_straight_segment(make_window, qtbot):
     window = make_window()
     click(qtbot, window, A)
+    with qtbot.assertNotEmitted(window.jobs.started, wait=100):
+        window.controller.hover(C, straight=True)
+    assert window.controller.preview.is_straight
     with qtbot.waitSignal(window.controller.traced, timeout=5_000):
         click(qtbot, window, B, Qt.KeyboardModifier.ShiftModifier)
     segment = window.model.lines[0].segments[0]
