@@ -1,0 +1,408 @@
+"""The canvas: the image, the traced lines, the preview and the corridor overlay.
+
+Scene coordinates are pixel coordinates: pixel (col, row) is centred on (x, y) = (col, row),
+so the image item covers [-0.5, width - 0.5] × [-0.5, height - 0.5].
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import QLineF, QPointF, QRectF, Qt, Signal
+from PySide6.QtGui import QColor, QPainter, QPen, QPolygonF
+from PySide6.QtWidgets import QGraphicsItem, QGraphicsScene, QGraphicsView
+
+from app.display import DisplayLevel
+from app.model import Line, LinesModel, Segment
+from app.tracing import TracingController
+from core.guides import Corridor, build_corridor
+
+KIND_COLOURS = {"road": QColor(255, 140, 0), "river": QColor(30, 170, 255)}
+PREVIEW_COLOUR = QColor(255, 255, 0)
+CORRIDOR_COLOUR = QColor(255, 255, 255, 150)
+ZOOM_LIMITS = (1 / 64, 64.0)
+#: Screen pixels within which a click grabs a vertex or picks a line.
+GRAB_RADIUS = 7.0
+
+
+def score_colours(segment: Segment, low: float, high: float) -> list[QColor]:
+    """Colour of each link from its score per pixel: red (``low``) → yellow → green (``high``)."""
+    quality = np.clip((segment.link_scores_per_px - low) / max(high - low, 1e-12), 0, 1)
+    return [QColor.fromHsvF(float(q) / 3.0, 0.95, 1.0) for q in quality]
+
+
+def score_range(segments) -> tuple[float, float]:
+    """Lowest and highest link score per pixel over traced segments (for :func:`score_colours`)."""
+    values = np.concatenate([np.empty(0)] + [s.link_scores_per_px for s in segments])
+    return (float(values.min()), float(values.max())) if values.size else (0.0, 1.0)
+
+
+def polygon(points: np.ndarray) -> QPolygonF:
+    return QPolygonF([QPointF(float(x), float(y)) for x, y in points])
+
+
+def points_rect(points: np.ndarray, pad: float) -> QRectF:
+    low, high = points.min(axis=0) - pad, points.max(axis=0) + pad
+    return QRectF(float(low[0]), float(low[1]), float(high[0] - low[0]), float(high[1] - low[1]))
+
+
+def cosmetic_pen(colour, width: float, style=Qt.PenStyle.SolidLine) -> QPen:
+    """A pen whose width is in screen pixels whatever the zoom."""
+    pen = QPen(colour, width, style)
+    pen.setCosmetic(True)
+    return pen
+
+
+def _straight(event) -> bool:
+    """Shift or Ctrl held: a straight segment instead of a traced one."""
+    return bool(event.modifiers() & (Qt.KeyboardModifier.ShiftModifier
+                                     | Qt.KeyboardModifier.ControlModifier))
+
+
+def screen_scale(painter: QPainter) -> float:
+    """Scene units per screen pixel under the painter's transform."""
+    return 1.0 / max(painter.worldTransform().m11(), 1e-9)
+
+
+class RasterItem(QGraphicsItem):
+    """The image, drawn from the coarsest pyramid level that is still sharp at this zoom."""
+
+    def __init__(self, levels: list[DisplayLevel]) -> None:
+        super().__init__()
+        self.levels = levels
+        full = levels[0].image
+        self._bounds = QRectF(-0.5, -0.5, full.width(), full.height())
+        self.setFlag(QGraphicsItem.GraphicsItemFlag.ItemUsesExtendedStyleOption)
+        self.setZValue(-1)
+
+    def boundingRect(self) -> QRectF:  # noqa: N802 (Qt override)
+        return self._bounds
+
+    def paint(self, painter: QPainter, option, widget=None) -> None:
+        pixels_per_screen_px = screen_scale(painter)
+        level = self.levels[0]
+        for candidate in self.levels:
+            if candidate.factor <= pixels_per_screen_px:
+                level = candidate
+        target = option.exposedRect.intersected(self._bounds)
+        source = QRectF((target.x() + 0.5) / level.factor, (target.y() + 0.5) / level.factor,
+                        target.width() / level.factor, target.height() / level.factor)
+        painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform,
+                              pixels_per_screen_px > 1.0)
+        painter.drawImage(target, level.image, source)
+
+
+class LineItem(QGraphicsItem):
+    """One traced line: its segments (score-coloured or in its kind's colour) and its anchors."""
+
+    def __init__(self, line: Line, canvas: Canvas) -> None:
+        super().__init__()
+        self.line = line
+        self.canvas = canvas
+        self._bounds = points_rect(line.polyline, 2.0)
+        self.setZValue(1)
+
+    def boundingRect(self) -> QRectF:  # noqa: N802 (Qt override)
+        return self._bounds
+
+    def paint(self, painter: QPainter, option, widget=None) -> None:
+        line_id, segment_index = self.canvas.controller.selection
+        selected = line_id == self.line.id
+        colour = KIND_COLOURS[self.line.kind]
+        low_high = score_range(self.line.segments) if self.canvas.colour_by_score else None
+        for index, segment in enumerate(self.line.segments):
+            width = 4.0 if selected and segment_index in (None, index) else 2.5
+            paint_segment(painter, segment, colour, width, low_high)
+        paint_anchors(painter, self.line.anchors, colour.lighter(150) if selected else colour)
+
+
+def paint_segment(painter: QPainter, segment: Segment, colour: QColor, width: float,
+                  low_high: tuple[float, float] | None, dashed: bool = False) -> None:
+    """A segment as a polyline; per-link colours when ``low_high`` is given and it was traced."""
+    pen = cosmetic_pen(colour, width)
+    pen.setCapStyle(Qt.PenCapStyle.RoundCap)
+    if dashed or segment.is_straight:
+        pen.setStyle(Qt.PenStyle.DashLine)
+    if low_high is None or segment.is_straight:
+        painter.setPen(pen)
+        painter.drawPolyline(polygon(segment.polyline))
+        return
+    points = segment.polyline
+    for (x0, y0), (x1, y1), link_colour in zip(points[:-1], points[1:],
+                                               score_colours(segment, *low_high), strict=True):
+        pen.setColor(link_colour)
+        painter.setPen(pen)
+        painter.drawLine(QLineF(x0, y0, x1, y1))
+
+
+def paint_anchors(painter: QPainter, anchors, colour: QColor, radius_px: float = 3.5) -> None:
+    radius = radius_px * screen_scale(painter)
+    painter.setPen(cosmetic_pen(Qt.GlobalColor.black, 1.0))
+    painter.setBrush(colour)
+    for x, y in anchors:
+        painter.drawRect(QRectF(x - radius, y - radius, 2 * radius, 2 * radius))
+    painter.setBrush(Qt.BrushStyle.NoBrush)
+
+
+class OverlayItem(QGraphicsItem):
+    """The part that changes as the mouse moves: preview, tail anchor, corridor, dragged vertex."""
+
+    def __init__(self, canvas: Canvas) -> None:
+        super().__init__()
+        self.canvas = canvas
+        self.drag_lines: np.ndarray | None = None  # (k, 2) rubber band of a dragged vertex
+        self._bounds = QRectF()
+        self.setZValue(2)
+
+    def set_bounds(self, bounds: QRectF) -> None:
+        self.prepareGeometryChange()
+        self._bounds = bounds
+
+    def boundingRect(self) -> QRectF:  # noqa: N802 (Qt override)
+        return self._bounds
+
+    def paint(self, painter: QPainter, option, widget=None) -> None:
+        controller = self.canvas.controller
+        corridor = self.canvas.overlay_corridor()
+        if corridor is not None:
+            paint_corridor(painter, corridor)
+        if controller.preview is not None:
+            low_high = (score_range([controller.preview]) if self.canvas.colour_by_score
+                        else None)
+            paint_segment(painter, controller.preview, PREVIEW_COLOUR, 2.0, low_high, dashed=True)
+        if controller.tail is not None:
+            paint_anchors(painter, [controller.tail], PREVIEW_COLOUR, 4.5)
+        if self.drag_lines is not None:
+            painter.setPen(cosmetic_pen(PREVIEW_COLOUR, 1.5, Qt.PenStyle.DashLine))
+            painter.drawPolyline(polygon(self.drag_lines))
+
+
+def paint_corridor(painter: QPainter, corridor: Corridor) -> None:
+    """The paper's Fig. 1: the corridor outline, every guide, and the guide points."""
+    pen = cosmetic_pen(CORRIDOR_COLOUR, 1.0)
+    painter.setPen(pen)
+    guides = corridor.guide_points
+    outline = np.vstack([corridor.a, guides[:, 0], corridor.b, guides[::-1, -1]])
+    painter.drawPolygon(polygon(outline))
+    for guide in guides:
+        painter.drawLine(QLineF(*guide[0], *guide[-1]))
+    if guides.shape[0] * guides.shape[1] <= 4000:
+        pen.setWidthF(2.5)
+        painter.setPen(pen)
+        painter.drawPoints(polygon(guides.reshape(-1, 2)))
+
+
+class Canvas(QGraphicsView):
+    """Zoom (wheel, around the cursor), pan (middle drag or Space + drag), click to trace.
+
+    Left click traces (Shift or Ctrl held: straight segment), double-click finishes, a drag on a
+    vertex moves it, Alt + click selects a segment.
+
+    Signals
+    -------
+    cursor_moved(float, float) : the pixel (x, y) under the cursor.
+    """
+
+    cursor_moved = Signal(float, float)
+
+    def __init__(self, model: LinesModel, controller: TracingController, parent=None) -> None:
+        super().__init__(parent)
+        self.model = model
+        self.controller = controller
+        self.colour_by_score = True
+        self.show_corridor = False
+        self.setScene(QGraphicsScene(self))
+        self.setBackgroundBrush(QColor(40, 40, 40))
+        self.setTransformationAnchor(QGraphicsView.ViewportAnchor.NoAnchor)
+        self.setViewportUpdateMode(QGraphicsView.ViewportUpdateMode.FullViewportUpdate)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setRenderHint(QPainter.RenderHint.Antialiasing)
+        self.setMouseTracking(True)
+        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        self.setAcceptDrops(False)  # the main window takes dropped files
+        self._raster_item: RasterItem | None = None
+        self._line_items: list[LineItem] = []
+        self._overlay = OverlayItem(self)
+        self.scene().addItem(self._overlay)
+        self._space_held = False
+        self._pan_from: QPointF | None = None
+        self._drag: tuple[int, int] | None = None  # line id, anchor index
+        model.subscribe(self.rebuild_lines)
+        controller.changed.connect(self._overlay_changed)
+        controller.selection_changed.connect(self._overlay_changed)  # items read the selection
+        controller.lines_stale.connect(self.rebuild_lines)
+
+    # -- content -------------------------------------------------------------------------------
+    def set_image(self, levels: list[DisplayLevel]) -> None:
+        if self._raster_item is not None:
+            self.scene().removeItem(self._raster_item)
+        self._raster_item = RasterItem(levels)
+        self.scene().addItem(self._raster_item)
+        bounds = self._raster_item.boundingRect()
+        margin = max(bounds.width(), bounds.height())
+        self.setSceneRect(bounds.adjusted(-margin, -margin, margin, margin))
+        self._overlay.set_bounds(self.sceneRect())
+        self.rebuild_lines()
+        self.fit()
+
+    def rebuild_lines(self) -> None:
+        for item in self._line_items:
+            self.scene().removeItem(item)
+        self._line_items = [LineItem(line, self) for line in self.model.lines if line.visible]
+        for item in self._line_items:
+            self.scene().addItem(item)
+        self._overlay_changed()
+
+    def _overlay_changed(self) -> None:
+        self._overlay.update()
+        self.viewport().update()
+
+    def overlay_corridor(self) -> Corridor | None:
+        """The corridor shown by the overlay: the preview's, else the selected segment's."""
+        if not self.show_corridor:
+            return None
+        segment = self.controller.preview
+        if segment is None:
+            line_id, index = self.controller.selection
+            line = self.model.line(line_id)
+            if line is not None and line.visible:
+                segment = line.segments[index if index is not None else -1]
+        if segment is None or segment.params is None:
+            return None
+        p = segment.params
+        return build_corridor(segment.polyline[0], segment.polyline[-1], p.guides, p.points,
+                              p.halfwidth)
+
+    def set_colour_by_score(self, on: bool) -> None:
+        self.colour_by_score = on
+        self.rebuild_lines()
+
+    def set_show_corridor(self, on: bool) -> None:
+        self.show_corridor = on
+        self._overlay_changed()
+
+    # -- view ----------------------------------------------------------------------------------
+    def fit(self) -> None:
+        if self._raster_item is not None:
+            self.fitInView(self._raster_item.boundingRect(), Qt.AspectRatioMode.KeepAspectRatio)
+
+    def zoom(self, factor: float, anchor: QPointF | None = None) -> None:
+        """Scale by ``factor`` keeping the scene point under ``anchor`` (view px) in place."""
+        centre = QPointF(self.viewport().rect().center())
+        anchor = centre if anchor is None else anchor
+        fixed = self.mapToScene(anchor.toPoint())
+        scale = self.transform().m11()
+        new_scale = float(np.clip(scale * factor, *ZOOM_LIMITS))
+        self.scale(new_scale / scale, new_scale / scale)
+        self.centerOn(fixed - (anchor - centre) / new_scale)
+
+    def wheelEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        self.zoom(1.0015 ** event.angleDelta().y(), event.position())
+
+    def _scene_xy(self, event) -> tuple[float, float]:
+        point = self.mapToScene(event.position().toPoint())
+        return point.x(), point.y()
+
+    def _grab_radius(self) -> float:
+        return GRAB_RADIUS / max(self.transform().m11(), 1e-9)
+
+    def _anchor_at(self, x: float, y: float) -> tuple[int, int] | None:
+        """(line id, anchor index) of the visible vertex under the cursor, if any."""
+        radius = self._grab_radius()
+        for line in reversed(self.model.lines):
+            if not line.visible:
+                continue
+            distances = np.hypot(*(np.asarray(line.anchors) - (x, y)).T)
+            index = int(np.argmin(distances))
+            if distances[index] <= radius:
+                return line.id, index
+        return None
+
+    # -- mouse and keys ------------------------------------------------------------------------
+    def mousePressEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        button, modifiers = event.button(), event.modifiers()
+        if button == Qt.MouseButton.MiddleButton or (button == Qt.MouseButton.LeftButton
+                                                      and self._space_held):
+            self._pan_from = event.position()
+            self.viewport().setCursor(Qt.CursorShape.ClosedHandCursor)
+            return
+        if button != Qt.MouseButton.LeftButton:
+            return
+        x, y = self._scene_xy(event)
+        if modifiers & Qt.KeyboardModifier.AltModifier:
+            self.controller.select_at((x, y), self._grab_radius())
+            return
+        if not self.controller.drawing:
+            self._drag = self._anchor_at(x, y)
+            if self._drag is not None:
+                self.controller.select(self._drag[0])
+                return
+        self.controller.press((x, y), _straight(event))
+
+    def mouseMoveEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        if self._pan_from is not None:
+            delta = event.position() - self._pan_from
+            self._pan_from = event.position()
+            scale = self.transform().m11()
+            centre = self.mapToScene(self.viewport().rect().center())
+            self.centerOn(centre - QPointF(delta.x(), delta.y()) / scale)
+            return
+        x, y = self._scene_xy(event)
+        self.cursor_moved.emit(x, y)
+        if self._drag is not None:
+            line = self.model.line(self._drag[0])
+            if line is not None:
+                index = self._drag[1]
+                band = [*line.anchors[max(index - 1, 0):index], (x, y),
+                        *line.anchors[index + 1:index + 2]]
+                self._overlay.drag_lines = np.array(band, dtype=np.float64)
+                self._overlay_changed()
+            return
+        self.controller.hover((x, y), _straight(event))
+
+    def mouseReleaseEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        if self._pan_from is not None and event.button() in (Qt.MouseButton.MiddleButton,
+                                                             Qt.MouseButton.LeftButton):
+            self._pan_from = None
+            self.viewport().setCursor(Qt.CursorShape.OpenHandCursor if self._space_held
+                                      else Qt.CursorShape.ArrowCursor)
+            return
+        if self._drag is not None and event.button() == Qt.MouseButton.LeftButton:
+            line_id, index = self._drag
+            moved = self._overlay.drag_lines is not None
+            self._drag = self._overlay.drag_lines = None
+            line = self.model.line(line_id)
+            if line is not None and moved:
+                self.controller.move_anchor(line_id, index, self._scene_xy(event))
+            elif line is not None:  # a click on a vertex starts a new line there (a junction)
+                self.controller.press(line.anchors[index], _straight(event))
+            self._overlay_changed()
+
+    def mouseDoubleClickEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        """The double-click's point ends the line (platforms that skip its press included)."""
+        if event.button() == Qt.MouseButton.LeftButton and self.controller.drawing:
+            self.controller.press(self._scene_xy(event), _straight(event))
+            self.controller.finish()
+
+    def keyPressEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        if event.key() == Qt.Key.Key_Space and not event.isAutoRepeat():
+            self._space_held = True
+            self.viewport().setCursor(Qt.CursorShape.OpenHandCursor)
+            return
+        super().keyPressEvent(event)
+
+    def keyReleaseEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        if event.key() == Qt.Key.Key_Space and not event.isAutoRepeat():
+            self._space_held = False
+            self._pan_from = None
+            self.viewport().setCursor(Qt.CursorShape.ArrowCursor)
+            return
+        super().keyReleaseEvent(event)
+
+    def drawForeground(self, painter: QPainter, rect: QRectF) -> None:  # noqa: N802 (Qt override)
+        if self._raster_item is None:
+            painter.resetTransform()
+            painter.setPen(Qt.GlobalColor.lightGray)
+            painter.drawText(self.viewport().rect(), Qt.AlignmentFlag.AlignCenter,
+                             "Open an image (File ▸ Open, or drop a file here)")
+

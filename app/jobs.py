@@ -1,0 +1,128 @@
+"""Background work: one worker thread, a FIFO of jobs and at most one pending preview.
+
+Everything slow (opening an image, choosing a backend, tracing) runs as a :class:`Job` on a
+single worker thread, which also keeps the compiled tracer from ever running twice at once.
+Jobs run in submission order; a preview job waits behind them and is replaced by a newer
+preview while it waits, so moving the mouse never piles up work: at most one job runs and one
+preview waits. Results and exceptions come back to the GUI thread through queued signals.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal, Slot
+
+
+@dataclass(eq=False)
+class Job:
+    """``work()`` runs in the worker, then ``done(result)`` or ``failed(exc)`` in the GUI thread."""
+
+    work: Callable[[], object]
+    done: Callable[[object], None]
+    failed: Callable[[BaseException], None]
+    preview: bool = False
+    key: object = None
+
+
+class _Relay(QObject):
+    """Lives in the GUI thread; the worker emits, so connections are queued."""
+
+    finished = Signal(object, object, object)  # job, result, exception (one of them None)
+
+
+class _Runnable(QRunnable):
+    def __init__(self, job: Job, relay: _Relay) -> None:
+        super().__init__()
+        self.job = job
+        self.relay = relay
+
+    def run(self) -> None:
+        try:
+            result = self.job.work()
+        except Exception as exc:  # relayed to the GUI thread, never lost in the worker
+            self.relay.finished.emit(self.job, None, exc)
+        else:
+            self.relay.finished.emit(self.job, result, None)
+
+
+class JobQueue(QObject):
+    """Runs jobs one at a time on a private worker thread.
+
+    Signals
+    -------
+    started(Job) : a job began (tests count them).
+    idle() : nothing is running or waiting any more.
+    """
+
+    started = Signal(object)
+    idle = Signal()
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._pool = QThreadPool(self)
+        self._pool.setMaxThreadCount(1)
+        self._relay = _Relay(self)
+        self._relay.finished.connect(self._on_finished)
+        self._queue: deque[Job] = deque()
+        self._preview: Job | None = None
+        self._running: Job | None = None
+        self._closed = False
+
+    @property
+    def running(self) -> Job | None:
+        return self._running
+
+    @property
+    def pending(self) -> int:
+        """Jobs waiting (not running), the pending preview included."""
+        return len(self._queue) + (self._preview is not None)
+
+    def submit(self, job: Job) -> None:
+        """Queue a job; a preview replaces the preview that is still waiting, if any."""
+        if self._closed:
+            return
+        if job.preview:
+            self._preview = job
+        else:
+            self._queue.append(job)
+        self._start_next()
+
+    def drop_preview(self) -> None:
+        self._preview = None
+
+    def _start_next(self) -> None:
+        if self._running is not None:
+            return
+        if self._queue:
+            job = self._queue.popleft()
+        elif self._preview is not None:
+            job, self._preview = self._preview, None
+        else:
+            self.idle.emit()
+            return
+        self._running = job
+        self.started.emit(job)
+        self._pool.start(_Runnable(job, self._relay))
+
+    @Slot(object, object, object)
+    def _on_finished(self, job: Job, result: object, error: BaseException | None) -> None:
+        self._running = None
+        try:
+            if self._closed:
+                return
+            if error is None:
+                job.done(result)
+            else:
+                job.failed(error)
+        finally:
+            self._start_next()
+
+    def shutdown(self, timeout_ms: int = 30_000) -> bool:
+        """Drop waiting jobs, wait for the running one; True if the worker stopped in time."""
+        self._closed = True
+        self._queue.clear()
+        self._preview = None
+        return self._pool.waitForDone(timeout_ms)

@@ -1,0 +1,464 @@
+"""The main window: menus, canvas, parameter and line panels, status bar; :func:`run_app`."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import sys
+from pathlib import Path
+
+from PySide6.QtCore import QCoreApplication, QSettings, QStandardPaths, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (
+    QApplication,
+    QDockWidget,
+    QFileDialog,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+)
+
+from app.canvas import Canvas
+from app.display import display_pyramid
+from app.jobs import Job, JobQueue
+from app.model import LinesModel
+from app.panels import LinesPanel, ParamsPanel
+from app.session import read_session, write_session
+from app.tracing import TraceOutcome, TracingController, error_text
+from core.errors import TraceError
+from core.geojson import feature_collection, line_feature, write_geojson
+from core.raster import Raster, load_image
+
+SAMPLE_IMAGE = Path(__file__).resolve().parent.parent / "resources" / "sample" / "gsi_108.png"
+IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.tif *.tiff);;All files (*)"
+SESSION_FILTER = "roadtracer sessions (*.roadtracer.json *.json)"
+MAX_RECENT = 8
+AUTOSAVE_DELAY_MS = 1000
+
+
+def autosave_path(folder: str, image_path: str) -> str:
+    """The autosave file of an image: one per image, named by a hash of its absolute path."""
+    digest = hashlib.sha1(os.path.abspath(image_path).encode("utf-8")).hexdigest()[:16]
+    return os.path.join(folder, f"{Path(image_path).stem}-{digest}.roadtracer.json")
+
+
+def load_for_display(path: str) -> tuple[Raster, list]:
+    """Worker side of opening an image: the raster and its stretched display pyramid."""
+    raster = load_image(path)
+    return raster, display_pyramid(raster.pixels)
+
+
+class MainWindow(QMainWindow):
+    """The application window.
+
+    Signals
+    -------
+    image_loaded(str) : an image finished opening (its path).
+    error_shown(str) : an error was reported to the user.
+    """
+
+    image_loaded = Signal(str)
+    error_shown = Signal(str)
+
+    def __init__(self, settings: QSettings | None = None, autosave_dir: str | None = None) -> None:
+        super().__init__()
+        self.settings = settings or QSettings()
+        self.autosave_dir = autosave_dir or os.path.join(
+            QStandardPaths.writableLocation(QStandardPaths.StandardLocation.AppDataLocation),
+            "autosave")
+        self.raster: Raster | None = None
+        self.image_path: str | None = None
+        self.session_path: str | None = None
+        self.last_error: str | None = None
+        self.model = LinesModel()
+        self.jobs = JobQueue(self)
+        self.controller = TracingController(self.model, self.jobs, self)
+        self.canvas = Canvas(self.model, self.controller, self)
+        self.setCentralWidget(self.canvas)
+        self.params_panel = ParamsPanel()
+        self.lines_panel = LinesPanel(self.model, self.controller)
+        right = Qt.DockWidgetArea.RightDockWidgetArea
+        self._docks = [self._dock("Parameters", self.params_panel, right),
+                       self._dock("Lines", self.lines_panel, right)]
+        self._build_status_bar()
+        self._build_menus()
+        self._autosave_timer = QTimer(self, singleShot=True, interval=AUTOSAVE_DELAY_MS)
+        self._autosave_timer.timeout.connect(self.autosave)
+        self.model.subscribe(self._model_changed)
+        self.controller.message.connect(self.show_status)
+        self.controller.traced.connect(self._show_trace)
+        self.controller.backend_changed.connect(self.backend_label.setText)
+        self.canvas.cursor_moved.connect(self._show_cursor)
+        self.params_panel.params_changed.connect(self.controller.set_params)
+        self.params_panel.backend_changed.connect(self.controller.set_backend)
+        self.setAcceptDrops(True)
+        self.resize(1280, 860)
+        self.restoreGeometry(self.settings.value("window/geometry", b""))
+        self.restoreState(self.settings.value("window/state", b""))
+        self._update_title()
+        self.controller.set_backend(self.params_panel.backend.currentText())
+
+    # -- construction --------------------------------------------------------------------------
+    def _dock(self, title: str, widget, area) -> QDockWidget:
+        dock = QDockWidget(title, self)
+        dock.setObjectName(title)
+        dock.setWidget(widget)
+        self.addDockWidget(area, dock)
+        return dock
+
+    def _build_status_bar(self) -> None:
+        self.cursor_label = QLabel()
+        self.trace_label = QLabel()
+        self.backend_label = QLabel("choosing backend…")
+        for label in (self.cursor_label, self.trace_label, self.backend_label):
+            self.statusBar().addPermanentWidget(label)
+
+    def _action(self, menu, text: str, slot, shortcuts=(), checkable=False, checked=False,
+                tip: str | None = None) -> QAction:
+        action = QAction(text, self)
+        action.setShortcuts([QKeySequence(s) for s in shortcuts])
+        action.setCheckable(checkable)
+        action.setChecked(checked)
+        if tip:
+            action.setStatusTip(tip)
+        (action.toggled if checkable else action.triggered).connect(slot)
+        menu.addAction(action)
+        return action
+
+    def _build_menus(self) -> None:
+        bar = self.menuBar()
+        file = bar.addMenu("&File")
+        self._action(file, "&Open image…", self.choose_image, [QKeySequence.StandardKey.Open])
+        self.recent_menu = file.addMenu("Open &recent")
+        self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
+        file.addSeparator()
+        self._action(file, "Open &session…", self.choose_session, ["Ctrl+Shift+O"])
+        self._action(file, "&Save session", self.save_session, [QKeySequence.StandardKey.Save])
+        self._action(file, "Save session &as…", lambda: self.save_session(ask=True),
+                     ["Ctrl+Shift+S"])
+        self._action(file, "&Export GeoJSON…", self.choose_export, ["Ctrl+E"])
+        file.addSeparator()
+        self._action(file, "&Quit", self.close, [QKeySequence.StandardKey.Quit])
+        edit = bar.addMenu("&Edit")
+        c = self.controller
+        self.undo_action = self._action(edit, "&Undo", c.undo, ["Ctrl+Z"])
+        self.redo_action = self._action(edit, "&Redo", c.redo, ["Ctrl+Shift+Z", "Ctrl+Y"])
+        edit.addSeparator()
+        # Editing keys act on the canvas (and Del on the lines list), never inside a text field.
+        for text, slot, keys, widgets in (
+                ("&Finish line", c.finish, ["Return", "Enter"], [self.canvas]),
+                ("&Cancel segment", c.cancel, ["Esc"], [self.canvas]),
+                ("Remove &last segment", c.backspace, ["Backspace"], [self.canvas]),
+                ("&Delete line", self.lines_panel.delete_selected, ["Del"],
+                 [self.canvas, self.lines_panel.table])):
+            action = self._action(edit, text, slot, keys)
+            action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+            for widget in widgets:
+                widget.addAction(action)
+        view = bar.addMenu("&View")
+        self._action(view, "&Fit to window", self.canvas.fit, ["F", "Ctrl+0"])
+        self._action(view, "Zoom &in", lambda: self.canvas.zoom(1.25),
+                     [QKeySequence.StandardKey.ZoomIn])
+        self._action(view, "Zoom &out", lambda: self.canvas.zoom(0.8),
+                     [QKeySequence.StandardKey.ZoomOut])
+        view.addSeparator()
+        self._action(view, "Show &corridor and guides", self.canvas.set_show_corridor, ["G"],
+                     checkable=True, checked=self.canvas.show_corridor,
+                     tip="Draw the guides the tracer chose from (preview or selected segment)")
+        self._action(view, "Colour by link &score", self.canvas.set_colour_by_score, ["S"],
+                     checkable=True, checked=self.canvas.colour_by_score,
+                     tip="Colour each link from red (weak evidence) to green (strong)")
+        view.addSeparator()
+        for dock in self._docks:
+            view.addAction(dock.toggleViewAction())
+        help_menu = bar.addMenu("&Help")
+        self._action(help_menu, "&Keys and mouse", self._show_help, ["F1"])
+
+    # -- messages ------------------------------------------------------------------------------
+    def show_status(self, text: str) -> None:
+        self.statusBar().showMessage(text, 8000)
+
+    def show_error(self, text: str, title: str = "roadtracer") -> None:
+        """Report an error in the status bar and a (non-blocking) message box."""
+        self.last_error = text
+        self.show_status(text)
+        box = QMessageBox(QMessageBox.Icon.Warning, title, text, QMessageBox.StandardButton.Ok,
+                          self)
+        box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        box.open()
+        self.error_shown.emit(text)
+
+    def _show_trace(self, outcome: TraceOutcome) -> None:
+        score = sum(s.score for s in outcome.segments)
+        latency = self.controller.last_latency_ms
+        text = f"trace {outcome.elapsed_ms:.0f} ms"
+        if not math.isnan(score):
+            text += f" · score {score:.2f}"
+        if latency is not None:
+            text += f" · click→line {latency:.0f} ms"
+        self.trace_label.setText(text)
+
+    def _show_cursor(self, x: float, y: float) -> None:
+        text = f"x {round(x)}  y {round(y)}"
+        to_map = getattr(getattr(self.raster, "georef", None), "pixel_to_map", None)
+        if callable(to_map):
+            map_x, map_y = to_map(x, y)
+            text += f"  ·  map {map_x:.3f}, {map_y:.3f}"
+        self.cursor_label.setText(text)
+
+    def _show_help(self) -> None:
+        QMessageBox.information(self, "Keys and mouse", (
+            "Click: start a line / trace to here · Shift or Ctrl + click: straight segment\n"
+            "Double-click or Enter: finish · Esc: cancel segment · Backspace: remove last segment\n"
+            "Ctrl+Z / Ctrl+Shift+Z: undo / redo · Drag a vertex: move it (re-traces)\n"
+            "Alt + click: select a segment · Wheel: zoom · Middle drag or Space + drag: pan\n"
+            "F: fit to window · G: corridor and guides · S: colour by score"))
+
+    def _update_title(self) -> None:
+        name = os.path.basename(self.image_path) if self.image_path else "no image"
+        self.setWindowTitle(f"{name}{' *' if self.model.dirty else ''} — roadtracer")
+
+    def _model_changed(self) -> None:
+        self._update_title()
+        self.undo_action.setText(f"&Undo {self.model.undo_label or ''}".strip())
+        self.redo_action.setText(f"&Redo {self.model.redo_label or ''}".strip())
+        if self.image_path is not None:
+            self._autosave_timer.start()
+
+    # -- images --------------------------------------------------------------------------------
+    def open_initial(self, path: str | None) -> None:
+        """Start-up: the given image, else the most recent one, else the bundled sample."""
+        recent = [p for p in self.recent_files() if os.path.exists(p)]
+        self.open_image(path or (recent[0] if recent else str(SAMPLE_IMAGE)))
+
+    def choose_image(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open image", self._last_folder(),
+                                              IMAGE_FILTER)
+        if path:
+            self.open_image(path)
+
+    def open_image(self, path: str, session: tuple | None = None) -> bool:
+        """Open an image in the worker; ``session`` = (lines, params, session file) to install.
+
+        Returns False if the user kept the current lines instead.
+        """
+        if not self.confirm_discard():
+            return False
+        path = os.path.abspath(path)
+        self.show_status(f"opening {path}…")
+
+        def loaded(result) -> None:
+            raster, levels = result
+            self._flush_autosave()
+            self.raster, self.image_path = raster, path
+            self.canvas.set_image(levels)
+            self.controller.set_raster(raster)
+            if session is not None:
+                lines, params, self.session_path = session
+                self.params_panel.set_params(params)
+                self.controller.set_params(params)
+                self.model.reset(lines)
+            else:
+                self.session_path = None
+                self.model.reset(self._autosaved_lines(path))
+            self._add_recent(path)
+            self._update_title()
+            restored = f", {len(self.model.lines)} lines" if self.model.lines else ""
+            self.show_status(f"opened {os.path.basename(path)}: {raster.width}×{raster.height} px, "
+                             f"{raster.bands} band(s){restored}")
+            self.image_loaded.emit(path)
+
+        def failed(exc: BaseException) -> None:
+            self.show_error(error_text(exc), "Cannot open image")
+
+        self.jobs.submit(Job(lambda: load_for_display(path), loaded, failed))
+        return True
+
+    def recent_files(self) -> list[str]:
+        value = self.settings.value("recent_files", [])
+        return [value] if isinstance(value, str) else list(value or [])
+
+    def _add_recent(self, path: str) -> None:
+        recent = [path] + [p for p in self.recent_files() if p != path]
+        self.settings.setValue("recent_files", recent[:MAX_RECENT])
+
+    def _fill_recent_menu(self) -> None:
+        self.recent_menu.clear()
+        for path in self.recent_files():
+            action = self.recent_menu.addAction(path)
+            action.triggered.connect(lambda _=False, p=path: self.open_image(p))
+        if self.recent_menu.isEmpty():
+            self.recent_menu.addAction("(none)").setEnabled(False)
+
+    def _last_folder(self) -> str:
+        return os.path.dirname(self.image_path) if self.image_path else ""
+
+    def dragEnterEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        if any(url.isLocalFile() for url in event.mimeData().urls()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        paths = [url.toLocalFile() for url in event.mimeData().urls() if url.isLocalFile()]
+        if paths:
+            event.acceptProposedAction()
+            if paths[0].endswith(".json"):
+                self.open_session(paths[0])
+            else:
+                self.open_image(paths[0])
+
+    # -- sessions, autosave, export ------------------------------------------------------------
+    def choose_session(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open session", self._last_folder(),
+                                              SESSION_FILTER)
+        if path:
+            self.open_session(path)
+
+    def open_session(self, path: str) -> bool:
+        """Read a session and open its image with its lines and parameters."""
+        try:
+            image, lines, params, backend = read_session(path)
+        except TraceError as exc:
+            self.show_error(str(exc), "Cannot open session")
+            return False
+        if not image:
+            self.show_error(f"session {path} names no image", "Cannot open session")
+            return False
+        if not self.open_image(image, session=(lines, params, path)):
+            return False
+        self.params_panel.backend.setCurrentText(backend)
+        return True
+
+    def save_session(self, ask: bool = False) -> bool:
+        """Save to the current session file (asking for one if there is none); True if saved."""
+        path = self.session_path
+        if ask or path is None:
+            suggestion = (os.path.splitext(self.image_path)[0] + ".roadtracer.json"
+                          if self.image_path else "")
+            path, _ = QFileDialog.getSaveFileName(self, "Save session", suggestion, SESSION_FILTER)
+            if not path:
+                return False
+        return self.write_session(path)
+
+    def write_session(self, path: str) -> bool:
+        try:
+            write_session(path, self.image_path, self.model.lines, self.params_panel.params(),
+                          self.params_panel.backend.currentText())
+        except TraceError as exc:
+            self.show_error(str(exc), "Cannot save session")
+            return False
+        self.session_path = path
+        self.model.mark_saved()
+        self._update_title()
+        self.show_status(f"session saved to {path}")
+        return True
+
+    def autosave(self) -> None:
+        """Write the lines of the open image to its autosave file (silently retried on edit)."""
+        if self.image_path is None:
+            return
+        try:
+            os.makedirs(self.autosave_dir, exist_ok=True)
+            write_session(autosave_path(self.autosave_dir, self.image_path), self.image_path,
+                          self.model.lines, self.params_panel.params(),
+                          self.params_panel.backend.currentText())
+        except (OSError, TraceError) as exc:
+            self.show_status(f"autosave failed: {exc}")
+
+    def _flush_autosave(self) -> None:
+        if self._autosave_timer.isActive():
+            self._autosave_timer.stop()
+            self.autosave()
+
+    def _autosaved_lines(self, image_path: str) -> tuple:
+        path = autosave_path(self.autosave_dir, image_path)
+        if not os.path.exists(path):
+            return ()
+        try:
+            return read_session(path)[1]
+        except TraceError as exc:
+            self.show_status(f"autosave not restored: {exc}")
+            return ()
+
+    def confirm_discard(self) -> bool:
+        """Before the lines are replaced: True to go on (after saving if asked), False to stay."""
+        if not self.model.dirty or not self.model.lines:
+            return True
+        answer = QMessageBox.question(
+            self, "Unsaved lines", f"{len(self.model.lines)} traced line(s) are not saved in a "
+            "session. Save them first?", QMessageBox.StandardButton.Save
+            | QMessageBox.StandardButton.Discard | QMessageBox.StandardButton.Cancel,
+            QMessageBox.StandardButton.Save)
+        if answer == QMessageBox.StandardButton.Save:
+            return self.save_session()
+        if answer == QMessageBox.StandardButton.Discard:
+            self.model.reset()
+            self._autosave_timer.stop()
+            if self.image_path is not None:
+                Path(autosave_path(self.autosave_dir, self.image_path)).unlink(missing_ok=True)
+            return True
+        return False
+
+    def choose_export(self) -> None:
+        if self.raster is None or not self.model.lines:
+            self.show_status("nothing to export: trace a line first")
+            return
+        suggestion = os.path.splitext(self.image_path)[0] + ".geojson"
+        path, _ = QFileDialog.getSaveFileName(self, "Export GeoJSON", suggestion,
+                                              "GeoJSON (*.geojson *.json)")
+        if path:
+            self.export_geojson(path)
+
+    def export_geojson(self, path: str) -> bool:
+        """One LineString feature per line, with name, kind, anchors and score."""
+        features = []
+        for line in self.model.lines:
+            score = line.score
+            properties = {
+                "name": line.name, "kind": line.kind,
+                "anchors": [list(p) for p in line.anchors],
+                "score": None if math.isnan(score) else round(score, 6),
+                "length_px": round(line.length, 3),
+                "segments": [{"score": None if s.is_straight else round(s.score, 6),
+                              "straight": s.is_straight,
+                              "params": None if s.params is None else s.params.as_dict()}
+                             for s in line.segments]}
+            features.append(line_feature(line.polyline, self.raster, properties))
+        try:
+            write_geojson(path, feature_collection(features, self.raster))
+        except TraceError as exc:
+            self.show_error(str(exc), "Cannot export")
+            return False
+        self.show_status(f"exported {len(features)} line(s) to {path}")
+        return True
+
+    # -- closing -------------------------------------------------------------------------------
+    def closeEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        if not self.confirm_discard():
+            event.ignore()
+            return
+        self._flush_autosave()
+        self.settings.setValue("window/geometry", self.saveGeometry())
+        self.settings.setValue("window/state", self.saveState())
+        self.shutdown()
+        event.accept()
+
+    def shutdown(self) -> None:
+        """Stop the worker (waiting for a running job); safe to call twice."""
+        self._autosave_timer.stop()
+        self.jobs.shutdown()
+
+
+def run_app(argv: list[str]) -> int:
+    """Start the application; ``argv`` may hold one image (or session) path."""
+    app = QApplication.instance() or QApplication([sys.argv[0]])
+    QCoreApplication.setOrganizationName("roadtracer")
+    QCoreApplication.setApplicationName("roadtracer")
+    window = MainWindow()
+    window.show()
+    path = argv[0] if argv else None
+    if path and path.endswith(".json"):
+        window.open_session(path)
+    else:
+        window.open_initial(path)
+    return app.exec()

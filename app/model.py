@@ -1,0 +1,262 @@
+"""Traced lines with undo/redo, free of Qt: the application's model; views subscribe to it.
+
+A line is a chain of anchors (the clicked points, pixel (x, y)) joined by segments, each the
+polyline traced between two consecutive anchors. Lines and segments are immutable and every
+edit replaces whole lines, so an undo step is simply the previous tuple of lines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from core.tracer import TraceParams, TraceResult
+
+LINE_KINDS = ("road", "river")
+Point = tuple[float, float]
+
+
+@dataclass(frozen=True, eq=False)
+class Segment:
+    """The polyline between two anchors.
+
+    Attributes
+    ----------
+    polyline : ndarray of shape (N, 2), float64
+        Pixel (x, y) from the start anchor to the end anchor.
+    link_scores : ndarray of shape (N - 1,)
+        Score of every link; empty for a straight (manual) segment.
+    score : float
+        Total score; NaN for a straight segment.
+    request : TraceParams or None
+        The parameters asked for (``None`` fields scale with the anchor distance);
+        ``None`` for a straight segment drawn with the modifier key held.
+    params : TraceParams or None
+        The resolved parameters the trace used.
+    backend : str
+        Backend that traced it ("manual" for straight segments).
+    """
+
+    polyline: np.ndarray
+    link_scores: np.ndarray
+    score: float
+    request: TraceParams | None
+    params: TraceParams | None
+    backend: str
+
+    @classmethod
+    def from_result(cls, result: TraceResult, request: TraceParams) -> Segment:
+        return cls(np.asarray(result.polyline, dtype=np.float64),
+                   np.asarray(result.link_scores, dtype=np.float64), float(result.score),
+                   request, result.params, result.backend)
+
+    @classmethod
+    def straight(cls, a: Point, b: Point) -> Segment:
+        return cls(np.array([a, b], dtype=np.float64), np.empty(0), float("nan"), None, None,
+                   "manual")
+
+    @property
+    def is_straight(self) -> bool:
+        return self.request is None
+
+    @property
+    def link_lengths(self) -> np.ndarray:
+        """Length of every link, shape (N - 1,)."""
+        return np.hypot(*np.diff(self.polyline, axis=0).T)
+
+    @property
+    def length(self) -> float:
+        return float(self.link_lengths.sum())
+
+    @property
+    def link_scores_per_px(self) -> np.ndarray:
+        """Every link's score over its length, shape (N - 1,); empty for a straight segment."""
+        return self.link_scores / np.maximum(self.link_lengths, 1e-9) if self.link_scores.size \
+            else self.link_scores
+
+
+@dataclass(frozen=True)
+class Line:
+    """A named chain of anchors and the segments between them (``len(segments) + 1`` anchors)."""
+
+    id: int
+    name: str
+    kind: str
+    anchors: tuple[Point, ...]
+    segments: tuple[Segment, ...]
+    visible: bool = True
+
+    @property
+    def polyline(self) -> np.ndarray:
+        """The whole line, shape (N, 2): segments joined, shared anchors kept once."""
+        parts = [self.segments[0].polyline] + [s.polyline[1:] for s in self.segments[1:]]
+        return np.vstack(parts)
+
+    @property
+    def length(self) -> float:
+        return sum(segment.length for segment in self.segments)
+
+    @property
+    def score(self) -> float:
+        """Total score of the traced (not straight) segments; NaN if there are none."""
+        traced = [s.score for s in self.segments if not s.is_straight]
+        return float(sum(traced)) if traced else float("nan")
+
+    @property
+    def score_per_px(self) -> float:
+        """Mean link score per pixel of length over the traced segments; NaN if none."""
+        traced = [s for s in self.segments if not s.is_straight]
+        length = sum(s.length for s in traced)
+        return sum(s.score for s in traced) / length if traced and length > 0 else float("nan")
+
+
+class LinesModel:
+    """The traced lines, an undo/redo history of edits, and change notification.
+
+    Subscribers are called with no arguments after every change (edit, undo, redo, reset).
+    """
+
+    def __init__(self) -> None:
+        self._lines: tuple[Line, ...] = ()
+        self._saved: tuple[Line, ...] = ()
+        self._undo: list[tuple[tuple[Line, ...], str]] = []
+        self._redo: list[tuple[tuple[Line, ...], str]] = []
+        self._listeners: list[Callable[[], None]] = []
+        self._next_id = 1
+
+    # -- reading ------------------------------------------------------------------------------
+    @property
+    def lines(self) -> tuple[Line, ...]:
+        return self._lines
+
+    def line(self, line_id: int | None) -> Line | None:
+        return next((line for line in self._lines if line.id == line_id), None)
+
+    @property
+    def dirty(self) -> bool:
+        """True when the lines differ from the last saved (or loaded) state."""
+        return self._lines is not self._saved and bool(self._lines or self._saved)
+
+    @property
+    def undo_label(self) -> str | None:
+        return self._undo[-1][1] if self._undo else None
+
+    @property
+    def redo_label(self) -> str | None:
+        return self._redo[-1][1] if self._redo else None
+
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
+
+    # -- history ------------------------------------------------------------------------------
+    def _commit(self, lines: tuple[Line, ...], label: str) -> None:
+        self._undo.append((self._lines, label))
+        self._redo.clear()
+        self._set(lines)
+
+    def _set(self, lines: tuple[Line, ...]) -> None:
+        self._lines = lines
+        for listener in list(self._listeners):
+            listener()
+
+    def undo(self) -> bool:
+        if not self._undo:
+            return False
+        lines, label = self._undo.pop()
+        self._redo.append((self._lines, label))
+        self._set(lines)
+        return True
+
+    def redo(self) -> bool:
+        if not self._redo:
+            return False
+        lines, label = self._redo.pop()
+        self._undo.append((self._lines, label))
+        self._set(lines)
+        return True
+
+    def reset(self, lines: tuple[Line, ...] = ()) -> None:
+        """Replace everything (new image, loaded session): history cleared, state clean."""
+        self._undo.clear()
+        self._redo.clear()
+        self._next_id = max((line.id for line in lines), default=0) + 1
+        self._saved = tuple(lines)
+        self._set(self._saved)
+
+    def mark_saved(self) -> None:
+        self._saved = self._lines
+
+    # -- edits (each one undo step) -------------------------------------------------------------
+    def _replace_line(self, new: Line, label: str) -> Line:
+        self._commit(tuple(new if line.id == new.id else line for line in self._lines), label)
+        return new
+
+    def _require(self, line_id: int) -> Line:
+        line = self.line(line_id)
+        if line is None:
+            raise KeyError(f"no line with id {line_id}")
+        return line
+
+    def add_line(self, a: Point, b: Point, segment: Segment, kind: str = "road") -> Line:
+        """A new line of one segment a → b, named after its kind ("Road 3")."""
+        if kind not in LINE_KINDS:
+            raise ValueError(f"line kind must be one of {LINE_KINDS}, got {kind!r}")
+        line = Line(self._next_id, f"{kind.capitalize()} {self._next_id}", kind, (a, b),
+                    (segment,))
+        self._next_id += 1
+        self._commit((*self._lines, line), "Add line")
+        return line
+
+    def append_segment(self, line_id: int, b: Point, segment: Segment) -> Line:
+        line = self._require(line_id)
+        return self._replace_line(replace(line, anchors=(*line.anchors, b),
+                                          segments=(*line.segments, segment)), "Add segment")
+
+    def remove_last_segment(self, line_id: int) -> Line | None:
+        """Drop the line's last segment and anchor; a one-segment line is deleted (returns None)."""
+        line = self._require(line_id)
+        if len(line.segments) == 1:
+            self.delete(line_id)
+            return None
+        return self._replace_line(replace(line, anchors=line.anchors[:-1],
+                                          segments=line.segments[:-1]), "Remove segment")
+
+    def replace_segments(self, line_id: int, anchors: tuple[Point, ...],
+                         segments: dict[int, Segment], label: str) -> Line:
+        """New anchors (same count) and new segments at some indices (move vertex, re-trace)."""
+        line = self._require(line_id)
+        if len(anchors) != len(line.anchors):
+            raise ValueError(f"expected {len(line.anchors)} anchors, got {len(anchors)}")
+        merged = tuple(segments.get(i, s) for i, s in enumerate(line.segments))
+        return self._replace_line(replace(line, anchors=tuple(anchors), segments=merged), label)
+
+    def rename(self, line_id: int, name: str) -> Line:
+        return self._replace_line(replace(self._require(line_id), name=name), "Rename line")
+
+    def set_kind(self, line_id: int, kind: str) -> Line:
+        if kind not in LINE_KINDS:
+            raise ValueError(f"line kind must be one of {LINE_KINDS}, got {kind!r}")
+        return self._replace_line(replace(self._require(line_id), kind=kind), "Change kind")
+
+    def set_visible(self, line_id: int, visible: bool) -> Line:
+        label = "Show line" if visible else "Hide line"
+        return self._replace_line(replace(self._require(line_id), visible=visible), label)
+
+    def delete(self, line_id: int) -> None:
+        self._require(line_id)
+        self._commit(tuple(line for line in self._lines if line.id != line_id), "Delete line")
+
+
+def distance_to_polyline(points: np.ndarray, polyline: np.ndarray) -> np.ndarray:
+    """Euclidean distance of each point (n, 2) to the polyline (N, 2); returns shape (n,)."""
+    points = np.atleast_2d(np.asarray(points, dtype=np.float64))
+    polyline = np.asarray(polyline, dtype=np.float64)
+    if len(polyline) == 1:
+        return np.hypot(*(points - polyline[0]).T)
+    start, delta = polyline[:-1], np.diff(polyline, axis=0)
+    along = ((points[:, None, :] - start) * delta).sum(axis=2)
+    along = np.clip(along / np.maximum((delta * delta).sum(axis=1), 1e-12), 0.0, 1.0)
+    nearest = start + along[:, :, None] * delta
+    return np.hypot(*(points[:, None, :] - nearest).transpose(2, 0, 1)).min(axis=1)

@@ -1,0 +1,220 @@
+"""Dock panels: tracing parameters and the list of traced lines."""
+
+from __future__ import annotations
+
+import math
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.model import LINE_KINDS, LinesModel
+from app.tracing import TracingController
+from core.scores import SCORE_KINDS
+from core.tracer import TraceParams
+
+#: Backends offered in the panel (``gpu.select.BACKEND_CHOICES`` without the slow reference).
+PANEL_BACKENDS = ("auto", "cpu", "gpu")
+
+
+class ParamsPanel(QWidget):
+    """Tracing parameters; 0 in guides, points and half-width means "scale with the distance".
+
+    Signals
+    -------
+    params_changed(TraceParams) : emitted shortly after the user stops changing a value.
+    backend_changed(str) : "auto", "cpu" or "gpu".
+    """
+
+    params_changed = Signal(object)
+    backend_changed = Signal(str)
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        defaults = TraceParams()
+        self.guides = QSpinBox(minimum=0, maximum=200)
+        self.guides.setSpecialValueText("auto")
+        self.guides.setToolTip("Number of guides m across the segment; more guides follow "
+                               "tighter curves but trace slower. Auto: one guide every ~25 px.")
+        self.points = QSpinBox(minimum=0, maximum=1001)
+        self.points.setSpecialValueText("auto")
+        self.points.setToolTip("Candidate points d on each guide. Auto: 1 px apart over the "
+                               "whole half-width.")
+        self.halfwidth = QDoubleSpinBox(minimum=0.0, maximum=1000.0, decimals=1, suffix=" px")
+        self.halfwidth.setSpecialValueText("auto")
+        self.halfwidth.setToolTip("How far (px) the path may stray to either side of the straight "
+                                  "line between the clicks. Auto: 20 % of the distance, 8–150 px.")
+        self.max_angle = QDoubleSpinBox(minimum=1.0, maximum=180.0, decimals=1, suffix=" °",
+                                        value=defaults.max_angle)
+        self.max_angle.setToolTip("Largest turn allowed at a guide. Small values give smooth "
+                                  "roads; raise it for winding rivers.")
+        self.sigma = QDoubleSpinBox(minimum=0.3, maximum=20.0, decimals=2, singleStep=0.25,
+                                    suffix=" px", value=defaults.sigma)
+        self.sigma.setToolTip("Gaussian scale σ of the image gradient: larger smooths noise and "
+                              "fine texture.")
+        self.score = QComboBox()
+        for name, kind in SCORE_KINDS.items():
+            self.score.addItem(name)
+            self.score.setItemData(self.score.count() - 1, kind.summary,
+                                   Qt.ItemDataRole.ToolTipRole)
+        self.score.setCurrentText(defaults.score)
+        self.score.setToolTip("What makes a link good: " + "; ".join(
+            f"{name}: {kind.summary}" for name, kind in SCORE_KINDS.items()))
+        self.backend = QComboBox()
+        self.backend.addItems(PANEL_BACKENDS)
+        self.backend.setToolTip("auto: the GPU when CUDA is available, else the CPU. The status "
+                                "bar says which backend runs and why.")
+        form = QFormLayout(self)
+        for label, widget in (("Guides", self.guides), ("Points per guide", self.points),
+                              ("Half-width", self.halfwidth), ("Max angle", self.max_angle),
+                              ("σ", self.sigma), ("Score", self.score), ("Backend", self.backend)):
+            form.addRow(label, widget)
+        self._debounce = QTimer(self, singleShot=True, interval=250)
+        self._debounce.timeout.connect(lambda: self.params_changed.emit(self.params()))
+        for spin in (self.guides, self.points, self.halfwidth, self.max_angle, self.sigma):
+            spin.valueChanged.connect(self._debounce.start)
+        self.score.currentTextChanged.connect(self._debounce.start)
+        self.backend.currentTextChanged.connect(self.backend_changed)
+
+    def params(self) -> TraceParams:
+        return TraceParams(guides=self.guides.value() or None, points=self.points.value() or None,
+                           halfwidth=self.halfwidth.value() or None,
+                           max_angle=self.max_angle.value(), sigma=self.sigma.value(),
+                           score=self.score.currentText())
+
+    def set_params(self, params: TraceParams) -> None:
+        """Show parameters (from a session) without emitting ``params_changed``."""
+        widgets = (self.guides, self.points, self.halfwidth, self.max_angle, self.sigma,
+                   self.score)
+        for widget in widgets:
+            widget.blockSignals(True)
+        self.guides.setValue(params.guides or 0)
+        self.points.setValue(params.points or 0)
+        self.halfwidth.setValue(params.halfwidth or 0.0)
+        self.max_angle.setValue(params.max_angle)
+        self.sigma.setValue(params.sigma)
+        self.score.setCurrentText(params.score)
+        for widget in widgets:
+            widget.blockSignals(False)
+
+
+class LinesPanel(QWidget):
+    """The traced lines: name (editable; checkbox = visible), kind, length, mean score per px.
+
+    Double-clicking a kind switches it between road and river.
+    """
+
+    COLUMNS = ("Name", "Kind", "Length (px)", "Score/px")
+
+    def __init__(self, model: LinesModel, controller: TracingController, parent=None) -> None:
+        super().__init__(parent)
+        self.model = model
+        self.controller = controller
+        self.new_kind = QComboBox()
+        self.new_kind.addItems(LINE_KINDS)
+        self.new_kind.setToolTip("Kind given to the next line you trace")
+        self.new_kind.currentTextChanged.connect(lambda kind: setattr(controller, "kind", kind))
+        self.delete_button = QPushButton("Delete")
+        self.delete_button.setToolTip("Delete the selected line (Del)")
+        self.delete_button.clicked.connect(self.delete_selected)
+        self.table = QTableWidget(0, len(self.COLUMNS))
+        self.table.setHorizontalHeaderLabels(self.COLUMNS)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.verticalHeader().hide()
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.table.itemChanged.connect(self._item_changed)
+        self.table.cellDoubleClicked.connect(self._cell_double_clicked)
+        self.table.itemSelectionChanged.connect(self._table_selection_changed)
+        top = QHBoxLayout()
+        top.addWidget(QLabel("New line:"))
+        top.addWidget(self.new_kind)
+        top.addStretch(1)
+        top.addWidget(self.delete_button)
+        layout = QVBoxLayout(self)
+        layout.addLayout(top)
+        layout.addWidget(self.table)
+        model.subscribe(self.refresh)
+        controller.selection_changed.connect(self._show_selection)
+
+    def refresh(self) -> None:
+        """Rebuild the rows from the model."""
+        self.table.blockSignals(True)
+        self.table.setRowCount(len(self.model.lines))
+        for row, line in enumerate(self.model.lines):
+            name = QTableWidgetItem(line.name)
+            name.setData(Qt.ItemDataRole.UserRole, line.id)
+            name.setFlags(name.flags() | Qt.ItemFlag.ItemIsUserCheckable)
+            name.setCheckState(Qt.CheckState.Checked if line.visible else Qt.CheckState.Unchecked)
+            name.setToolTip("Double-click to rename; untick to hide")
+            self.table.setItem(row, 0, name)
+            score = line.score_per_px
+            for column, text in ((1, line.kind), (2, f"{line.length:.0f}"),
+                                 (3, "—" if math.isnan(score) else f"{score:.3f}")):
+                item = QTableWidgetItem(text)
+                item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEditable)
+                if column == 1:
+                    item.setToolTip("Double-click to switch between road and river")
+                else:
+                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight
+                                          | Qt.AlignmentFlag.AlignVCenter)
+                self.table.setItem(row, column, item)
+        self.table.blockSignals(False)
+        self._show_selection()
+
+    def _line_id(self, row: int) -> int | None:
+        item = self.table.item(row, 0)
+        return None if item is None else item.data(Qt.ItemDataRole.UserRole)
+
+    def _item_changed(self, item: QTableWidgetItem) -> None:
+        line = self.model.line(self._line_id(item.row()))
+        if line is None or item.column() != 0:
+            return
+        visible = item.checkState() == Qt.CheckState.Checked
+        if visible != line.visible:
+            self.model.set_visible(line.id, visible)
+        elif item.text().strip() and item.text() != line.name:
+            self.model.rename(line.id, item.text().strip())
+        else:
+            self.refresh()
+
+    def _cell_double_clicked(self, row: int, column: int) -> None:
+        line = self.model.line(self._line_id(row))
+        if line is not None and column == 1:
+            kinds = LINE_KINDS
+            self.model.set_kind(line.id, kinds[(kinds.index(line.kind) + 1) % len(kinds)])
+
+    def _table_selection_changed(self) -> None:
+        rows = self.table.selectionModel().selectedRows()
+        line_id = self._line_id(rows[0].row()) if rows else None
+        if line_id != self.controller.selection[0]:
+            self.controller.select(line_id)
+
+    def _show_selection(self) -> None:
+        line_id = self.controller.selection[0]
+        self.table.blockSignals(True)
+        self.table.clearSelection()
+        for row in range(self.table.rowCount()):
+            if self._line_id(row) == line_id:
+                self.table.selectRow(row)
+        self.table.blockSignals(False)
+
+    def delete_selected(self) -> None:
+        line_id = self.controller.selection[0]
+        if self.model.line(line_id) is not None:
+            self.model.delete(line_id)

@@ -1,0 +1,497 @@
+"""The desktop application, driven offscreen through Qt events and signals (pytest-qt)."""
+
+from __future__ import annotations
+
+import os
+
+os.environ["QT_QPA_PLATFORM"] = "offscreen"
+
+import json
+import threading
+import time
+
+import imageio.v3 as iio
+import numpy as np
+import pytest
+from PySide6.QtCore import QMimeData, QPoint, QPointF, QSettings, QStandardPaths, Qt, QTimer, QUrl
+from PySide6.QtGui import QDropEvent, QWheelEvent
+from PySide6.QtWidgets import QApplication, QMessageBox
+
+from app.main_window import MainWindow, run_app
+from app.model import distance_to_polyline
+from core.tracer import TraceParams
+from tests.conftest import SAMPLE_CASES, SAMPLE_IMAGE
+
+CASES = {case["id"]: case for case in json.loads(SAMPLE_CASES.read_text())}
+CASE = CASES["gsi_108_01"]
+A, B = tuple(CASE["a"]), tuple(CASE["b"])
+C = (520, 120)  # further along the same road
+
+
+def wait_idle(qtbot, window, timeout=60_000) -> None:
+    """Wait until the worker has nothing running or queued."""
+    if window.jobs.running is None and window.jobs.pending == 0:
+        return
+    with qtbot.waitSignal(window.jobs.idle, timeout=timeout):
+        pass
+
+
+def view_pos(window, point):
+    return window.canvas.mapFromScene(QPointF(*point))
+
+
+def click(qtbot, window, point, modifier=Qt.KeyboardModifier.NoModifier) -> None:
+    qtbot.mouseClick(window.canvas.viewport(), Qt.MouseButton.LeftButton, modifier,
+                     view_pos(window, point))
+
+
+def click_and_wait(qtbot, window, point, modifier=Qt.KeyboardModifier.NoModifier) -> None:
+    with qtbot.waitSignal(window.controller.traced, timeout=30_000):
+        click(qtbot, window, point, modifier)
+
+
+@pytest.fixture
+def make_window(qtbot, tmp_path, monkeypatch):
+    """Windows with private settings and autosave folder; the sample opened unless told not to.
+
+    At the end every window is closed and must have stopped its worker thread.
+    """
+    monkeypatch.setattr(QMessageBox, "question",
+                        lambda *args, **kwargs: QMessageBox.StandardButton.Discard)
+    threads_before = threading.active_count()
+    windows = []
+
+    def make(open_sample: bool = True) -> MainWindow:
+        settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+        window = MainWindow(settings, str(tmp_path / "autosave"))
+        qtbot.addWidget(window)
+        window.show()
+        windows.append(window)
+        window.canvas.setFocus()
+        if open_sample:
+            with qtbot.waitSignal(window.image_loaded, timeout=60_000):
+                window.open_image(str(SAMPLE_IMAGE))
+        wait_idle(qtbot, window)
+        return window
+
+    yield make
+    for window in windows:
+        window.close()
+        assert window.jobs.running is None
+        assert window.jobs.shutdown(0), "worker thread still running after close"
+    assert threading.active_count() == threads_before
+
+
+def test_two_clicks_trace_the_road_near_ground_truth(make_window, qtbot):
+    window = make_window()
+    click(qtbot, window, A)
+    click_and_wait(qtbot, window, B)
+    (line,) = window.model.lines
+    assert line.anchors == ((430.0, 241.0), (486.0, 172.0))
+    distances = distance_to_polyline(line.polyline, np.array(CASE["gt"]))
+    assert distances.mean() < 4.0, distances  # measured 1.3 px
+    assert "score" in window.trace_label.text()
+    assert "CPU" in window.backend_label.text()
+
+
+def test_second_click_to_drawn_line_is_fast(make_window, qtbot):
+    """Target ≤ 150 ms from the second click to the painted line (CPU backend, no preview).
+
+    The trace itself is the engine's time; what the application adds on top must stay small.
+    """
+    window = make_window()
+    totals, engine = [], []
+    window.controller.traced.connect(lambda outcome: engine.append(outcome.elapsed_ms))
+    for case in CASES.values():
+        click(qtbot, window, tuple(case["a"]))
+        start = time.perf_counter()
+        click_and_wait(qtbot, window, tuple(case["b"]))
+        window.canvas.viewport().repaint()
+        totals.append(1e3 * (time.perf_counter() - start))
+        window.controller.finish()
+    print(f"click → drawn line {np.round(totals)} ms, of which tracing {np.round(engine)} ms")
+    assert np.median(np.subtract(totals, engine)) < 60
+
+
+def test_chaining_backspace_undo_redo_and_enter(make_window, qtbot):
+    window = make_window()
+    click(qtbot, window, A)
+    click_and_wait(qtbot, window, B)
+    click_and_wait(qtbot, window, C)
+    (line,) = window.model.lines
+    assert line.anchors == (A, B, C)
+    assert len(line.segments) == 2
+    np.testing.assert_array_equal(line.segments[1].polyline[0], line.segments[0].polyline[-1])
+    qtbot.keyClick(window.canvas, Qt.Key.Key_Backspace)
+    assert window.model.lines[0].anchors == (A, B)
+    assert window.controller.tail == B  # still drawing, from B
+    qtbot.keyClick(window.canvas, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)
+    assert window.model.lines[0].anchors == (A, B, C)
+    qtbot.keyClick(window.canvas, Qt.Key.Key_Z,
+                   Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
+    assert window.model.lines[0].anchors == (A, B)
+    qtbot.keyClick(window.canvas, Qt.Key.Key_Return)
+    assert not window.controller.drawing
+    click(qtbot, window, C)  # starts a new line
+    assert window.controller.tail == C
+    assert len(window.model.lines) == 1
+
+
+def test_backspace_on_first_segment_keeps_the_start_anchor(make_window, qtbot):
+    window = make_window()
+    click(qtbot, window, A)
+    click_and_wait(qtbot, window, B)
+    qtbot.keyClick(window.canvas, Qt.Key.Key_Backspace)
+    assert window.model.lines == ()
+    assert window.controller.tail == A
+    click_and_wait(qtbot, window, B)
+    assert window.model.lines[0].anchors == (A, B)
+
+
+def test_escape_cancels_the_segment_in_progress(make_window, qtbot):
+    window = make_window()
+    click(qtbot, window, A)
+    click_and_wait(qtbot, window, B)
+    click(qtbot, window, C)  # its trace is now in flight
+    qtbot.keyClick(window.canvas, Qt.Key.Key_Escape)
+    wait_idle(qtbot, window)
+    assert window.model.lines[0].anchors == (A, B)
+    assert not window.controller.drawing
+    assert "cancelled" in window.statusBar().currentMessage()
+
+
+def test_double_click_finishes_the_line(make_window, qtbot):
+    window = make_window()
+    click(qtbot, window, A)
+    with qtbot.waitSignal(window.controller.traced, timeout=30_000):
+        qtbot.mouseDClick(window.canvas.viewport(), Qt.MouseButton.LeftButton,
+                          pos=view_pos(window, B))
+    wait_idle(qtbot, window)
+    assert window.model.lines[0].anchors == (A, B)
+    assert not window.controller.drawing
+
+
+def test_modifier_gives_a_straight_segment(make_window, qtbot):
+    window = make_window()
+    click(qtbot, window, A)
+    with qtbot.assertNotEmitted(window.jobs.started, wait=100):
+        window.controller.hover(C, straight=True)
+    assert window.controller.preview.is_straight
+    with qtbot.waitSignal(window.controller.traced, timeout=5_000):
+        click(qtbot, window, B, Qt.KeyboardModifier.ShiftModifier)
+    segment = window.model.lines[0].segments[0]
+    assert segment.is_straight
+    np.testing.assert_array_equal(segment.polyline, [A, B])
+
+
+def test_preview_follows_the_cursor_without_piling_up_jobs(make_window, qtbot):
+    window = make_window()
+    click(qtbot, window, A)
+    waiting = []
+    window.jobs.started.connect(lambda job: waiting.append(window.jobs.pending))
+    path = [(A[0] + 2 * i, A[1] - 3 * i) for i in range(4, 34)]
+    for point in path:
+        qtbot.mouseMove(window.canvas.viewport(), view_pos(window, point))
+        qtbot.wait(4)  # a user's pace, not a wait for results
+    qtbot.waitUntil(lambda: window.controller.preview is not None
+                    and tuple(window.controller.preview.polyline[-1]) == path[-1], timeout=30_000)
+    wait_idle(qtbot, window)
+    assert 0 < len(waiting) < len(path)
+    assert max(waiting) <= 1  # one running, at most one preview waiting
+    assert window.model.lines == ()  # previews never edit the model
+
+
+def test_click_on_the_previewed_point_reuses_the_preview(make_window, qtbot):
+    window = make_window()
+    click(qtbot, window, A)
+    with qtbot.waitSignal(window.controller.changed, timeout=30_000,
+                          check_params_cb=lambda: window.controller.preview is not None):
+        qtbot.mouseMove(window.canvas.viewport(), view_pos(window, B))
+    with qtbot.assertNotEmitted(window.jobs.started):
+        click(qtbot, window, B)
+    assert window.model.lines[0].anchors == (A, B)
+    assert window.controller.last_latency_ms < 50
+
+
+def test_dragging_a_vertex_retraces_both_neighbours(make_window, qtbot):
+    window = make_window()
+    click(qtbot, window, A)
+    click_and_wait(qtbot, window, B)
+    click_and_wait(qtbot, window, C)
+    window.controller.finish()
+    moved = (B[0] + 3, B[1] + 2)
+    viewport = window.canvas.viewport()
+    qtbot.mousePress(viewport, Qt.MouseButton.LeftButton, pos=view_pos(window, B))
+    qtbot.mouseMove(viewport, view_pos(window, moved))
+    with qtbot.waitSignal(window.controller.traced, timeout=30_000):
+        qtbot.mouseRelease(viewport, Qt.MouseButton.LeftButton, pos=view_pos(window, moved))
+    line = window.model.lines[0]
+    assert line.anchors == (A, moved, C)
+    assert tuple(line.segments[0].polyline[-1]) == moved == tuple(line.segments[1].polyline[0])
+    assert window.model.undo_label == "Move vertex"
+    window.controller.undo()
+    assert window.model.lines[0].anchors == (A, B, C)
+
+
+def test_changing_a_parameter_retraces_the_selected_segment(make_window, qtbot):
+    window = make_window()
+    click(qtbot, window, A)
+    click_and_wait(qtbot, window, B)
+    assert window.controller.selection == (window.model.lines[0].id, 0)
+    with qtbot.waitSignal(window.controller.traced, timeout=30_000):
+        window.params_panel.max_angle.setValue(12.0)
+    segment = window.model.lines[0].segments[0]
+    assert segment.params.max_angle == 12.0
+    assert window.model.undo_label == "Re-trace"
+
+
+def test_errors_are_messages_not_crashes(make_window, qtbot):
+    window = make_window()
+    click(qtbot, window, (-40, -40))
+    assert "outside" in window.statusBar().currentMessage()
+    window.controller.set_params(TraceParams(points=2, halfwidth=40.0, max_angle=1.0))
+    click(qtbot, window, A)
+    click(qtbot, window, B)
+    wait_idle(qtbot, window)
+    assert "max angle" in window.statusBar().currentMessage()
+    assert window.model.lines == ()
+    assert window.controller.tail == A
+
+
+def test_gpu_failure_falls_back_to_the_cpu(make_window, qtbot):
+    class BrokenGpu:
+        name, description = "gpu", "fake GPU"
+
+        def trace(self, *args):
+            raise RuntimeError("CUDA_ERROR_LAUNCH_FAILED")
+
+    window = make_window()
+    window.controller.backend = BrokenGpu()
+    click(qtbot, window, A)
+    with qtbot.waitSignal(window.controller.backend_changed, timeout=30_000) as blocker:
+        click(qtbot, window, B)
+    wait_idle(qtbot, window)
+    assert "gpu backend failed" in blocker.args[0]
+    assert "CPU" in window.backend_label.text()
+    assert window.model.lines[0].segments[0].backend == "cpu"
+
+
+def test_bad_image_file_shows_a_message(make_window, qtbot, tmp_path):
+    window = make_window()
+    bad = tmp_path / "broken.png"
+    bad.write_bytes(b"this is not a PNG")
+    with qtbot.waitSignal(window.error_shown, timeout=30_000):
+        window.open_image(str(bad))
+    assert "cannot read image" in window.last_error
+    with qtbot.waitSignal(window.error_shown, timeout=30_000):
+        window.open_image(str(tmp_path / "missing.tif"))
+    assert "not found" in window.last_error
+    assert window.image_path == str(SAMPLE_IMAGE)  # the open image stays
+    click(qtbot, window, A)
+    click_and_wait(qtbot, window, B)
+
+
+def test_export_writes_valid_geojson(make_window, qtbot, tmp_path):
+    geojson_pydantic = pytest.importorskip("geojson_pydantic")
+    window = make_window()
+    click(qtbot, window, A)
+    click_and_wait(qtbot, window, B)
+    click(qtbot, window, C, Qt.KeyboardModifier.ControlModifier)
+    path = tmp_path / "lines.geojson"
+    assert window.export_geojson(str(path))
+    document = json.loads(path.read_text())
+    collection = geojson_pydantic.FeatureCollection.model_validate(document)
+    (feature,) = collection.features
+    assert feature.properties["name"] == "Road 1"
+    assert feature.properties["kind"] == "road"
+    assert feature.properties["anchors"] == [list(A), list(B), list(C)]
+    assert feature.properties["score"] < 0
+    assert feature.geometry.coordinates[0] == pytest.approx(A)
+
+
+def test_session_save_and_load_round_trip(make_window, qtbot, tmp_path):
+    window = make_window()
+    window.params_panel.set_params(TraceParams(halfwidth=20.0, max_angle=25.0))
+    window.controller.set_params(window.params_panel.params())
+    click(qtbot, window, A)
+    click_and_wait(qtbot, window, B)
+    click_and_wait(qtbot, window, C)
+    window.model.rename(window.model.lines[0].id, "Ridge road")
+    path = tmp_path / "work.roadtracer.json"
+    assert window.write_session(str(path))
+    assert not window.model.dirty
+
+    other = make_window(open_sample=False)
+    with qtbot.waitSignal(other.image_loaded, timeout=60_000):
+        assert other.open_session(str(path))
+    (saved,), (loaded,) = window.model.lines, other.model.lines
+    assert (loaded.name, loaded.anchors) == ("Ridge road", saved.anchors)
+    for a, b in zip(saved.segments, loaded.segments, strict=True):
+        np.testing.assert_array_equal(a.polyline, b.polyline)
+        assert a.params == b.params
+    assert other.params_panel.params() == TraceParams(halfwidth=20.0, max_angle=25.0)
+    assert other.session_path == str(path)
+    assert not other.model.dirty
+
+
+def test_autosave_brings_lines_back(make_window, qtbot):
+    window = make_window()
+    click(qtbot, window, A)
+    click_and_wait(qtbot, window, B)
+    window.autosave()
+    reopened = make_window()
+    assert [line.anchors for line in reopened.model.lines] == [(A, B)]
+
+
+def test_recent_files_and_first_start(make_window, qtbot, tmp_path):
+    window = make_window(open_sample=False)
+    with qtbot.waitSignal(window.image_loaded, timeout=60_000):
+        window.open_initial(None)  # first start: the bundled sample
+    assert window.image_path == str(SAMPLE_IMAGE)
+    grey = tmp_path / "grey16.png"
+    iio.imwrite(grey, (np.arange(64 * 48, dtype=np.uint16).reshape(48, 64) * 3))
+    with qtbot.waitSignal(window.image_loaded, timeout=60_000):
+        window.open_image(str(grey))
+    assert window.recent_files()[:2] == [str(grey), str(SAMPLE_IMAGE)]
+    image = window.canvas._raster_item.levels[0].image
+    assert (image.width(), image.height()) == (64, 48)
+    assert image.pixelColor(0, 0).red() == 0
+    assert image.pixelColor(63, 47).red() == 255
+
+
+@pytest.mark.slow
+def test_large_image_opens_without_freezing_the_window(make_window, qtbot, tmp_path):
+    """A 10000 × 10000 RGB image: the event loop never stalls for more than 1 s."""
+    path = tmp_path / "large.tif"
+    rng = np.random.default_rng(1)
+    iio.imwrite(path, rng.integers(0, 255, (10_000, 10_000, 3), dtype=np.uint8))
+    window = make_window(open_sample=False)
+    ticks = []
+    timer = QTimer(window, interval=20)
+    timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
+    timer.start()
+    with qtbot.waitSignal(window.image_loaded, timeout=120_000):
+        window.open_image(str(path))
+    window.canvas.viewport().repaint()
+    qtbot.waitUntil(lambda: len(ticks) > 2 and time.perf_counter() - ticks[-1] < 0.1)
+    timer.stop()
+    gaps = np.diff(ticks)
+    print(f"{len(ticks)} ticks, longest stall {1e3 * gaps.max():.0f} ms")
+    assert gaps.max() < 1.0
+
+
+def test_lines_panel_rename_hide_kind_delete_with_undo(make_window, qtbot):
+    window = make_window()
+    click(qtbot, window, A)
+    click_and_wait(qtbot, window, B)
+    window.controller.finish()
+    table = window.lines_panel.table
+    line_id = window.model.lines[0].id
+    table.item(0, 0).setText("Access road")
+    assert window.model.line(line_id).name == "Access road"
+    table.item(0, 0).setCheckState(Qt.CheckState.Unchecked)
+    assert not window.model.line(line_id).visible
+    assert window.canvas._line_items == []
+    window.lines_panel._cell_double_clicked(0, 1)
+    assert window.model.line(line_id).kind == "river"
+    assert table.item(0, 1).text() == "river"
+    table.selectRow(0)
+    assert window.controller.selection[0] == line_id
+    window.lines_panel.delete_button.click()
+    assert window.model.lines == ()
+    for expected in (("river", False), ("road", False), ("road", True)):
+        window.controller.undo()
+        line = window.model.line(line_id)
+        assert (line.kind, line.visible) == expected
+    assert window.model.line(line_id).name == "Access road"
+
+
+def test_clicking_a_vertex_starts_a_line_there_and_cancel_keeps_lines(make_window, qtbot,
+                                                                        monkeypatch):
+    window = make_window()
+    click(qtbot, window, A)
+    click_and_wait(qtbot, window, B)
+    window.controller.finish()
+    click(qtbot, window, (B[0] + 1, B[1]))  # within the grab radius of vertex B
+    assert window.controller.tail == B
+    monkeypatch.setattr(QMessageBox, "question",
+                        lambda *args, **kwargs: QMessageBox.StandardButton.Cancel)
+    assert not window.open_image(str(SAMPLE_IMAGE))
+    assert len(window.model.lines) == 1
+
+
+def test_zoom_pan_fit_and_cursor_coordinates(make_window, qtbot):
+    class Georef:
+        def pixel_to_map(self, x, y):
+            return 1000.0 + x, 2000.0 - y
+
+    window = make_window()
+    canvas, viewport = window.canvas, window.canvas.viewport()
+    scale = canvas.transform().m11()
+    under = QPointF(view_pos(window, A))
+    wheel = QWheelEvent(under, canvas.mapToGlobal(under), QPoint(), QPoint(0, 240),
+                        Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier,
+                        Qt.ScrollPhase.NoScrollPhase, False)
+    QApplication.sendEvent(viewport, wheel)
+    assert canvas.transform().m11() == pytest.approx(scale * 1.0015 ** 240)
+    after = canvas.mapToScene(under.toPoint())
+    assert (after.x(), after.y()) == pytest.approx(A, abs=2)  # zoomed around the cursor
+    centre = canvas.mapToScene(viewport.rect().center())
+    qtbot.keyPress(canvas, Qt.Key.Key_Space)
+    qtbot.mousePress(viewport, Qt.MouseButton.LeftButton, pos=viewport.rect().center())
+    qtbot.mouseMove(viewport, viewport.rect().center() + QPoint(40, 0))
+    qtbot.mouseRelease(viewport, Qt.MouseButton.LeftButton,
+                       pos=viewport.rect().center() + QPoint(40, 0))
+    qtbot.keyRelease(canvas, Qt.Key.Key_Space)
+    assert canvas.mapToScene(viewport.rect().center()).x() < centre.x() - 10
+    assert not window.controller.drawing  # panning never clicks
+    canvas.fit()
+    assert canvas.transform().m11() == pytest.approx(scale)
+    window.raster.georef = Georef()
+    qtbot.mouseMove(viewport, view_pos(window, (100, 50)))
+    pixel, map_xy = window.cursor_label.text().split("  ·  map ")
+    assert pixel == "x 100  y 50"
+    assert [float(v) for v in map_xy.split(",")] == pytest.approx([1100, 1950], abs=0.5)
+
+
+def test_dropping_a_file_opens_it(make_window, qtbot, tmp_path):
+    window = make_window()
+    grey = tmp_path / "grey.png"
+    iio.imwrite(grey, np.full((30, 40), 128, dtype=np.uint8))
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(grey))])
+    drop = QDropEvent(QPointF(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+                      Qt.KeyboardModifier.NoModifier)
+    with qtbot.waitSignal(window.image_loaded, timeout=30_000):
+        window.dropEvent(drop)
+    assert (window.raster.width, window.raster.height) == (40, 30)
+
+
+def test_run_app_opens_the_image_given_and_quits(qtbot, monkeypatch):
+    QStandardPaths.setTestModeEnabled(True)
+    monkeypatch.setattr(QMessageBox, "question",
+                        lambda *args, **kwargs: QMessageBox.StandardButton.Discard)
+    opened = []
+
+    def close_when_loaded():
+        (window,) = [w for w in QApplication.topLevelWidgets() if isinstance(w, MainWindow)
+                     and w.isVisible()]
+        window.image_loaded.connect(opened.append)
+        window.image_loaded.connect(window.close)
+
+    QTimer.singleShot(0, close_when_loaded)
+    assert run_app([str(SAMPLE_IMAGE)]) == 0
+    assert opened == [str(SAMPLE_IMAGE)]
+
+
+def test_asking_for_an_unavailable_gpu_falls_back_with_a_message(make_window, qtbot):
+    window = make_window()
+    with qtbot.waitSignal(window.controller.backend_changed, timeout=30_000) as blocker:
+        window.params_panel.backend.setCurrentText("gpu")
+    wait_idle(qtbot, window)
+    if window.controller.backend.name == "gpu":
+        pytest.skip("a GPU is available here")
+    assert blocker.args[0].startswith("CPU")
+    assert "gpu backend unavailable" in window.statusBar().currentMessage()
+    click(qtbot, window, A)
+    click_and_wait(qtbot, window, B)
