@@ -502,7 +502,8 @@ def local_client(workers: int, gpu: bool = False):
         specs[i] = {"cls": Nanny, "options": {"nthreads": 1, "env": env,
                                               "silence_logs": logging.WARNING}}
     cluster = SpecCluster(workers=specs, silence_logs=logging.WARNING,
-                          scheduler={"cls": Scheduler, "options": {"dashboard_address": None}})
+                          scheduler={"cls": Scheduler, "options": {"dashboard": False,
+                                                                "dashboard_address": ":0"}})
     return Client(cluster, set_as_default=False)
 
 
@@ -521,26 +522,35 @@ def run_tasks(tasks: list[ImageTask], backend_factory: Callable[[], TracerBacken
     Yields
     ------
     (ImageReport, dict or None)
-        A task that raised unexpectedly (or whose worker died) gives a ``"failed"`` report.
+        As they complete (in task order without a client). A task that raised unexpectedly
+        (or whose worker died) gives a ``"failed"`` report.
     """
     if client is None:
         for task in tasks:
-            yield process_image(task, backend_factory)
+            try:
+                outcome = process_image(task, backend_factory)
+            except Exception as exc:  # a bug: record it, keep going (as a worker would)
+                outcome = _crashed(task, exc)
+            yield outcome
         return
     from distributed import as_completed
 
     futures = {client.submit(process_image, task, backend_factory, pure=False): task
                for task in tasks}
-    for future in as_completed(futures):
+    for future in as_completed(futures, loop=client.loop):
         task = futures.pop(future)
         try:
-            yield future.result()
+            outcome = future.result()
         except Exception as exc:  # a bug or a dead worker: record it, keep going
-            report = ImageReport(os.path.basename(task.image), status="failed")
-            report.failures.append(Failure(f"worker error: {type(exc).__name__}: {exc}"))
-            yield report, None
-        finally:
-            future.release()
+            outcome = _crashed(task, exc)
+        future.release()
+        yield outcome
+
+
+def _crashed(task: ImageTask, exc: Exception) -> tuple[ImageReport, None]:
+    report = ImageReport(os.path.basename(task.image), status="failed")
+    report.failures.append(Failure(f"unexpected error: {type(exc).__name__}: {exc}"))
+    return report, None
 
 
 def write_output(plan: BatchPlan, report: ImageReport, document: dict | None) -> ImageReport:
