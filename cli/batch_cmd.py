@@ -1,14 +1,16 @@
 """``python main.py batch IMAGES_DIR --seeds SEEDS.geojson -o OUT_DIR``: trace a whole folder.
 
-Images run in parallel: on a new local Dask cluster of ``--workers`` processes (default:
-one per core; ``--workers 1`` runs in this process), or on an existing Dask cluster given
-by ``--scheduler tcp://HOST:8786``. Exit code 0 when everything traced, 1 when an image, a
+Images run in parallel: in ``--workers`` local processes (default: one per core, each
+tracing with ``cores // workers`` numba threads; ``--workers 1`` runs in this process with
+numba's default threads), or on an existing Dask cluster given by
+``--scheduler tcp://HOST:8786``. Exit code 0 when everything traced, 1 when an image, a
 seed or a segment failed (see ``OUT_DIR/summary.csv``), 2 for a usage error.
 
-GPU workers: one process per GPU. Locally, ``--backend gpu --workers N`` starts N workers,
-worker *i* seeing only GPU *i* (``CUDA_VISIBLE_DEVICES=i``). On a cluster, start one
-single-threaded worker per GPU, e.g. ``CUDA_VISIBLE_DEVICES=0 dask worker tcp://HOST:8786
---nworkers 1 --nthreads 1`` (and so on for each GPU), from the project's folder.
+GPU workers: one process per GPU. Locally, ``--backend gpu --workers N`` starts N worker
+processes, worker *i* seeing only GPU *i* (``CUDA_VISIBLE_DEVICES=i``). On a cluster, start
+one single-threaded worker per GPU, e.g. ``CUDA_VISIBLE_DEVICES=0 dask worker
+tcp://HOST:8786 --nworkers 1 --nthreads 1`` (and so on for each GPU), where the project
+is importable (run it from the project's folder or install it).
 """
 
 from __future__ import annotations
@@ -18,9 +20,13 @@ import functools
 import os
 import sys
 import time
+from dataclasses import replace
 
 from cli.trace_cmd import add_crs_arguments, add_trace_parameters, params_from_args
 from core.backend import TracerBackend
+
+#: Failures listed on stderr; the rest are in summary.csv.
+MAX_LISTED_FAILURES = 20
 
 
 def positive_int(text: str) -> int:
@@ -60,12 +66,32 @@ def worker_backend(name: str) -> TracerBackend:
     return choose_backend(name)[0]
 
 
+def open_executor(args: argparse.Namespace, tasks: int, gpu: bool):
+    """Where to run ``tasks`` images: ``(executor or None, numba threads per task, closer)``."""
+    if tasks and args.scheduler:
+        from distributed import Client
+
+        from core.errors import BadParameter
+
+        try:
+            client = Client(args.scheduler, timeout="10s", set_as_default=False)
+        except OSError as exc:
+            raise BadParameter(f"cannot reach Dask scheduler {args.scheduler}: {exc}") from None
+        return client.get_executor(pure=False), None, client.close
+    if tasks > 1 and args.workers > 1:
+        from core.batch import local_executor
+
+        workers = min(args.workers, tasks)
+        executor = local_executor(workers, gpu=gpu)
+        return executor, max(1, (os.cpu_count() or 1) // workers), executor.shutdown
+    return None, None, lambda: None
+
+
 def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from core.batch import (
         batch_failed,
-        local_client,
         plan_batch,
         run_tasks,
         summarize,
@@ -86,34 +112,21 @@ def run(args: argparse.Namespace) -> int:
     if plan.skipped:
         print(f"note: skipping {len(plan.skipped)} image(s) whose output exists "
               "(--overwrite traces them again)", file=sys.stderr)
-    client = None
-    if plan.tasks and args.scheduler:
-        from distributed import Client
-
-        try:
-            client = Client(args.scheduler, timeout="10s", set_as_default=False)
-        except OSError as exc:
-            from core.errors import BadParameter
-
-            raise BadParameter(f"cannot reach Dask scheduler {args.scheduler}: {exc}") from None
-    elif len(plan.tasks) > 1 and args.workers > 1:
-        client = local_client(min(args.workers, len(plan.tasks)), gpu=backend.name == "gpu")
+    executor, threads, close = open_executor(args, len(plan.tasks), backend.name == "gpu")
+    tasks = [replace(task, threads=threads) for task in plan.tasks]
     reports = []
     try:
-        with tqdm(total=len(plan.tasks), unit="image", file=sys.stderr) as progress:
-            for report, document in run_tasks(plan.tasks, factory, client):
+        with tqdm(total=len(tasks), unit="image", file=sys.stderr) as progress:
+            for report, document in run_tasks(tasks, factory, executor):
                 reports.append(write_output(plan, report, document))
                 progress.set_postfix_str(f"{report.image}: {report.status}", refresh=False)
                 progress.update()
     finally:
-        if client is not None:
-            cluster = client.cluster
-            client.close()
-            if cluster is not None and not args.scheduler:
-                cluster.close()
+        close()
     settings = {"seeds": args.seeds, "backend": backend.name, "crs": args.crs,
                 "image_crs": args.image_crs, "params": params_from_args(args).as_dict(),
-                "workers": args.workers, "scheduler": args.scheduler}
+                "workers": None if args.scheduler else (args.workers if executor else 1),
+                "scheduler": args.scheduler}
     summary = summarize(plan, reports, time.perf_counter() - start, settings)
     write_summary(plan.out_dir, summary)
     pixel = [report.image for report in reports if report.coordinate_space == "pixel"]
@@ -121,9 +134,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {len(pixel)} image(s) have no usable georeferencing; their GeoJSON "
               f"coordinates are pixels (x = column, y = row): {', '.join(pixel[:5])}"
               + (" …" if len(pixel) > 5 else ""), file=sys.stderr)
-    for report in reports:
-        for failure in report.failures:
-            print(f"failed: {report.image}: {failure.describe()}", file=sys.stderr)
+    failures = [(report.image, failure) for report in reports for failure in report.failures]
+    for image, failure in failures[:MAX_LISTED_FAILURES]:
+        print(f"failed: {image}: {failure.describe()}", file=sys.stderr)
+    if len(failures) > MAX_LISTED_FAILURES:
+        print(f"… and {len(failures) - MAX_LISTED_FAILURES} more failure(s)", file=sys.stderr)
     totals = summary["totals"]
     print(f"{totals['images']} image(s): {totals['ok']} ok, {totals['partial']} partial, "
           f"{totals['failed']} failed, {totals['skipped']} skipped; {totals['segments']} "

@@ -28,7 +28,8 @@ def add_trace_parameters(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("tracing parameters (default: scale with |ab|)")
     group.add_argument("--guides", type=int, help="number of guides m (default: |ab|/25)")
     group.add_argument("--points", type=int, help="points per guide d (default: 1 px apart)")
-    group.add_argument("--halfwidth", type=float, help="corridor half-width, px (default: 0.2·|ab|)")
+    group.add_argument("--halfwidth", type=float,
+                       help="corridor half-width, px (default: 0.2·|ab|)")
     group.add_argument("--max-angle", type=float, default=defaults.max_angle,
                        help="largest turn at a guide, degrees in (0, 180] (default: %(default)s)")
     group.add_argument("--sigma", type=float, default=defaults.sigma,

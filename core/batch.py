@@ -9,10 +9,10 @@ segment is clipped to the image (a segment leaving the image ends at its border)
 consecutive vertex pair is traced; consecutive traced segments of one seed form one
 LineString feature.
 
-The work is one task per image (:func:`process_image`), run in this process
-(:func:`run_tasks` with no client) or on a Dask distributed cluster (a
-:class:`distributed.Client`, local from :func:`local_client` or remote). Workers return the
-GeoJSON document; the caller writes it atomically to ``OUT_DIR/<image stem>.geojson``
+The work is one task per image (:func:`process_image`), run in this process, in a pool of
+local processes (:func:`local_executor`) or on a Dask distributed cluster (through its
+client's ``concurrent.futures`` executor): :func:`run_tasks`. Workers return the GeoJSON
+document; the caller writes it atomically to ``OUT_DIR/<image stem>.geojson``
 (``<image name>.geojson`` when two images share a stem), then ``summary.json`` and
 ``summary.csv``. Images whose output exists are skipped unless ``overwrite``.
 
@@ -29,6 +29,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, as_completed
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -118,13 +119,18 @@ class ImageReport:
 
 @dataclass(frozen=True)
 class ImageTask:
-    """One unit of work: trace the seeds that concern one image (picklable)."""
+    """One unit of work: trace the seeds that concern one image (picklable).
+
+    ``threads`` caps numba's threads while tracing it (None: numba's default, every core);
+    parallel workers use ``cores // workers`` so that they do not oversubscribe the CPU.
+    """
 
     image: str
     seeds: tuple[Seed, ...]
     params: TraceParams
     crs: str = "wgs84"
     image_crs: str | None = None
+    threads: int | None = None
 
 
 @dataclass
@@ -307,15 +313,20 @@ def seeds_in_image(seeds, image_name: str, raster: Raster) -> list[tuple[Seed, n
     list of (Seed, ndarray of shape (K, 2) pixel vertices)
     """
     georef = raster.georef
-    lines = []
-    for seed in seeds:
-        if seed.image is not None:
-            if seed.image == image_name:
-                lines.append((seed, seed.vertices))
-        elif georef is not None and georef.crs is not None:
-            pixels = georef.lonlat_to_pixel(seed.vertices)
-            lines += [(seed, piece) for piece in lines_in_image(pixels, raster.width,
-                                                                raster.height)]
+    lines = [(seed, seed.vertices) for seed in seeds if seed.image == image_name]
+    lonlat = [seed for seed in seeds if seed.image is None]
+    if not lonlat or georef is None or georef.crs is None:
+        return lines
+    # One projection call for every vertex of every lon/lat seed, then split per seed.
+    pixels = georef.lonlat_to_pixel(np.vstack([seed.vertices for seed in lonlat]))
+    ends = np.cumsum([len(seed.vertices) for seed in lonlat])
+    upper = (raster.width - 1, raster.height - 1)
+    for seed, vertices in zip(lonlat, np.split(pixels, ends[:-1]), strict=True):
+        finite = vertices[np.all(np.isfinite(vertices), axis=1)]
+        if not finite.size or np.any(finite.max(0) < 0) or np.any(finite.min(0) > upper):
+            continue  # the seed's bounding box misses the image
+        lines += [(seed, piece) for piece in lines_in_image(vertices, raster.width,
+                                                            raster.height)]
     return lines
 
 
@@ -372,6 +383,10 @@ def process_image(task: ImageTask,
     start = time.perf_counter()
     name = os.path.basename(task.image)
     report = ImageReport(name)
+    if task.threads is not None:
+        import numba
+
+        numba.set_num_threads(max(1, min(task.threads, numba.config.NUMBA_NUM_THREADS)))
     try:
         with load_image(task.image, crs=task.image_crs) as raster:
             backend = backend_factory()
@@ -484,48 +499,51 @@ def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
 
 
 # ------------------------------------------------------------------------------- execution
-def local_client(workers: int, gpu: bool = False):
-    """A Dask client on a new local cluster of ``workers`` single-threaded processes.
+def _take_device(devices) -> None:
+    """Process-pool initializer: this worker sees only the next GPU of the queue."""
+    os.environ["CUDA_VISIBLE_DEVICES"] = str(devices.get())
 
-    With ``gpu``, worker *i* sees only GPU *i* (``CUDA_VISIBLE_DEVICES=i``): one process per
-    GPU. Otherwise each worker's numba uses ``cpu_count // workers`` threads, so the
-    workers do not oversubscribe the cores. Close the client and its cluster when done.
+
+def local_executor(workers: int, gpu: bool = False) -> Executor:
+    """A pool of ``workers`` local processes (spawned: no state shared with this one).
+
+    With ``gpu``, worker *i* sees only GPU *i* (``CUDA_VISIBLE_DEVICES=i``, set before the
+    worker imports anything CUDA): one process per GPU. Shut it down when done.
     """
-    import logging
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
 
-    from distributed import Client, Nanny, Scheduler, SpecCluster
-
-    threads = max(1, (os.cpu_count() or 1) // workers)
-    specs = {}
-    for i in range(workers):
-        env = {"CUDA_VISIBLE_DEVICES": str(i)} if gpu else {"NUMBA_NUM_THREADS": str(threads)}
-        specs[i] = {"cls": Nanny, "options": {"nthreads": 1, "env": env,
-                                              "silence_logs": logging.WARNING}}
-    cluster = SpecCluster(workers=specs, silence_logs=logging.WARNING,
-                          scheduler={"cls": Scheduler, "options": {"dashboard": False,
-                                                                "dashboard_address": ":0"}})
-    return Client(cluster, set_as_default=False)
+    context = multiprocessing.get_context("spawn")
+    if not gpu:
+        return ProcessPoolExecutor(workers, mp_context=context)
+    devices = context.Queue()
+    for device in range(workers):
+        devices.put(device)
+    return ProcessPoolExecutor(workers, mp_context=context, initializer=_take_device,
+                               initargs=(devices,))
 
 
 def run_tasks(tasks: list[ImageTask], backend_factory: Callable[[], TracerBackend],
-              client=None) -> Iterator[tuple[ImageReport, dict | None]]:
+              executor: Executor | None = None) -> Iterator[tuple[ImageReport, dict | None]]:
     """Run :func:`process_image` on every task; yield results as they complete.
 
     Parameters
     ----------
     tasks : list of ImageTask
     backend_factory : callable
-        Picklable when ``client`` is given (it runs in the workers).
-    client : distributed.Client, optional
-        Run on its cluster; None runs the tasks one after the other in this process.
+        Picklable when ``executor`` is given (it runs in the workers).
+    executor : concurrent.futures.Executor, optional
+        Where to run the tasks: a :func:`local_executor`, or a Dask cluster's
+        ``distributed.Client(...).get_executor(pure=False)``. None runs them one after
+        the other in this process.
 
     Yields
     ------
     (ImageReport, dict or None)
-        As they complete (in task order without a client). A task that raised unexpectedly
-        (or whose worker died) gives a ``"failed"`` report.
+        As they complete (in task order without an executor). A task that raised
+        unexpectedly (or whose worker died) gives a ``"failed"`` report.
     """
-    if client is None:
+    if executor is None:
         for task in tasks:
             try:
                 outcome = process_image(task, backend_factory)
@@ -533,17 +551,13 @@ def run_tasks(tasks: list[ImageTask], backend_factory: Callable[[], TracerBacken
                 outcome = _crashed(task, exc)
             yield outcome
         return
-    from distributed import as_completed
-
-    futures = {client.submit(process_image, task, backend_factory, pure=False): task
-               for task in tasks}
-    for future in as_completed(futures, loop=client.loop):
+    futures = {executor.submit(process_image, task, backend_factory): task for task in tasks}
+    for future in as_completed(futures):
         task = futures.pop(future)
         try:
             outcome = future.result()
         except Exception as exc:  # a bug or a dead worker: record it, keep going
             outcome = _crashed(task, exc)
-        future.release()
         yield outcome
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
+import time
 
 import numpy as np
 import pyproj
@@ -20,6 +22,7 @@ from core.batch import (
     ImageTask,
     clip_segment,
     lines_in_image,
+    local_executor,
     output_names,
     plan_batch,
     process_image,
@@ -194,7 +197,7 @@ def test_dask_in_process_cluster_matches_serial(tmp_path, dask_cluster):
               run_tasks(plan.tasks, factory)}
     with Client(dask_cluster, set_as_default=False) as client:
         parallel = {report.image: (report, document) for report, document in
-                    run_tasks(plan.tasks, factory, client)}
+                    run_tasks(plan.tasks, factory, client.get_executor(pure=False))}
     assert serial.keys() == parallel.keys() == {"corrupt.png", "geo.tif", "plain.png",
                                                 "world.png"}
     for image, (report, document) in serial.items():
@@ -210,9 +213,8 @@ def test_unexpected_errors_are_recorded(tmp_path, dask_cluster):
     images, seeds = make_folder(tmp_path)
     plan = plan_batch(images, seeds, tmp_path / "out")
     with Client(dask_cluster, set_as_default=False) as client:
-        for client_or_none in (None, client):
-            reports = [report for report, _ in run_tasks(plan.tasks, broken_backend,
-                                                         client_or_none)]
+        for executor in (None, client.get_executor(pure=False)):
+            reports = [report for report, _ in run_tasks(plan.tasks, broken_backend, executor)]
             assert {report.status for report in reports} == {"failed"}
             assert "RuntimeError: backend exploded" in reports[0].failures[0].reason
 
@@ -229,7 +231,7 @@ def test_cli_on_a_scheduler_address(tmp_path, capsys, dask_cluster):
 
 @pytest.mark.slow
 def test_cli_local_worker_processes(tmp_path, capsys):
-    """The default: a local Dask cluster of worker processes."""
+    """The default: a pool of local worker processes."""
     images, seeds = make_folder(tmp_path, corrupt=True)
     out = tmp_path / "out"
     code, _ = batch(capsys, images, seeds, out, "--workers", "2")
@@ -352,3 +354,16 @@ def test_failure_description():
 
 def test_worker_backend_is_made_once_per_process():
     assert worker_backend("cpu") is worker_backend("cpu")
+
+
+def visible_device(_) -> tuple[int, str]:
+    time.sleep(0.2)
+    return os.getpid(), os.environ["CUDA_VISIBLE_DEVICES"]
+
+
+@pytest.mark.slow
+def test_local_gpu_workers_see_one_device_each():
+    with local_executor(2, gpu=True) as executor:
+        seen = dict(executor.map(visible_device, range(4)))
+    assert sorted(seen.values()) == sorted(set(seen.values()))
+    assert set(seen.values()) <= {"0", "1"}
