@@ -1,9 +1,10 @@
 """``python main.py batch IMAGES_DIR --seeds SEEDS.geojson -o OUT_DIR``: trace a whole folder.
 
-Images run in parallel: in ``--workers`` local processes (default: one per core, each
-tracing with ``cores // workers`` numba threads; ``--workers 1`` runs in this process with
-numba's default threads), or on an existing Dask cluster given by
-``--scheduler tcp://HOST:8786``. Exit code 0 when everything traced, 1 when an image, a
+Images run in parallel: in ``--workers`` local processes (default: one per core;
+``--workers 1`` runs in this process), each tracing with one numba thread (parallel images
+scale better than parallel loops inside one trace, and do not collapse when other programs
+share the cores), or on an existing Dask cluster given by ``--scheduler tcp://HOST:8786``
+(start its workers with ``--nthreads 1``). Exit code 0 when everything traced, 1 when an image, a
 seed or a segment failed (see ``OUT_DIR/summary.csv``), 2 for a usage error.
 
 GPU workers: one process per GPU. Locally, ``--backend gpu --workers N`` starts N worker
@@ -67,7 +68,11 @@ def worker_backend(name: str) -> TracerBackend:
 
 
 def open_executor(args: argparse.Namespace, tasks: int, gpu: bool):
-    """Where to run ``tasks`` images: ``(executor or None, numba threads per task, closer)``."""
+    """Where to run ``tasks`` images: ``(executor or None, numba threads per task, closer)``.
+
+    Local work traces with one numba thread per process; Dask workers keep their own
+    setting.
+    """
     if tasks and args.scheduler:
         from distributed import Client
 
@@ -81,10 +86,9 @@ def open_executor(args: argparse.Namespace, tasks: int, gpu: bool):
     if tasks > 1 and args.workers > 1:
         from core.batch import local_executor
 
-        workers = min(args.workers, tasks)
-        executor = local_executor(workers, gpu=gpu)
-        return executor, max(1, (os.cpu_count() or 1) // workers), executor.shutdown
-    return None, None, lambda: None
+        executor = local_executor(min(args.workers, tasks), gpu=gpu)
+        return executor, 1, executor.shutdown
+    return None, 1, lambda: None
 
 
 def run(args: argparse.Namespace) -> int:

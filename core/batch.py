@@ -121,8 +121,8 @@ class ImageReport:
 class ImageTask:
     """One unit of work: trace the seeds that concern one image (picklable).
 
-    ``threads`` caps numba's threads while tracing it (None: numba's default, every core);
-    parallel workers use ``cores // workers`` so that they do not oversubscribe the CPU.
+    ``threads`` sets numba's threads while tracing it (None: leave the process's setting);
+    parallel workers use 1 so that they do not oversubscribe the CPU.
     """
 
     image: str
