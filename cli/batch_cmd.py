@@ -86,7 +86,8 @@ def open_executor(args: argparse.Namespace, tasks: int, gpu: bool):
         from core.batch import local_executor
 
         executor = local_executor(min(args.workers, tasks), gpu=gpu)
-        return executor, executor.shutdown
+        # On an interrupt, images not started yet are dropped, not run to the end.
+        return executor, functools.partial(executor.shutdown, cancel_futures=True)
     return None, lambda: None
 
 

@@ -33,6 +33,7 @@ from concurrent.futures import Executor, as_completed
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+import numba
 import numpy as np
 
 from core.backend import TracerBackend
@@ -44,6 +45,7 @@ from core.geojson import (
     line_feature,
     write_geojson,
 )
+from core.georef import parse_crs
 from core.output import write_text_atomic
 from core.raster import Raster, load_image
 from core.tracer import TraceParams, TraceResult, trace
@@ -384,8 +386,6 @@ def process_image(task: ImageTask,
     name = os.path.basename(task.image)
     report = ImageReport(name)
     if task.threads is not None:
-        import numba
-
         numba.set_num_threads(max(1, min(task.threads, numba.config.NUMBA_NUM_THREADS)))
     try:
         with load_image(task.image, crs=task.image_crs) as raster:
@@ -464,8 +464,6 @@ def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
     params = params or TraceParams()
     check_crs(crs)
     if image_crs is not None:
-        from core.georef import parse_crs
-
         parse_crs(image_crs)
     if not images_dir.is_dir():
         raise BadParameter(f"images folder {images_dir} does not exist or is not a folder")

@@ -374,3 +374,14 @@ def test_lonlat_seed_crossing_no_image_is_a_failure(tmp_path, capsys):
         {"reason": "crosses no georeferenced image of the folder", "seed": "far",
          "segment": None}]
     assert rows[-1]["image"] == "(seeds)"
+
+
+def test_source_crs_outputs(tmp_path, capsys):
+    images, seeds = make_folder(tmp_path)
+    code, _ = batch(capsys, images, seeds, tmp_path / "out", "--workers", "1", "--crs", "source")
+    assert code == 0
+    geo = json.loads((tmp_path / "out" / "geo.geojson").read_text())
+    assert geo["crs"]["properties"]["name"] == "urn:ogc:def:crs:EPSG::32654"
+    x, y = geo["features"][0]["geometry"]["coordinates"][0]
+    assert 500000 < x < 500115
+    assert 3899885 < y < 3900000
