@@ -17,6 +17,9 @@ the upper-left pixel, (0, 0), lands half a pixel inside the image's corner. Worl
 store the centre of the upper-left pixel (lines 5–6); they are turned into the corner-based
 transform when read. GDAL already shifts ``AREA_OR_POINT=Point`` GeoTIFFs to the corner
 convention, so every :class:`Georef` here is corner-based.
+
+pyproj and affine (the ``geo`` extra, with rasterio) are imported only when an image has
+georeferencing: images without it load and trace without them.
 """
 
 from __future__ import annotations
@@ -25,19 +28,34 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyproj
-from affine import Affine
 
 from core.errors import BadParameter, ImageReadError
 
-#: The CRS of RFC 7946 GeoJSON: WGS84 longitude, latitude (in that axis order).
-WGS84 = pyproj.CRS.from_epsg(4326)
+if TYPE_CHECKING:
+    import pyproj
+    from affine import Affine
 
 
 class GeorefError(ImageReadError):
-    """A world file or ``.prj`` beside an image cannot be read."""
+    """A world file or ``.prj`` beside an image cannot be read (or used)."""
+
+
+def _pyproj():
+    try:
+        import pyproj
+    except ImportError:
+        raise GeorefError("georeferenced images need pyproj and rasterio: "
+                          'pip install -e ".[geo]"') from None
+    return pyproj
+
+
+@lru_cache(maxsize=1)
+def wgs84() -> pyproj.CRS:
+    """The CRS of RFC 7946 GeoJSON: WGS84 longitude, latitude (in that axis order)."""
+    return _pyproj().CRS.from_epsg(4326)
 
 
 @dataclass(frozen=True)
@@ -117,7 +135,7 @@ class Georef:
         -------
         ndarray of shape (N, 2), float64
         """
-        return transform_points(self.pixel_to_map(points), self._require_crs(), WGS84)
+        return transform_points(self.pixel_to_map(points), self._require_crs(), wgs84())
 
     def lonlat_to_pixel(self, points) -> np.ndarray:
         """Pixel (x, y) of WGS84 (longitude, latitude) points.
@@ -131,7 +149,7 @@ class Georef:
         ndarray of shape (N, 2), float64
             Non-finite where a point cannot be projected into :attr:`crs`.
         """
-        return self.map_to_pixel(transform_points(points, WGS84, self._require_crs()))
+        return self.map_to_pixel(transform_points(points, wgs84(), self._require_crs()))
 
     def _require_crs(self) -> pyproj.CRS:
         if self.crs is None:
@@ -152,7 +170,7 @@ def as_points(points) -> np.ndarray:
 
 @lru_cache(maxsize=64)
 def _transformer(source_wkt: str, target_wkt: str) -> pyproj.Transformer:
-    return pyproj.Transformer.from_crs(source_wkt, target_wkt, always_xy=True)
+    return _pyproj().Transformer.from_crs(source_wkt, target_wkt, always_xy=True)
 
 
 def transform_points(points, source: pyproj.CRS, target: pyproj.CRS) -> np.ndarray:
@@ -183,6 +201,7 @@ def parse_crs(text: str) -> pyproj.CRS:
     BadParameter
         Naming the text when PROJ does not understand it.
     """
+    pyproj = _pyproj()
     try:
         return pyproj.CRS.from_user_input(text)
     except pyproj.exceptions.CRSError as exc:
@@ -230,6 +249,9 @@ def read_world_file(path: str | os.PathLike) -> Affine:
     values = np.array([a, d, b, e, c, f])
     if not np.all(np.isfinite(values)) or a * e - b * d == 0:
         raise GeorefError(f"world file {path}: degenerate transform {values.tolist()}")
+    _pyproj()  # a world file is of no use without pyproj: say so now
+    from affine import Affine
+
     return Affine(a, b, c - a / 2 - b / 2, d, e, f - d / 2 - e / 2)
 
 
@@ -245,6 +267,7 @@ def read_prj(path: str | os.PathLike) -> pyproj.CRS:
         text = Path(path).read_text(encoding="utf-8", errors="replace").strip()
     except OSError as exc:
         raise GeorefError(f"cannot read {path}: {exc.strerror or exc}") from None
+    pyproj = _pyproj()
     try:
         return pyproj.CRS.from_user_input(text)
     except pyproj.exceptions.CRSError as exc:
@@ -257,7 +280,7 @@ def sidecar_crs(image: str | os.PathLike, crs: str | pyproj.CRS | None) -> pypro
     for prj in (image.with_suffix(".prj"), image.with_suffix(".PRJ")):
         if prj.is_file():
             return read_prj(prj)
-    if crs is None or isinstance(crs, pyproj.CRS):
+    if crs is None or not isinstance(crs, str):
         return crs
     return parse_crs(crs)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 import time
 import warnings
 
@@ -22,7 +24,7 @@ from core.errors import BadParameter, ImageReadError
 from core.georef import GeorefError, read_georef, read_world_file, world_file_candidates
 from core.raster import FULL_READ_LIMIT, Raster, WindowedRaster, load_image
 from core.tracer import trace
-from tests.conftest import SAMPLE_IMAGE
+from tests.conftest import ROOT, SAMPLE_IMAGE
 
 #: The sample image placed in UTM zone 54N at 0.2 m/px (upper-left corner 500000 E, 3900000 N).
 UTM54 = "EPSG:32654"
@@ -293,3 +295,13 @@ def test_big_geotiff_traces_as_fast_as_a_small_image(tmp_path, monkeypatch):
     np.testing.assert_allclose(result.polyline - offset, expected.polyline, atol=1e-9)
     print(f"fastest trace: 572² PNG {small_ms:.1f} ms, 20000² GeoTIFF {big_ms:.1f} ms")
     assert big_ms < 2 * small_ms + 20, (big_ms, small_ms)
+
+
+def test_plain_images_need_no_geo_packages():
+    """Tracing a PNG without world file imports neither pyproj, affine nor rasterio."""
+    code = ("import sys; from core.raster import load_image; import core.geojson, core.batch; "
+            f"load_image({str(SAMPLE_IMAGE)!r}); "
+            "print(sorted({'pyproj', 'affine', 'rasterio'} & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"
