@@ -69,8 +69,8 @@ class RasterItem(QGraphicsItem):
     def __init__(self, levels: list[DisplayLevel]) -> None:
         super().__init__()
         self.levels = levels
-        full = levels[0].image
-        self._bounds = QRectF(-0.5, -0.5, full.width(), full.height())
+        full, factor = levels[0].image, levels[0].factor
+        self._bounds = QRectF(-0.5, -0.5, full.width() * factor, full.height() * factor)
         self.setFlag(QGraphicsItem.GraphicsItemFlag.ItemUsesExtendedStyleOption)
         self.setZValue(-1)
 

@@ -53,8 +53,12 @@ def _rgb32(pixels: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
         0xFF000000)
 
 
-def display_pyramid(pixels: np.ndarray) -> list[DisplayLevel]:
-    """Stretched levels of grey or RGB float pixels: full size first, each half the previous."""
+def display_pyramid(pixels: np.ndarray, base_factor: int = 1) -> list[DisplayLevel]:
+    """Stretched levels of grey or RGB float pixels: full size first, each half the previous.
+
+    ``pixels`` may be an overview of the image decimated by ``base_factor`` (huge rasters);
+    the levels' factors are then relative to the full image.
+    """
     rows, cols, _ = pixels.shape
     factors = [1]
     while max(rows, cols) > SMALLEST_LEVEL * factors[-1]:
@@ -68,5 +72,6 @@ def display_pyramid(pixels: np.ndarray) -> list[DisplayLevel]:
             level_rows = packed[::factor, ::factor]
             array[row0 // factor:row0 // factor + len(level_rows)] = level_rows
     return [DisplayLevel(array, QImage(array.data, array.shape[1], array.shape[0],
-                                       array.strides[0], QImage.Format.Format_RGB32), factor)
+                                       array.strides[0], QImage.Format.Format_RGB32),
+                         factor * base_factor)
             for factor, array in zip(factors, arrays, strict=True)]

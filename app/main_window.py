@@ -28,7 +28,7 @@ from app.session import read_session, write_session
 from app.tracing import TraceOutcome, TracingController, error_text
 from core.errors import TraceError
 from core.geojson import feature_collection, line_feature, write_geojson
-from core.raster import Raster, load_image
+from core.raster import FULL_READ_LIMIT, Raster, load_image
 
 SAMPLE_IMAGE = Path(__file__).resolve().parent.parent / "resources" / "sample" / "gsi_108.png"
 IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.tif *.tiff);;All files (*)"
@@ -43,10 +43,17 @@ def autosave_path(folder: str, image_path: str) -> str:
     return os.path.join(folder, f"{Path(image_path).stem}-{digest}.roadtracer.json")
 
 
+#: Longest side of the display image of a raster too large to read whole.
+OVERVIEW_SIZE = 8192
+
+
 def load_for_display(path: str) -> tuple[Raster, list]:
     """Worker side of opening an image: the raster and its stretched display pyramid."""
     raster = load_image(path)
-    return raster, display_pyramid(raster.pixels)
+    if raster.height * raster.width <= FULL_READ_LIMIT:
+        return raster, display_pyramid(raster.pixels)
+    step = math.ceil(max(raster.height, raster.width) / OVERVIEW_SIZE)
+    return raster, display_pyramid(raster.overview(OVERVIEW_SIZE), step)
 
 
 class MainWindow(QMainWindow):

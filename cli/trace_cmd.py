@@ -40,6 +40,18 @@ def add_trace_parameters(parser: argparse.ArgumentParser) -> None:
                        help="compute backend (default: %(default)s: GPU if available)")
 
 
+def add_crs_arguments(parser: argparse.ArgumentParser) -> None:
+    """GeoJSON coordinate options shared by ``trace`` and ``batch``."""
+    from core.geojson import CRS_CHOICES
+
+    parser.add_argument("--crs", default="wgs84", choices=CRS_CHOICES,
+                        help="GeoJSON coordinates of georeferenced images: wgs84 lon/lat "
+                             "(RFC 7946) or the image's source CRS (default: %(default)s)")
+    parser.add_argument("--image-crs", metavar="CRS",
+                        help="CRS of images whose georeferencing names none (world file "
+                             "without .prj), e.g. EPSG:32654")
+
+
 def params_from_args(args: argparse.Namespace) -> TraceParams:
     return TraceParams(guides=args.guides, points=args.points, halfwidth=args.halfwidth,
                        max_angle=args.max_angle, sigma=args.sigma, score=args.score)
@@ -52,6 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_trace_parameters(parser)
     parser.add_argument("--format", default="json", choices=("json", "geojson"),
                         help="output format (default: %(default)s)")
+    add_crs_arguments(parser)
     parser.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
 
 
@@ -83,13 +96,16 @@ def run(args: argparse.Namespace) -> int:
     backend, note = choose_backend(args.backend)
     if args.backend == "auto" and backend.name != "gpu":
         print(f"note: using {note}", file=sys.stderr)
-    raster = load_image(args.image)
+    raster = load_image(args.image, crs=args.image_crs)
     result = trace(raster, args.a, args.b, params, backend)
     result.timings_ms["load"] = 1e3 * (time.perf_counter() - start) - result.timings_ms["total"]
     if args.format == "geojson":
-        from core.geojson import feature_collection, trace_feature
+        from core.geojson import feature_collection, pixel_space_note, trace_feature
 
-        document = feature_collection([trace_feature(result, raster)], raster)
+        document = feature_collection([trace_feature(result, raster, crs=args.crs)], raster,
+                                      args.crs)
+        if document["coordinate_space"] == "pixel":
+            print(f"note: {args.image}: GeoJSON {pixel_space_note(raster)}", file=sys.stderr)
     else:
         document = result_record(result, args.image, note)
     text = json.dumps(document, indent=None if args.format == "geojson" else 1)

@@ -1,8 +1,23 @@
 """GeoJSON documents of traced lines (plain dicts).
 
-Images without georeferencing give pixel coordinates, marked as such with the
-``"coordinate_space": "pixel"`` member and a note; georeferenced output is added by the
-georeferencing layer (``crs`` argument).
+Coordinates, chosen by the ``crs`` argument and the raster's georeferencing
+(:mod:`core.georef`):
+
+* ``crs="wgs84"`` (default) on a georeferenced image: RFC 7946 longitude/latitude in
+  degrees;
+* ``crs="source"`` on a georeferenced image: the image's own map coordinates, and the
+  collection names the CRS in the non-standard but widely read ``"crs"`` member (GeoJSON
+  2008 style, read by GDAL/QGIS);
+* an image without georeferencing (or whose world file names no CRS): pixel (x, y) =
+  (column, row) with integer values at pixel centres, marked by
+  ``"coordinate_space": "pixel"`` and a ``"coordinate_note"`` in the collection.
+
+Every feature also carries its pixel coordinates in ``properties["pixels"]``.
+
+Precision: map coordinates are rounded to the fewest decimals that keep every point within
+1/100 px of where it was (:func:`coordinate_decimals`), and never fewer than
+:data:`LONLAT_DECIMALS` for degrees (1e-7° ≈ 1 cm) or :data:`MAP_DECIMALS` otherwise: 8
+decimals of degrees for 20 cm pixels, 3 of metres.
 """
 
 from __future__ import annotations
@@ -12,27 +27,133 @@ import os
 
 import numpy as np
 
+from core.errors import BadParameter
+from core.georef import GeorefError
 from core.output import write_text_atomic
 from core.raster import Raster
 
+#: Values of the ``crs`` argument (and of the CLI's ``--crs``).
+CRS_CHOICES = ("wgs84", "source")
+#: Fewest decimals of degrees (1e-7° ≈ 1.1 cm).
+LONLAT_DECIMALS = 7
+#: Fewest decimals of projected map coordinates (millimetres for metre units).
+MAP_DECIMALS = 3
+#: Decimals of pixel coordinates.
+PIXEL_DECIMALS = 3
+
 PIXEL_SPACE_NOTE = ("coordinates are image pixels (x = column, y = row, integer values at "
                     "pixel centres), not longitude/latitude: the image has no georeferencing")
+NO_CRS_NOTE = ("coordinates are image pixels (x = column, y = row, integer values at pixel "
+               "centres), not longitude/latitude: the image's georeferencing ({source}) names "
+               "no CRS; add a .prj beside the image or give its CRS as an option")
+
+
+def check_crs(crs: str) -> str:
+    """Return ``crs`` if it is one of :data:`CRS_CHOICES`, else raise :class:`BadParameter`."""
+    if crs not in CRS_CHOICES:
+        raise BadParameter(f"unknown output crs {crs!r}; choose from {', '.join(CRS_CHOICES)}")
+    return crs
+
+
+def coordinate_space(raster: Raster, crs: str = "wgs84") -> str:
+    """``"lonlat"``, ``"source"`` or ``"pixel"``: the coordinates a document will have."""
+    check_crs(crs)
+    if raster.georef is None or raster.georef.crs is None:
+        return "pixel"
+    return "lonlat" if crs == "wgs84" else "source"
+
+
+def pixel_space_note(raster: Raster) -> str | None:
+    """Why coordinates of ``raster`` stay in pixel space; None when they need not."""
+    if raster.georef is None:
+        return PIXEL_SPACE_NOTE
+    if raster.georef.crs is None:
+        return NO_CRS_NOTE.format(source=raster.georef.source)
+    return None
+
+
+def coordinate_decimals(raster: Raster, space: str) -> int:
+    """Decimals that keep rounded coordinates within 1/100 px of the exact ones.
+
+    Parameters
+    ----------
+    raster : Raster
+        A georeferenced raster (with a CRS).
+    space : {"lonlat", "source"}
+
+    Returns
+    -------
+    int
+        At least :data:`LONLAT_DECIMALS` for degrees, :data:`MAP_DECIMALS` otherwise.
+    """
+    georef = raster.georef
+    centre = np.array([raster.width / 2, raster.height / 2])
+    probe = np.vstack([centre, centre + (1, 0), centre + (0, 1)])
+    out = georef.pixel_to_lonlat(probe) if space == "lonlat" else georef.pixel_to_map(probe)
+    degrees = space == "lonlat" or georef.crs.is_geographic
+    # How much each output axis moves per pixel step; rounding to 10^-d moves a point by
+    # at most 0.5·10^-d per axis, i.e. 0.5·10^-d / per_px pixels: 10^-d <= 0.01·per_px.
+    per_px = np.abs(out[1:] - out[0]).max(axis=0).min()
+    fewest = LONLAT_DECIMALS if degrees else MAP_DECIMALS
+    if not np.isfinite(per_px) or per_px <= 0:
+        return fewest
+    return int(np.clip(np.ceil(-np.log10(0.01 * per_px)), fewest, 12))
+
+
+def coordinates(pixels: np.ndarray, raster: Raster, crs: str = "wgs84") -> list[list[float]]:
+    """Output coordinates of pixel points, rounded (see the module docstring).
+
+    Parameters
+    ----------
+    pixels : array_like of shape (N, 2)
+        Pixel (x, y) = (column, row).
+
+    Returns
+    -------
+    list of N [x, y] lists
+    """
+    points = np.asarray(pixels, dtype=np.float64).reshape(-1, 2)
+    space = coordinate_space(raster, crs)
+    if space == "pixel":
+        return np.round(points, PIXEL_DECIMALS).tolist()
+    georef = raster.georef
+    out = georef.pixel_to_lonlat(points) if space == "lonlat" else georef.pixel_to_map(points)
+    decimals = coordinate_decimals(raster, space)
+    if not np.all(np.isfinite(out)):
+        raise GeorefError(f"{raster.path}: pixel points {points[~np.isfinite(out).all(1)][:3]} "
+                          f"cannot be projected from {georef.crs_name}")
+    return np.round(out, decimals).tolist()
 
 
 def line_feature(pixels: np.ndarray, raster: Raster, properties: dict | None = None,
                  crs: str = "wgs84") -> dict:
-    """A LineString Feature for a polyline ``pixels`` of shape (N, 2) in pixel (x, y)."""
+    """A LineString Feature for a polyline.
+
+    Parameters
+    ----------
+    pixels : ndarray of shape (N, 2)
+        The polyline in pixel (x, y), N >= 2.
+    raster : Raster
+        The image it was traced on (its ``path`` and ``georef`` are used).
+    properties : dict, optional
+        Added to the feature's properties (``source_image`` and ``pixels`` are always set).
+    crs : {"wgs84", "source"}
+    """
     props = {"source_image": os.path.basename(raster.path) if raster.path else None,
-             "pixels": [[round(float(x), 3), round(float(y), 3)] for x, y in pixels]}
+             "pixels": np.round(np.asarray(pixels, dtype=np.float64), PIXEL_DECIMALS).tolist()}
     props.update(properties or {})
-    coordinates = [[round(float(x), 3), round(float(y), 3)] for x, y in pixels]
-    return {"type": "Feature", "geometry": {"type": "LineString", "coordinates": coordinates},
+    return {"type": "Feature",
+            "geometry": {"type": "LineString", "coordinates": coordinates(pixels, raster, crs)},
             "properties": props}
 
 
 def trace_feature(result, raster: Raster, properties: dict | None = None,
                   crs: str = "wgs84") -> dict:
-    """A Feature for one :class:`core.tracer.TraceResult` with its score, parameters, anchors."""
+    """A Feature for one :class:`core.tracer.TraceResult` with its score, parameters, anchors.
+
+    Properties: ``score``, ``link_scores`` (m+1 values), ``anchors_px`` ([a, b] in pixels),
+    ``params`` (resolved), ``backend``, plus ``source_image`` and ``pixels``.
+    """
     props = {
         "score": round(float(result.score), 6),
         "link_scores": [round(float(v), 6) for v in result.link_scores],
@@ -45,11 +166,31 @@ def trace_feature(result, raster: Raster, properties: dict | None = None,
 
 
 def feature_collection(features: list[dict], raster: Raster, crs: str = "wgs84") -> dict:
-    """A FeatureCollection; in pixel space it says so."""
-    return {"type": "FeatureCollection", "coordinate_space": "pixel",
-            "coordinate_note": PIXEL_SPACE_NOTE, "features": features}
+    """A FeatureCollection that says which coordinates it holds.
+
+    ``"coordinate_space"`` is ``"lonlat"`` (RFC 7946), ``"source"`` (with a ``"crs"``
+    member naming the CRS) or ``"pixel"`` (with a ``"coordinate_note"``).
+    """
+    space = coordinate_space(raster, crs)
+    document = {"type": "FeatureCollection", "coordinate_space": space}
+    if space == "pixel":
+        document["coordinate_note"] = pixel_space_note(raster)
+    else:
+        document["source_crs"] = raster.georef.crs_name
+    if space == "source":
+        code = raster.georef.crs.to_epsg()
+        name = f"urn:ogc:def:crs:EPSG::{code}" if code is not None else raster.georef.crs_name
+        document["crs"] = {"type": "name", "properties": {"name": name}}
+    document["features"] = features
+    return document
 
 
 def write_geojson(path: str | os.PathLike, document: dict) -> None:
-    """Write a GeoJSON document atomically."""
-    write_text_atomic(path, json.dumps(document) + "\n")
+    """Write a GeoJSON document atomically.
+
+    Raises
+    ------
+    OutputWriteError
+        Naming the file when it cannot be written.
+    """
+    write_text_atomic(path, json.dumps(document, allow_nan=False) + "\n")

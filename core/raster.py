@@ -1,21 +1,38 @@
 """Loading images and reading pixel windows from them.
 
 A :class:`Raster` hands out float32 windows of shape ``(rows, cols, bands)``; tracing reads
-only the corridor around a and b, so a raster backed by a windowed reader (GeoTIFF) needs
-never be loaded whole. Values are scaled by the integer type's range (8-bit /255, 16-bit
-/65535); float images are kept as they are. Alpha channels are dropped. EXIF orientation
-tags are ignored: pixels are used in the order the file stores them.
+only the corridor around a and b. PNG/JPEG images are decoded whole (imageio) into a
+:class:`Raster`; TIFFs and GeoTIFFs open as a :class:`WindowedRaster` (rasterio) that reads
+from disk only the windows asked for, so tracing latency does not grow with the image size.
+Values are scaled by the integer type's range (8-bit /255, 16-bit /65535); float images are
+kept as they are. Alpha channels (the 2nd of 2 or the 4th of 4 bands) are dropped. EXIF
+orientation tags are ignored: pixels are used in the order the file stores them.
+
+Display images: every raster has ``overview(max_size)``, a decimated float32 image whose
+longer side is at most ``max_size`` px (rasterio uses the file's overviews when it has them:
+build them with ``gdaladdo`` for fast display of huge GeoTIFFs). ``pixels`` is the whole
+image; a :class:`WindowedRaster` reads it on first use and refuses above
+:data:`FULL_READ_LIMIT` pixels, where a viewer should show ``overview`` and read windows.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import threading
 import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from core.errors import ImageReadError
+from core.errors import BadParameter, ImageReadError
+from core.georef import Georef, read_georef
+
+#: File suffixes opened through rasterio as windowed rasters (lower case).
+TIFF_SUFFIXES = (".tif", ".tiff", ".gtiff")
+
+#: Largest image (in pixels) a :class:`WindowedRaster` reads whole for ``pixels``.
+FULL_READ_LIMIT = 32 * 2**20
 
 
 def to_float_bands(array: np.ndarray, source: str = "image") -> np.ndarray:
@@ -45,6 +62,18 @@ def to_float_bands(array: np.ndarray, source: str = "image") -> np.ndarray:
     raise ImageReadError(f"{source}: unsupported pixel type {array.dtype}")
 
 
+def overview_shape(height: int, width: int, max_size: int) -> tuple[int, int]:
+    """Rows and columns of an overview whose longer side is at most ``max_size``.
+
+    The image is decimated by the integer ``step = ceil(max(height, width) / max_size)``:
+    the overview has ``ceil(height / step)`` rows and ``ceil(width / step)`` columns.
+    """
+    if not isinstance(max_size, int | np.integer) or max_size < 1:
+        raise BadParameter(f"overview max_size must be a positive integer, got {max_size!r}")
+    step = max(1, math.ceil(max(height, width) / max_size))
+    return math.ceil(height / step), math.ceil(width / step)
+
+
 @dataclass
 class Raster:
     """An image held in memory as float32 ``(rows, cols, bands)``.
@@ -54,13 +83,13 @@ class Raster:
     pixels : ndarray of shape (rows, cols, bands), float32
     path : str or None
         The file it came from, if any.
-    georef : object or None
+    georef : core.georef.Georef or None
         Georeferencing (transform and CRS) when the file carries it; None in pixel space.
     """
 
     pixels: np.ndarray
     path: str | None = None
-    georef: object | None = field(default=None)
+    georef: Georef | None = field(default=None)
 
     @property
     def height(self) -> int:
@@ -84,14 +113,197 @@ class Raster:
         return self.pixels[max(row0, 0):min(row1, self.height),
                            max(col0, 0):min(col1, self.width)]
 
+    def overview(self, max_size: int) -> np.ndarray:
+        """A display image whose longer side is at most ``max_size`` px (nearest neighbour).
 
-def load_image(path: str | os.PathLike) -> Raster:
-    """Read a PNG/JPEG/TIFF (anything imageio reads) into a :class:`Raster`.
+        With ``(rows, cols)`` from :func:`overview_shape` and scales ``sx = width / cols``,
+        ``sy = height / rows``, overview pixel (x, y) shows image pixel
+        ``(floor((x + 0.5)·sx), floor((y + 0.5)·sy))``: overview point (x, y) is image point
+        ``((x + 0.5)·sx - 0.5, (y + 0.5)·sy - 0.5)``.
+
+        Returns
+        -------
+        ndarray of shape (rows, cols, bands), float32
+        """
+        rows, cols = overview_shape(self.height, self.width, max_size)
+        pick_rows = ((np.arange(rows) + 0.5) * (self.height / rows)).astype(np.intp)
+        pick_cols = ((np.arange(cols) + 0.5) * (self.width / cols)).astype(np.intp)
+        return self.pixels[pick_rows[:, None], pick_cols[None, :]]
+
+    def close(self) -> None:
+        """Release the file behind the raster (nothing to do for one held in memory)."""
+
+    def __enter__(self) -> Raster:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+class WindowedRaster(Raster):
+    """A (Geo)TIFF left on disk: :meth:`read_window` reads only the window asked for.
+
+    Holds the rasterio dataset open until :meth:`close` (or the end of a ``with`` block);
+    reads are serialised by a lock, so one raster may serve a tracing thread and a display
+    thread. Tiled GeoTIFFs read fastest; a stripped one reads whole rows of strips.
+
+    Parameters
+    ----------
+    path : path
+        The TIFF file.
+    crs : str or pyproj.CRS, optional
+        CRS to assume when neither the file nor a ``.prj`` beside it names one.
 
     Raises
     ------
     ImageReadError
-        If the file is missing, cannot be decoded, or has an unsupported layout.
+        If rasterio cannot open the file or its band layout or type is unsupported.
+    """
+
+    def __init__(self, path: str | os.PathLike, crs=None):
+        import rasterio
+        from rasterio.errors import NotGeoreferencedWarning, RasterioError
+
+        path = os.fspath(path)
+        try:
+            # Sidecar world files and .prj are read by core.georef, the same way for every
+            # format: GDAL is told to use only what the file itself (and .aux.xml) says.
+            with rasterio.Env(GDAL_GEOREF_SOURCES="PAM,INTERNAL"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", NotGeoreferencedWarning)
+                dataset = rasterio.open(path)
+        except RasterioError as exc:
+            raise ImageReadError(f"cannot read image {path}: {exc}") from None
+        try:
+            count, dtype = dataset.count, np.dtype(dataset.dtypes[0])
+            if count not in (1, 2, 3, 4):
+                raise ImageReadError(f"{path}: {count} bands not supported; expected grey, "
+                                     "grey+alpha, RGB or RGBA")
+            if not (np.issubdtype(dtype, np.integer) or np.issubdtype(dtype, np.floating)):
+                raise ImageReadError(f"{path}: unsupported pixel type {dtype}")
+            if dataset.width < 2 or dataset.height < 2:
+                raise ImageReadError(f"{path}: image of {dataset.width}×{dataset.height} px "
+                                     "is too small")
+            file_crs = None
+            if dataset.crs is not None:
+                import pyproj
+
+                file_crs = pyproj.CRS.from_wkt(dataset.crs.to_wkt())
+            georef = read_georef(path, crs, transform=dataset.transform, file_crs=file_crs)
+        except BaseException:
+            dataset.close()
+            raise
+        self.path = path
+        self.georef = georef
+        self._dataset = dataset
+        self._lock = threading.Lock()
+        self._pixels: np.ndarray | None = None
+        # Alpha (the last of 2 or 4 bands) is never read: to_float_bands sees 1 or 3 bands.
+        self._indexes = list(range(1, count)) if count in (2, 4) else list(range(1, count + 1))
+
+    def __repr__(self) -> str:
+        return (f"WindowedRaster({self.path!r}, {self.width}×{self.height} px, "
+                f"{self.bands} bands, georef={self.georef!r})")
+
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+    @property
+    def height(self) -> int:
+        return int(self._dataset.height)
+
+    @property
+    def width(self) -> int:
+        return int(self._dataset.width)
+
+    @property
+    def bands(self) -> int:
+        return len(self._indexes)
+
+    @property
+    def pixels(self) -> np.ndarray:
+        """The whole image, read on first use; ndarray of shape (rows, cols, bands), float32.
+
+        Raises
+        ------
+        ImageReadError
+            Above :data:`FULL_READ_LIMIT` pixels: use :meth:`overview` and :meth:`read_window`.
+        """
+        if self._pixels is None:
+            if self.height * self.width > FULL_READ_LIMIT:
+                raise ImageReadError(
+                    f"{self.path}: {self.width}×{self.height} px is too large to read whole "
+                    f"(limit {FULL_READ_LIMIT} px); use overview() and read_window()")
+            self._pixels = np.ascontiguousarray(self._read(None, None))
+        return self._pixels
+
+    def read_window(self, row0: int, row1: int, col0: int, col1: int) -> np.ndarray:
+        """Pixels of rows ``row0:row1`` and columns ``col0:col1`` (clipped), read from disk.
+
+        Returns
+        -------
+        ndarray of shape (row1 - row0, col1 - col0, bands), float32
+        """
+        if self._pixels is not None:
+            return super().read_window(row0, row1, col0, col1)
+        from rasterio.windows import Window
+
+        row0, row1 = max(row0, 0), min(row1, self.height)
+        col0, col1 = max(col0, 0), min(col1, self.width)
+        if row1 <= row0 or col1 <= col0:
+            return np.zeros((max(row1 - row0, 0), max(col1 - col0, 0), self.bands), np.float32)
+        return self._read(Window(col0, row0, col1 - col0, row1 - row0), None)
+
+    def overview(self, max_size: int) -> np.ndarray:
+        """A display image whose longer side is at most ``max_size`` px.
+
+        Read decimated by rasterio (nearest neighbour; from the file's own overviews when it
+        has them, else sampling the full-resolution pixels as :meth:`Raster.overview` does).
+
+        Returns
+        -------
+        ndarray of shape (rows, cols, bands), float32
+            ``(rows, cols)`` from :func:`overview_shape`.
+        """
+        shape = overview_shape(self.height, self.width, max_size)
+        if shape == (self.height, self.width):
+            return self.read_window(0, self.height, 0, self.width)
+        return self._read(None, shape)
+
+    def _read(self, window, shape: tuple[int, int] | None) -> np.ndarray:
+        from rasterio.errors import RasterioError
+
+        out_shape = None if shape is None else (len(self._indexes), *shape)
+        try:
+            with self._lock:
+                data = self._dataset.read(self._indexes, window=window, out_shape=out_shape)
+        except RasterioError as exc:
+            raise ImageReadError(f"cannot read pixels of {self.path}: {exc}") from None
+        return to_float_bands(np.moveaxis(data, 0, -1), source=self.path)
+
+    def close(self) -> None:
+        """Close the file; later reads fail (``pixels`` already read stay available)."""
+        self._dataset.close()
+
+
+def load_image(path: str | os.PathLike, crs=None) -> Raster:
+    """Open an image: TIFF/GeoTIFF as a :class:`WindowedRaster`, PNG/JPEG/… in memory.
+
+    Georeferencing (see :mod:`core.georef`) comes from the GeoTIFF itself or a world file
+    beside the image, with its CRS from the file, a ``.prj`` beside it, or ``crs``.
+
+    Parameters
+    ----------
+    path : path
+    crs : str or pyproj.CRS, optional
+        CRS to assume when the image's georeferencing names none (e.g. ``"EPSG:32654"``).
+
+    Raises
+    ------
+    ImageReadError
+        If the file is missing, cannot be decoded, or has an unsupported layout (also
+        :class:`core.georef.GeorefError` for an unreadable world file or ``.prj``).
+    BadParameter
+        If ``crs`` is not a CRS.
     """
     import imageio.v3 as iio
 
@@ -100,6 +312,8 @@ def load_image(path: str | os.PathLike) -> Raster:
         raise ImageReadError(f"image file not found: {path}")
     if os.path.isdir(path):
         raise ImageReadError(f"expected an image file, got a folder: {path}")
+    if os.path.splitext(path)[1].lower() in TIFF_SUFFIXES:
+        return WindowedRaster(path, crs)
     try:
         with warnings.catch_warnings():  # plugins probed on undecodable files warn noisily
             warnings.simplefilter("ignore")
@@ -110,6 +324,6 @@ def load_image(path: str | os.PathLike) -> Raster:
         raise ImageReadError(f"{path}: multi-page or planar image {array.shape} not supported")
     pixels = to_float_bands(array, source=path)
     if pixels.shape[0] < 2 or pixels.shape[1] < 2:
-        raise ImageReadError(
-            f"{path}: image of {pixels.shape[1]}×{pixels.shape[0]} px is too small")
-    return Raster(pixels=np.ascontiguousarray(pixels), path=path)
+        raise ImageReadError(f"{path}: image of {pixels.shape[1]}×{pixels.shape[0]} px "
+                             "is too small")
+    return Raster(pixels=np.ascontiguousarray(pixels), path=path, georef=read_georef(path, crs))

@@ -50,6 +50,12 @@ def click_and_wait(qtbot, window, point, modifier=Qt.KeyboardModifier.NoModifier
         click(qtbot, window, point, modifier)
 
 
+def python_threads() -> int:
+    """Threads started by Python; a Qt thread that ran Python code leaves a permanent
+    ``_DummyThread`` entry behind, which says nothing about threads still running."""
+    return sum(not isinstance(thread, threading._DummyThread) for thread in threading.enumerate())
+
+
 @pytest.fixture
 def make_window(qtbot, tmp_path, monkeypatch):
     """Windows with private settings and autosave folder; the sample opened unless told not to.
@@ -58,7 +64,7 @@ def make_window(qtbot, tmp_path, monkeypatch):
     """
     monkeypatch.setattr(QMessageBox, "question",
                         lambda *args, **kwargs: QMessageBox.StandardButton.Discard)
-    threads_before = threading.active_count()
+    threads_before = python_threads()
     windows = []
 
     def make(open_sample: bool = True) -> MainWindow:
@@ -79,7 +85,7 @@ def make_window(qtbot, tmp_path, monkeypatch):
         window.close()
         assert window.jobs.running is None
         assert window.jobs.shutdown(0), "worker thread still running after close"
-    assert threading.active_count() == threads_before
+    assert python_threads() == threads_before, threading.enumerate()
 
 
 def test_two_clicks_trace_the_road_near_ground_truth(make_window, qtbot):

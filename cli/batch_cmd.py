@@ -1,0 +1,152 @@
+"""``python main.py batch IMAGES_DIR --seeds SEEDS.geojson -o OUT_DIR``: trace a whole folder.
+
+Images run in parallel: in ``--workers`` local processes (default: one per core;
+``--workers 1`` runs in this process), or on an existing Dask cluster given by
+``--scheduler tcp://HOST:8786`` (start its workers with ``--nthreads 1``; the scheduler and
+the workers must be able to import the project). Every task traces with one numba thread:
+parallel images scale better than parallel loops inside one trace, and do not collapse
+when other programs share the cores (measured: docs/BENCHMARKS_BATCH.md).
+
+Exit code 0 when everything traced, 1 when an image, a seed or a segment failed (see
+``OUT_DIR/summary.csv``), 2 for a usage error.
+
+GPU workers: one process per GPU. Locally, ``--backend gpu --workers N`` starts N worker
+processes, worker *i* seeing only GPU *i* (``CUDA_VISIBLE_DEVICES=i``). On a cluster, start
+one single-threaded worker per GPU, e.g. ``CUDA_VISIBLE_DEVICES=0 dask worker
+tcp://HOST:8786 --nworkers 1 --nthreads 1`` (and so on for each GPU), where the project
+is importable (run it from the project's folder or install it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+import time
+from dataclasses import replace
+
+from cli.trace_cmd import add_crs_arguments, add_trace_parameters, params_from_args
+from core.backend import TracerBackend
+
+#: Failures listed on stderr; the rest are in summary.csv.
+MAX_LISTED_FAILURES = 20
+
+
+def positive_int(text: str) -> int:
+    """Parse a worker count (an integer >= 1)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("images_dir", metavar="IMAGES_DIR",
+                        help="folder of images (PNG, JPEG, TIFF, GeoTIFF; world files beside)")
+    parser.add_argument("--seeds", required=True, metavar="SEEDS",
+                        help="GeoJSON LineStrings: lon/lat, or pixels with properties.image")
+    parser.add_argument("-o", "--output", required=True, metavar="OUT_DIR",
+                        help="folder for <image stem>.geojson, summary.json and summary.csv")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="trace images again whose output exists (default: skip them)")
+    parser.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
+                        help="local worker processes (default: %(default)s, the cores; 1 runs "
+                             "in this process)")
+    parser.add_argument("--scheduler", metavar="ADDRESS",
+                        help="run on this Dask scheduler (tcp://HOST:PORT) instead of locally")
+    add_crs_arguments(parser)
+    add_trace_parameters(parser)
+
+
+@functools.cache
+def worker_backend(name: str) -> TracerBackend:
+    """The backend ``name`` in this process (made once per worker process)."""
+    from gpu.select import choose_backend
+
+    return choose_backend(name)[0]
+
+
+def open_executor(args: argparse.Namespace, tasks: int, gpu: bool):
+    """Where to run ``tasks`` images: ``(executor or None, closer)``."""
+    if tasks and args.scheduler:
+        from distributed import Client
+
+        from core.errors import BadParameter
+
+        try:
+            client = Client(args.scheduler, timeout="10s", set_as_default=False)
+        except OSError as exc:
+            raise BadParameter(f"cannot reach Dask scheduler {args.scheduler}: {exc}") from None
+        return client.get_executor(pure=False), client.close
+    if tasks > 1 and args.workers > 1:
+        from core.batch import local_executor
+
+        executor = local_executor(min(args.workers, tasks), gpu=gpu)
+        # On an interrupt, images not started yet are dropped, not run to the end.
+        return executor, functools.partial(executor.shutdown, cancel_futures=True)
+    return None, lambda: None
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from core.batch import (
+        batch_failed,
+        plan_batch,
+        run_tasks,
+        summarize,
+        write_output,
+        write_summary,
+    )
+    from gpu.select import choose_backend
+
+    start = time.perf_counter()
+    plan = plan_batch(args.images_dir, args.seeds, args.output, params_from_args(args),
+                      overwrite=args.overwrite, crs=args.crs, image_crs=args.image_crs)
+    backend, note = choose_backend(args.backend)  # resolve "auto" once, here
+    if args.backend == "auto" and backend.name != "gpu":
+        print(f"note: using {note}", file=sys.stderr)
+    factory = functools.partial(worker_backend, backend.name)
+    for failure in plan.seed_failures:
+        print(f"bad seed: {failure.describe()}", file=sys.stderr)
+    if plan.skipped:
+        print(f"note: skipping {len(plan.skipped)} image(s) whose output exists "
+              "(--overwrite traces them again)", file=sys.stderr)
+    executor, close = open_executor(args, len(plan.tasks), backend.name == "gpu")
+    # One numba thread per task: images run in parallel instead (see the module docstring).
+    tasks = [replace(task, threads=1) for task in plan.tasks]
+    reports = []
+    try:
+        with tqdm(total=len(tasks), unit="image", file=sys.stderr) as progress:
+            for report, document in run_tasks(tasks, factory, executor):
+                reports.append(write_output(plan, report, document))
+                progress.set_postfix_str(f"{report.image}: {report.status}", refresh=False)
+                progress.update()
+    finally:
+        close()
+    settings = {"seeds": args.seeds, "backend": backend.name, "crs": args.crs,
+                "image_crs": args.image_crs, "params": params_from_args(args).as_dict(),
+                "workers": None if args.scheduler else (args.workers if executor else 1),
+                "scheduler": args.scheduler}
+    summary = summarize(plan, reports, time.perf_counter() - start, settings)
+    write_summary(plan.out_dir, summary)
+    pixel = [report.image for report in reports if report.coordinate_space == "pixel"]
+    if pixel:
+        print(f"note: {len(pixel)} image(s) have no usable georeferencing; their GeoJSON "
+              f"coordinates are pixels (x = column, y = row): {', '.join(pixel[:5])}"
+              + (" …" if len(pixel) > 5 else ""), file=sys.stderr)
+    failures = [(report.image, failure) for report in reports for failure in report.failures]
+    for image, failure in failures[:MAX_LISTED_FAILURES]:
+        print(f"failed: {image}: {failure.describe()}", file=sys.stderr)
+    if len(failures) > MAX_LISTED_FAILURES:
+        print(f"… and {len(failures) - MAX_LISTED_FAILURES} more failure(s)", file=sys.stderr)
+    totals = summary["totals"]
+    print(f"{totals['images']} image(s): {totals['ok']} ok, {totals['partial']} partial, "
+          f"{totals['failed']} failed, {totals['skipped']} skipped; {totals['segments']} "
+          f"segment(s) traced in {summary['seconds']:.1f} s; "
+          f"summary in {plan.out_dir / 'summary.csv'}", file=sys.stderr)
+    return 1 if batch_failed(summary) else 0

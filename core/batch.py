@@ -1,0 +1,645 @@
+"""Batch mode: snap seed lines to the imagery of a whole folder.
+
+Seeds are GeoJSON LineStrings (or MultiLineStrings): rough lines such as stale map vectors
+or anchor points saved from the app. A feature whose ``properties.image`` names a file of
+the folder is in that image's pixel coordinates (x = column, y = row); any other feature is
+RFC 7946 longitude/latitude and is matched to every georeferenced image whose footprint it
+crosses: its vertices are transformed to the image's CRS and then to pixels, and each
+segment is clipped to the image (a segment leaving the image ends at its border). Each
+consecutive vertex pair is traced; consecutive traced segments of one seed form one
+LineString feature.
+
+The work is one task per image (:func:`process_image`), run in this process, in a pool of
+local processes (:func:`local_executor`) or on a Dask distributed cluster (through its
+client's ``concurrent.futures`` executor): :func:`run_tasks`. Workers return the GeoJSON
+document; the caller writes it atomically to ``OUT_DIR/<image stem>.geojson``
+(``<image name>.geojson`` when two images share a stem), then ``summary.json`` and
+``summary.csv``. Images whose output exists are skipped unless ``overwrite``.
+
+This module never imports :mod:`gpu`: tasks are handed a ``backend_factory``, a picklable
+callable returning a :class:`core.backend.TracerBackend` in the worker process.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, as_completed
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numba
+import numpy as np
+
+from core.backend import TracerBackend
+from core.errors import BadParameter, OutputWriteError, TraceError
+from core.geojson import (
+    check_crs,
+    coordinate_space,
+    feature_collection,
+    line_feature,
+    write_geojson,
+)
+from core.georef import parse_crs
+from core.output import write_text_atomic
+from core.raster import Raster, load_image
+from core.tracer import TraceParams, TraceResult, trace
+
+#: Image files a batch picks up in IMAGES_DIR (lower-case suffixes).
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff")
+SUMMARY_JSON = "summary.json"
+SUMMARY_CSV = "summary.csv"
+CSV_COLUMNS = ("image", "status", "coordinate_space", "lines", "segments", "failures",
+               "seconds", "reasons")
+
+
+@dataclass(frozen=True)
+class Seed:
+    """One seed line.
+
+    Attributes
+    ----------
+    id : str
+        The feature's ``id``, else ``#<index>`` in the file; ``/<k>`` for MultiLineString parts.
+    vertices : ndarray of shape (N, 2), float64
+        Pixel (x, y) when ``image`` is set, else WGS84 (longitude, latitude).
+    image : str or None
+        File name in IMAGES_DIR whose pixel coordinates ``vertices`` are in.
+    properties : dict
+        The feature's properties, copied to every line traced from it.
+    """
+
+    id: str
+    vertices: np.ndarray
+    image: str | None = None
+    properties: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Something that did not trace: a whole image, a seed, or one segment of a seed."""
+
+    reason: str
+    seed: str | None = None
+    segment: int | None = None
+
+    def describe(self) -> str:
+        where = "" if self.seed is None else f"seed {self.seed}" + (
+            "" if self.segment is None else f" segment {self.segment}")
+        return f"{where}: {self.reason}" if where else self.reason
+
+
+@dataclass
+class ImageReport:
+    """What became of one image.
+
+    ``status`` is ``"ok"`` (every segment traced), ``"partial"`` (some failed; output
+    written), ``"failed"`` (no output: unreadable image or unwritable output) or
+    ``"skipped"`` (output from an earlier run kept).
+    """
+
+    image: str
+    status: str = "ok"
+    coordinate_space: str | None = None
+    lines: int = 0
+    segments: int = 0
+    failures: list[Failure] = field(default_factory=list)
+    seconds: float = 0.0
+    matched_seeds: list[str] = field(default_factory=list)
+    output: str | None = None
+
+    def as_dict(self) -> dict:
+        record = asdict(self)
+        record["seconds"] = round(self.seconds, 3)
+        return record
+
+
+@dataclass(frozen=True)
+class ImageTask:
+    """One unit of work: trace the seeds that concern one image (picklable).
+
+    ``threads`` sets numba's threads while tracing it (None: leave the process's setting);
+    parallel workers use 1 so that they do not oversubscribe the CPU.
+    """
+
+    image: str
+    seeds: tuple[Seed, ...]
+    params: TraceParams
+    crs: str = "wgs84"
+    image_crs: str | None = None
+    threads: int | None = None
+
+
+@dataclass
+class BatchPlan:
+    """The images to process, those skipped, and seeds rejected before any tracing."""
+
+    images_dir: Path
+    out_dir: Path
+    tasks: list[ImageTask]
+    outputs: dict[str, Path]
+    skipped: list[ImageReport]
+    seed_failures: list[Failure]
+    lonlat_seeds: list[str]
+
+
+# ----------------------------------------------------------------------------------- seeds
+def _seed_lines(feature, index: int) -> tuple[list[Seed], list[Failure]]:
+    """The seed lines of one GeoJSON feature, or why it is not one."""
+    if not isinstance(feature, dict) or feature.get("type") != "Feature":
+        return [], [Failure(f"feature #{index} is not a GeoJSON Feature", f"#{index}")]
+    seed_id = str(feature["id"]) if feature.get("id") is not None else f"#{index}"
+    properties = feature.get("properties") or {}
+    geometry = feature.get("geometry") or {}
+    if not isinstance(properties, dict) or not isinstance(geometry, dict):
+        return [], [Failure("properties and geometry must be objects", seed_id)]
+    image = properties.get("image")
+    if image is not None and (not isinstance(image, str) or not image):
+        return [], [Failure(f"properties.image={image!r} is not a file name", seed_id)]
+    kind = geometry.get("type")
+    if kind == "LineString":
+        parts = [(seed_id, geometry.get("coordinates"))]
+    elif kind == "MultiLineString" and isinstance(geometry.get("coordinates"), list):
+        parts = [(f"{seed_id}/{k}", c) for k, c in enumerate(geometry["coordinates"])]
+    else:
+        return [], [Failure(f"geometry type {kind!r} is not a LineString or "
+                            "MultiLineString", seed_id)]
+    seeds, failures = [], []
+    for part_id, coords in parts:
+        try:
+            vertices = np.array([[float(v) for v in vertex[:2]] for vertex in coords])
+        except (TypeError, ValueError, IndexError):
+            failures.append(Failure(f"coordinates {str(coords)[:80]} are not [x, y] "
+                                    "number pairs", part_id))
+            continue
+        if vertices.ndim != 2 or vertices.shape[0] < 2 or vertices.shape[1] != 2:
+            failures.append(Failure(f"a line needs at least 2 [x, y] vertices, got "
+                                    f"{str(coords)[:80]}", part_id))
+        elif not np.all(np.isfinite(vertices)):
+            failures.append(Failure("coordinates are not finite", part_id))
+        elif image is None and (np.abs(vertices[:, 0]).max() > 180
+                                or np.abs(vertices[:, 1]).max() > 90):
+            failures.append(Failure(
+                f"vertex {vertices[np.argmax(np.abs(vertices).max(1))].tolist()} is not "
+                "longitude/latitude (seeds in pixel coordinates need properties.image)",
+                part_id))
+        else:
+            seeds.append(Seed(part_id, vertices, image, properties))
+    return seeds, failures
+
+
+def read_seeds(path: str | os.PathLike) -> tuple[list[Seed], list[Failure]]:
+    """Seed lines of a GeoJSON file, and the features that are not usable seeds.
+
+    Accepts a FeatureCollection, a single Feature, or a bare (Multi)LineString geometry.
+
+    Returns
+    -------
+    seeds : list of Seed
+    failures : list of Failure
+        One per feature (or MultiLineString part) that is not a usable seed.
+
+    Raises
+    ------
+    BadParameter
+        If the file cannot be read or is not a GeoJSON object at all.
+    """
+    try:
+        document = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BadParameter(f"cannot read seeds file {path}: {exc.strerror or exc}") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadParameter(f"seeds file {path} is not JSON: {exc}") from None
+    kind = document.get("type") if isinstance(document, dict) else None
+    if kind == "FeatureCollection" and isinstance(document.get("features"), list):
+        features = document["features"]
+    elif kind == "Feature":
+        features = [document]
+    elif kind in ("LineString", "MultiLineString"):
+        features = [{"type": "Feature", "geometry": document, "properties": {}}]
+    else:
+        raise BadParameter(f"seeds file {path} is not a GeoJSON FeatureCollection, Feature "
+                           f"or LineString (type {kind!r})")
+    seeds, failures = [], []
+    for index, feature in enumerate(features):
+        found, bad = _seed_lines(feature, index)
+        seeds += found
+        failures += bad
+    return seeds, failures
+
+
+# -------------------------------------------------------------------------------- matching
+def clip_segment(p: np.ndarray, q: np.ndarray, width: int,
+                 height: int) -> tuple[np.ndarray, np.ndarray, bool, bool] | None:
+    """Clip segment p–q to the pixel-centre box ``[0, width-1] × [0, height-1]``.
+
+    Parameters
+    ----------
+    p, q : ndarray of shape (2,)
+        Pixel (x, y) end points (non-finite: the segment is dropped).
+
+    Returns
+    -------
+    (start, end, start_clipped, end_clipped) or None when the segment misses the box.
+    """
+    if not (np.all(np.isfinite(p)) and np.all(np.isfinite(q))):
+        return None
+    d = q - p
+    t0, t1 = 0.0, 1.0
+    for pk, qk in ((-d[0], p[0]), (d[0], width - 1 - p[0]),
+                   (-d[1], p[1]), (d[1], height - 1 - p[1])):
+        if pk == 0:
+            if qk < 0:
+                return None
+            continue
+        t = qk / pk
+        if pk < 0:
+            t0 = max(t0, t)
+        else:
+            t1 = min(t1, t)
+    if t0 > t1:
+        return None
+    upper = np.array([width - 1, height - 1], dtype=np.float64)
+    start = np.clip(p + t0 * d, 0, upper)
+    end = np.clip(p + t1 * d, 0, upper)
+    return start, end, t0 > 0, t1 < 1
+
+
+def lines_in_image(vertices_px: np.ndarray, width: int, height: int) -> list[np.ndarray]:
+    """Pieces of a polyline inside an image, each segment clipped to it.
+
+    Consecutive segments that stay inside join into one piece; clipped pieces shorter
+    than 2 px (a corner grazing the border) are dropped.
+
+    Parameters
+    ----------
+    vertices_px : ndarray of shape (N, 2)
+        Pixel (x, y); may lie outside the image or be non-finite.
+
+    Returns
+    -------
+    list of ndarray of shape (K, 2), K >= 2
+    """
+    pieces: list[list[np.ndarray]] = []
+    joined = False
+    for p, q in zip(vertices_px[:-1], vertices_px[1:], strict=True):
+        clipped = clip_segment(p, q, width, height)
+        if clipped is None:
+            joined = False
+            continue
+        start, end, start_clipped, end_clipped = clipped
+        if (start_clipped or end_clipped) and np.hypot(*(end - start)) < 2:
+            joined = False
+            continue
+        if joined and not start_clipped:
+            pieces[-1].append(end)
+        else:
+            pieces.append([start, end])
+        joined = not end_clipped
+    return [np.array(piece) for piece in pieces]
+
+
+def seeds_in_image(seeds, image_name: str, raster: Raster) -> list[tuple[Seed, np.ndarray]]:
+    """The seed lines to trace on one image, in its pixel coordinates.
+
+    Seeds naming ``image_name`` are taken as they are; lon/lat seeds are projected through
+    the raster's georeferencing and clipped to it (none when it has no CRS).
+
+    Returns
+    -------
+    list of (Seed, ndarray of shape (K, 2) pixel vertices)
+    """
+    georef = raster.georef
+    lines = [(seed, seed.vertices) for seed in seeds if seed.image == image_name]
+    lonlat = [seed for seed in seeds if seed.image is None]
+    if not lonlat or georef is None or georef.crs is None:
+        return lines
+    # One projection call for every vertex of every lon/lat seed, then split per seed.
+    pixels = georef.lonlat_to_pixel(np.vstack([seed.vertices for seed in lonlat]))
+    ends = np.cumsum([len(seed.vertices) for seed in lonlat])
+    upper = (raster.width - 1, raster.height - 1)
+    for seed, vertices in zip(lonlat, np.split(pixels, ends[:-1]), strict=True):
+        finite = vertices[np.all(np.isfinite(vertices), axis=1)]
+        if not finite.size or np.any(finite.max(0) < 0) or np.any(finite.min(0) > upper):
+            continue  # the seed's bounding box misses the image
+        lines += [(seed, piece) for piece in lines_in_image(vertices, raster.width,
+                                                            raster.height)]
+    return lines
+
+
+# ---------------------------------------------------------------------------------- tracing
+def _trace_line(raster: Raster, seed: Seed, vertices: np.ndarray, params: TraceParams,
+                backend: TracerBackend, crs: str) -> tuple[list[dict], int, list[Failure]]:
+    """Trace consecutive vertex pairs; runs of traced segments become features."""
+    runs: list[list[tuple[int, TraceResult]]] = [[]]
+    failures = []
+    for k in range(len(vertices) - 1):
+        try:
+            runs[-1].append((k, trace(raster, vertices[k], vertices[k + 1], params, backend)))
+        except TraceError as exc:
+            failures.append(Failure(str(exc), seed.id, k))
+            runs.append([])
+    features = []
+    for run in (run for run in runs if run):
+        results = [result for _, result in run]
+        polyline = np.vstack([results[0].polyline[:1]] + [r.polyline[1:] for r in results])
+        anchors = np.vstack([results[0].polyline[:1]] + [r.polyline[-1:] for r in results])
+        properties = {
+            "seed": seed.id,
+            "seed_properties": seed.properties,
+            "segments": [k for k, _ in run],
+            "score": round(float(sum(r.score for r in results)), 6),
+            "segment_scores": [round(float(r.score), 6) for r in results],
+            "link_scores": [[round(float(v), 6) for v in r.link_scores] for r in results],
+            "anchors_px": np.round(anchors, 3).tolist(),
+            "params": params.as_dict(),
+            "segment_params": [{key: r.params.as_dict()[key]
+                                for key in ("guides", "points", "halfwidth")} for r in results],
+            "backend": results[0].backend,
+        }
+        features.append(line_feature(polyline, raster, properties, crs))
+    return features, sum(len(run) for run in runs), failures
+
+
+def process_image(task: ImageTask,
+                  backend_factory: Callable[[], TracerBackend]) -> tuple[ImageReport, dict | None]:
+    """Trace every seed line that concerns one image (runs in a worker).
+
+    Parameters
+    ----------
+    task : ImageTask
+    backend_factory : callable
+        Returns the tracer backend to use in this process.
+
+    Returns
+    -------
+    report : ImageReport
+    document : dict or None
+        The GeoJSON FeatureCollection to write; None when the image could not be read.
+    """
+    start = time.perf_counter()
+    name = os.path.basename(task.image)
+    report = ImageReport(name)
+    if task.threads is not None:
+        numba.set_num_threads(max(1, min(task.threads, numba.config.NUMBA_NUM_THREADS)))
+    try:
+        with load_image(task.image, crs=task.image_crs) as raster:
+            backend = backend_factory()
+            features = []
+            report.coordinate_space = coordinate_space(raster, task.crs)
+            for seed, vertices in seeds_in_image(task.seeds, name, raster):
+                found, segments, failures = _trace_line(raster, seed, vertices, task.params,
+                                                        backend, task.crs)
+                features += found
+                report.segments += segments
+                report.failures += failures
+                if seed.image is None and seed.id not in report.matched_seeds:
+                    report.matched_seeds.append(seed.id)
+            document = feature_collection(features, raster, task.crs)
+    except TraceError as exc:
+        report.status = "failed"
+        report.failures.append(Failure(str(exc)))
+        report.seconds = time.perf_counter() - start
+        return report, None
+    report.lines = len(features)
+    report.status = "partial" if report.failures else "ok"
+    report.seconds = time.perf_counter() - start
+    return report, document
+
+
+# -------------------------------------------------------------------------------- planning
+def list_images(images_dir: Path) -> list[Path]:
+    """Image files (:data:`IMAGE_SUFFIXES`) directly in ``images_dir``, sorted by name."""
+    return sorted(path for path in images_dir.iterdir()
+                  if path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES)
+
+
+def output_names(images: list[Path]) -> dict[str, str]:
+    """Output file name per image: ``<stem>.geojson``, ``<name>.geojson`` if stems collide."""
+    stems: dict[str, int] = {}
+    for image in images:
+        stems[image.stem] = stems.get(image.stem, 0) + 1
+    return {image.name: f"{image.stem if stems[image.stem] == 1 else image.name}.geojson"
+            for image in images}
+
+
+def _check_writable(out_dir: Path) -> None:
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out_dir):
+            pass
+    except OSError as exc:
+        raise OutputWriteError(f"cannot write to output folder {out_dir}: "
+                               f"{exc.strerror or exc}") from None
+
+
+def _previous_reports(out_dir: Path) -> dict[str, dict]:
+    try:
+        summary = json.loads((out_dir / SUMMARY_JSON).read_text(encoding="utf-8"))
+        return {record["image"]: record for record in summary["images"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
+               out_dir: str | os.PathLike, params: TraceParams | None = None, *,
+               overwrite: bool = False, crs: str = "wgs84",
+               image_crs: str | None = None) -> BatchPlan:
+    """Read the seeds, list the images, and decide what to do with each.
+
+    Raises
+    ------
+    BadParameter
+        If ``images_dir`` is not a folder, the seeds file is unreadable, ``crs`` or
+        ``image_crs`` is unknown.
+    OutputWriteError
+        If ``out_dir`` cannot be created or written to.
+    """
+    images_dir, out_dir = Path(images_dir), Path(out_dir)
+    params = params or TraceParams()
+    check_crs(crs)
+    if image_crs is not None:
+        parse_crs(image_crs)
+    if not images_dir.is_dir():
+        raise BadParameter(f"images folder {images_dir} does not exist or is not a folder")
+    seeds, seed_failures = read_seeds(seeds_path)
+    _check_writable(out_dir)
+    images = list_images(images_dir)
+    names = {image.name for image in images}
+    for seed in seeds:
+        if seed.image is not None and seed.image not in names:
+            seed_failures.append(Failure(f"properties.image={seed.image!r} is not an image in "
+                                         f"{images_dir}", seed.id))
+    lonlat = tuple(seed for seed in seeds if seed.image is None)
+    previous = _previous_reports(out_dir)
+    outputs, tasks, skipped = {}, [], []
+    for image, output in output_names(images).items():
+        outputs[image] = out_dir / output
+        if outputs[image].exists() and not overwrite:
+            report = ImageReport(image, output=output)
+            if image in previous:
+                known = {key: previous[image][key] for key in ("coordinate_space", "lines",
+                                                                "segments", "matched_seeds")
+                         if key in previous[image]}
+                report = replace(report, **known)
+            report.status = "skipped"
+            skipped.append(report)
+            continue
+        own = tuple(seed for seed in seeds if seed.image == image)
+        tasks.append(ImageTask(str(images_dir / image), own + lonlat, params, crs, image_crs))
+    return BatchPlan(images_dir, out_dir, tasks, outputs, skipped, seed_failures,
+                     [seed.id for seed in lonlat])
+
+
+# ------------------------------------------------------------------------------- execution
+def _take_device(devices) -> None:
+    """Process-pool initializer: this worker sees only the next GPU of the queue."""
+    os.environ["CUDA_VISIBLE_DEVICES"] = str(devices.get())
+
+
+def local_executor(workers: int, gpu: bool = False) -> Executor:
+    """A pool of ``workers`` local processes (spawned: no state shared with this one).
+
+    With ``gpu``, worker *i* sees only GPU *i* (``CUDA_VISIBLE_DEVICES=i``, set before the
+    worker imports anything CUDA): one process per GPU. Shut it down when done.
+    """
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("spawn")
+    if not gpu:
+        return ProcessPoolExecutor(workers, mp_context=context)
+    devices = context.Queue()
+    for device in range(workers):
+        devices.put(device)
+    return ProcessPoolExecutor(workers, mp_context=context, initializer=_take_device,
+                               initargs=(devices,))
+
+
+def run_tasks(tasks: list[ImageTask], backend_factory: Callable[[], TracerBackend],
+              executor: Executor | None = None) -> Iterator[tuple[ImageReport, dict | None]]:
+    """Run :func:`process_image` on every task; yield results as they complete.
+
+    Parameters
+    ----------
+    tasks : list of ImageTask
+    backend_factory : callable
+        Picklable when ``executor`` is given (it runs in the workers).
+    executor : concurrent.futures.Executor, optional
+        Where to run the tasks: a :func:`local_executor`, or a Dask cluster's
+        ``distributed.Client(...).get_executor(pure=False)``. None runs them one after
+        the other in this process.
+
+    Yields
+    ------
+    (ImageReport, dict or None)
+        As they complete (in task order without an executor). A task that raised
+        unexpectedly (or whose worker died) gives a ``"failed"`` report.
+    """
+    if executor is None:
+        for task in tasks:
+            try:
+                outcome = process_image(task, backend_factory)
+            except Exception as exc:  # a bug: record it, keep going (as a worker would)
+                outcome = _crashed(task, exc)
+            yield outcome
+        return
+    futures = {executor.submit(process_image, task, backend_factory): task for task in tasks}
+    for future in as_completed(futures):
+        task = futures.pop(future)
+        try:
+            outcome = future.result()
+        except Exception as exc:  # a bug or a dead worker: record it, keep going
+            outcome = _crashed(task, exc)
+        yield outcome
+
+
+def _crashed(task: ImageTask, exc: Exception) -> tuple[ImageReport, None]:
+    report = ImageReport(os.path.basename(task.image), status="failed")
+    report.failures.append(Failure(f"unexpected error: {type(exc).__name__}: {exc}"))
+    return report, None
+
+
+def write_output(plan: BatchPlan, report: ImageReport, document: dict | None) -> ImageReport:
+    """Write an image's GeoJSON atomically; a write failure fails the image's report."""
+    if document is None:
+        return report
+    path = plan.outputs[report.image]
+    try:
+        write_geojson(path, document)
+    except OutputWriteError as exc:
+        report.status = "failed"
+        report.failures.append(Failure(str(exc)))
+        return report
+    report.output = path.name
+    return report
+
+
+def summarize(plan: BatchPlan, reports: list[ImageReport], seconds: float,
+              settings: dict) -> dict:
+    """The ``summary.json`` document.
+
+    Lon/lat seeds that crossed no image are reported as seed failures when every image
+    was processed in this run (skipped images may have matched them earlier).
+    """
+    seed_failures = list(plan.seed_failures)
+    if not plan.skipped:
+        matched = {seed for report in reports for seed in report.matched_seeds}
+        failed_images = any(report.status == "failed" for report in reports)
+        if not failed_images:
+            seed_failures += [Failure("crosses no georeferenced image of the folder", seed)
+                              for seed in plan.lonlat_seeds if seed not in matched]
+    everything = sorted(reports + plan.skipped, key=lambda report: report.image)
+    segments = sum(report.segments for report in reports)
+    counts = {status: sum(report.status == status for report in everything)
+              for status in ("ok", "partial", "failed", "skipped")}
+    return {
+        "images_dir": str(plan.images_dir),
+        "output_dir": str(plan.out_dir),
+        **settings,
+        "seconds": round(seconds, 3),
+        "totals": {
+            "images": len(everything), **counts,
+            "lines": sum(report.lines for report in reports),
+            "segments": segments,
+            "failures": sum(len(report.failures) for report in reports) + len(seed_failures),
+            "segments_per_second": round(segments / seconds, 3) if seconds > 0 else None,
+        },
+        "seed_failures": [asdict(failure) for failure in seed_failures],
+        "images": [report.as_dict() for report in everything],
+    }
+
+
+def summary_csv(summary: dict) -> str:
+    """``summary.csv``: one row per image (:data:`CSV_COLUMNS`), then one for bad seeds."""
+    stream = io.StringIO()
+    writer = csv.writer(stream, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for record in summary["images"]:
+        reasons = "; ".join(Failure(**failure).describe() for failure in record["failures"])
+        writer.writerow([record["image"], record["status"], record["coordinate_space"] or "",
+                         record["lines"], record["segments"], len(record["failures"]),
+                         f"{record['seconds']:.3f}", reasons])
+    if summary["seed_failures"]:
+        failures = [Failure(**failure) for failure in summary["seed_failures"]]
+        writer.writerow(["(seeds)", "failed", "", 0, 0, len(failures), "0.000",
+                         "; ".join(failure.describe() for failure in failures)])
+    return stream.getvalue()
+
+
+def write_summary(out_dir: Path, summary: dict) -> None:
+    """Write ``summary.json`` and ``summary.csv`` atomically (raises OutputWriteError)."""
+    write_text_atomic(out_dir / SUMMARY_JSON, json.dumps(summary, indent=1) + "\n")
+    write_text_atomic(out_dir / SUMMARY_CSV, summary_csv(summary))
+
+
+def batch_failed(summary: dict) -> bool:
+    """Whether anything of this run failed: an image, a segment or a seed."""
+    totals = summary["totals"]
+    return bool(totals["partial"] or totals["failed"] or totals["failures"])
+

@@ -1,0 +1,318 @@
+"""Georeferencing: the affine map from pixels to map coordinates, and the map's CRS.
+
+Sources, in order of precedence:
+
+* the file itself (a GeoTIFF's geotransform and CRS, read through rasterio);
+* a world file beside the image (``.pgw``/``.jgw``/``.tfw``/``.wld``, also the
+  ``.pngw``/``.jpgw``/``.tifw`` spellings), with its CRS from a ``.prj`` beside it or from
+  a CRS option given by the caller;
+* neither: the image stays in pixel space (:func:`read_georef` returns None).
+
+The half-pixel rule
+-------------------
+Points are pixel ``(x, y) = (column, row)`` with integer values at pixel *centres* (the
+engine's convention, see :mod:`core`). A raster transform maps the *corner* of a pixel, so
+a point maps to map coordinates through ``transform · (x + 0.5, y + 0.5)``: the centre of
+the upper-left pixel, (0, 0), lands half a pixel inside the image's corner. World files
+store the centre of the upper-left pixel (lines 5–6); they are turned into the corner-based
+transform when read. GDAL already shifts ``AREA_OR_POINT=Point`` GeoTIFFs to the corner
+convention, so every :class:`Georef` here is corner-based.
+
+pyproj and affine (the ``geo`` extra, with rasterio) are imported only when an image has
+georeferencing: images without it load and trace without them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from core.errors import BadParameter, ImageReadError
+
+if TYPE_CHECKING:
+    import pyproj
+    from affine import Affine
+
+
+class GeorefError(ImageReadError):
+    """A world file or ``.prj`` beside an image cannot be read (or used)."""
+
+
+def _pyproj():
+    try:
+        import pyproj
+    except ImportError:
+        raise GeorefError("georeferenced images need pyproj and rasterio: "
+                          'pip install -e ".[geo]"') from None
+    return pyproj
+
+
+@lru_cache(maxsize=1)
+def wgs84() -> pyproj.CRS:
+    """The CRS of RFC 7946 GeoJSON: WGS84 longitude, latitude (in that axis order)."""
+    return _pyproj().CRS.from_epsg(4326)
+
+
+@dataclass(frozen=True)
+class Georef:
+    """Pixel ↔ map coordinates of one image.
+
+    Attributes
+    ----------
+    transform : affine.Affine
+        Maps pixel-corner coordinates (column, row) to map coordinates (x, y).
+    crs : pyproj.CRS or None
+        The map's coordinate reference system; None when the source names none (a world
+        file without ``.prj`` and no CRS option): map coordinates are then known but cannot
+        be turned into longitude/latitude.
+    source : str
+        Where the georeferencing came from, e.g. ``"GeoTIFF"`` or ``"world file a.pgw"``.
+    """
+
+    transform: Affine
+    crs: pyproj.CRS | None
+    source: str
+
+    def __repr__(self) -> str:
+        return (f"Georef(transform={tuple(self.transform[:6])}, crs={self.crs_name!r}, "
+                f"source={self.source!r})")
+
+    @property
+    def crs_name(self) -> str | None:
+        """``"EPSG:32654"`` when the CRS has an EPSG code, else its WKT; None without a CRS."""
+        if self.crs is None:
+            return None
+        code = self.crs.to_epsg()
+        return f"EPSG:{code}" if code is not None else self.crs.to_wkt()
+
+    def pixel_to_map(self, points) -> np.ndarray:
+        """Map coordinates of pixel points (integer values at pixel centres).
+
+        Parameters
+        ----------
+        points : array_like of shape (N, 2) or (2,)
+            Pixel (x, y) = (column, row).
+
+        Returns
+        -------
+        ndarray of shape (N, 2), float64
+            Map (x, y) in the units of :attr:`crs`.
+        """
+        xy = as_points(points)
+        a, b, c, d, e, f = self.transform[:6]
+        col, row = xy[:, 0] + 0.5, xy[:, 1] + 0.5
+        return np.column_stack([a * col + b * row + c, d * col + e * row + f])
+
+    def map_to_pixel(self, points) -> np.ndarray:
+        """Pixel (x, y) of map points: the inverse of :meth:`pixel_to_map`.
+
+        Parameters
+        ----------
+        points : array_like of shape (N, 2) or (2,)
+
+        Returns
+        -------
+        ndarray of shape (N, 2), float64
+        """
+        xy = as_points(points)
+        a, b, c, d, e, f = (~self.transform)[:6]
+        return np.column_stack([a * xy[:, 0] + b * xy[:, 1] + c - 0.5,
+                                d * xy[:, 0] + e * xy[:, 1] + f - 0.5])
+
+    def pixel_to_lonlat(self, points) -> np.ndarray:
+        """WGS84 (longitude, latitude) in degrees of pixel points.
+
+        Parameters
+        ----------
+        points : array_like of shape (N, 2) or (2,)
+
+        Returns
+        -------
+        ndarray of shape (N, 2), float64
+        """
+        return transform_points(self.pixel_to_map(points), self._require_crs(), wgs84())
+
+    def lonlat_to_pixel(self, points) -> np.ndarray:
+        """Pixel (x, y) of WGS84 (longitude, latitude) points.
+
+        Parameters
+        ----------
+        points : array_like of shape (N, 2) or (2,)
+
+        Returns
+        -------
+        ndarray of shape (N, 2), float64
+            Non-finite where a point cannot be projected into :attr:`crs`.
+        """
+        return self.map_to_pixel(transform_points(points, wgs84(), self._require_crs()))
+
+    def _require_crs(self) -> pyproj.CRS:
+        if self.crs is None:
+            raise GeorefError(f"georeferencing from {self.source} names no CRS: add a .prj "
+                              "beside the image or give its CRS as an option")
+        return self.crs
+
+
+def as_points(points) -> np.ndarray:
+    """``points`` as a float64 array of shape (N, 2)."""
+    xy = np.asarray(points, dtype=np.float64)
+    if xy.ndim == 1:
+        xy = xy.reshape(1, -1)
+    if xy.ndim != 2 or xy.shape[1] != 2:
+        raise BadParameter(f"expected (x, y) points of shape (N, 2), got shape {xy.shape}")
+    return xy
+
+
+@lru_cache(maxsize=64)
+def _transformer(source_wkt: str, target_wkt: str) -> pyproj.Transformer:
+    return _pyproj().Transformer.from_crs(source_wkt, target_wkt, always_xy=True)
+
+
+def transform_points(points, source: pyproj.CRS, target: pyproj.CRS) -> np.ndarray:
+    """Points from CRS ``source`` to CRS ``target``, in (x, y) = (easting/lon, northing/lat) order.
+
+    Parameters
+    ----------
+    points : array_like of shape (N, 2) or (2,)
+
+    Returns
+    -------
+    ndarray of shape (N, 2), float64
+        Non-finite where PROJ cannot transform a point.
+    """
+    xy = as_points(points)
+    if source == target:
+        return xy.copy()
+    x, y = _transformer(source.to_wkt(), target.to_wkt()).transform(
+        xy[:, 0], xy[:, 1], errcheck=False)
+    return np.column_stack([np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)])
+
+
+def parse_crs(text: str) -> pyproj.CRS:
+    """A CRS from user input (``"EPSG:32654"``, a PROJ string or WKT).
+
+    Raises
+    ------
+    BadParameter
+        Naming the text when PROJ does not understand it.
+    """
+    pyproj = _pyproj()
+    try:
+        return pyproj.CRS.from_user_input(text)
+    except pyproj.exceptions.CRSError as exc:
+        raise BadParameter(f"unknown CRS {text!r}: {exc}") from None
+
+
+def world_file_candidates(image: str | os.PathLike) -> list[Path]:
+    """Possible world files of an image, in the order they are tried.
+
+    For ``a.png``: ``a.pgw``, ``a.pngw``, ``a.wld`` (and their upper-case spellings): the
+    extension's first and last letters + ``w``, the extension + ``w``, then ``.wld``.
+    """
+    image = Path(image)
+    ext = image.suffix.lower().lstrip(".")
+    suffixes = ([f"{ext[0]}{ext[-1]}w", f"{ext}w"] if ext else []) + ["wld"]
+    candidates = []
+    for suffix in suffixes:
+        candidates += [image.with_suffix(f".{suffix}"), image.with_suffix(f".{suffix.upper()}")]
+    return candidates
+
+
+def read_world_file(path: str | os.PathLike) -> Affine:
+    """The corner-based transform of a world file.
+
+    A world file holds six numbers, one a line: A (x pixel size), D (rotation), B (rotation),
+    E (y pixel size, negative for north-up), C, F (map x, y of the *centre* of the upper-left
+    pixel). The returned transform maps pixel corners, so its offset is moved half a pixel
+    back: ``(C - A/2 - B/2, F - D/2 - E/2)``.
+
+    Raises
+    ------
+    GeorefError
+        If the file cannot be read, does not hold six numbers, or is degenerate.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise GeorefError(f"cannot read world file {path}: {exc.strerror or exc}") from None
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    try:
+        a, d, b, e, c, f = (float(line) for line in lines)
+    except ValueError:
+        raise GeorefError(f"world file {path}: expected six numbers one a line, "
+                          f"got {lines[:8]!r}") from None
+    values = np.array([a, d, b, e, c, f])
+    if not np.all(np.isfinite(values)) or a * e - b * d == 0:
+        raise GeorefError(f"world file {path}: degenerate transform {values.tolist()}")
+    _pyproj()  # a world file is of no use without pyproj: say so now
+    from affine import Affine
+
+    return Affine(a, b, c - a / 2 - b / 2, d, e, f - d / 2 - e / 2)
+
+
+def read_prj(path: str | os.PathLike) -> pyproj.CRS:
+    """The CRS in a ``.prj`` file (ESRI or OGC WKT, or anything PROJ reads).
+
+    Raises
+    ------
+    GeorefError
+        If the file cannot be read or PROJ does not understand it.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace").strip()
+    except OSError as exc:
+        raise GeorefError(f"cannot read {path}: {exc.strerror or exc}") from None
+    pyproj = _pyproj()
+    try:
+        return pyproj.CRS.from_user_input(text)
+    except pyproj.exceptions.CRSError as exc:
+        raise GeorefError(f"{path}: not a CRS PROJ understands: {exc}") from None
+
+
+def sidecar_crs(image: str | os.PathLike, crs: str | pyproj.CRS | None) -> pyproj.CRS | None:
+    """The CRS of an image's sidecar georeferencing: its ``.prj`` if any, else ``crs``."""
+    image = Path(image)
+    for prj in (image.with_suffix(".prj"), image.with_suffix(".PRJ")):
+        if prj.is_file():
+            return read_prj(prj)
+    if crs is None or not isinstance(crs, str):
+        return crs
+    return parse_crs(crs)
+
+
+def read_georef(image: str | os.PathLike, crs: str | pyproj.CRS | None = None,
+                transform: Affine | None = None,
+                file_crs: pyproj.CRS | None = None) -> Georef | None:
+    """The georeferencing of an image, or None for pixel space.
+
+    Parameters
+    ----------
+    image : path
+        The image file; its world file and ``.prj`` are looked for beside it.
+    crs : str or pyproj.CRS, optional
+        CRS to assume when neither the file nor a ``.prj`` names one.
+    transform : affine.Affine, optional
+        The geotransform stored in the file itself (a GeoTIFF's), if any; it wins over a
+        world file.
+    file_crs : pyproj.CRS, optional
+        The CRS stored in the file itself, if any; it wins over ``.prj`` and ``crs``.
+
+    Raises
+    ------
+    GeorefError
+        If a world file or ``.prj`` is unreadable.
+    BadParameter
+        If ``crs`` is not a CRS.
+    """
+    if transform is not None and not transform.is_identity:
+        return Georef(transform, file_crs or sidecar_crs(image, crs), "GeoTIFF")
+    for candidate in world_file_candidates(image):
+        if candidate.is_file():
+            return Georef(read_world_file(candidate), file_crs or sidecar_crs(image, crs),
+                          f"world file {candidate.name}")
+    return None

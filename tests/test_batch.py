@@ -1,0 +1,387 @@
+"""Batch mode over a folder: seeds, matching, outputs, failures, resume, Dask."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+
+import numpy as np
+import pyproj
+import pytest
+from distributed import Client, LocalCluster
+from geojson_pydantic import FeatureCollection
+
+from cli import main as cli_main
+from cli.batch_cmd import worker_backend
+from core.backend import CpuBackend
+from core.batch import (
+    Failure,
+    ImageTask,
+    clip_segment,
+    lines_in_image,
+    local_executor,
+    output_names,
+    plan_batch,
+    process_image,
+    read_seeds,
+    run_tasks,
+)
+from core.errors import BadParameter
+from core.georef import Georef
+from core.tracer import TraceParams
+from tests.conftest import SAMPLE_CASES, SAMPLE_IMAGE
+from tests.test_georef import TRANSFORM, sample_pixels, write_geotiff, write_world_file
+
+CASES = json.loads(SAMPLE_CASES.read_text())[:3]
+
+
+def seed_vertices(case) -> np.ndarray:
+    """Three vertices on the case's ground truth: two segments to trace."""
+    gt = np.array(case["gt"])
+    return np.array([gt[0], gt[len(gt) // 2], gt[-1]])
+
+
+GEOREF = Georef(TRANSFORM, pyproj.CRS.from_epsg(32654), "test")
+
+
+def lonlat_of(pixels: np.ndarray) -> list:
+    """WGS84 lon/lat of sample pixels placed as in the test GeoTIFF."""
+    return GEOREF.pixel_to_lonlat(pixels).tolist()
+
+
+def feature(coordinates, properties=None, **members) -> dict:
+    return {"type": "Feature", "properties": properties or {}, **members,
+            "geometry": {"type": "LineString", "coordinates": coordinates}}
+
+
+def make_folder(root, corrupt=False, bad_seeds=False):
+    """IMAGES_DIR with a GeoTIFF, a world-file PNG, a pixel-space PNG (+ a corrupt PNG)."""
+    images = root / "images"
+    images.mkdir()
+    write_geotiff(images / "geo.tif", sample_pixels())
+    shutil.copy(SAMPLE_IMAGE, images / "world.png")
+    write_world_file(images / "world.pgw", TRANSFORM)
+    (images / "world.prj").write_text("EPSG:32654")
+    shutil.copy(SAMPLE_IMAGE, images / "plain.png")
+    (images / "notes.txt").write_text("not an image")
+    features = []
+    for case in CASES:
+        vertices = seed_vertices(case)
+        features.append(feature(lonlat_of(vertices), {"name": case["id"]}, id=case["id"]))
+        features.append(feature(vertices.tolist(), {"image": "plain.png"}))
+    if corrupt:
+        (images / "corrupt.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"garbage" * 30)
+    if bad_seeds:
+        features += [
+            {"type": "Feature", "properties": {}, "geometry": {"type": "Point",
+                                                                "coordinates": [141, 35]}},
+            feature([[1, 1], [50, 50]], {"image": "missing.png"}, id="ghost"),
+            feature([[141.0, 35.0]], id="short"),
+            feature([[500, 100], [700, 100], [560, 200]], {"image": "plain.png"}, id="off"),
+        ]
+    seeds = root / "seeds.geojson"
+    seeds.write_text(json.dumps({"type": "FeatureCollection", "features": features}))
+    return images, seeds
+
+
+def batch(capsys, images, seeds, out, *extra) -> tuple[int, str]:
+    code = cli_main(["batch", str(images), "--seeds", str(seeds), "-o", str(out),
+                     "--backend", "cpu", *map(str, extra)])
+    return code, capsys.readouterr().err
+
+
+def read_summary(out) -> tuple[dict, list[dict]]:
+    summary = json.loads((out / "summary.json").read_text())
+    with open(out / "summary.csv", newline="") as stream:
+        rows = list(csv.DictReader(stream))
+    return summary, rows
+
+
+def test_batch_with_corrupt_image_and_bad_seeds(tmp_path, capsys):
+    images, seeds = make_folder(tmp_path, corrupt=True, bad_seeds=True)
+    out = tmp_path / "out"
+    code, err = batch(capsys, images, seeds, out, "--workers", "1")
+    assert code == 1
+    summary, rows = read_summary(out)
+    status = {record["image"]: record["status"] for record in summary["images"]}
+    assert status == {"corrupt.png": "failed", "geo.tif": "ok", "plain.png": "partial",
+                      "world.png": "ok"}
+    assert sorted(path.name for path in out.iterdir()) == [
+        "geo.geojson", "plain.geojson", "summary.csv", "summary.json", "world.geojson"]
+    bad = {failure["seed"]: failure["reason"] for failure in summary["seed_failures"]}
+    assert "Point" in bad["#6"]
+    assert "missing.png" in bad["ghost"]
+    assert "at least 2" in bad["short"]
+    plain = next(r for r in summary["images"] if r["image"] == "plain.png")
+    assert [(f["seed"], f["segment"]) for f in plain["failures"]] == [("off", 0), ("off", 1)]
+    assert "outside" in plain["failures"][0]["reason"]
+    corrupt = next(r for r in summary["images"] if r["image"] == "corrupt.png")
+    assert "corrupt.png" in corrupt["failures"][0]["reason"]
+    assert summary["totals"]["segments"] == 3 * 2 * 3  # 3 seeds × 2 segments × 3 images
+    assert [row["image"] for row in rows] == ["corrupt.png", "geo.tif", "plain.png",
+                                              "world.png", "(seeds)"]
+    assert rows[2]["coordinate_space"] == "pixel"
+    assert rows[1]["lines"] == "3"
+    assert "seed off segment 0:" in rows[2]["reasons"]
+    assert "bad seed: seed ghost" in err
+    assert "coordinates are pixels" in err
+    assert "failed: corrupt.png" in err
+
+    geo = json.loads((out / "geo.geojson").read_text())
+    world = json.loads((out / "world.geojson").read_text())
+    plain_doc = json.loads((out / "plain.geojson").read_text())
+    for document in (geo, world, plain_doc):
+        FeatureCollection.model_validate(document)
+    assert geo["coordinate_space"] == "lonlat"
+    assert plain_doc["coordinate_space"] == "pixel"
+    # The same image traced from lon/lat seeds and from pixel seeds gives the same lines.
+    by_seed = {f["properties"]["seed"]: f for f in geo["features"]}
+    first = by_seed[CASES[0]["id"]]["properties"]
+    assert first["seed_properties"] == {"name": CASES[0]["id"]}
+    assert first["segments"] == [0, 1]
+    assert len(first["segment_scores"]) == len(first["link_scores"]) == 2
+    assert first["score"] == pytest.approx(sum(first["segment_scores"]), abs=1e-5)
+    np.testing.assert_allclose(first["anchors_px"], seed_vertices(CASES[0]), atol=0.01)
+    pixel_lines = [f["properties"]["pixels"] for f in plain_doc["features"]
+                   if f["properties"]["seed"] != "off"]
+    np.testing.assert_allclose(first["pixels"], pixel_lines[0], atol=0.01)
+    assert geo["features"][0]["geometry"] == world["features"][0]["geometry"]
+
+
+def test_resume_and_overwrite(tmp_path, capsys):
+    images, seeds = make_folder(tmp_path)
+    out = tmp_path / "out"
+    code, _ = batch(capsys, images, seeds, out, "--workers", "1")
+    assert code == 0
+    summary, _ = read_summary(out)
+    assert summary["totals"]["ok"] == 3
+    assert summary["seed_failures"] == []
+    stamps = {path.name: path.stat().st_mtime_ns for path in out.glob("*.geojson")}
+
+    code, err = batch(capsys, images, seeds, out, "--workers", "1")
+    assert code == 0
+    assert "skipping 3 image(s)" in err
+    summary, rows = read_summary(out)
+    assert {record["status"] for record in summary["images"]} == {"skipped"}
+    assert rows[0]["lines"] == "3"  # kept from the earlier run's summary
+    assert stamps == {path.name: path.stat().st_mtime_ns for path in out.glob("*.geojson")}
+
+    (out / "geo.geojson").unlink()
+    code, _ = batch(capsys, images, seeds, out, "--workers", "1")
+    assert code == 0
+    summary, _ = read_summary(out)
+    assert {r["image"]: r["status"] for r in summary["images"]}["geo.tif"] == "ok"
+
+    code, _ = batch(capsys, images, seeds, out, "--workers", "1", "--overwrite")
+    assert code == 0
+    summary, _ = read_summary(out)
+    assert summary["totals"]["ok"] == 3
+    assert not list(out.glob(".*.part"))
+
+
+@pytest.fixture(scope="module")
+def dask_cluster():
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster:
+        yield cluster
+
+
+def test_dask_in_process_cluster_matches_serial(tmp_path, dask_cluster):
+    images, seeds = make_folder(tmp_path, corrupt=True)
+    plan = plan_batch(images, seeds, tmp_path / "out")
+    factory = CpuBackend
+    serial = {report.image: (report, document) for report, document in
+              run_tasks(plan.tasks, factory)}
+    with Client(dask_cluster, set_as_default=False) as client:
+        parallel = {report.image: (report, document) for report, document in
+                    run_tasks(plan.tasks, factory, client.get_executor(pure=False))}
+    assert serial.keys() == parallel.keys() == {"corrupt.png", "geo.tif", "plain.png",
+                                                "world.png"}
+    for image, (report, document) in serial.items():
+        assert parallel[image][1] == document
+        assert parallel[image][0].status == report.status
+
+
+def broken_backend():
+    raise RuntimeError("backend exploded")
+
+
+def test_unexpected_errors_are_recorded(tmp_path, dask_cluster):
+    images, seeds = make_folder(tmp_path)
+    plan = plan_batch(images, seeds, tmp_path / "out")
+    with Client(dask_cluster, set_as_default=False) as client:
+        for executor in (None, client.get_executor(pure=False)):
+            reports = [report for report, _ in run_tasks(plan.tasks, broken_backend, executor)]
+            assert {report.status for report in reports} == {"failed"}
+            assert "RuntimeError: backend exploded" in reports[0].failures[0].reason
+
+
+def test_cli_on_a_scheduler_address(tmp_path, capsys, dask_cluster):
+    images, seeds = make_folder(tmp_path)
+    out = tmp_path / "out"
+    code, _ = batch(capsys, images, seeds, out, "--scheduler", dask_cluster.scheduler_address)
+    assert code == 0
+    summary, _ = read_summary(out)
+    assert summary["scheduler"] == dask_cluster.scheduler_address
+    assert summary["totals"]["segments"] == 18
+
+
+@pytest.mark.slow
+def test_cli_local_worker_processes(tmp_path, capsys):
+    """The default: a pool of local worker processes."""
+    images, seeds = make_folder(tmp_path, corrupt=True)
+    out = tmp_path / "out"
+    code, _ = batch(capsys, images, seeds, out, "--workers", "2")
+    assert code == 1
+    summary, _ = read_summary(out)
+    assert summary["totals"]["ok"] == 3
+    assert summary["totals"]["failed"] == 1
+
+
+def test_write_failures(tmp_path, capsys):
+    images, seeds = make_folder(tmp_path)
+    out = tmp_path / "out"
+    (out / "geo.geojson").mkdir(parents=True)  # the output path is taken by a folder
+    code, err = batch(capsys, images, seeds, out, "--workers", "1", "--overwrite")
+    assert code == 1
+    summary, _ = read_summary(out)
+    geo = next(r for r in summary["images"] if r["image"] == "geo.tif")
+    assert geo["status"] == "failed"
+    assert "cannot write" in geo["failures"][0]["reason"]
+    assert "geo.geojson" in geo["failures"][0]["reason"]
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    code, err = batch(capsys, images, seeds, blocker, "--workers", "1")
+    assert code == 2
+    assert err.startswith("error: cannot write to output folder")
+
+
+def test_usage_errors(tmp_path, capsys):
+    images, seeds = make_folder(tmp_path)
+    out = tmp_path / "out"
+    code, err = batch(capsys, tmp_path / "nowhere", seeds, out)
+    assert (code, err.split(":")[0]) == (2, "error")
+    assert "nowhere" in err
+    (tmp_path / "bad.json").write_text("{not json")
+    code, err = batch(capsys, images, tmp_path / "bad.json", out)
+    assert code == 2
+    assert "bad.json is not JSON" in err
+    code, err = batch(capsys, images, tmp_path / "missing.json", out)
+    assert code == 2
+    assert "missing.json" in err
+    code, err = batch(capsys, images, seeds, out, "--image-crs", "EPSG:999999")
+    assert code == 2
+    assert "EPSG:999999" in err
+    with pytest.raises(SystemExit) as exit_info:
+        batch(capsys, images, seeds, out, "--workers", "0")
+    assert exit_info.value.code == 2
+    assert not out.exists()
+
+
+def test_read_seeds_forms_and_failures(tmp_path):
+    path = tmp_path / "s.geojson"
+    path.write_text(json.dumps({"type": "LineString", "coordinates": [[141, 35, 7], [141.1, 35]]}))
+    seeds, failures = read_seeds(path)
+    assert failures == []
+    np.testing.assert_array_equal(seeds[0].vertices, [[141, 35], [141.1, 35]])
+    assert seeds[0].id == "#0"
+    path.write_text(json.dumps({"type": "Feature", "id": 7, "properties": None, "geometry": {
+        "type": "MultiLineString", "coordinates": [[[0, 0], [1, 1]], [[2, 2]]]}}))
+    seeds, failures = read_seeds(path)
+    assert [seed.id for seed in seeds] == ["7/0"]
+    assert failures[0].seed == "7/1"
+    path.write_text(json.dumps({"type": "FeatureCollection", "features": [
+        feature([[0, "a"], [1, 1]]), feature([[0, float("nan")], [1, 1]]),
+        feature([[500, 10], [600, 10]]), feature([[0, 0], [1, 1]], {"image": 3}), "junk"]}))
+    seeds, failures = read_seeds(path)
+    assert seeds == []
+    reasons = [failure.reason for failure in failures]
+    assert "not [x, y] number pairs" in reasons[0]
+    assert "not finite" in reasons[1]
+    assert "properties.image" in reasons[2]
+    assert "properties.image=3" in reasons[3]
+    assert "not a GeoJSON Feature" in reasons[4]
+    path.write_text(json.dumps({"type": "Point", "coordinates": [0, 0]}))
+    with pytest.raises(BadParameter, match="type 'Point'"):
+        read_seeds(path)
+
+
+def test_clip_segment_and_pieces():
+    start, end, start_clipped, end_clipped = clip_segment(
+        np.array([-10.0, 5.0]), np.array([5.0, 5.0]), 100, 50)
+    np.testing.assert_allclose([start, end], [[0, 5], [5, 5]])
+    assert (start_clipped, end_clipped) == (True, False)
+    assert clip_segment(np.array([-10.0, -5.0]), np.array([-1.0, 60.0]), 100, 50) is None
+    assert clip_segment(np.array([np.nan, 0.0]), np.array([1.0, 1.0]), 100, 50) is None
+    # In, in, out, in: two pieces; the one leaving ends on the border at x = 99.
+    vertices = np.array([[10.0, 10], [50, 10], [150, 10], [60, 20]])
+    pieces = lines_in_image(vertices, 100, 50)
+    assert len(pieces) == 2
+    np.testing.assert_allclose(pieces[0], [[10, 10], [50, 10], [99, 10]])
+    np.testing.assert_allclose(pieces[1], [[99, 10 + 10 * 51 / 90], [60, 20]])
+    # A corner grazed by less than 2 px is dropped.
+    assert lines_in_image(np.array([[-1.0, 1.0], [1.0, -1.0]]), 100, 50) == []
+
+
+def test_lonlat_seed_clipped_to_footprint(tmp_path):
+    geotiff = tmp_path / "geo.tif"
+    write_geotiff(geotiff, sample_pixels())
+    inside, outside = np.array([300.0, 300.0]), np.array([900.0, 300.0])
+    seed_file = tmp_path / "s.geojson"
+    seed_file.write_text(json.dumps(feature(lonlat_of(np.array([inside, outside])))))
+    seeds, _ = read_seeds(seed_file)
+    report, document = process_image(ImageTask(str(geotiff), tuple(seeds), TraceParams()),
+                                     CpuBackend)
+    assert report.status == "ok"
+    assert report.matched_seeds == ["#0"]
+    np.testing.assert_allclose(document["features"][0]["properties"]["anchors_px"],
+                               [inside, [571, 300]], atol=0.01)
+
+
+def test_output_names_on_stem_collision(tmp_path):
+    images = [tmp_path / "a.png", tmp_path / "a.tif", tmp_path / "b.jpg"]
+    assert output_names(images) == {"a.png": "a.png.geojson", "a.tif": "a.tif.geojson",
+                                    "b.jpg": "b.geojson"}
+
+
+def test_failure_description():
+    assert Failure("boom", "s1", 2).describe() == "seed s1 segment 2: boom"
+    assert Failure("boom").describe() == "boom"
+
+
+def test_worker_backend_is_made_once_per_process():
+    assert worker_backend("cpu") is worker_backend("cpu")
+
+
+@pytest.mark.slow
+def test_local_gpu_workers_see_one_device_each():
+    with local_executor(2, gpu=True) as executor:
+        devices = list(executor.map(os.getenv, ["CUDA_VISIBLE_DEVICES"] * 4))
+    assert set(devices) <= {"0", "1"}
+
+
+def test_lonlat_seed_crossing_no_image_is_a_failure(tmp_path, capsys):
+    images, seeds = make_folder(tmp_path)
+    document = json.loads(seeds.read_text())
+    document["features"].append(feature([[10.0, 50.0], [10.001, 50.001]], id="far"))
+    seeds.write_text(json.dumps(document))
+    code, _ = batch(capsys, images, seeds, tmp_path / "out", "--workers", "1")
+    assert code == 1
+    summary, rows = read_summary(tmp_path / "out")
+    assert summary["seed_failures"] == [
+        {"reason": "crosses no georeferenced image of the folder", "seed": "far",
+         "segment": None}]
+    assert rows[-1]["image"] == "(seeds)"
+
+
+def test_source_crs_outputs(tmp_path, capsys):
+    images, seeds = make_folder(tmp_path)
+    code, _ = batch(capsys, images, seeds, tmp_path / "out", "--workers", "1", "--crs", "source")
+    assert code == 0
+    geo = json.loads((tmp_path / "out" / "geo.geojson").read_text())
+    assert geo["crs"]["properties"]["name"] == "urn:ogc:def:crs:EPSG::32654"
+    x, y = geo["features"][0]["geometry"]["coordinates"][0]
+    assert 500000 < x < 500115
+    assert 3899885 < y < 3900000

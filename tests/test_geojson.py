@@ -1,0 +1,195 @@
+"""GeoJSON export: RFC 7946 lon/lat, source CRS, pixel space; validated by geojson-pydantic."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from geojson_pydantic import FeatureCollection
+
+from cli import main as cli_main
+from core.backend import CpuBackend
+from core.errors import BadParameter, OutputWriteError
+from core.geojson import (
+    NO_CRS_NOTE,
+    PIXEL_SPACE_NOTE,
+    coordinate_decimals,
+    feature_collection,
+    line_feature,
+    trace_feature,
+    write_geojson,
+)
+from core.raster import load_image
+from core.tracer import TraceParams, trace
+from tests.conftest import SAMPLE_IMAGE
+from tests.test_georef import TRANSFORM, UTM54, sample_pixels, write_geotiff, write_world_file
+
+A, B = (505, 158), (552, 92)
+
+
+@pytest.fixture(scope="module")
+def geotiff(tmp_path_factory):
+    path = tmp_path_factory.mktemp("geojson") / "gsi_108_utm.tif"
+    write_geotiff(path, sample_pixels())
+    return path
+
+
+def validated(document: dict) -> FeatureCollection:
+    """Parse with geojson-pydantic after a JSON round trip (what a GIS would read)."""
+    return FeatureCollection.model_validate(json.loads(json.dumps(document, allow_nan=False)))
+
+
+def decimals_of(value: float) -> int:
+    text = repr(value)
+    return len(text.split(".")[1]) if "." in text else 0
+
+
+def test_lonlat_document(geotiff):
+    with load_image(geotiff) as raster:
+        result = trace(raster, A, B, TraceParams(max_angle=40), CpuBackend())
+        feature = trace_feature(result, raster, {"note": "x"})
+        document = feature_collection([feature], raster)
+        georef = raster.georef
+    collection = validated(document)
+    assert collection.features[0].geometry.type == "LineString"
+    assert document["coordinate_space"] == "lonlat"
+    assert document["source_crs"] == UTM54
+    assert "crs" not in document  # RFC 7946: no crs member
+    coords = np.array(document["features"][0]["geometry"]["coordinates"])
+    assert coords.shape == result.polyline.shape
+    assert np.all((140 < coords[:, 0]) & (coords[:, 0] < 142))
+    assert np.all((35 < coords[:, 1]) & (coords[:, 1] < 36))
+    # Rounded to 8 decimals for 20 cm pixels: still within 1/100 px of the polyline.
+    raw = document["features"][0]["geometry"]["coordinates"]
+    assert max(decimals_of(v) for point in raw for v in point) == 8
+    np.testing.assert_allclose(georef.lonlat_to_pixel(coords), result.polyline, atol=0.01)
+    props = document["features"][0]["properties"]
+    assert props["source_image"] == "gsi_108_utm.tif"
+    assert props["score"] == pytest.approx(result.score, abs=1e-6)
+    assert len(props["link_scores"]) == len(result.link_scores)
+    assert props["anchors_px"] == [list(A), list(B)]
+    assert props["params"]["max_angle"] == 40
+    assert props["params"]["guides"] == result.params.guides
+    assert props["backend"] == "cpu"
+    assert props["note"] == "x"
+    np.testing.assert_allclose(props["pixels"], result.polyline, atol=1e-3)
+
+
+def test_source_crs_document(geotiff):
+    with load_image(geotiff) as raster:
+        pixels = np.array([[0.0, 0.0], [571.0, 571.0]])
+        document = feature_collection([line_feature(pixels, raster, crs="source")], raster,
+                                      crs="source")
+    validated(document)
+    assert document["coordinate_space"] == "source"
+    assert document["crs"] == {"type": "name",
+                               "properties": {"name": "urn:ogc:def:crs:EPSG::32654"}}
+    assert document["features"][0]["geometry"]["coordinates"] == [[500000.1, 3899999.9],
+                                                                  [500114.3, 3899885.7]]
+
+
+def test_pixel_space_document():
+    raster = load_image(SAMPLE_IMAGE)
+    result = trace(raster, A, B, backend=CpuBackend())
+    document = feature_collection([trace_feature(result, raster)], raster)
+    validated(document)
+    assert document["coordinate_space"] == "pixel"
+    assert document["coordinate_note"] == PIXEL_SPACE_NOTE
+    np.testing.assert_allclose(document["features"][0]["geometry"]["coordinates"],
+                               result.polyline, atol=1e-3)
+    # The source-CRS option changes nothing without georeferencing.
+    assert feature_collection([], raster, crs="source")["coordinate_space"] == "pixel"
+
+
+def test_world_file_without_crs_stays_in_pixels(tmp_path):
+    image = tmp_path / "w.png"
+    shutil.copy(SAMPLE_IMAGE, image)
+    write_world_file(tmp_path / "w.pgw", TRANSFORM)
+    raster = load_image(image)
+    document = feature_collection([line_feature(np.array([A, B]), raster)], raster)
+    assert document["coordinate_space"] == "pixel"
+    assert document["coordinate_note"] == NO_CRS_NOTE.format(source="world file w.pgw")
+    assert document["features"][0]["geometry"]["coordinates"] == [list(A), list(B)]
+    with_crs = load_image(image, crs=UTM54)
+    document = feature_collection([line_feature(np.array([A, B]), with_crs)], with_crs)
+    assert document["coordinate_space"] == "lonlat"
+    validated(document)
+
+
+def test_precision_follows_pixel_size(tmp_path):
+    for pixel_size, lonlat, metres in ((0.2, 8, 3), (10.0, 7, 3), (0.02, 9, 4)):
+        path = tmp_path / f"p{pixel_size}.tif"
+        write_geotiff(path, np.zeros((4, 4, 1), np.uint8),
+                      transform=TRANSFORM.__class__(pixel_size, 0, 500000, 0, -pixel_size,
+                                                    3900000))
+        with load_image(path) as raster:
+            assert coordinate_decimals(raster, "lonlat") == lonlat
+            assert coordinate_decimals(raster, "source") == metres
+
+
+def test_bad_crs_argument():
+    raster = load_image(SAMPLE_IMAGE)
+    with pytest.raises(BadParameter, match="'utm'"):
+        feature_collection([], raster, crs="utm")
+
+
+def test_write_geojson_failure_names_file(tmp_path):
+    target = tmp_path / "missing" / "out.geojson"
+    with pytest.raises(OutputWriteError, match="out.geojson"):
+        write_geojson(target, {"type": "FeatureCollection", "features": []})
+    assert not target.parent.exists()
+
+
+# ------------------------------------------------------------------------------------- CLI
+def run_trace(capsys, *argv) -> tuple[int, str, str]:
+    code = cli_main(["trace", *map(str, argv), "--a", "505,158", "--b", "552,92",
+                     "--backend", "cpu", "--format", "geojson"])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_cli_geojson_pixel_space_note(capsys):
+    code, out, err = run_trace(capsys, SAMPLE_IMAGE)
+    assert code == 0
+    document = json.loads(out)
+    validated(document)
+    assert document["coordinate_space"] == "pixel"
+    assert "note:" in err
+    assert "pixels" in err
+
+
+def test_cli_geojson_lonlat_and_source(capsys, geotiff, tmp_path):
+    code, out, err = run_trace(capsys, geotiff, "-o", tmp_path / "t.geojson")
+    assert code == 0
+    assert out == ""
+    assert "pixel" not in err
+    document = json.loads((tmp_path / "t.geojson").read_text())
+    validated(document)
+    assert document["coordinate_space"] == "lonlat"
+    code, out, _ = run_trace(capsys, geotiff, "--crs", "source")
+    assert code == 0
+    assert json.loads(out)["crs"]["properties"]["name"] == "urn:ogc:def:crs:EPSG::32654"
+
+
+def test_cli_image_crs_option(capsys, tmp_path):
+    image = tmp_path / "w.png"
+    shutil.copy(SAMPLE_IMAGE, image)
+    write_world_file(tmp_path / "w.pgw", TRANSFORM)
+    code, out, err = run_trace(capsys, image)
+    assert code == 0
+    assert "names no CRS" in err
+    code, out, err = run_trace(capsys, image, "--image-crs", UTM54)
+    assert code == 0
+    assert json.loads(out)["coordinate_space"] == "lonlat"
+    code, out, err = run_trace(capsys, image, "--image-crs", "EPSG:999999")
+    assert code == 2
+    assert err.startswith("error: unknown CRS 'EPSG:999999'")
+
+
+def test_cli_write_failure(capsys, tmp_path):
+    code, _, err = run_trace(capsys, SAMPLE_IMAGE, "-o", tmp_path / "nope" / "t.geojson")
+    assert code == 2
+    assert "error: cannot write" in err
+    assert "t.geojson" in err

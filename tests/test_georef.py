@@ -1,0 +1,307 @@
+"""Georeferencing (GeoTIFF, world files, pixel space) and windowed raster loading."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+import warnings
+
+import imageio.v3 as iio
+import numpy as np
+import pyproj
+import pytest
+import rasterio
+import rasterio.transform
+import rasterio.warp
+from affine import Affine
+from rasterio.errors import NotGeoreferencedWarning
+from rasterio.windows import Window
+
+from core.backend import CpuBackend
+from core.errors import BadParameter, ImageReadError
+from core.georef import GeorefError, read_georef, read_world_file, world_file_candidates
+from core.raster import FULL_READ_LIMIT, Raster, WindowedRaster, load_image
+from core.tracer import trace
+from tests.conftest import ROOT, SAMPLE_IMAGE
+
+#: The sample image placed in UTM zone 54N at 0.2 m/px (upper-left corner 500000 E, 3900000 N).
+UTM54 = "EPSG:32654"
+TRANSFORM = Affine(0.2, 0.0, 500000.0, 0.0, -0.2, 3900000.0)
+
+
+def sample_pixels() -> np.ndarray:
+    """The sample image as stored: uint8 of shape (572, 572, 3)."""
+    return iio.imread(SAMPLE_IMAGE)
+
+
+def write_geotiff(path, array, transform=TRANSFORM, crs=UTM54, **options) -> None:
+    """Write ``array`` of shape (rows, cols, bands) as a (Geo)TIFF."""
+    profile = {"driver": "GTiff", "height": array.shape[0], "width": array.shape[1],
+               "count": array.shape[2], "dtype": array.dtype, **options}
+    if transform is not None:
+        profile.update(transform=transform, crs=crs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NotGeoreferencedWarning)
+        with rasterio.open(path, "w", **profile) as dataset:
+            dataset.write(np.moveaxis(array, -1, 0))
+
+
+def write_world_file(path, transform: Affine) -> None:
+    """A world file for a corner-based transform: it stores the upper-left pixel's centre."""
+    a, b, c, d, e, f = transform[:6]
+    centre = (a * 0.5 + b * 0.5 + c, d * 0.5 + e * 0.5 + f)
+    path.write_text("\n".join(repr(v) for v in (a, d, b, e, *centre)) + "\n")
+
+
+@pytest.fixture(scope="module")
+def geotiff(tmp_path_factory):
+    path = tmp_path_factory.mktemp("geo") / "gsi_108_utm.tif"
+    write_geotiff(path, sample_pixels())
+    return path
+
+
+def test_geotiff_transform_and_crs(geotiff):
+    with load_image(geotiff) as raster:
+        assert isinstance(raster, WindowedRaster)
+        assert raster.georef.transform == TRANSFORM
+        assert raster.georef.crs == pyproj.CRS.from_epsg(32654)
+        assert raster.georef.crs_name == UTM54
+        assert raster.georef.source == "GeoTIFF"
+
+
+def test_half_pixel_rule(geotiff):
+    with load_image(geotiff) as raster:
+        georef = raster.georef
+        # Pixel centre (0, 0) is half a pixel (0.1 m) inside the upper-left corner.
+        np.testing.assert_allclose(georef.pixel_to_map([0, 0]), [[500000.1, 3899999.9]])
+        np.testing.assert_allclose(georef.pixel_to_map([-0.5, -0.5]), [[500000.0, 3900000.0]])
+        np.testing.assert_allclose(georef.pixel_to_map([571.5, 571.5]),
+                                   [[500114.4, 3899885.6]])
+        # Independently: GDAL's centre of (row, col) through rasterio.
+        rows, cols = [0, 10, 300, 571], [0, 505, 17, 571]
+        xs, ys = rasterio.transform.xy(TRANSFORM, rows, cols, offset="center")
+        np.testing.assert_allclose(georef.pixel_to_map(np.column_stack([cols, rows])),
+                                   np.column_stack([xs, ys]), atol=1e-6)
+
+
+def test_round_trips_within_a_hundredth_of_a_pixel(geotiff):
+    points = np.random.default_rng(5).uniform(-0.5, 571.5, size=(200, 2))
+    with load_image(geotiff) as raster:
+        georef = raster.georef
+        np.testing.assert_allclose(georef.map_to_pixel(georef.pixel_to_map(points)), points,
+                                   atol=0.01)
+        lonlat = georef.pixel_to_lonlat(points)
+        np.testing.assert_allclose(georef.lonlat_to_pixel(lonlat), points,
+                                   atol=0.01)
+
+
+def test_lonlat_agrees_with_gdal(geotiff):
+    points = np.array([[0.0, 0.0], [286.0, 286.0], [571.0, 100.0]])
+    with load_image(geotiff) as raster:
+        lonlat = raster.georef.pixel_to_lonlat(points)
+        xy = raster.georef.pixel_to_map(points)
+    lon, lat = rasterio.warp.transform(UTM54, "EPSG:4326", xy[:, 0], xy[:, 1])
+    np.testing.assert_allclose(lonlat, np.column_stack([lon, lat]), atol=1e-9)
+    assert 140.9 < lonlat[0, 0] < 141.1
+    assert 35.2 < lonlat[0, 1] < 35.3
+
+
+def test_rotated_world_file_round_trip(tmp_path):
+    transform = Affine(0.3, 0.05, 400000.0, 0.04, -0.3, 4000000.0)
+    image = tmp_path / "rotated.png"
+    shutil.copy(SAMPLE_IMAGE, image)
+    write_world_file(tmp_path / "rotated.pgw", transform)
+    georef = read_georef(image, crs=UTM54)
+    for got, want in zip(georef.transform[:6], transform[:6], strict=True):
+        assert got == pytest.approx(want, abs=1e-9)
+    points = np.random.default_rng(1).uniform(0, 571, size=(50, 2))
+    np.testing.assert_allclose(georef.lonlat_to_pixel(georef.pixel_to_lonlat(points)), points,
+                               atol=0.01)
+
+
+@pytest.mark.parametrize(("image", "world"), [
+    ("a.png", "a.pgw"), ("a.png", "a.pngw"), ("a.png", "a.wld"), ("a.PNG", "a.PGW"),
+    ("a.jpg", "a.jgw"), ("a.jpeg", "a.jgw"), ("a.jpg", "a.jpgw"), ("a.tif", "a.tfw"),
+    ("a.tif", "a.tifw")])
+def test_world_file_names(tmp_path, image, world):
+    assert tmp_path / world in world_file_candidates(tmp_path / image)
+
+
+def test_world_file_png_with_prj(tmp_path):
+    image = tmp_path / "sample.png"
+    shutil.copy(SAMPLE_IMAGE, image)
+    write_world_file(tmp_path / "sample.pgw", TRANSFORM)
+    (tmp_path / "sample.prj").write_text(pyproj.CRS.from_epsg(32654).to_wkt("WKT1_ESRI"))
+    raster = load_image(image)
+    assert isinstance(raster, Raster)
+    assert not isinstance(raster, WindowedRaster)
+    assert raster.georef.source == "world file sample.pgw"
+    assert raster.georef.crs.to_epsg() == 32654
+    assert raster.georef.transform.almost_equals(TRANSFORM)
+    np.testing.assert_allclose(raster.georef.pixel_to_map([0, 0]), [[500000.1, 3899999.9]])
+
+
+def test_world_file_crs_from_option_or_none(tmp_path):
+    image = tmp_path / "sample.jpg"
+    iio.imwrite(image, sample_pixels())
+    write_world_file(tmp_path / "sample.jgw", TRANSFORM)
+    assert load_image(image, crs="EPSG:32654").georef.crs.to_epsg() == 32654
+    georef = load_image(image).georef
+    assert georef.crs is None
+    with pytest.raises(GeorefError, match="names no CRS"):
+        georef.pixel_to_lonlat([0, 0])
+    (tmp_path / "sample.prj").write_text("EPSG:6677")
+    assert load_image(image, crs="EPSG:32654").georef.crs.to_epsg() == 6677  # .prj wins
+
+
+def test_tiff_with_world_file_and_no_internal_georef(tmp_path):
+    image = tmp_path / "plain.tif"
+    write_geotiff(image, sample_pixels(), transform=None)
+    with load_image(image) as raster:
+        assert raster.georef is None
+    write_world_file(tmp_path / "plain.tfw", TRANSFORM)
+    with load_image(image, crs=UTM54) as raster:
+        assert raster.georef.source == "world file plain.tfw"
+        assert raster.georef.transform.almost_equals(TRANSFORM)
+
+
+def test_pixel_space_png():
+    raster = load_image(SAMPLE_IMAGE)
+    assert raster.georef is None
+
+
+@pytest.mark.parametrize(("text", "match"), [("1\n2\n3\n", "six numbers"),
+                                             ("0\n0\n0\n0\n1\n1\n", "degenerate"),
+                                             ("a\nb\nc\nd\ne\nf\n", "six numbers")])
+def test_bad_world_file(tmp_path, text, match):
+    image = tmp_path / "bad.png"
+    shutil.copy(SAMPLE_IMAGE, image)
+    (tmp_path / "bad.pgw").write_text(text)
+    with pytest.raises(GeorefError, match=f"bad.pgw.*{match}|{match}.*bad.pgw"):
+        load_image(image)
+    with pytest.raises(GeorefError):
+        read_world_file(tmp_path / "bad.pgw")
+
+
+def test_bad_prj_and_bad_crs_option(tmp_path):
+    image = tmp_path / "x.png"
+    shutil.copy(SAMPLE_IMAGE, image)
+    write_world_file(tmp_path / "x.pgw", TRANSFORM)
+    with pytest.raises(BadParameter, match="EPSG:999999"):
+        load_image(image, crs="EPSG:999999")
+    (tmp_path / "x.prj").write_text("not a crs")
+    with pytest.raises(GeorefError, match="x.prj"):
+        load_image(image)
+
+
+# ------------------------------------------------------------------------ windowed rasters
+def test_windowed_pixels_match_png(geotiff):
+    png = load_image(SAMPLE_IMAGE)
+    with load_image(geotiff) as raster:
+        assert (raster.height, raster.width, raster.bands) == (572, 572, 3)
+        np.testing.assert_array_equal(raster.read_window(10, 50, 300, 340),
+                                      png.pixels[10:50, 300:340])
+        np.testing.assert_array_equal(raster.read_window(-5, 3, 570, 600),
+                                      png.pixels[0:3, 570:572])
+        assert raster.read_window(600, 610, 0, 5).shape == (0, 5, 3)
+        np.testing.assert_array_equal(raster.pixels, png.pixels)
+        assert raster.overview(100).shape == (96, 96, 3)
+        np.testing.assert_array_equal(raster.overview(100), png.overview(100))
+        np.testing.assert_array_equal(raster.overview(100)[3, 5], png.pixels[20, 32])
+    assert png.overview(100).shape == (96, 96, 3)
+    assert png.overview(1000).shape == (572, 572, 3)
+    with pytest.raises(BadParameter, match="max_size"):
+        png.overview(0)
+
+
+def test_trace_on_geotiff_equals_png(geotiff):
+    png = load_image(SAMPLE_IMAGE)
+    with load_image(geotiff) as raster:
+        on_tiff = trace(raster, (505, 158), (552, 92), backend=CpuBackend())
+    on_png = trace(png, (505, 158), (552, 92), backend=CpuBackend())
+    np.testing.assert_array_equal(on_tiff.polyline, on_png.polyline)
+    assert on_tiff.score == on_png.score
+
+
+@pytest.mark.parametrize(("dtype", "scale"), [(np.uint8, 255), (np.uint16, 65535),
+                                              (np.float32, 1)])
+def test_tiff_scaling_and_alpha(tmp_path, dtype, scale):
+    rgba = np.random.default_rng(2).integers(0, 255, size=(20, 30, 4)).astype(dtype)
+    write_geotiff(tmp_path / "rgba.tif", rgba, transform=None)
+    with load_image(tmp_path / "rgba.tif") as raster:
+        assert raster.bands == 3
+        np.testing.assert_allclose(raster.pixels, rgba[:, :, :3].astype(np.float32) / scale)
+
+
+def test_grey_alpha_tiff(tmp_path):
+    grey = np.full((10, 12, 2), 51, dtype=np.uint8)
+    write_geotiff(tmp_path / "ga.tif", grey, transform=None)
+    with load_image(tmp_path / "ga.tif") as raster:
+        assert raster.read_window(0, 2, 0, 2).shape == (2, 2, 1)
+        assert raster.pixels[0, 0, 0] == pytest.approx(0.2)
+
+
+def test_unsupported_and_corrupt_tiffs(tmp_path):
+    write_geotiff(tmp_path / "five.tif", np.zeros((8, 8, 5), np.uint8), transform=None)
+    with pytest.raises(ImageReadError, match="five.tif: 5 bands"):
+        load_image(tmp_path / "five.tif")
+    (tmp_path / "junk.tif").write_bytes(b"II*\x00garbage" * 10)
+    with pytest.raises(ImageReadError, match="junk.tif"):
+        load_image(tmp_path / "junk.tif")
+    write_geotiff(tmp_path / "one.tif", np.zeros((1, 8, 1), np.uint8), transform=None)
+    with pytest.raises(ImageReadError, match="too small"):
+        load_image(tmp_path / "one.tif")
+
+
+def fastest_trace_ms(rasters_and_points, repeats=9) -> list[float]:
+    """Fastest of ``repeats`` traces per (raster, a, b), interleaved against machine noise."""
+    times = [[] for _ in rasters_and_points]
+    for _ in range(repeats):
+        for timing, (raster, a, b) in zip(times, rasters_and_points, strict=True):
+            start = time.perf_counter()
+            trace(raster, a, b, backend=CpuBackend())
+            timing.append(1e3 * (time.perf_counter() - start))
+    return [min(timing) for timing in times]
+
+
+def test_big_geotiff_traces_as_fast_as_a_small_image(tmp_path, monkeypatch):
+    """A 20000×20000 tiled GeoTIFF (sparse: only the sample's tile block is written)."""
+    big = tmp_path / "big.tif"
+    size, offset = 20000, 10000
+    with rasterio.open(big, "w", driver="GTiff", width=size, height=size, count=3,
+                       dtype="uint8", crs=UTM54, transform=TRANSFORM, tiled=True,
+                       blockxsize=256, blockysize=256, sparse_ok=True) as dataset:
+        dataset.write(np.moveaxis(sample_pixels(), -1, 0), window=Window(offset, offset, 572, 572))
+    png = load_image(SAMPLE_IMAGE)
+    a, b = (505, 158), (552, 92)
+    expected = trace(png, a, b, backend=CpuBackend())  # also warms the compiled code
+    with load_image(big) as raster:
+        assert (raster.width, raster.height) == (size, size)
+        assert size * size > FULL_READ_LIMIT
+        with pytest.raises(ImageReadError, match="too large"):
+            assert raster.pixels is None
+        a_big, b_big = np.add(a, offset), np.add(b, offset)
+        reads = []
+        read = WindowedRaster._read
+        monkeypatch.setattr(WindowedRaster, "_read",
+                            lambda self, window, shape: reads.append(window) or read(
+                                self, window, shape))
+        result = trace(raster, a_big, b_big, backend=CpuBackend())
+        assert len(reads) == 1
+        assert reads[0].width * reads[0].height < 100 * 100  # only the corridor window
+        small_ms, big_ms = fastest_trace_ms([(png, a, b), (raster, a_big, b_big)])
+    np.testing.assert_allclose(result.polyline - offset, expected.polyline, atol=1e-9)
+    print(f"fastest trace: 572² PNG {small_ms:.1f} ms, 20000² GeoTIFF {big_ms:.1f} ms")
+    assert big_ms < 2 * small_ms + 20, (big_ms, small_ms)
+
+
+def test_plain_images_need_no_geo_packages():
+    """Tracing a PNG without world file imports neither pyproj, affine nor rasterio."""
+    code = ("import sys; from core.raster import load_image; import core.geojson, core.batch; "
+            f"load_image({str(SAMPLE_IMAGE)!r}); "
+            "print(sorted({'pyproj', 'affine', 'rasterio'} & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"
