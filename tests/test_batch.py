@@ -405,3 +405,18 @@ def test_source_crs_outputs(tmp_path, capsys):
     x, y = geo["features"][0]["geometry"]["coordinates"][0]
     assert 500000 < x < 500115
     assert 3899885 < y < 3900000
+
+
+def test_interrupt_keeps_a_summary(tmp_path, capsys, monkeypatch):
+    images, seeds = make_folder(tmp_path)
+
+    def interrupt(name):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("cli.batch_cmd.worker_backend", interrupt)
+    code, err = batch(capsys, images, seeds, tmp_path / "out", "--workers", "1")
+    assert code == 130
+    assert "stopped after 0 of 3 image(s)" in err
+    summary, _ = read_summary(tmp_path / "out")
+    assert summary["interrupted"] is True
+    assert summary["images"] == []
