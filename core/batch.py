@@ -48,8 +48,10 @@ from core.geojson import (
     write_geojson,
 )
 from core.georef import parse_crs, read_georef
+from core.guides import build_corridor, check_max_angle
 from core.output import write_text_atomic
 from core.raster import TIFF_SUFFIXES, Raster, load_image
+from core.scores import get_score_kind
 from core.tracer import TraceParams, TraceResult, trace
 
 #: Image files a batch picks up in IMAGES_DIR (lower-case suffixes).
@@ -523,6 +525,21 @@ def seed_candidates(seeds: list[Seed], images: list[Path],
     return found
 
 
+def check_params(params: TraceParams) -> None:
+    """Raise :class:`BadParameter` for parameters that every trace would reject.
+
+    The checks are the tracer's own (:func:`core.tracer.trace`), run once before any work
+    so that a bad option is a usage error rather than a failure of every segment.
+    """
+    if not np.isfinite(params.sigma) or params.sigma <= 0:
+        raise BadParameter(f"sigma must be > 0 px, got {params.sigma}")
+    get_score_kind(params.score)
+    check_max_angle(params.max_angle)
+    resolved = params.resolve(100.0)
+    build_corridor((0.0, 0.0), (100.0, 0.0), resolved.guides, resolved.points,
+                   resolved.halfwidth)
+
+
 def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
                out_dir: str | os.PathLike, params: TraceParams | None = None, *,
                overwrite: bool = False, crs: str = "wgs84",
@@ -533,12 +550,13 @@ def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
     ------
     BadParameter
         If ``images_dir`` is not a folder, the seeds file is unreadable, ``crs`` or
-        ``image_crs`` is unknown.
+        ``image_crs`` is unknown, or a tracing parameter is out of range.
     OutputWriteError
         If ``out_dir`` cannot be created or written to.
     """
     images_dir, out_dir = Path(images_dir), Path(out_dir)
     params = params or TraceParams()
+    check_params(params)
     check_crs(crs)
     if image_crs is not None:
         parse_crs(image_crs)

@@ -275,6 +275,10 @@ def test_usage_errors(tmp_path, capsys):
     code, err = batch(capsys, images, seeds, out, "--image-crs", "EPSG:999999")
     assert code == 2
     assert "EPSG:999999" in err
+    for option, value in (("--sigma", "-1"), ("--guides", "0"), ("--max-angle", "200")):
+        code, err = batch(capsys, images, seeds, out, option, value)
+        assert code == 2
+        assert value in err
     with pytest.raises(SystemExit) as exit_info:
         batch(capsys, images, seeds, out, "--workers", "0")
     assert exit_info.value.code == 2
