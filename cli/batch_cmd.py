@@ -120,20 +120,27 @@ def run(args: argparse.Namespace) -> int:
     # One numba thread per task: images run in parallel instead (see the module docstring).
     tasks = [replace(task, threads=1) for task in plan.tasks]
     reports = []
+    interrupted = False
     try:
         with tqdm(total=len(tasks), unit="image", file=sys.stderr) as progress:
             for report, document in run_tasks(tasks, factory, executor):
                 reports.append(write_output(plan, report, document))
                 progress.set_postfix_str(f"{report.image}: {report.status}", refresh=False)
                 progress.update()
+    except KeyboardInterrupt:
+        interrupted = True  # keep what is done: the summary, then a resumable exit
     finally:
         close()
     settings = {"seeds": args.seeds, "backend": backend.name, "crs": args.crs,
                 "image_crs": args.image_crs, "params": params_from_args(args).as_dict(),
                 "workers": None if args.scheduler else (args.workers if executor else 1),
-                "scheduler": args.scheduler}
+                "scheduler": args.scheduler, "interrupted": interrupted}
     summary = summarize(plan, reports, time.perf_counter() - start, settings)
     write_summary(plan.out_dir, summary)
+    if interrupted:
+        print(f"stopped after {len(reports)} of {len(tasks)} image(s); the same command "
+              "resumes", file=sys.stderr)
+        raise KeyboardInterrupt
     pixel = [report.image for report in reports if report.coordinate_space == "pixel"]
     if pixel:
         print(f"note: {len(pixel)} image(s) have no usable georeferencing; their GeoJSON "

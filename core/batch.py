@@ -4,8 +4,10 @@ Seeds are GeoJSON LineStrings (or MultiLineStrings): rough lines such as stale m
 or anchor points saved from the app. A feature whose ``properties.image`` names a file of
 the folder is in that image's pixel coordinates (x = column, y = row); any other feature is
 RFC 7946 longitude/latitude and is matched to every georeferenced image whose footprint it
-crosses: its vertices are transformed to the image's CRS and then to pixels, and each
-segment is clipped to the image (a segment leaving the image ends at its border). Each
+crosses (the planner keeps, per image, the seeds whose lon/lat box meets the image's
+footprint box, read from headers and sidecar files; the worker then decides exactly): its
+vertices are transformed to the image's CRS and then to pixels, and each segment is
+clipped to the image (a segment leaving the image ends at its border). Each
 consecutive vertex pair is traced; consecutive traced segments of one seed form one
 LineString feature.
 
@@ -45,9 +47,11 @@ from core.geojson import (
     line_feature,
     write_geojson,
 )
-from core.georef import parse_crs
+from core.georef import parse_crs, read_georef
+from core.guides import build_corridor, check_max_angle
 from core.output import write_text_atomic
-from core.raster import Raster, load_image
+from core.raster import TIFF_SUFFIXES, Raster, load_image
+from core.scores import get_score_kind
 from core.tracer import TraceParams, TraceResult, trace
 
 #: Image files a batch picks up in IMAGES_DIR (lower-case suffixes).
@@ -137,7 +141,11 @@ class ImageTask:
 
 @dataclass
 class BatchPlan:
-    """The images to process, those skipped, and seeds rejected before any tracing."""
+    """The images to process, those skipped, and seeds rejected before any tracing.
+
+    ``candidates`` maps every lon/lat seed to the images whose footprint box its box
+    meets (the images it may cross; the worker decides exactly).
+    """
 
     images_dir: Path
     out_dir: Path
@@ -145,7 +153,7 @@ class BatchPlan:
     outputs: dict[str, Path]
     skipped: list[ImageReport]
     seed_failures: list[Failure]
-    lonlat_seeds: list[str]
+    candidates: dict[str, set[str]]
 
 
 # ----------------------------------------------------------------------------------- seeds
@@ -446,6 +454,92 @@ def _previous_reports(out_dir: Path) -> dict[str, dict]:
         return {}
 
 
+def image_footprint(path: Path, image_crs: str | None) -> np.ndarray | None:
+    """The lon/lat box ``[lon_min, lat_min, lon_max, lat_max]`` of an image, read cheaply.
+
+    Reads only the header (rasterio for TIFFs, Pillow for the others) and the sidecar
+    files; the box is that of the image's outline, sampled every 1/16 of a side, grown by
+    1 % on each side. Returns None when the image has no georeferencing with a CRS.
+
+    Raises
+    ------
+    TraceError, OSError
+        When the image or its georeferencing cannot be read (the worker will say why).
+    """
+    if path.suffix.lower() in TIFF_SUFFIXES:
+        with load_image(path, crs=image_crs) as raster:
+            georef, width, height = raster.georef, raster.width, raster.height
+    else:
+        georef = read_georef(path, image_crs)
+        if georef is None or georef.crs is None:
+            return None
+        from PIL import Image
+
+        with Image.open(path) as image:
+            width, height = image.size
+    if georef is None or georef.crs is None:
+        return None
+    t = np.linspace(0, 1, 17)
+    xs, ys = -0.5 + t * width, -0.5 + t * height
+    outline = np.vstack([np.column_stack([xs, np.full_like(xs, -0.5)]),
+                         np.column_stack([xs, np.full_like(xs, height - 0.5)]),
+                         np.column_stack([np.full_like(ys, -0.5), ys]),
+                         np.column_stack([np.full_like(ys, width - 0.5), ys])])
+    lonlat = georef.pixel_to_lonlat(outline)
+    lonlat = lonlat[np.all(np.isfinite(lonlat), axis=1)]
+    if not lonlat.size:
+        return None
+    low, high = lonlat.min(axis=0), lonlat.max(axis=0)
+    grow = 0.01 * (high - low)
+    return np.concatenate([low - grow, high + grow])
+
+
+def seed_candidates(seeds: list[Seed], images: list[Path],
+                    image_crs: str | None) -> dict[str, set[str]]:
+    """For every image, which lon/lat seeds may cross it.
+
+    Returns
+    -------
+    dict
+        image name → ids of the seeds whose box meets the image's footprint box; an image
+        whose footprint cannot be read gets every seed (its worker reports why).
+    """
+    lonlat = [seed for seed in seeds if seed.image is None]
+    if not lonlat:
+        return {image.name: set() for image in images}
+    boxes = np.array([np.concatenate([seed.vertices.min(0), seed.vertices.max(0)])
+                      for seed in lonlat])
+    found = {}
+    for image in images:
+        try:
+            box = image_footprint(image, image_crs)
+        except (TraceError, OSError):
+            found[image.name] = {seed.id for seed in lonlat}
+            continue
+        if box is None:
+            found[image.name] = set()
+            continue
+        meets = ((boxes[:, 2] >= box[0]) & (boxes[:, 0] <= box[2])
+                 & (boxes[:, 3] >= box[1]) & (boxes[:, 1] <= box[3]))
+        found[image.name] = {lonlat[i].id for i in np.flatnonzero(meets)}
+    return found
+
+
+def check_params(params: TraceParams) -> None:
+    """Raise :class:`BadParameter` for parameters that every trace would reject.
+
+    The checks are the tracer's own (:func:`core.tracer.trace`), run once before any work
+    so that a bad option is a usage error rather than a failure of every segment.
+    """
+    if not np.isfinite(params.sigma) or params.sigma <= 0:
+        raise BadParameter(f"sigma must be > 0 px, got {params.sigma}")
+    get_score_kind(params.score)
+    check_max_angle(params.max_angle)
+    resolved = params.resolve(100.0)
+    build_corridor((0.0, 0.0), (100.0, 0.0), resolved.guides, resolved.points,
+                   resolved.halfwidth)
+
+
 def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
                out_dir: str | os.PathLike, params: TraceParams | None = None, *,
                overwrite: bool = False, crs: str = "wgs84",
@@ -456,12 +550,13 @@ def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
     ------
     BadParameter
         If ``images_dir`` is not a folder, the seeds file is unreadable, ``crs`` or
-        ``image_crs`` is unknown.
+        ``image_crs`` is unknown, or a tracing parameter is out of range.
     OutputWriteError
         If ``out_dir`` cannot be created or written to.
     """
     images_dir, out_dir = Path(images_dir), Path(out_dir)
     params = params or TraceParams()
+    check_params(params)
     check_crs(crs)
     if image_crs is not None:
         parse_crs(image_crs)
@@ -475,7 +570,11 @@ def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
         if seed.image is not None and seed.image not in names:
             seed_failures.append(Failure(f"properties.image={seed.image!r} is not an image in "
                                          f"{images_dir}", seed.id))
-    lonlat = tuple(seed for seed in seeds if seed.image is None)
+    by_image = seed_candidates(seeds, images, image_crs)
+    candidates = {seed.id: set() for seed in seeds if seed.image is None}
+    for image, found in by_image.items():
+        for seed_id in found:
+            candidates[seed_id].add(image)
     previous = _previous_reports(out_dir)
     outputs, tasks, skipped = {}, [], []
     for image, output in output_names(images).items():
@@ -490,10 +589,10 @@ def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
             report.status = "skipped"
             skipped.append(report)
             continue
-        own = tuple(seed for seed in seeds if seed.image == image)
-        tasks.append(ImageTask(str(images_dir / image), own + lonlat, params, crs, image_crs))
-    return BatchPlan(images_dir, out_dir, tasks, outputs, skipped, seed_failures,
-                     [seed.id for seed in lonlat])
+        mine = tuple(seed for seed in seeds
+                     if seed.image == image or (seed.image is None and seed.id in by_image[image]))
+        tasks.append(ImageTask(str(images_dir / image), mine, params, crs, image_crs))
+    return BatchPlan(images_dir, out_dir, tasks, outputs, skipped, seed_failures, candidates)
 
 
 # ------------------------------------------------------------------------------- execution
@@ -584,16 +683,16 @@ def summarize(plan: BatchPlan, reports: list[ImageReport], seconds: float,
               settings: dict) -> dict:
     """The ``summary.json`` document.
 
-    Lon/lat seeds that crossed no image are reported as seed failures when every image
-    was processed in this run (skipped images may have matched them earlier).
+    A lon/lat seed is reported as crossing no image when no footprint box meets its box,
+    or when every image it may cross was traced in this run and none matched it (an image
+    skipped or failed may have).
     """
     seed_failures = list(plan.seed_failures)
-    if not plan.skipped:
-        matched = {seed for report in reports for seed in report.matched_seeds}
-        failed_images = any(report.status == "failed" for report in reports)
-        if not failed_images:
-            seed_failures += [Failure("crosses no georeferenced image of the folder", seed)
-                              for seed in plan.lonlat_seeds if seed not in matched]
+    matched = {seed for report in reports for seed in report.matched_seeds}
+    settled = {report.image for report in reports if report.status != "failed"}
+    seed_failures += [Failure("crosses no georeferenced image of the folder", seed)
+                      for seed, images in plan.candidates.items()
+                      if seed not in matched and images <= settled]
     everything = sorted(reports + plan.skipped, key=lambda report: report.image)
     segments = sum(report.segments for report in reports)
     counts = {status: sum(report.status == status for report in everything)

@@ -278,7 +278,7 @@ class WindowedRaster(Raster):
                 data = self._dataset.read(self._indexes, window=window, out_shape=out_shape)
         except RasterioError as exc:
             raise ImageReadError(f"cannot read pixels of {self.path}: {exc}") from None
-        return to_float_bands(np.moveaxis(data, 0, -1), source=self.path)
+        return np.ascontiguousarray(to_float_bands(np.moveaxis(data, 0, -1), source=self.path))
 
     def close(self) -> None:
         """Close the file; later reads fail (``pixels`` already read stay available)."""

@@ -10,6 +10,7 @@ import shutil
 import numpy as np
 import pyproj
 import pytest
+from affine import Affine
 from distributed import Client, LocalCluster
 from geojson_pydantic import FeatureCollection
 
@@ -274,6 +275,10 @@ def test_usage_errors(tmp_path, capsys):
     code, err = batch(capsys, images, seeds, out, "--image-crs", "EPSG:999999")
     assert code == 2
     assert "EPSG:999999" in err
+    for option, value in (("--sigma", "-1"), ("--guides", "0"), ("--max-angle", "200")):
+        code, err = batch(capsys, images, seeds, out, option, value)
+        assert code == 2
+        assert value in err
     with pytest.raises(SystemExit) as exit_info:
         batch(capsys, images, seeds, out, "--workers", "0")
     assert exit_info.value.code == 2
@@ -367,13 +372,32 @@ def test_lonlat_seed_crossing_no_image_is_a_failure(tmp_path, capsys):
     document = json.loads(seeds.read_text())
     document["features"].append(feature([[10.0, 50.0], [10.001, 50.001]], id="far"))
     seeds.write_text(json.dumps(document))
-    code, _ = batch(capsys, images, seeds, tmp_path / "out", "--workers", "1")
-    assert code == 1
-    summary, rows = read_summary(tmp_path / "out")
-    assert summary["seed_failures"] == [
-        {"reason": "crosses no georeferenced image of the folder", "seed": "far",
-         "segment": None}]
-    assert rows[-1]["image"] == "(seeds)"
+    for _ in range(2):  # the second run skips every image and still knows
+        code, _ = batch(capsys, images, seeds, tmp_path / "out", "--workers", "1")
+        assert code == 1
+        summary, rows = read_summary(tmp_path / "out")
+        assert summary["seed_failures"] == [
+            {"reason": "crosses no georeferenced image of the folder", "seed": "far",
+             "segment": None}]
+        assert rows[-1]["image"] == "(seeds)"
+    assert summary["totals"]["skipped"] == 3
+
+
+def test_planner_sends_lonlat_seeds_only_to_images_they_may_cross(tmp_path):
+    images, seeds = make_folder(tmp_path)
+    shutil.copy(SAMPLE_IMAGE, images / "elsewhere.png")
+    write_world_file(images / "elsewhere.pgw",
+                     Affine(0.2, 0, 600000, 0, -0.2, 3900000))  # 100 km east
+    (images / "elsewhere.prj").write_text("EPSG:32654")
+    (images / "broken.tif").write_bytes(b"II*\x00" + b"junk" * 10)
+    plan = plan_batch(images, seeds, tmp_path / "out")
+    lonlat = {os.path.basename(task.image): sorted(seed.id for seed in task.seeds
+                                                   if seed.image is None)
+              for task in plan.tasks}
+    ids = sorted(case["id"] for case in CASES)
+    assert lonlat == {"broken.tif": ids, "elsewhere.png": [], "geo.tif": ids,
+                      "plain.png": [], "world.png": ids}
+    assert plan.candidates[ids[0]] == {"broken.tif", "geo.tif", "world.png"}
 
 
 def test_source_crs_outputs(tmp_path, capsys):
@@ -385,3 +409,18 @@ def test_source_crs_outputs(tmp_path, capsys):
     x, y = geo["features"][0]["geometry"]["coordinates"][0]
     assert 500000 < x < 500115
     assert 3899885 < y < 3900000
+
+
+def test_interrupt_keeps_a_summary(tmp_path, capsys, monkeypatch):
+    images, seeds = make_folder(tmp_path)
+
+    def interrupt(name):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("cli.batch_cmd.worker_backend", interrupt)
+    code, err = batch(capsys, images, seeds, tmp_path / "out", "--workers", "1")
+    assert code == 130
+    assert "stopped after 0 of 3 image(s)" in err
+    summary, _ = read_summary(tmp_path / "out")
+    assert summary["interrupted"] is True
+    assert summary["images"] == []
