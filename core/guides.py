@@ -100,7 +100,8 @@ def build_corridor(a, b, guides: int, points: int, halfwidth: float) -> Corridor
     if not np.isfinite(halfwidth) or halfwidth <= 0:
         raise BadParameter(f"halfwidth must be > 0 px, got {halfwidth}")
     if np.hypot(*(b - a)) < 2:
-        raise BadParameter(f"endpoints a={tuple(a)} and b={tuple(b)} must be at least 2 px apart")
+        raise BadParameter(f"endpoints a=({a[0]:g}, {a[1]:g}) and b=({b[0]:g}, {b[1]:g}) "
+                           "must be at least 2 px apart")
     return Corridor(a, b, int(guides), int(points), float(halfwidth))
 
 

@@ -76,7 +76,7 @@ def check_point(raster: Raster, point, name: str) -> np.ndarray:
     except (TypeError, ValueError):
         raise BadParameter(f"endpoint {name}={point!r} is not an (x, y) pair") from None
     if not np.all(np.isfinite(xy)):
-        raise BadParameter(f"endpoint {name}={tuple(xy)} is not finite")
+        raise BadParameter(f"endpoint {name}=({xy[0]:g}, {xy[1]:g}) is not finite")
     if not (0 <= xy[0] <= raster.width - 1 and 0 <= xy[1] <= raster.height - 1):
         raise PointOutsideImage(f"endpoint {name}=({xy[0]:g}, {xy[1]:g}) lies outside the "
                                 f"{raster.width}×{raster.height} image")
@@ -122,7 +122,8 @@ def trace(raster: Raster, a, b, params: TraceParams | None = None,
     max_angle_rad = check_max_angle(params.max_angle)
     length = float(np.hypot(*(b - a)))
     if length < 2:
-        raise BadParameter(f"endpoints a={tuple(a)} and b={tuple(b)} must be at least 2 px apart")
+        raise BadParameter(f"endpoints a=({a[0]:g}, {a[1]:g}) and b=({b[0]:g}, {b[1]:g}) "
+                           "must be at least 2 px apart")
     params = params.resolve(length)
     corridor = build_corridor(a, b, params.guides, params.points, params.halfwidth)
     windows = admissible_windows(corridor, max_angle_rad)
