@@ -52,12 +52,13 @@ def to_float_bands(array: np.ndarray, source: str = "image") -> np.ndarray:
     if array.dtype == bool:
         return array.astype(np.float32)
     if np.issubdtype(array.dtype, np.integer):
-        scale = float(np.iinfo(array.dtype).max)
-        return (array.astype(np.float32) / np.float32(scale))
+        out = array.astype(np.float32)
+        out *= np.float32(1.0 / np.iinfo(array.dtype).max)  # in place: one full-size copy
+        return out
     if np.issubdtype(array.dtype, np.floating):
         out = array.astype(np.float32)
         if not np.all(np.isfinite(out)):
-            out = np.nan_to_num(out, nan=0.0, posinf=0.0, neginf=0.0)
+            np.nan_to_num(out, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
         return out
     raise ImageReadError(f"{source}: unsupported pixel type {array.dtype}")
 
