@@ -14,7 +14,12 @@ import numpy as np
 
 from core.dp import DPProblem, DPSolution, solve_fast, solve_reference
 from core.guides import Corridor, Windows
-from core.scores import Evidence, integrate_links, integrate_links_reference
+from core.scores import (
+    Evidence,
+    integrate_links,
+    integrate_links_reference,
+    interleaved_planes,
+)
 
 
 @dataclass(frozen=True)
@@ -83,8 +88,12 @@ class CpuBackend(TracerBackend):
         return f"CPU (numba, {numba.get_num_threads()} threads)"
 
     def link_scores(self, evidence, corridor):
-        nodes = corridor.node_sets()
-        return [integrate_links(evidence, nodes[t], nodes[t + 1]) for t in range(len(nodes) - 1)]
+        pixels = interleaved_planes(evidence)
+        guides = corridor.guide_points
+        first = integrate_links(evidence, corridor.a[None], guides[0], pixels)
+        between = integrate_links(evidence, guides[:-1], guides[1:], pixels)  # all at once
+        last = integrate_links(evidence, guides[-1], corridor.b[None], pixels)
+        return [first, *between, last]
 
     def solve(self, problem):
         return solve_fast(problem)

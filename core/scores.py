@@ -207,42 +207,63 @@ def _link_total(pixels, px, py, dx, dy, count, width, height, col0, row0, sample
 
 @numba.njit(cache=True, parallel=True, fastmath=True)
 def _integrate_links(pixels, col0, row0, width, height, sampler, tau, starts, ends):
-    """Link scores; ``pixels`` holds the planes interleaved and padded (interleaved_planes)."""
-    out = np.empty((starts.shape[0], ends.shape[0]))
-    for i in numba.prange(starts.shape[0]):
-        px, py = starts[i, 0], starts[i, 1]
+    """Link scores of S stages at once: starts (S, n0, 2), ends (S, n1, 2) → (S, n0, n1).
+    ``pixels`` holds the planes interleaved and padded (:func:`interleaved_planes`)."""
+    stages, n0, n1 = starts.shape[0], starts.shape[1], ends.shape[1]
+    out = np.empty((stages, n0, n1))
+    for task in numba.prange(stages * n0):
+        s, i = task // n0, task % n0
+        px, py = starts[s, i, 0], starts[s, i, 1]
         start_inside = 0.0 <= px <= width - 1 and 0.0 <= py <= height - 1
-        for j in range(ends.shape[0]):
-            qx, qy = ends[j, 0], ends[j, 1]
+        for j in range(n1):
+            qx, qy = ends[s, j, 0], ends[s, j, 1]
             dx, dy = qx - px, qy - py
             count = max(2, int(np.ceil(np.sqrt(dx * dx + dy * dy))))
             # A segment with both ends in the (convex) image has every sample inside it.
             inside = start_inside and 0.0 <= qx <= width - 1 and 0.0 <= qy <= height - 1
             if sampler == SCALAR:
                 total = (_link_total(pixels, px, py, dx, dy, count, width, height, col0,
-                                             row0, SCALAR, tau, False) if inside
+                                     row0, SCALAR, tau, False) if inside
                          else _link_total(pixels, px, py, dx, dy, count, width, height, col0,
-                                             row0, SCALAR, tau, True))
+                                          row0, SCALAR, tau, True))
             elif sampler == CROSS:
                 total = (_link_total(pixels, px, py, dx, dy, count, width, height, col0,
-                                             row0, CROSS, tau, False) if inside
+                                     row0, CROSS, tau, False) if inside
                          else _link_total(pixels, px, py, dx, dy, count, width, height, col0,
-                                             row0, CROSS, tau, True))
+                                          row0, CROSS, tau, True))
             else:
                 total = (_link_total(pixels, px, py, dx, dy, count, width, height, col0,
-                                             row0, SINE, tau, False) if inside
+                                     row0, SINE, tau, False) if inside
                          else _link_total(pixels, px, py, dx, dy, count, width, height, col0,
-                                             row0, SINE, tau, True))
-            out[i, j] = total
+                                          row0, SINE, tau, True))
+            out[s, i, j] = total
     return out
 
 
-def integrate_links(evidence: Evidence, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Scores of all links from ``starts`` (n0, 2) to ``ends`` (n1, 2): shape (n0, n1), float64."""
-    return _integrate_links(interleaved_planes(evidence), evidence.origin[0], evidence.origin[1],
-                            evidence.image_size[0], evidence.image_size[1], evidence.sampler,
-                            evidence.tau, np.ascontiguousarray(starts, dtype=np.float64),
-                            np.ascontiguousarray(ends, dtype=np.float64))
+def integrate_links(evidence: Evidence, starts: np.ndarray, ends: np.ndarray,
+                    pixels: np.ndarray | None = None) -> np.ndarray:
+    """Scores of all links from ``starts`` to ``ends``.
+
+    Parameters
+    ----------
+    starts : ndarray of shape (n0, 2), or (S, n0, 2) for S stages at once
+    ends : ndarray of shape (n1, 2), or (S, n1, 2)
+    pixels : the evidence's :func:`interleaved_planes`, when the caller already has them
+
+    Returns
+    -------
+    ndarray of shape (n0, n1), or (S, n0, n1), float64
+    """
+    starts = np.asarray(starts, dtype=np.float64)
+    ends = np.asarray(ends, dtype=np.float64)
+    batched = starts.ndim == 3
+    if pixels is None:
+        pixels = interleaved_planes(evidence)
+    out = _integrate_links(pixels, evidence.origin[0], evidence.origin[1],
+                           evidence.image_size[0], evidence.image_size[1], evidence.sampler,
+                           evidence.tau, np.ascontiguousarray(starts if batched else starts[None]),
+                           np.ascontiguousarray(ends if batched else ends[None]))
+    return out if batched else out[0]
 
 
 def interleaved_planes(evidence: Evidence) -> np.ndarray:
