@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numba
 import numpy as np
+from scipy import ndimage
 
 from core.errors import BadParameter
 
@@ -132,6 +133,79 @@ def _colour_planes(inputs):
     return term[None].astype(np.float32), 0.0
 
 
+#: ``centre`` kind: colour patches of (2r+1)² px around a and b.
+PATCH_RADIUS = 2
+#: ``centre`` kind: colour spread floor, as a fraction of the window's value range.
+SPREAD_FLOOR = 0.04
+#: ``centre`` kind: centring blur σ as a fraction of the band width measured at a and b.
+CENTRE_BLUR = 0.25
+#: ``centre`` kind: how far (px) the band width is measured to either side of a and b.
+WIDTH_REACH = 60
+
+
+def endpoint_similarity(pixels: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """How much each pixel looks like the surface under a or under b.
+
+    Each endpoint gets its own colour model: the mean c and spread s (mean per-band standard
+    deviation, at least ``SPREAD_FLOOR`` × the window's value range) of its patch; a pixel's
+    similarity is the larger of exp(−‖x − c‖² / 2s²) over the two models.
+
+    Parameters
+    ----------
+    pixels : ndarray of shape (rows, cols, bands), float32
+    a, b : ndarrays of shape (2,)
+        Endpoints (x, y) in window coordinates.
+
+    Returns
+    -------
+    ndarray of shape (rows, cols), float64, values in [0, 1]
+    """
+    floor = SPREAD_FLOOR * float(np.ptp(pixels)) + 1e-6
+    best = np.zeros(pixels.shape[:2])
+    for point in (a, b):
+        patch = _patch_colours(pixels, point, PATCH_RADIUS)
+        spread = max(float(patch.std(axis=0).mean()), floor)
+        distance2 = ((pixels - patch.mean(axis=0)) ** 2).sum(axis=2)
+        np.maximum(best, np.exp(-distance2 / (2.0 * spread * spread)), out=best)
+    return best
+
+
+def _run_length(mask: np.ndarray, point: np.ndarray, step: np.ndarray) -> float:
+    """Distance (px) from ``point`` along unit ``step`` to the first pixel outside ``mask``."""
+    rows, cols = mask.shape
+    for distance in range(1, WIDTH_REACH + 1):
+        col, row = (int(round(value)) for value in point + distance * step)
+        if not (0 <= col < cols and 0 <= row < rows) or not mask[row, col]:
+            return distance - 0.5
+    return float(WIDTH_REACH)
+
+
+def band_width(mask: np.ndarray, a: np.ndarray, b: np.ndarray) -> float:
+    """Width (px) of the band ``mask`` (rows, cols) across [a, b], the median at a and at b."""
+    unit = (b - a) / np.hypot(*(b - a))
+    normal = np.array([-unit[1], unit[0]])
+    return float(np.median([_run_length(mask, point, normal) + _run_length(mask, point, -normal)
+                            for point in (a, b)]))
+
+
+def _centre_planes(inputs):
+    similarity = endpoint_similarity(inputs.pixels, inputs.a, inputs.b)
+    mask = ndimage.gaussian_filter(similarity, 1.0) > 0.5
+    sigma = max(CENTRE_BLUR * band_width(mask, inputs.a, inputs.b), 1.0)
+    centred = ndimage.gaussian_filter(similarity, sigma)
+    return (centred - 1.0)[None].astype(np.float32), 0.0
+
+
+def _evidence_planes(inputs):
+    return (inputs.pixels[:, :, 0] - 1.0)[None].astype(np.float32), 0.0
+
+
+register_score_kind(ScoreKind(
+    "centre", "follows the centre of the band whose colour matches a or b (roads, rivers)",
+    SCALAR, _centre_planes))
+register_score_kind(ScoreKind(
+    "evidence", "user evidence raster (band 0, 0 = none .. 1 = certain): term p - 1", SCALAR,
+    _evidence_planes))
 register_score_kind(ScoreKind(
     "colour", "prefers pixels of the colour found under a and b (road/river surface)",
     SCALAR, _colour_planes))
@@ -216,7 +290,8 @@ def _bilinear_reference(evidence: Evidence, x: np.ndarray, y: np.ndarray) -> np.
     return np.where(inside, values, 0.0)
 
 
-def integrate_links_reference(evidence: Evidence, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+def integrate_links_reference(evidence: Evidence, starts: np.ndarray,
+                              ends: np.ndarray) -> np.ndarray:
     """Plain-numpy twin of :func:`integrate_links` (one link at a time; for tests)."""
     out = np.empty((len(starts), len(ends)))
     for i, p in enumerate(np.asarray(starts, dtype=np.float64)):
