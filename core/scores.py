@@ -11,7 +11,11 @@ rule. Three *samplers* turn planes into terms (the GPU implements the same three
 * ``CROSS``: term = |g × v| = |∇I|·|sin φ| from planes (gx, gy) and link direction v;
 * ``SINE``:  term = |sin φ| where |∇I| > τ, else 0 (the paper read literally).
 
-A new kind registers with :func:`register_score_kind`; the DP never changes.
+Kinds: ``centre`` (default: centre of the band coloured like a and b), ``colour``, ``flat``,
+``cross``, ``sine`` and ``evidence`` (a user's probability raster; see core/tracer.py). The
+choice of default and its constants were measured on real roads and rivers
+(docs/ACCURACY.md). A new kind registers with :func:`register_score_kind`; the DP never
+changes.
 """
 
 from __future__ import annotations
@@ -141,6 +145,8 @@ SPREAD_FLOOR = 0.04
 CENTRE_BLUR = 0.25
 #: ``centre`` kind: how far (px) the band width is measured to either side of a and b.
 WIDTH_REACH = 60
+#: ``centre`` kind: cost per px even on the band's centre (prefers the shorter of equal paths).
+LENGTH_COST = 0.5
 
 
 def endpoint_similarity(pixels: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -189,22 +195,29 @@ def band_width(mask: np.ndarray, a: np.ndarray, b: np.ndarray) -> float:
 
 
 def _centre_planes(inputs):
+    """Term −(1 − G_σ * similarity + LENGTH_COST), σ = CENTRE_BLUR × band width (≥ 1 px).
+
+    The blur turns the flat plateau of a matching band into a ridge along its centre, so the
+    optimum runs down the middle of a road or river instead of along either side.
+    """
     similarity = endpoint_similarity(inputs.pixels, inputs.a, inputs.b)
     mask = ndimage.gaussian_filter(similarity, 1.0) > 0.5
     sigma = max(CENTRE_BLUR * band_width(mask, inputs.a, inputs.b), 1.0)
     centred = ndimage.gaussian_filter(similarity, sigma)
-    return (centred - 1.0)[None].astype(np.float32), 0.0
+    return -(1.0 - centred + LENGTH_COST)[None].astype(np.float32), 0.0
 
 
 def _evidence_planes(inputs):
-    return (inputs.pixels[:, :, 0] - 1.0)[None].astype(np.float32), 0.0
+    """Term −(1 − p + LENGTH_COST) of a probability raster p (band 0, values in [0, 1])."""
+    return -(1.0 - inputs.pixels[:, :, 0] + LENGTH_COST)[None].astype(np.float32), 0.0
 
 
 register_score_kind(ScoreKind(
     "centre", "follows the centre of the band whose colour matches a or b (roads, rivers)",
     SCALAR, _centre_planes))
 register_score_kind(ScoreKind(
-    "evidence", "user evidence raster (band 0, 0 = none .. 1 = certain): term p - 1", SCALAR,
+    "evidence", "a probability raster's band 0 (0 = none .. 1 = certain), e.g. a model's "
+    "road map: cost 1 - p", SCALAR,
     _evidence_planes))
 register_score_kind(ScoreKind(
     "colour", "prefers pixels of the colour found under a and b (road/river surface)",
