@@ -60,25 +60,30 @@ class Evidence:
 class ScoreInputs:
     """What a score kind may look at (all in window coordinates).
 
-    pixels : (rows, cols, bands) float32; gx, gy : (rows, cols) float32;
-    a, b : (2,) endpoints (x, y) relative to the window origin.
+    pixels : (rows, cols, bands) float32; gx, gy : (rows, cols) float32, or None for kinds
+    registered with ``uses_gradient=False``; a, b : (2,) endpoints (x, y) relative to the
+    window origin.
     """
 
     pixels: np.ndarray
-    gx: np.ndarray
-    gy: np.ndarray
+    gx: np.ndarray | None
+    gy: np.ndarray | None
     a: np.ndarray
     b: np.ndarray
 
 
 @dataclass(frozen=True)
 class ScoreKind:
-    """A named way of scoring links: ``planes(inputs) -> (planes (P, rows, cols), tau)``."""
+    """A named way of scoring links: ``planes(inputs) -> (planes (P, rows, cols), tau)``.
+
+    ``uses_gradient=False`` lets the tracer skip computing gx, gy (they arrive as None).
+    """
 
     name: str
     summary: str
     sampler: int
     planes: Callable[[ScoreInputs], tuple[np.ndarray, float]]
+    uses_gradient: bool = True
 
 
 SCORE_KINDS: dict[str, ScoreKind] = {}
@@ -164,15 +169,19 @@ def endpoint_similarity(pixels: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.
 
     Returns
     -------
-    ndarray of shape (rows, cols), float64, values in [0, 1]
+    ndarray of shape (rows, cols), float32, values in [0, 1]
     """
     floor = SPREAD_FLOOR * float(np.ptp(pixels)) + 1e-6
-    best = np.zeros(pixels.shape[:2])
+    best = np.zeros(pixels.shape[:2], dtype=np.float32)
     for point in (a, b):
         patch = _patch_colours(pixels, point, PATCH_RADIUS)
         spread = max(float(patch.std(axis=0).mean()), floor)
-        distance2 = ((pixels - patch.mean(axis=0)) ** 2).sum(axis=2)
-        np.maximum(best, np.exp(-distance2 / (2.0 * spread * spread)), out=best)
+        distance2 = np.zeros_like(best)
+        for band, mean in enumerate(patch.mean(axis=0)):
+            difference = pixels[:, :, band] - np.float32(mean)
+            distance2 += difference * difference
+        distance2 *= np.float32(-0.5 / (spread * spread))
+        np.maximum(best, np.exp(distance2), out=best)
     return best
 
 
@@ -203,7 +212,7 @@ def _centre_planes(inputs):
     similarity = endpoint_similarity(inputs.pixels, inputs.a, inputs.b)
     mask = ndimage.gaussian_filter(similarity, 1.0) > 0.5
     sigma = max(CENTRE_BLUR * band_width(mask, inputs.a, inputs.b), 1.0)
-    centred = ndimage.gaussian_filter(similarity, sigma)
+    centred = ndimage.gaussian_filter(similarity, sigma, truncate=3.0)
     return -(1.0 - centred + LENGTH_COST)[None].astype(np.float32), 0.0
 
 
@@ -214,14 +223,14 @@ def _evidence_planes(inputs):
 
 register_score_kind(ScoreKind(
     "centre", "follows the centre of the band whose colour matches a or b (roads, rivers)",
-    SCALAR, _centre_planes))
+    SCALAR, _centre_planes, uses_gradient=False))
 register_score_kind(ScoreKind(
     "evidence", "a probability raster's band 0 (0 = none .. 1 = certain), e.g. a model's "
     "road map: cost 1 - p", SCALAR,
-    _evidence_planes))
+    _evidence_planes, uses_gradient=False))
 register_score_kind(ScoreKind(
     "colour", "prefers pixels of the colour found under a and b (road/river surface)",
-    SCALAR, _colour_planes))
+    SCALAR, _colour_planes, uses_gradient=False))
 register_score_kind(ScoreKind(
     "cross", "gradient magnitude across the link, |∇I × v| (edge following)", CROSS, _cross_planes))
 register_score_kind(ScoreKind(

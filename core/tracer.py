@@ -7,7 +7,7 @@ optimum.
 Defaults scale with the click distance L = |b - a| (px); they were chosen by measurement on
 real roads and rivers (docs/ACCURACY.md):
 
-* halfwidth w = clip(0.3·L, 8, 150) px (curved roads leave a 0.2·L corridor);
+* halfwidth w = clip(0.25·L, 8, 150) px (curved roads leave a 0.2·L corridor);
 * guides m = clip(round(L / 20), 1, 40), i.e. one guide every ~20 px;
 * points d = 2·round(w / 1.5) + 1, i.e. guide points ~1.5 px apart;
 * max angle 30°, σ = 1.5 px, score ``centre``.
@@ -36,7 +36,7 @@ from core.raster import Raster, load_image
 from core.scores import SCALAR, Evidence, ScoreInputs, get_score_kind
 
 #: Default corridor half-width per px of click distance.
-HALFWIDTH_PER_LENGTH = 0.3
+HALFWIDTH_PER_LENGTH = 0.25
 #: Default distance between guides (px).
 GUIDE_SPACING = 20.0
 #: Default distance between points on a guide (px).
@@ -176,7 +176,7 @@ def corridor_evidence(raster: Raster, corridor: Corridor, params: TraceParams,
     col0, row0 = max(want0[0], 0), max(want0[1], 0)
     col1, row1 = min(want1[0], raster.width), min(want1[1], raster.height)
     pixels = source.read_window(row0, row1, col0, col1)
-    gx, gy = gaussian_gradient(pixels, params.sigma)
+    gx, gy = gaussian_gradient(pixels, params.sigma) if kind.uses_gradient else (None, None)
     origin = np.array([col0, row0], dtype=np.float64)
     planes, tau = kind.planes(ScoreInputs(pixels, gx, gy, corridor.a - (sx, sy) - origin,
                                           corridor.b - (sx, sy) - origin))
