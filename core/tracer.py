@@ -16,7 +16,10 @@ Evidence from the user: ``TraceParams.evidence_path`` names a raster on the imag
 grid (same width and height, e.g. a road-probability map from a segmentation model); the
 score kind then reads its pixels instead of the image's. With ``score="evidence"`` band 0 is
 used as a probability p (0 = none, 1 = certain; 8/16-bit rasters are scaled to [0, 1]) and the
-path maximises ∫(p − 1), i.e. it is the angle-constrained geodesic on cost 1 − p.
+path is the angle-constrained geodesic on cost 1 − p + 0.5 per px (core/scores.py).
+
+Near the image border the corridor may leave the image; evidence there counts as the worst in
+the window (:func:`corridor_evidence`), so no path gains by leaving the image.
 """
 
 from __future__ import annotations
@@ -161,10 +164,11 @@ def corridor_evidence(raster: Raster, corridor: Corridor, params: TraceParams,
     Returns
     -------
     Evidence
-        In the corridor's frame, covering the whole corridor. Where the corridor leaves the
-        image, ``SCALAR`` planes are extended with their worst (smallest) value and gradient
-        planes with 0, and ``image_size`` is enlarged to match, so a path never gains score
-        by leaving the image.
+        In the corridor's frame; with ``shift`` from :func:`border_shift` it covers the whole
+        corridor (with (0, 0), samples at negative coordinates still count 0). Where the
+        corridor leaves the image, ``SCALAR`` planes are extended with their worst (smallest)
+        value and gradient planes with 0, and ``image_size`` is enlarged to match, so a path
+        never gains score by leaving the image.
     """
     kind = get_score_kind(params.score)
     source = evidence_source(raster, params)
@@ -227,5 +231,7 @@ def trace(raster: Raster, a, b, params: TraceParams | None = None,
     timings = {"geometry": 1e3 * (geometry_done - start),
                "evidence": 1e3 * (evidence_done - geometry_done), **solution.timings_ms}
     timings["total"] = 1e3 * (time.perf_counter() - start)
-    return TraceResult(corridor.polyline(solution.indices) - shift, solution.indices,
-                       solution.score, solution.link_scores, params, backend.name, timings)
+    polyline = corridor.polyline(solution.indices) - shift
+    polyline[0], polyline[-1] = a, b  # exact, whatever the frame shift rounded
+    return TraceResult(polyline, solution.indices, solution.score, solution.link_scores, params,
+                       backend.name, timings)
