@@ -11,7 +11,11 @@ rule. Three *samplers* turn planes into terms (the GPU implements the same three
 * ``CROSS``: term = |g × v| = |∇I|·|sin φ| from planes (gx, gy) and link direction v;
 * ``SINE``:  term = |sin φ| where |∇I| > τ, else 0 (the paper read literally).
 
-A new kind registers with :func:`register_score_kind`; the DP never changes.
+Kinds: ``centre`` (default: centre of the band coloured like a and b), ``colour``, ``flat``,
+``cross``, ``sine`` and ``evidence`` (a user's probability raster; see core/tracer.py). The
+choice of default and its constants were measured on real roads and rivers
+(docs/ACCURACY.md). A new kind registers with :func:`register_score_kind`; the DP never
+changes.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 
 import numba
 import numpy as np
+from scipy import ndimage
 
 from core.errors import BadParameter
 from core.gradient import gaussian_blur
@@ -56,25 +61,30 @@ class Evidence:
 class ScoreInputs:
     """What a score kind may look at (all in window coordinates).
 
-    pixels : (rows, cols, bands) float32; gx, gy : (rows, cols) float32;
-    a, b : (2,) endpoints (x, y) relative to the window origin.
+    pixels : (rows, cols, bands) float32; gx, gy : (rows, cols) float32, or None for kinds
+    registered with ``uses_gradient=False``; a, b : (2,) endpoints (x, y) relative to the
+    window origin.
     """
 
     pixels: np.ndarray
-    gx: np.ndarray
-    gy: np.ndarray
+    gx: np.ndarray | None
+    gy: np.ndarray | None
     a: np.ndarray
     b: np.ndarray
 
 
 @dataclass(frozen=True)
 class ScoreKind:
-    """A named way of scoring links: ``planes(inputs) -> (planes (P, rows, cols), tau)``."""
+    """A named way of scoring links: ``planes(inputs) -> (planes (P, rows, cols), tau)``.
+
+    ``uses_gradient=False`` lets the tracer skip computing gx, gy (they arrive as None).
+    """
 
     name: str
     summary: str
     sampler: int
     planes: Callable[[ScoreInputs], tuple[np.ndarray, float]]
+    uses_gradient: bool = True
 
 
 SCORE_KINDS: dict[str, ScoreKind] = {}
@@ -142,9 +152,95 @@ def _colour_planes(inputs):
     return term[None].astype(np.float32), 0.0
 
 
+#: ``centre`` kind: colour patches of (2r+1)² px around a and b.
+PATCH_RADIUS = 2
+#: ``centre`` kind: colour spread floor, as a fraction of the window's value range.
+SPREAD_FLOOR = 0.04
+#: ``centre`` kind: centring blur σ as a fraction of the band width measured at a and b.
+CENTRE_BLUR = 0.25
+#: ``centre`` kind: how far (px) the band width is measured to either side of a and b.
+WIDTH_REACH = 60
+#: ``centre`` kind: cost per px even on the band's centre (prefers the shorter of equal paths).
+LENGTH_COST = 0.5
+
+
+def endpoint_similarity(pixels: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """How much each pixel looks like the surface under a or under b.
+
+    Each endpoint gets its own colour model: the mean c and spread s (mean per-band standard
+    deviation, at least ``SPREAD_FLOOR`` × the window's value range) of its patch; a pixel's
+    similarity is the larger of exp(−‖x − c‖² / 2s²) over the two models.
+
+    Parameters
+    ----------
+    pixels : ndarray of shape (rows, cols, bands), float32
+    a, b : ndarrays of shape (2,)
+        Endpoints (x, y) in window coordinates.
+
+    Returns
+    -------
+    ndarray of shape (rows, cols), float32, values in [0, 1]
+    """
+    floor = SPREAD_FLOOR * float(np.ptp(pixels)) + 1e-6
+    best = np.zeros(pixels.shape[:2], dtype=np.float32)
+    for point in (a, b):
+        patch = _patch_colours(pixels, point, PATCH_RADIUS)
+        spread = max(float(patch.std(axis=0).mean()), floor)
+        distance2 = np.zeros_like(best)
+        for band, mean in enumerate(patch.mean(axis=0)):
+            difference = pixels[:, :, band] - np.float32(mean)
+            distance2 += difference * difference
+        distance2 *= np.float32(-0.5 / (spread * spread))
+        np.maximum(best, np.exp(distance2), out=best)
+    return best
+
+
+def _run_length(mask: np.ndarray, point: np.ndarray, step: np.ndarray) -> float:
+    """Distance (px) from ``point`` along unit ``step`` to the first pixel outside ``mask``."""
+    rows, cols = mask.shape
+    for distance in range(1, WIDTH_REACH + 1):
+        col, row = (int(round(value)) for value in point + distance * step)
+        if not (0 <= col < cols and 0 <= row < rows) or not mask[row, col]:
+            return distance - 0.5
+    return float(WIDTH_REACH)
+
+
+def band_width(mask: np.ndarray, a: np.ndarray, b: np.ndarray) -> float:
+    """Width (px) of the band ``mask`` (rows, cols) across [a, b], the median at a and at b."""
+    unit = (b - a) / np.hypot(*(b - a))
+    normal = np.array([-unit[1], unit[0]])
+    return float(np.median([_run_length(mask, point, normal) + _run_length(mask, point, -normal)
+                            for point in (a, b)]))
+
+
+def _centre_planes(inputs):
+    """Term −(1 − G_σ * similarity + LENGTH_COST), σ = CENTRE_BLUR × band width (≥ 1 px).
+
+    The blur turns the flat plateau of a matching band into a ridge along its centre, so the
+    optimum runs down the middle of a road or river instead of along either side.
+    """
+    similarity = endpoint_similarity(inputs.pixels, inputs.a, inputs.b)
+    mask = ndimage.gaussian_filter(similarity, 1.0) > 0.5
+    sigma = max(CENTRE_BLUR * band_width(mask, inputs.a, inputs.b), 1.0)
+    centred = ndimage.gaussian_filter(similarity, sigma, truncate=3.0)
+    return -(1.0 - centred + LENGTH_COST)[None].astype(np.float32), 0.0
+
+
+def _evidence_planes(inputs):
+    """Term −(1 − p + LENGTH_COST) of a probability raster p (band 0, values in [0, 1])."""
+    return -(1.0 - inputs.pixels[:, :, 0] + LENGTH_COST)[None].astype(np.float32), 0.0
+
+
+register_score_kind(ScoreKind(
+    "centre", "follows the centre of the band whose colour matches a or b (roads, rivers)",
+    SCALAR, _centre_planes, uses_gradient=False))
+register_score_kind(ScoreKind(
+    "evidence", "a probability raster's band 0 (0 = none .. 1 = certain), e.g. a model's "
+    "road map: cost 1 - p", SCALAR,
+    _evidence_planes, uses_gradient=False))
 register_score_kind(ScoreKind(
     "colour", "prefers pixels of the colour found under a and b (road/river surface)",
-    SCALAR, _colour_planes))
+    SCALAR, _colour_planes, uses_gradient=False))
 register_score_kind(ScoreKind(
     "cross", "gradient magnitude across the link, |∇I × v| (edge following)", CROSS, _cross_planes))
 register_score_kind(ScoreKind(

@@ -4,47 +4,72 @@
 gradient margin), builds evidence with the chosen score kind, and asks a backend for the
 optimum.
 
-Defaults scale with the click distance L = |b - a| (px):
+Defaults scale with the click distance L = |b - a| (px); they were chosen by measurement on
+real roads and rivers (docs/ACCURACY.md):
 
-* halfwidth w = clip(0.2·L, 8, 150) px;
-* guides m = clip(round(L / 25), 1, 40), i.e. one guide every ~25 px;
-* points d = 2·round(w) + 1, i.e. guide points 1 px apart;
-* max angle 30°, σ = 1.5 px, score ``colour``.
+* halfwidth w = clip(0.25·L, 8, 150) px (curved roads leave a 0.2·L corridor);
+* guides m = clip(round(L / 20), 1, 40), i.e. one guide every ~20 px;
+* points d = 2·round(w / 1.5) + 1, i.e. guide points ~1.5 px apart;
+* max angle 30°, σ = 1.5 px, score ``centre``.
+
+Evidence from the user: ``TraceParams.evidence_path`` names a raster on the image's pixel
+grid (same width and height, e.g. a road-probability map from a segmentation model); the
+score kind then reads its pixels instead of the image's. With ``score="evidence"`` band 0 is
+used as a probability p (0 = none, 1 = certain; 8/16-bit rasters are scaled to [0, 1]) and the
+path is the angle-constrained geodesic on cost 1 − p + 0.5 per px (core/scores.py).
+
+Near the image border the corridor may leave the image; evidence there counts as the worst in
+the window (:func:`corridor_evidence`), so no path gains by leaving the image.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import asdict, dataclass, field, replace
+from functools import lru_cache
 
 import numpy as np
 
 from core.backend import CpuBackend, TracerBackend
-from core.errors import BadParameter, PointOutsideImage
+from core.errors import BadParameter, ImageReadError, PointOutsideImage
 from core.gradient import gaussian_gradient, gradient_margin
 from core.guides import Corridor, admissible_windows, build_corridor, check_max_angle
-from core.raster import Raster
-from core.scores import Evidence, ScoreInputs, get_score_kind
+from core.raster import Raster, load_image
+from core.scores import SCALAR, Evidence, ScoreInputs, get_score_kind
+
+#: Default corridor half-width per px of click distance.
+HALFWIDTH_PER_LENGTH = 0.25
+#: Default distance between guides (px).
+GUIDE_SPACING = 20.0
+#: Default distance between points on a guide (px).
+POINT_SPACING = 1.5
 
 
 @dataclass(frozen=True)
 class TraceParams:
-    """Tracing parameters; ``None`` means "scale with the click distance" (module docstring)."""
+    """Tracing parameters; ``None`` means "scale with the click distance" (module docstring).
+
+    ``evidence_path``: optional raster on the image's grid whose pixels the score kind reads
+    instead of the image's (module docstring).
+    """
 
     guides: int | None = None
     points: int | None = None
     halfwidth: float | None = None
     max_angle: float = 30.0
     sigma: float = 1.5
-    score: str = "colour"
+    score: str = "centre"
+    evidence_path: str | None = None
 
     def resolve(self, length: float) -> TraceParams:
         """A copy with every ``None`` replaced by its default for click distance ``length``."""
         halfwidth = self.halfwidth if self.halfwidth is not None else float(
-            np.clip(0.2 * length, 8.0, 150.0))
+            np.clip(HALFWIDTH_PER_LENGTH * length, 8.0, 150.0))
         guides = self.guides if self.guides is not None else int(
-            np.clip(round(length / 25.0), 1, 40))
-        points = self.points if self.points is not None else 2 * int(round(halfwidth)) + 1
+            np.clip(round(length / GUIDE_SPACING), 1, 40))
+        points = self.points if self.points is not None else 2 * int(
+            round(halfwidth / POINT_SPACING)) + 1
         return replace(self, guides=guides, points=points, halfwidth=halfwidth)
 
     def as_dict(self) -> dict:
@@ -83,21 +108,92 @@ def check_point(raster: Raster, point, name: str) -> np.ndarray:
     return xy
 
 
-def corridor_evidence(raster: Raster, corridor: Corridor, params: TraceParams) -> Evidence:
-    """Read the corridor window (with gradient margin) and build the score kind's evidence."""
+@lru_cache(maxsize=4)
+def _load_evidence(path: str, modified_ns: int) -> Raster:
+    return load_image(path)
+
+
+def evidence_source(raster: Raster, params: TraceParams) -> Raster:
+    """The raster the score kind reads: ``params.evidence_path`` if set, else ``raster``.
+
+    Raises
+    ------
+    ImageReadError
+        If the evidence raster cannot be read.
+    BadParameter
+        If its size differs from the image's.
+    """
+    if params.evidence_path is None:
+        return raster
+    path = os.fspath(params.evidence_path)
+    if not os.path.isfile(path):
+        raise ImageReadError(f"evidence raster not found: {path}")
+    evidence = _load_evidence(path, os.stat(path).st_mtime_ns)
+    if (evidence.width, evidence.height) != (raster.width, raster.height):
+        raise BadParameter(f"evidence raster {path} is {evidence.width}×{evidence.height} px; "
+                           f"the image is {raster.width}×{raster.height}")
+    return evidence
+
+
+def border_shift(corridor: Corridor, params: TraceParams) -> np.ndarray:
+    """Integer (dx, dy) >= 0 that moves the corridor's evidence window off negative coordinates.
+
+    Returns
+    -------
+    ndarray of shape (2,), float64
+    """
+    points = np.vstack([corridor.a, corridor.b, corridor.guide_points.reshape(-1, 2)])
+    low = np.floor(points.min(axis=0)) - (gradient_margin(params.sigma) + 2)
+    return np.maximum(-low, 0.0)
+
+
+def corridor_evidence(raster: Raster, corridor: Corridor, params: TraceParams,
+                      shift=(0.0, 0.0)) -> Evidence:
+    """Read the corridor window (with gradient margin) and build the score kind's evidence.
+
+    Parameters
+    ----------
+    raster : Raster
+        The image; its pixels, or those of ``params.evidence_path``, feed the score kind.
+    corridor : Corridor
+        Guides in a frame where image pixel (col, row) sits at (col, row) + ``shift``.
+    params : TraceParams
+    shift : (2,) integers >= 0
+        Frame offset (see :func:`border_shift`); (0, 0) is the image's own frame.
+
+    Returns
+    -------
+    Evidence
+        In the corridor's frame; with ``shift`` from :func:`border_shift` it covers the whole
+        corridor (with (0, 0), samples at negative coordinates still count 0). Where the
+        corridor leaves the image, ``SCALAR`` planes are extended with their worst (smallest)
+        value and gradient planes with 0, and ``image_size`` is enlarged to match, so a path
+        never gains score by leaving the image.
+    """
     kind = get_score_kind(params.score)
+    source = evidence_source(raster, params)
+    sx, sy = (int(value) for value in shift)
     points = np.vstack([corridor.a, corridor.b, corridor.guide_points.reshape(-1, 2)])
     margin = gradient_margin(params.sigma) + 2  # also covers the patches around a and b
-    col0 = max(int(np.floor(points[:, 0].min())) - margin, 0)
-    row0 = max(int(np.floor(points[:, 1].min())) - margin, 0)
-    col1 = min(int(np.ceil(points[:, 0].max())) + margin + 1, raster.width)
-    row1 = min(int(np.ceil(points[:, 1].max())) + margin + 1, raster.height)
-    pixels = raster.read_window(row0, row1, col0, col1)
-    gx, gy = gaussian_gradient(pixels, params.sigma)
+    want0 = np.floor(points.min(axis=0)).astype(int) - margin - (sx, sy)  # image frame
+    want1 = np.ceil(points.max(axis=0)).astype(int) + margin + 1 - (sx, sy)
+    col0, row0 = max(want0[0], 0), max(want0[1], 0)
+    col1, row1 = min(want1[0], raster.width), min(want1[1], raster.height)
+    pixels = source.read_window(row0, row1, col0, col1)
+    gx, gy = gaussian_gradient(pixels, params.sigma) if kind.uses_gradient else (None, None)
     origin = np.array([col0, row0], dtype=np.float64)
-    planes, tau = kind.planes(ScoreInputs(pixels, gx, gy, corridor.a - origin, corridor.b - origin))
-    return Evidence(np.ascontiguousarray(planes, dtype=np.float32), (col0, row0),
-                    (raster.width, raster.height), kind.sampler, tau)
+    planes, tau = kind.planes(ScoreInputs(pixels, gx, gy, corridor.a - (sx, sy) - origin,
+                                          corridor.b - (sx, sy) - origin))
+    planes = np.asarray(planes, dtype=np.float32)
+    outside = ((col0 - min(want0[0], col0), max(want1[0], col1) - col1),
+               (row0 - min(want0[1], row0), max(want1[1], row1) - row1))
+    if any(outside[0]) or any(outside[1]):
+        fill = float(planes.min()) if kind.sampler == SCALAR else 0.0
+        planes = np.pad(planes, ((0, 0), outside[1], outside[0]), constant_values=fill)
+    size = (max(raster.width, want1[0]) + sx, max(raster.height, want1[1]) + sy)
+    return Evidence(np.ascontiguousarray(planes), (col0 - outside[0][0] + sx,
+                                                   row0 - outside[1][0] + sy),
+                    size, kind.sampler, tau)
 
 
 def trace(raster: Raster, a, b, params: TraceParams | None = None,
@@ -119,6 +215,7 @@ def trace(raster: Raster, a, b, params: TraceParams | None = None,
     if not np.isfinite(params.sigma) or params.sigma <= 0:
         raise BadParameter(f"sigma must be > 0 px, got {params.sigma}")
     get_score_kind(params.score)
+    evidence_source(raster, params)
     max_angle_rad = check_max_angle(params.max_angle)
     length = float(np.hypot(*(b - a)))
     if length < 2:
@@ -126,13 +223,19 @@ def trace(raster: Raster, a, b, params: TraceParams | None = None,
                            "must be at least 2 px apart")
     params = params.resolve(length)
     corridor = build_corridor(a, b, params.guides, params.points, params.halfwidth)
+    shift = border_shift(corridor, params)
+    if np.any(shift):
+        corridor = build_corridor(a + shift, b + shift, params.guides, params.points,
+                                  params.halfwidth)
     windows = admissible_windows(corridor, max_angle_rad)
     geometry_done = time.perf_counter()
-    evidence = corridor_evidence(raster, corridor, params)
+    evidence = corridor_evidence(raster, corridor, params, shift)
     evidence_done = time.perf_counter()
     solution = backend.trace(evidence, corridor, windows)
     timings = {"geometry": 1e3 * (geometry_done - start),
                "evidence": 1e3 * (evidence_done - geometry_done), **solution.timings_ms}
     timings["total"] = 1e3 * (time.perf_counter() - start)
-    return TraceResult(corridor.polyline(solution.indices), solution.indices, solution.score,
-                       solution.link_scores, params, backend.name, timings)
+    polyline = corridor.polyline(solution.indices) - shift
+    polyline[0], polyline[-1] = a, b  # exact, whatever the frame shift rounded
+    return TraceResult(polyline, solution.indices, solution.score, solution.link_scores, params,
+                       backend.name, timings)

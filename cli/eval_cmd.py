@@ -1,0 +1,80 @@
+"""``python main.py eval CASES.json``: trace accuracy against ground truth, ours vs peers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from cli.trace_cmd import add_trace_parameters, params_from_args
+
+METHOD_CHOICES = ("ours", "livewire", "route_flat", "route_edge", "straight", "all")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("cases", help="cases JSON file (images relative to its folder)")
+    parser.add_argument("--method", default="ours", choices=METHOD_CHOICES,
+                        help="tracer to measure; 'all' runs ours and every peer "
+                             "(default: %(default)s)")
+    add_trace_parameters(parser)
+    parser.add_argument("--limit", type=int, help="only the first N cases")
+    parser.add_argument("--tags", action="store_true",
+                        help="print a row for every tag (default: all, nontrivial and the "
+                             "headline tags)")
+    parser.add_argument("--stability", type=float, metavar="PX",
+                        help="also measure how far our trace moves when an endpoint moves by "
+                             "PX px (8 moves per case)")
+    parser.add_argument("--json", metavar="OUT", help="write the full report (per case too) here")
+
+
+#: Rows printed by default.
+HEADLINE_GROUPS = ("all", "nontrivial", "curved", "through_junction", "occluded")
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from core.errors import BadParameter
+    from core.evaluate import (
+        OURS,
+        RasterCache,
+        evaluate,
+        format_summary,
+        load_cases,
+        report_document,
+        stability,
+        summarise,
+    )
+    from core.output import write_text_atomic
+    from core.peers import PEERS
+    from gpu.select import choose_backend
+
+    if args.limit is not None and args.limit < 1:
+        raise BadParameter(f"--limit must be >= 1, got {args.limit}")
+    params = params_from_args(args)
+    cases = load_cases(args.cases, args.limit)
+    methods = [OURS, *PEERS] if args.method == "all" else [args.method]
+    backend = None
+    if OURS in methods:
+        backend, note = choose_backend(args.backend)
+        print(f"ours: {note}", file=sys.stderr)
+    rasters = RasterCache()
+    runs = {}
+    for method in methods:
+        runs[method] = results = evaluate(cases, method, params, backend, rasters)
+        summary = summarise(results)
+        print(format_summary(method, summary, None if args.tags else HEADLINE_GROUPS))
+        for result in results:
+            if result.error:
+                print(f"  failed {result.case.id}: {result.error}", file=sys.stderr)
+    document = report_document(runs, params)
+    if args.stability is not None:
+        shifts = stability(cases, params, args.stability, backend, rasters)
+        median = float(np.median(shifts)) if len(shifts) else float("nan")
+        print(f"stability: endpoint moved {args.stability:g} px → line moves {median:.2f} px "
+              f"(median over {len(shifts)} cases)")
+        document["stability"] = {"shift_px": args.stability, "median_px": median,
+                                 "cases": shifts.round(3).tolist()}
+    if args.json:
+        write_text_atomic(args.json, json.dumps(document) + "\n")
+    return 0

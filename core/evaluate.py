@@ -1,0 +1,256 @@
+"""Accuracy runner: trace every ground-truth case with our tracer or a peer and summarise.
+
+A cases file is a JSON list of ``{"id", "image", "a": [x, y], "b": [x, y], "gt": [[x, y], …],
+"tags": […]}``; ``image`` is relative to the cases file's folder. Every case yields one
+:class:`CaseResult`; a trace that raises counts as a failure (completeness 0, distances ∞),
+it is never dropped. :func:`summarise` reports, overall (``all``) and per tag, the count,
+the failures, and the median and mean of every metric and of the latency.
+
+Latency is wall time of one click (tracing only; the image is already in memory). Our
+tracer is warmed up once before timing so that numba's one-off compilation is not counted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from core.errors import BadParameter, TraceError
+from core.metrics import FAILED, PathMetrics, line_shift, path_metrics
+from core.raster import Raster, load_image
+from core.tracer import TraceParams, trace
+
+#: Metric names in report order (fields of :class:`PathMetrics`) plus latency.
+METRICS = tuple(f.name for f in fields(PathMetrics))
+OURS = "ours"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One click-to-trace case; ``gt`` has shape (g, 2), ``a`` and ``b`` shape (2,), (x, y)."""
+
+    id: str
+    image: str
+    a: np.ndarray
+    b: np.ndarray
+    gt: np.ndarray
+    tags: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """Outcome of one method on one case; ``polyline`` (n, 2) is None when it failed."""
+
+    case: Case
+    method: str
+    metrics: PathMetrics
+    latency_ms: float
+    polyline: np.ndarray | None
+    error: str | None = None
+
+
+def load_cases(path: str | os.PathLike, limit: int | None = None) -> list[Case]:
+    """Read a cases file; image paths become absolute (relative to the file's folder)."""
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as stream:
+            records = json.load(stream)
+    except OSError as exc:
+        raise BadParameter(f"cannot read cases file {path}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise BadParameter(f"cases file {path} is not valid JSON: {exc}") from None
+    folder = os.path.dirname(os.path.abspath(path))
+    cases = []
+    for record in records[:limit] if limit is not None else records:
+        try:
+            cases.append(Case(str(record["id"]), os.path.join(folder, record["image"]),
+                              np.asarray(record["a"], dtype=np.float64).reshape(2),
+                              np.asarray(record["b"], dtype=np.float64).reshape(2),
+                              np.asarray(record["gt"], dtype=np.float64).reshape(-1, 2),
+                              tuple(record.get("tags", ()))))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise BadParameter(f"{path}: malformed case {record.get('id', '?')!r}: "
+                               f"{type(exc).__name__}: {exc}") from None
+    return cases
+
+
+class RasterCache:
+    """Loads each image once (cases share images)."""
+
+    def __init__(self):
+        self._rasters: dict[str, Raster] = {}
+
+    def get(self, path: str) -> Raster:
+        if path not in self._rasters:
+            self._rasters[path] = load_image(path)
+        return self._rasters[path]
+
+
+def ours_method(params: TraceParams, backend=None) -> Callable:
+    """Our tracer as a method ``(raster, a, b) -> polyline (n, 2)``."""
+
+    def run(raster, a, b):
+        return trace(raster, a, b, params, backend).polyline
+
+    return run
+
+
+def method_function(name: str, params: TraceParams | None = None, backend=None) -> Callable:
+    """``ours`` (with ``params``) or a peer from :data:`core.peers.PEERS`."""
+    if name == OURS:
+        return ours_method(params or TraceParams(), backend)
+    from core.peers import PEERS
+
+    try:
+        return PEERS[name]
+    except KeyError:
+        raise BadParameter(f"unknown method {name!r}; choose from "
+                           f"{', '.join([OURS, *PEERS])}") from None
+
+
+def run_case(function: Callable, method: str, case: Case, raster: Raster) -> CaseResult:
+    """Trace one case and score it.
+
+    Any exception of the method (ours: :class:`TraceError`; peers: whatever OpenCV or
+    scikit-image raise) becomes a failed result whose ``error`` says what happened.
+    """
+    start = time.perf_counter()
+    try:
+        polyline = np.asarray(function(raster, case.a, case.b), dtype=np.float64)
+    except Exception as exc:  # noqa: BLE001 - any failure of a method is a failed case
+        latency = 1e3 * (time.perf_counter() - start)
+        return CaseResult(case, method, FAILED, latency, None, f"{type(exc).__name__}: {exc}")
+    latency = 1e3 * (time.perf_counter() - start)
+    return CaseResult(case, method, path_metrics(polyline, case.gt), latency, polyline)
+
+
+def evaluate(cases: list[Case], method: str, params: TraceParams | None = None, backend=None,
+             rasters: RasterCache | None = None) -> list[CaseResult]:
+    """Run one method on every case (images loaded once; ours warmed up before timing)."""
+    rasters = rasters or RasterCache()
+    function = method_function(method, params, backend)
+    if method == OURS and cases:
+        first = cases[0]
+        try:
+            function(rasters.get(first.image), first.a, first.b)
+        except TraceError:
+            pass  # the timed run reports it
+    return [run_case(function, method, case, rasters.get(case.image)) for case in cases]
+
+
+def _statistics(values: np.ndarray) -> dict:
+    return {"median": float(np.median(values)), "mean": float(np.mean(values))}
+
+
+def summarise(results: list[CaseResult]) -> dict:
+    """Per group (``all`` and every tag): n, failures, median/mean of metrics and latency.
+
+    Returns
+    -------
+    dict
+        ``{group: {"n", "failures", METRIC: {"median", "mean"}, "latency_ms": {...}}}``, groups
+        ordered ``all`` first, then tags alphabetically.
+    """
+    groups: dict[str, list[CaseResult]] = {"all": list(results)}
+    for tag in sorted({tag for result in results for tag in result.case.tags}):
+        groups[tag] = [result for result in results if tag in result.case.tags]
+    summary = {}
+    for group, members in groups.items():
+        entry = {"n": len(members), "failures": sum(r.polyline is None for r in members)}
+        for metric in METRICS:
+            entry[metric] = _statistics(np.array([getattr(r.metrics, metric) for r in members]))
+        entry["latency_ms"] = _statistics(np.array([r.latency_ms for r in members]))
+        summary[group] = entry
+    return summary
+
+
+def stability(cases: list[Case], params: TraceParams | None = None, shift: float = 3.0,
+              backend=None, rasters: RasterCache | None = None) -> np.ndarray:
+    """How far our trace moves when one endpoint moves by ``shift`` px.
+
+    For each case, a and then b is moved by ``shift`` px along ±u and ±n (u = direction a→b,
+    n its normal; moves leaving the image are skipped) and the median distance between the
+    original and the moved trace (:func:`core.metrics.line_shift`) is taken; the case's value
+    is the median over its moves. Cases whose trace fails are skipped.
+
+    Returns
+    -------
+    ndarray of shape (n_cases_traced,), px
+    """
+    rasters = rasters or RasterCache()
+    function = ours_method(params or TraceParams(), backend)
+    values = []
+    for case in cases:
+        raster = rasters.get(case.image)
+        try:
+            base = function(raster, case.a, case.b)
+        except TraceError:
+            continue
+        unit = (case.b - case.a) / np.hypot(*(case.b - case.a))
+        normal = np.array([-unit[1], unit[0]])
+        shifts = []
+        for moved_a in (True, False):
+            for direction in (unit, -unit, normal, -normal):
+                a = case.a + shift * direction if moved_a else case.a
+                b = case.b if moved_a else case.b + shift * direction
+                try:
+                    shifts.append(line_shift(base, function(raster, a, b)))
+                except TraceError:
+                    continue
+        if shifts:
+            values.append(float(np.median(shifts)))
+    return np.array(values)
+
+
+def _cell(value: float, digits: int) -> str:
+    return "inf" if not np.isfinite(value) else f"{value:.{digits}f}"
+
+
+def format_summary(method: str, summary: dict, groups: Iterable[str] | None = None) -> str:
+    """A fixed-width text table: one row per group, medians (and mean completeness)."""
+    header = (f"{method:<22} {'n':>4} {'fail':>4} {'c@3 med':>7} {'c@3 avg':>7} {'c@5 med':>7} "
+              f"{'c@5 avg':>7} {'t→gt':>6} {'gt→t':>6} {'hausd':>6} {'ms med':>7}")
+    lines = [header]
+    for group in groups if groups is not None else summary:
+        if group not in summary:
+            continue
+        entry = summary[group]
+        lines.append(
+            f"  {group:<20} {entry['n']:>4} {entry['failures']:>4} "
+            f"{_cell(entry['completeness_3']['median'], 3):>7} "
+            f"{_cell(entry['completeness_3']['mean'], 3):>7} "
+            f"{_cell(entry['completeness_5']['median'], 3):>7} "
+            f"{_cell(entry['completeness_5']['mean'], 3):>7} "
+            f"{_cell(entry['trace_to_gt']['median'], 1):>6} "
+            f"{_cell(entry['gt_to_trace']['median'], 1):>6} "
+            f"{_cell(entry['hausdorff']['median'], 1):>6} "
+            f"{_cell(entry['latency_ms']['median'], 1):>7}")
+    return "\n".join(lines)
+
+
+def _finite_or_none(value):
+    if isinstance(value, dict):
+        return {key: _finite_or_none(item) for key, item in value.items()}
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    return value
+
+
+def report_document(runs: dict[str, list[CaseResult]], params: TraceParams) -> dict:
+    """JSON-ready report: parameters, per-method summary and per-case rows (∞ → null)."""
+    document = {"params": params.as_dict(), "methods": {}}
+    for method, results in runs.items():
+        document["methods"][method] = {
+            "summary": _finite_or_none(summarise(results)),
+            "cases": [_finite_or_none({"id": r.case.id, **r.metrics.as_dict(),
+                                       "latency_ms": r.latency_ms, "error": r.error,
+                                       "polyline": None if r.polyline is None
+                                       else r.polyline.round(2).tolist()})
+                      for r in results],
+        }
+    return document

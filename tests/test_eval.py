@@ -1,0 +1,131 @@
+"""The accuracy runner, the peers and ``main.py eval`` on the bundled test cases."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cli import main
+from core.errors import BadParameter, NoAdmissiblePath
+from core.evaluate import (
+    METRICS,
+    RasterCache,
+    evaluate,
+    format_summary,
+    load_cases,
+    run_case,
+    stability,
+    summarise,
+)
+
+DATA = Path(__file__).resolve().parent / "data"
+CASES = DATA / "dubai_t6_003_cases.json"
+
+
+@pytest.fixture(scope="module")
+def cases():
+    return load_cases(CASES)
+
+
+def test_load_cases_resolves_images_next_to_the_file(cases):
+    assert [case.id for case in cases] == ["dubai_t6_003_00", "dubai_t6_003_01", "dubai_t6_003_02"]
+    assert Path(cases[0].image) == DATA / "dubai_t6_003_crop.png"
+    assert cases[0].gt.shape[1] == 2
+    assert "river" in cases[0].tags
+    assert len(load_cases(CASES, limit=1)) == 1
+
+
+def test_load_cases_errors(tmp_path):
+    with pytest.raises(BadParameter, match="cannot read"):
+        load_cases(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("[{")
+    with pytest.raises(BadParameter, match="not valid JSON"):
+        load_cases(bad)
+    bad.write_text('[{"id": "x", "image": "i.png"}]')
+    with pytest.raises(BadParameter, match="malformed case 'x'"):
+        load_cases(bad)
+
+
+def test_ours_on_the_test_cases(cases):
+    results = evaluate(cases, "ours")
+    assert len(results) == 3
+    for result in results:
+        assert result.error is None
+        assert result.latency_ms > 0
+        np.testing.assert_allclose(result.polyline[0], result.case.a)
+        np.testing.assert_allclose(result.polyline[-1], result.case.b)
+        assert result.metrics.completeness_5 > 0.5
+
+
+def test_failures_are_counted_not_dropped(cases):
+    rasters = RasterCache()
+
+    def failing(raster, a, b):
+        raise NoAdmissiblePath("no path")
+
+    failed = run_case(failing, "broken", cases[0], rasters.get(cases[0].image))
+    assert failed.polyline is None
+    assert "NoAdmissiblePath" in failed.error
+    fine = evaluate(cases[1:], "straight", rasters=rasters)
+    summary = summarise([failed, *fine])
+    assert summary["all"]["n"] == 3
+    assert summary["all"]["failures"] == 1
+    assert np.isinf(summary["all"]["hausdorff"]["mean"])
+    assert set(METRICS) | {"latency_ms", "n", "failures"} == set(summary["all"])
+    assert summary["river"]["n"] == 3
+    assert "inf" in format_summary("broken", summary)
+
+
+@pytest.mark.parametrize("method", ["livewire", "route_flat", "route_edge", "straight"])
+def test_peers_join_a_to_b(cases, method):
+    if method == "livewire":
+        pytest.importorskip("cv2")
+    elif method.startswith("route"):
+        pytest.importorskip("skimage")
+    case = cases[1]
+    result = evaluate([case], method)[0]
+    assert result.error is None
+    ends = {tuple(np.round(result.polyline[0])), tuple(np.round(result.polyline[-1]))}
+    assert ends == {tuple(np.round(case.a)), tuple(np.round(case.b))}
+
+
+def test_stability_on_one_case(cases):
+    shifts = stability(cases[:1], shift=3.0)
+    assert shifts.shape == (1,)
+    assert 0 <= shifts[0] < 3.0
+
+
+def test_unknown_method():
+    with pytest.raises(BadParameter, match="unknown method"):
+        evaluate([], "magic")
+
+
+def test_eval_command_writes_a_report(tmp_path, capsys):
+    out = tmp_path / "report.json"
+    assert main(["eval", str(CASES), "--method", "straight", "--limit", "2", "--json",
+                 str(out)]) == 0
+    assert "straight" in capsys.readouterr().out
+    report = json.loads(out.read_text())
+    assert report["methods"]["straight"]["summary"]["all"]["n"] == 2
+    assert len(report["methods"]["straight"]["cases"]) == 2
+    assert report["params"]["score"] == "centre"
+
+
+def test_eval_command_all_methods_and_stability(capsys):
+    pytest.importorskip("cv2")
+    pytest.importorskip("skimage")
+    assert main(["eval", str(CASES), "--method", "all", "--limit", "1", "--stability", "2",
+                 "--tags"]) == 0
+    text = capsys.readouterr().out
+    for method in ("ours", "livewire", "route_flat", "route_edge", "straight"):
+        assert method in text
+    assert "stability" in text
+
+
+def test_eval_command_bad_input(tmp_path, capsys):
+    assert main(["eval", str(tmp_path / "none.json")]) == 2
+    assert "cannot read cases file" in capsys.readouterr().err

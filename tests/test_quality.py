@@ -1,0 +1,96 @@
+"""The default tracer lands on the road: bundled real cases, evidence rasters, image borders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import imageio.v3 as iio
+import numpy as np
+import pytest
+
+from core.errors import BadParameter, ImageReadError
+from core.evaluate import evaluate, load_cases, stability, summarise
+from core.raster import Raster
+from core.tracer import TraceParams, trace
+from tests.conftest import SAMPLE_CASES
+
+RIVER_CASES = Path(__file__).resolve().parent / "data" / "dubai_t6_003_cases.json"
+
+
+@pytest.fixture(scope="module")
+def sample_summary():
+    return summarise(evaluate(load_cases(SAMPLE_CASES), "ours"))
+
+
+def test_default_tracer_lands_on_the_sample_roads(sample_summary):
+    # Measured at the defaults: median completeness@5px 0.91, @3px 0.68 (6 cases).
+    assert sample_summary["all"]["failures"] == 0
+    assert sample_summary["all"]["completeness_5"]["median"] >= 0.85
+    assert sample_summary["all"]["completeness_3"]["median"] >= 0.55
+    assert sample_summary["all"]["gt_to_trace"]["median"] <= 3.5
+
+
+def test_default_tracer_beats_the_straight_line_where_it_matters(sample_summary):
+    straight = summarise(evaluate(load_cases(SAMPLE_CASES), "straight"))
+    assert (sample_summary["nontrivial"]["completeness_5"]["mean"]
+            > straight["nontrivial"]["completeness_5"]["mean"] + 0.05)
+
+
+def test_default_tracer_follows_river_centrelines():
+    # Measured at the defaults: completeness@3px 0.95, 0.97, 1.0 on the three cases.
+    summary = summarise(evaluate(load_cases(RIVER_CASES), "ours"))
+    assert summary["all"]["completeness_3"]["median"] >= 0.9
+    assert summary["all"]["completeness_5"]["mean"] >= 0.95
+
+
+def test_moving_an_endpoint_moves_the_line_little():
+    shifts = stability(load_cases(RIVER_CASES), shift=3.0)
+    assert float(np.median(shifts)) <= 2.0
+
+
+def _band_image(size=(120, 200), centre_row=60.0, amplitude=20.0):
+    rows, cols = size
+    x = np.arange(cols)
+    centre = centre_row + amplitude * np.sin(np.pi * x / (cols - 1))
+    distance = np.abs(np.arange(rows)[:, None] - centre[None, :])
+    return centre, distance
+
+
+def test_evidence_raster_is_traced(tmp_path):
+    centre, distance = _band_image()
+    probability = np.clip(1.0 - distance / 4.0, 0.0, 1.0)
+    path = tmp_path / "probability.png"
+    iio.imwrite(path, np.round(255 * probability).astype(np.uint8))
+    rng = np.random.default_rng(3)
+    image = Raster(rng.random((*probability.shape, 3), dtype=np.float32))
+    a, b = (5.0, centre[5]), (194.0, centre[194])
+    result = trace(image, a, b, TraceParams(score="evidence", evidence_path=str(path)))
+    rows_on_path = np.interp(result.polyline[:, 0], np.arange(len(centre)), centre)
+    assert np.max(np.abs(result.polyline[:, 1] - rows_on_path)) < 2.0
+    # the image alone (noise) does not find the band
+    plain = trace(image, a, b, TraceParams(score="evidence"))
+    assert np.max(np.abs(plain.polyline[:, 1] - rows_on_path)) > 5.0
+
+
+def test_evidence_raster_errors(tmp_path):
+    image = Raster(np.zeros((50, 60, 3), dtype=np.float32))
+    path = tmp_path / "small.png"
+    iio.imwrite(path, np.zeros((40, 60), dtype=np.uint8))
+    with pytest.raises(BadParameter, match="evidence raster"):
+        trace(image, (5, 5), (50, 40), TraceParams(evidence_path=str(path)))
+    with pytest.raises(ImageReadError, match="not found"):
+        trace(image, (5, 5), (50, 40), TraceParams(evidence_path=str(tmp_path / "none.png")))
+
+
+@pytest.mark.parametrize("flip", [False, True])
+def test_leaving_the_image_earns_nothing(flip):
+    # A grey road along the top (or left) edge, 3 px from the border, on a bright field.
+    pixels = np.full((80, 240, 3), 0.9, dtype=np.float32)
+    pixels[1:6] = 0.3
+    a, b = np.array([10.0, 3.0]), np.array([230.0, 3.0])
+    if flip:
+        pixels = np.ascontiguousarray(pixels.transpose(1, 0, 2))
+        a, b = a[::-1].copy(), b[::-1].copy()
+    result = trace(Raster(pixels), a, b)
+    across = result.polyline[:, 0] if flip else result.polyline[:, 1]
+    assert np.all(np.abs(across - 3.0) <= 1.5)
