@@ -22,20 +22,26 @@ def point(text: str) -> tuple[float, float]:
 def add_trace_parameters(parser: argparse.ArgumentParser) -> None:
     """Options shared by every command that traces (trace, batch, eval)."""
     from core.scores import SCORE_KINDS
+    from core.tracer import GUIDE_SPACING, HALFWIDTH_PER_LENGTH, POINT_SPACING
     from gpu.select import BACKEND_CHOICES
 
     defaults = TraceParams()
     group = parser.add_argument_group("tracing parameters (default: scale with |ab|)")
-    group.add_argument("--guides", type=int, help="number of guides m (default: |ab|/25)")
-    group.add_argument("--points", type=int, help="points per guide d (default: 1 px apart)")
+    group.add_argument("--guides", type=int,
+                       help=f"number of guides m (default: one every {GUIDE_SPACING:g} px)")
+    group.add_argument("--points", type=int,
+                       help=f"points per guide d (default: {POINT_SPACING:g} px apart)")
     group.add_argument("--halfwidth", type=float,
-                       help="corridor half-width, px (default: 0.2·|ab|)")
+                       help=f"corridor half-width, px (default: {HALFWIDTH_PER_LENGTH:g}·|ab|)")
     group.add_argument("--max-angle", type=float, default=defaults.max_angle,
                        help="largest turn at a guide, degrees in (0, 180] (default: %(default)s)")
     group.add_argument("--sigma", type=float, default=defaults.sigma,
                        help="gradient scale σ, px (default: %(default)s)")
     group.add_argument("--score", default=defaults.score, choices=sorted(SCORE_KINDS),
                        help="link score kind (default: %(default)s)")
+    group.add_argument("--evidence", metavar="RASTER",
+                       help="score a raster on the image's grid instead of the image, e.g. a "
+                            "road-probability map (with --score evidence: cost 1 - p)")
     group.add_argument("--backend", default="auto", choices=BACKEND_CHOICES,
                        help="compute backend (default: %(default)s: GPU if available)")
 
@@ -54,7 +60,8 @@ def add_crs_arguments(parser: argparse.ArgumentParser) -> None:
 
 def params_from_args(args: argparse.Namespace) -> TraceParams:
     return TraceParams(guides=args.guides, points=args.points, halfwidth=args.halfwidth,
-                       max_angle=args.max_angle, sigma=args.sigma, score=args.score)
+                       max_angle=args.max_angle, sigma=args.sigma, score=args.score,
+                       evidence_path=args.evidence)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

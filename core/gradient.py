@@ -23,9 +23,10 @@ def gradient_margin(sigma: float) -> int:
     return int(TRUNCATE * sigma + 0.5) + 1
 
 
-def gaussian_kernel(sigma: float, order: int) -> np.ndarray:
-    """1-D Gaussian (order 0) or first-derivative (order 1) kernel, shape (2r + 1,)."""
-    radius = int(TRUNCATE * sigma + 0.5)
+def gaussian_kernel(sigma: float, order: int, truncate: float = TRUNCATE) -> np.ndarray:
+    """1-D Gaussian (order 0) or first-derivative (order 1) kernel, shape (2r + 1),
+    r = int(truncate·σ + 0.5)."""
+    radius = int(truncate * sigma + 0.5)
     x = np.arange(-radius, radius + 1, dtype=np.float64)
     phi = np.exp(-0.5 * x * x / (sigma * sigma))
     phi /= phi.sum()
@@ -63,9 +64,11 @@ def _correlate(padded, weights, axis):
     return out
 
 
-def gaussian_blur(plane: np.ndarray, sigma: float, mode: str = "edge") -> np.ndarray:
-    """Gaussian smoothing of a 2-D plane (rows, cols)."""
-    kernel = gaussian_kernel(sigma, 0)
+def gaussian_blur(plane: np.ndarray, sigma: float, mode: str = "edge",
+                  truncate: float = TRUNCATE) -> np.ndarray:
+    """Gaussian smoothing of a 2-D plane (rows, cols), float64; ``mode`` as in
+    :func:`filter_axis`."""
+    kernel = gaussian_kernel(sigma, 0, truncate)
     return filter_axis(filter_axis(plane, kernel, 0, mode), kernel, 1, mode)
 
 

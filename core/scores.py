@@ -25,7 +25,6 @@ from dataclasses import dataclass
 
 import numba
 import numpy as np
-from scipy import ndimage
 
 from core.errors import BadParameter
 from core.gradient import gaussian_blur
@@ -220,9 +219,9 @@ def _centre_planes(inputs):
     optimum runs down the middle of a road or river instead of along either side.
     """
     similarity = endpoint_similarity(inputs.pixels, inputs.a, inputs.b)
-    mask = ndimage.gaussian_filter(similarity, 1.0) > 0.5
+    mask = gaussian_blur(similarity, 1.0, "symmetric") > 0.5
     sigma = max(CENTRE_BLUR * band_width(mask, inputs.a, inputs.b), 1.0)
-    centred = ndimage.gaussian_filter(similarity, sigma, truncate=3.0)
+    centred = gaussian_blur(similarity, sigma, "symmetric", truncate=3.0)
     return -(1.0 - centred + LENGTH_COST)[None].astype(np.float32), 0.0
 
 

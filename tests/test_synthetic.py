@@ -34,7 +34,7 @@ def test_line_with_noise_and_occlusions(centreline):
 def test_edge_scores_follow_a_bent_edge(score, tolerance):
     """The paper's scores follow edges; ``sine`` is flat across the |∇I| > τ band (±2σ)."""
     raster = edge_image(BENT, noise=0.03)
-    params = TraceParams(score=score, sigma=1.0, halfwidth=30.0, points=121)
+    params = TraceParams(guides=9, points=121, halfwidth=30.0, sigma=1.0, score=score)
     result = trace(raster, BENT[0], BENT[-1], params)
     assert_on_centreline(result, BENT, tolerance)
 
