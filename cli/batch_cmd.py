@@ -5,7 +5,7 @@ Images run in parallel: in ``--workers`` local processes (default: one per core;
 ``--scheduler tcp://HOST:8786`` (start its workers with ``--nthreads 1``; the scheduler and
 the workers must be able to import the project). Every task traces with one numba thread:
 parallel images scale better than parallel loops inside one trace, and do not collapse
-when other programs share the cores (measured: docs/BENCHMARKS_BATCH.md).
+when other programs share the cores (measured: docs/BENCHMARKS.md, "Batch mode").
 
 Exit code 0 when everything traced, 1 when an image, a seed or a segment failed (see
 ``OUT_DIR/summary.csv``), 2 for a usage error.
