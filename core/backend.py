@@ -18,7 +18,7 @@ from core.scores import (
     Evidence,
     integrate_links,
     integrate_links_reference,
-    interleaved_planes,
+    neighbourhood_planes,
 )
 
 
@@ -88,7 +88,7 @@ class CpuBackend(TracerBackend):
         return f"CPU (numba, {numba.get_num_threads()} threads)"
 
     def link_scores(self, evidence, corridor):
-        pixels = interleaved_planes(evidence)
+        pixels = neighbourhood_planes(evidence)
         guides = corridor.guide_points
         first = integrate_links(evidence, corridor.a[None], guides[0], pixels)
         between = integrate_links(evidence, guides[:-1], guides[1:], pixels)  # all at once

@@ -266,18 +266,19 @@ def _term(sampler, v0, v1, vx, vy, tau):
 
 @numba.njit(cache=True, fastmath=True, inline="always")
 def _sample(pixels, lx, ly, two):
-    """Bilinear sample of planes 0 (and 1) of ``pixels`` (rows, cols, P) at window point
-    (lx, ly) >= 0; the last row and column are zero padding, so no clamping is needed."""
+    """Bilinear sample of planes 0 (and 1) at window point (lx, ly) >= 0 from the 2×2
+    neighbourhoods ``pixels`` (rows, cols, 4, P) of :func:`neighbourhood_planes`."""
     ix = int(lx)
     iy = int(ly)
     fx, fy = lx - ix, ly - iy
-    top = pixels[iy, ix, 0] + fx * (pixels[iy, ix + 1, 0] - pixels[iy, ix, 0])
-    bottom = pixels[iy + 1, ix, 0] + fx * (pixels[iy + 1, ix + 1, 0] - pixels[iy + 1, ix, 0])
+    corners = pixels[iy, ix]  # one cache line: (top-left, top-right, bottom-left, bottom-right)
+    top = corners[0, 0] + fx * (corners[1, 0] - corners[0, 0])
+    bottom = corners[2, 0] + fx * (corners[3, 0] - corners[2, 0])
     v0 = top + fy * (bottom - top)
     v1 = 0.0
     if two:
-        top = pixels[iy, ix, 1] + fx * (pixels[iy, ix + 1, 1] - pixels[iy, ix, 1])
-        bottom = pixels[iy + 1, ix, 1] + fx * (pixels[iy + 1, ix + 1, 1] - pixels[iy + 1, ix, 1])
+        top = corners[0, 1] + fx * (corners[1, 1] - corners[0, 1])
+        bottom = corners[2, 1] + fx * (corners[3, 1] - corners[2, 1])
         v1 = top + fy * (bottom - top)
     return v0, v1
 
@@ -303,7 +304,7 @@ def _link_total(pixels, px, py, dx, dy, count, width, height, col0, row0, sample
 @numba.njit(cache=True, parallel=True, fastmath=True)
 def _integrate_links(pixels, col0, row0, width, height, sampler, tau, starts, ends):
     """Link scores of S stages at once: starts (S, n0, 2), ends (S, n1, 2) → (S, n0, n1).
-    ``pixels`` holds the planes interleaved and padded (:func:`interleaved_planes`)."""
+    ``pixels`` holds the planes' 2×2 neighbourhoods (:func:`neighbourhood_planes`)."""
     stages, n0, n1 = starts.shape[0], starts.shape[1], ends.shape[1]
     out = np.empty((stages, n0, n1))
     for task in numba.prange(stages * n0):
@@ -343,7 +344,7 @@ def integrate_links(evidence: Evidence, starts: np.ndarray, ends: np.ndarray,
     ----------
     starts : ndarray of shape (n0, 2), or (S, n0, 2) for S stages at once
     ends : ndarray of shape (n1, 2), or (S, n1, 2)
-    pixels : the evidence's :func:`interleaved_planes`, when the caller already has them
+    pixels : the evidence's :func:`neighbourhood_planes`, when the caller already has them
 
     Returns
     -------
@@ -353,7 +354,7 @@ def integrate_links(evidence: Evidence, starts: np.ndarray, ends: np.ndarray,
     ends = np.asarray(ends, dtype=np.float64)
     batched = starts.ndim == 3
     if pixels is None:
-        pixels = interleaved_planes(evidence)
+        pixels = neighbourhood_planes(evidence)
     out = _integrate_links(pixels, evidence.origin[0], evidence.origin[1],
                            evidence.image_size[0], evidence.image_size[1], evidence.sampler,
                            evidence.tau, np.ascontiguousarray(starts if batched else starts[None]),
@@ -361,13 +362,17 @@ def integrate_links(evidence: Evidence, starts: np.ndarray, ends: np.ndarray,
     return out if batched else out[0]
 
 
-def interleaved_planes(evidence: Evidence) -> np.ndarray:
-    """The planes as one (rows + 1, cols + 1, P) float32 array, a pixel's values side by side,
-    with a zero last row and column (read with weight 0 by samples on the image's far edge)."""
+def neighbourhood_planes(evidence: Evidence) -> np.ndarray:
+    """Every pixel's 2×2 neighbourhood of every plane side by side, so that a bilinear sample
+    reads one cache line: shape (rows, cols, 4, P), float32, corners in the order top-left,
+    top-right, bottom-left, bottom-right. Beyond the last row and column the corners are 0
+    (read with weight 0 by samples on the image's far edge)."""
     planes = evidence.planes
-    out = np.zeros((planes.shape[1] + 1, planes.shape[2] + 1, planes.shape[0]), dtype=np.float32)
-    out[:-1, :-1] = planes.transpose(1, 2, 0)
-    return out
+    padded = np.zeros((planes.shape[1] + 1, planes.shape[2] + 1, planes.shape[0]),
+                      dtype=np.float32)
+    padded[:-1, :-1] = planes.transpose(1, 2, 0)
+    return np.ascontiguousarray(np.stack([padded[:-1, :-1], padded[:-1, 1:],
+                                          padded[1:, :-1], padded[1:, 1:]], axis=2))
 
 
 def _bilinear_reference(evidence: Evidence, x: np.ndarray, y: np.ndarray) -> np.ndarray:
