@@ -8,6 +8,16 @@ import tempfile
 from core.errors import OutputWriteError
 
 
+def _read_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+#: The process's umask, read once at import (reading it means setting it, which is not thread-safe).
+UMASK = _read_umask()
+
+
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` to ``path`` so that readers see the old file or the whole new one."""
     path = os.fspath(path)
@@ -19,6 +29,7 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             stream.write(text)
+        os.chmod(temporary, 0o666 & ~UMASK)  # mkstemp makes 0600; give what open() would
         os.replace(temporary, path)
     except OSError as exc:
         os.unlink(temporary)

@@ -119,3 +119,14 @@ def test_main_entry_runs_trace_in_a_fresh_process():
                              text=True, timeout=300)
     assert process.returncode == 0, process.stderr
     assert json.loads(process.stdout)["pixels"][0] == [430.0, 241.0]
+
+
+def test_output_file_gets_the_usual_permissions(capsys, tmp_path):
+    import os
+
+    from core.output import UMASK
+
+    target = tmp_path / "line.json"
+    code, _, _ = run_cli(capsys, SAMPLE_IMAGE, "--a", A, "--b", B, "--backend", "cpu", "-o", target)
+    assert code == 0
+    assert os.stat(target).st_mode & 0o777 == 0o666 & ~UMASK
