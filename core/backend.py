@@ -13,9 +13,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from core.dp import DPProblem, DPSolution, solve_fast, solve_reference
+from core.gradient import gaussian_gradient
 from core.guides import Corridor, Windows
 from core.scores import (
     Evidence,
+    ScoreInputs,
+    ScoreKind,
     integrate_links,
     integrate_links_reference,
     neighbourhood_planes,
@@ -37,6 +40,17 @@ class TracerBackend:
 
     name = "abstract"
     description = "abstract backend"
+
+    def score_planes(self, kind: ScoreKind, pixels: np.ndarray, a: np.ndarray, b: np.ndarray,
+                     sigma: float) -> tuple[np.ndarray, float]:
+        """Evidence planes of ``kind`` over a window: ``(planes (P, rows, cols), tau)``.
+
+        ``pixels`` is the window (rows, cols, bands), float32; a, b are the endpoints (x, y) in
+        window coordinates; σ the gradient scale. Computed on the CPU here; a backend may
+        compute the kinds it knows on its device (same values within float32 rounding).
+        """
+        gx, gy = gaussian_gradient(pixels, sigma) if kind.uses_gradient else (None, None)
+        return kind.planes(ScoreInputs(pixels, gx, gy, a, b))
 
     def link_scores(self, evidence: Evidence, corridor: Corridor) -> list[np.ndarray]:
         """links[t] of shape (n_t, n_{t+1}) for t = 0..m."""

@@ -33,10 +33,10 @@ import numpy as np
 
 from core.backend import CpuBackend, TracerBackend
 from core.errors import BadParameter, ImageReadError, PointOutsideImage
-from core.gradient import gaussian_gradient, gradient_margin
+from core.gradient import gradient_margin
 from core.guides import Corridor, admissible_windows, build_corridor, check_max_angle
 from core.raster import Raster, load_image
-from core.scores import SCALAR, Evidence, ScoreInputs, get_score_kind
+from core.scores import SCALAR, Evidence, get_score_kind
 
 #: Default corridor half-width per px of click distance.
 HALFWIDTH_PER_LENGTH = 0.25
@@ -148,7 +148,7 @@ def border_shift(corridor: Corridor, params: TraceParams) -> np.ndarray:
 
 
 def corridor_evidence(raster: Raster, corridor: Corridor, params: TraceParams,
-                      shift=(0.0, 0.0)) -> Evidence:
+                      shift=(0.0, 0.0), backend: TracerBackend | None = None) -> Evidence:
     """Read the corridor window (with gradient margin) and build the score kind's evidence.
 
     Parameters
@@ -160,6 +160,8 @@ def corridor_evidence(raster: Raster, corridor: Corridor, params: TraceParams,
     params : TraceParams
     shift : (2,) integers >= 0
         Frame offset (see :func:`border_shift`); (0, 0) is the image's own frame.
+    backend : TracerBackend, optional
+        Computes the score kind's planes (:meth:`TracerBackend.score_planes`; default: CPU).
 
     Returns
     -------
@@ -180,10 +182,10 @@ def corridor_evidence(raster: Raster, corridor: Corridor, params: TraceParams,
     col0, row0 = max(want0[0], 0), max(want0[1], 0)
     col1, row1 = min(want1[0], raster.width), min(want1[1], raster.height)
     pixels = source.read_window(row0, row1, col0, col1)
-    gx, gy = gaussian_gradient(pixels, params.sigma) if kind.uses_gradient else (None, None)
     origin = np.array([col0, row0], dtype=np.float64)
-    planes, tau = kind.planes(ScoreInputs(pixels, gx, gy, corridor.a - (sx, sy) - origin,
-                                          corridor.b - (sx, sy) - origin))
+    planes, tau = (backend or CpuBackend()).score_planes(
+        kind, pixels, corridor.a - (sx, sy) - origin, corridor.b - (sx, sy) - origin,
+        params.sigma)
     planes = np.asarray(planes, dtype=np.float32)
     outside = ((col0 - min(want0[0], col0), max(want1[0], col1) - col1),
                (row0 - min(want0[1], row0), max(want1[1], row1) - row1))
@@ -229,7 +231,7 @@ def trace(raster: Raster, a, b, params: TraceParams | None = None,
                                   params.halfwidth)
     windows = admissible_windows(corridor, max_angle_rad)
     geometry_done = time.perf_counter()
-    evidence = corridor_evidence(raster, corridor, params, shift)
+    evidence = corridor_evidence(raster, corridor, params, shift, backend)
     evidence_done = time.perf_counter()
     solution = backend.trace(evidence, corridor, windows)
     timings = {"geometry": 1e3 * (geometry_done - start),
