@@ -114,13 +114,42 @@ def _stage_sliding_max(previous, link, lo, hi):
     return scores, argument
 
 
+@numba.njit(cache=True, parallel=True)
+def _stage_column_max(previous, link):
+    """A stage whose every window spans all predecessors (e.g. θ = 180°): one column maximum
+    per node instead of a sliding window. Returns (scores, argmax) of shape link.shape."""
+    n_mid, n_out = link.shape
+    best = np.zeros(n_mid, dtype=np.int32)
+    for i in range(1, previous.shape[0]):  # row by row: contiguous reads
+        for j in range(n_mid):
+            if previous[i, j] > previous[best[j], j]:
+                best[j] = i
+    scores = np.empty((n_mid, n_out))
+    argument = np.empty((n_mid, n_out), dtype=np.int32)
+    for j in numba.prange(n_mid):
+        for k in range(n_out):
+            scores[j, k] = link[j, k] + previous[best[j], j]
+            argument[j, k] = best[j]
+    return scores, argument
+
+
+def _spans_everything(lo: np.ndarray, hi: np.ndarray, predecessors: int) -> bool:
+    return bool(lo.max() == 0 and hi.min() == predecessors - 1)
+
+
 def solve_fast(problem: DPProblem) -> DPSolution:
     """Compiled DP with sliding-window maxima: O(d²) per stage, O(d²) memory per stage."""
     best = np.ascontiguousarray(problem.links[0], dtype=np.float64)
     arguments = [None]
+    full = {}  # interior stages share their window arrays: test each array once
     for t in range(1, problem.corridor.guides + 1):
-        best, argument = _stage_sliding_max(
-            best, np.ascontiguousarray(problem.links[t], dtype=np.float64),
-            problem.windows.lo[t - 1], problem.windows.hi[t - 1])
+        lo, hi = problem.windows.lo[t - 1], problem.windows.hi[t - 1]
+        link = np.ascontiguousarray(problem.links[t], dtype=np.float64)
+        if id(lo) not in full:
+            full[id(lo)] = _spans_everything(lo, hi, best.shape[0])
+        if full[id(lo)]:
+            best, argument = _stage_column_max(best, link)
+        else:
+            best, argument = _stage_sliding_max(best, link, lo, hi)
         arguments.append(argument)
     return _finish(best[:, 0], arguments, problem.windows.max_angle_rad)
