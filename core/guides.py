@@ -158,24 +158,50 @@ class Windows:
     max_angle_rad: float
 
 
+def _stage_windows_kernel(incoming_by_node, outgoing, limit, lo, hi, j):
+    """Windows of node j (row j of lo and hi): two pointers, see :func:`_stage_windows`."""
+    n_in = incoming_by_node.shape[1]
+    n_out = outgoing.shape[1]
+    alpha = incoming_by_node[j]  # decreasing in i
+    first, last = 0, -1
+    for k in range(n_out - 1, -1, -1):  # β falls with k: both ends move up in i
+        beta = outgoing[j, k]
+        while first < n_in and beta - alpha[first] < -limit:
+            first += 1
+        while last + 1 < n_in and beta - alpha[last + 1] <= limit:
+            last += 1
+        lo[j, k] = first
+        hi[j, k] = last
+
+
+_stage_windows_row = numba.njit(cache=True, inline="always")(_stage_windows_kernel)
+
+
 @numba.njit(cache=True, parallel=True)
 def _stage_windows_compiled(incoming_by_node, outgoing, limit):
-    n_mid, n_in = incoming_by_node.shape
+    n_mid = incoming_by_node.shape[0]
     n_out = outgoing.shape[1]
     lo = np.empty((n_mid, n_out), dtype=np.int32)
     hi = np.empty((n_mid, n_out), dtype=np.int32)
     for j in numba.prange(n_mid):
-        alpha = incoming_by_node[j]  # decreasing in i
-        first, last = 0, -1
-        for k in range(n_out - 1, -1, -1):  # β falls with k: both ends move up in i
-            beta = outgoing[j, k]
-            while first < n_in and beta - alpha[first] < -limit:
-                first += 1
-            while last + 1 < n_in and beta - alpha[last + 1] <= limit:
-                last += 1
-            lo[j, k] = first
-            hi[j, k] = last
+        _stage_windows_row(incoming_by_node, outgoing, limit, lo, hi, j)
     return lo, hi
+
+
+@numba.njit(cache=True)
+def _stage_windows_serial(incoming_by_node, outgoing, limit):
+    """:func:`_stage_windows_compiled` on one thread (small stages: no thread-pool wake-up)."""
+    n_mid = incoming_by_node.shape[0]
+    n_out = outgoing.shape[1]
+    lo = np.empty((n_mid, n_out), dtype=np.int32)
+    hi = np.empty((n_mid, n_out), dtype=np.int32)
+    for j in range(n_mid):
+        _stage_windows_row(incoming_by_node, outgoing, limit, lo, hi, j)
+    return lo, hi
+
+
+#: Stages with fewer pointer steps (n_t · (n_{t-1} + n_{t+1})) than this run on one thread.
+SERIAL_STAGE_STEPS = 1 << 17
 
 
 def _stage_windows(incoming_by_node: np.ndarray, outgoing: np.ndarray, max_angle_rad: float):
@@ -186,8 +212,11 @@ def _stage_windows(incoming_by_node: np.ndarray, outgoing: np.ndarray, max_angle
     below the window iff β − α_i < −limit and above it iff β − α_i > limit. Two pointers walk
     each column once (O(n_in + n_out) per j), since α falls with i and β with k.
     """
-    return _stage_windows_compiled(np.ascontiguousarray(incoming_by_node),
-                                   np.ascontiguousarray(outgoing), max_angle_rad + ANGLE_TOLERANCE)
+    n_mid, n_in = incoming_by_node.shape
+    small = n_mid * (n_in + outgoing.shape[1]) < SERIAL_STAGE_STEPS
+    compiled = _stage_windows_serial if small else _stage_windows_compiled
+    return compiled(np.ascontiguousarray(incoming_by_node), np.ascontiguousarray(outgoing),
+                    max_angle_rad + ANGLE_TOLERANCE)
 
 
 def admissible_windows(corridor: Corridor, max_angle_rad: float) -> Windows:

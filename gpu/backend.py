@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from core import scores
 from core.backend import BackendSolution, TracerBackend
 from core.dp import DPProblem, DPSolution
 from core.errors import BackendUnavailable, NoAdmissiblePath
 from core.guides import Corridor, Windows
-from core.scores import Evidence
+from core.scores import Evidence, ScoreKind
 from gpu.context import GpuContext, open_context
 from gpu.engine import DeviceTracer
+from gpu.evidence import DeviceEvidence, centre_supported
 
 
 def _corridor_sizes(corridor: Corridor) -> tuple[int, ...]:
@@ -51,6 +53,8 @@ class GpuBackend(TracerBackend):
         self.description = f"GPU: {context.name}"
         with context.active():
             self._tracer = DeviceTracer(context, method)
+            self._evidence = DeviceEvidence(self._tracer)
+        self._centre_on_device = centre_supported()
 
     @classmethod
     def create(cls, method: str = "auto", device: int = 0) -> GpuBackend:
@@ -85,9 +89,34 @@ class GpuBackend(TracerBackend):
     def release(self) -> None:
         """Free the device memory this backend holds (it is allocated again when needed)."""
         with self.context.active():
+            self._evidence.release()
             self._tracer.release()
 
     # -- TracerBackend ----------------------------------------------------------------------
+
+    def score_planes(self, kind: ScoreKind, pixels: np.ndarray, a: np.ndarray, b: np.ndarray,
+                     sigma: float) -> tuple[np.ndarray, float]:
+        """Planes of ``centre``, ``cross`` and ``sine`` computed on the device (gpu/evidence.py),
+        other kinds on the CPU. The planes stay in the device's evidence buffer too, so the
+        trace that follows uploads nothing."""
+        device = self._evidence
+        if not device.supports(pixels) or kind.planes not in (
+                scores._centre_planes, scores._cross_planes, scores._sine_planes):
+            return super().score_planes(kind, pixels, a, b, sigma)
+        if kind.planes is scores._centre_planes and not self._centre_on_device:
+            return super().score_planes(kind, pixels, a, b, sigma)
+        a = np.asarray(a, dtype=np.float64)
+        b = np.asarray(b, dtype=np.float64)
+        with self.context.active():
+            if kind.planes is scores._centre_planes:
+                planes = device.centre(pixels, a, b)
+            else:
+                planes = device.gradient(pixels, float(sigma))
+            self._tracer.planes_resident(planes)
+        tau = 0.0
+        if kind.planes is scores._sine_planes:  # core's median of |∇I|, from the planes
+            tau = float(np.median(np.hypot(planes[0], planes[1])))
+        return planes, tau
 
     def link_scores(self, evidence: Evidence, corridor: Corridor) -> list[np.ndarray]:
         """links[t] of shape (n_t, n_{t+1}), float64, for t = 0..m, computed on the device."""

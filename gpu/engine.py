@@ -75,6 +75,9 @@ class DeviceTracer:
         self._result_host = cuda.pagelocked_empty(64, np.float64)
         self._plan: _Plan | None = None
         self._evidence = None
+        #: The host planes array whose values the "evidence" slot holds (written there by the
+        #: evidence kernels, gpu/evidence.py), so binding evidence with it uploads nothing.
+        self._resident_planes = None
 
     # -- memory -----------------------------------------------------------------------------
 
@@ -104,6 +107,7 @@ class DeviceTracer:
         self.stream.synchronize()
         self._plan = None
         self._evidence = None
+        self._resident_planes = None
         for allocation, _ in self._slots.values():
             allocation.free()
         self._slots = {}
@@ -136,8 +140,20 @@ class DeviceTracer:
             self._rmq_shared_limit = self.max_shared - _STATIC_SHARED
         return True
 
+    def planes_slot(self, nbytes: int) -> int:
+        """The "evidence" slot, about to be overwritten on the device (by gpu/evidence.py):
+        forget what it held. Mark the host copy with :meth:`planes_resident` afterwards."""
+        self._evidence = None
+        self._resident_planes = None
+        return self.slot("evidence", nbytes)
+
+    def planes_resident(self, planes: np.ndarray) -> None:
+        """Record that the "evidence" slot holds ``planes`` (P, rows, cols), interleaved."""
+        self._resident_planes = planes
+
     def bind_evidence(self, evidence) -> tuple:
-        """Upload the evidence planes interleaved per pixel; returns the ``Image`` arguments."""
+        """Upload the evidence planes interleaved per pixel (unless the slot already holds
+        them); returns the ``Image`` arguments."""
         planes = evidence.planes
         if self._evidence is not evidence:
             planes = np.asarray(planes, dtype=np.float32)
@@ -147,7 +163,9 @@ class DeviceTracer:
             if planes.shape[1] < 2 or planes.shape[2] < 2:
                 raise BadParameter(f"evidence window {planes.shape[1:]} is smaller than 2×2")
             self._evidence = None
-            self.upload(np.moveaxis(planes, 0, -1), self.slot("evidence", planes.nbytes))
+            if planes is not self._resident_planes:
+                self._resident_planes = None
+                self.upload(np.moveaxis(planes, 0, -1), self.slot("evidence", planes.nbytes))
             self._evidence = evidence
         rows, cols = planes.shape[1:]
         return (self.slot("evidence", 0), int(rows), int(cols), int(evidence.origin[0]),

@@ -1,9 +1,9 @@
 """The CUDA sources of this package, compiled once per context, and their argument layouts.
 
-``dp.cu`` and ``links.cu`` sit beside this file; :func:`load_kernels` compiles them with
-pycuda's ``SourceModule`` (nvcc, cached on disk by pycuda) for the current context's device,
-memoised per context (one retained primary context per device), and returns the kernels as
-prepared functions.
+``dp.cu``, ``links.cu`` and ``evidence.cu`` sit beside this file; :func:`load_kernels`
+compiles them with pycuda's ``SourceModule`` (nvcc, cached on disk by pycuda) for the current
+context's device, memoised per context (one retained primary context per device), and returns
+the kernels as prepared functions.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from core.scores import CROSS, SCALAR, SINE
 
 SOURCE_DIR = Path(__file__).resolve().parent
 #: Every CUDA source of the package (tests compile each with nvcc).
-CUDA_SOURCES = ("dp.cu", "links.cu")
+CUDA_SOURCES = ("dp.cu", "evidence.cu", "links.cu")
 
 #: ``struct Step`` of dp.cu.
 STEP_DTYPE = np.dtype([
@@ -36,6 +36,18 @@ LINK_KERNELS = {SCALAR: "link_scores_scalar", CROSS: "link_scores_cross",
                 SINE: "link_scores_sine"}
 
 
+#: Kernels of evidence.cu and their argument formats.
+EVIDENCE_KERNELS = {
+    "value_range": "PiiiiP",              # pixels, rows, cols, bands, pitch, out
+    "similarity": "PiiiiPPP",             # pixels, rows, cols, bands, pitch, models, range, sim
+    "centre_kernel": "PiiPP",             # sim, rows, cols, params, kernel
+    "centre_blur_columns": "PiiPP",       # sim, rows, cols, kernel, tmp
+    "centre_blur_rows": "PiiPdP",         # tmp, rows, cols, kernel, length_cost, out
+    "gradient_columns": "PiiiiPiP",       # pixels, rows, cols, bands, pitch, weights, radius, tmp
+    "gradient_rows": "PiiiPiPP",          # tmp, rows, cols, bands, weights, radius, planar, pairs
+}
+
+
 def source(name: str) -> str:
     """Text of the CUDA source ``name`` of this package."""
     return (SOURCE_DIR / name).read_text()
@@ -51,6 +63,7 @@ class Kernels:
     reverse_windows: object  # (lo, hi, n_r, n_q, n_o, rlo, rhi)
     finish: object           # (best, best_arg, n_best, merge_arg, args, links, sizes, m, c, result)
     links: dict              # sampler -> (const LinkStage*, Image by value)
+    evidence: dict           # evidence.cu kernel name -> function (formats in _load)
 
 
 def _compile(name: str):
@@ -62,6 +75,7 @@ def _compile(name: str):
 def _load():
     dp = _compile("dp.cu")
     links = _compile("links.cu")
+    evidence = _compile("evidence.cu")
 
     def prepared(module, name, arg_format):
         function = module.get_function(name)
@@ -77,6 +91,8 @@ def _load():
         # struct Image {const float* planes; int rows, cols, col0, row0, width, height; double tau}
         links={sampler: prepared(links, name, "PPiiiiiid")
                for sampler, name in LINK_KERNELS.items()},
+        evidence={name: prepared(evidence, name, arg_format)
+                  for name, arg_format in EVIDENCE_KERNELS.items()},
     )
 
 

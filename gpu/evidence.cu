@@ -1,0 +1,280 @@
+// Evidence planes of the score kinds `centre`, `cross` and `sine` on the device, by the rules of
+// core/scores.py and core/gradient.py (gpu/evidence.py is the host side):
+//
+// * centre: per-endpoint colour similarity exp(-|x - c|^2 / 2s^2) in float32 (the larger of the
+//   two models), the band mask (similarity blurred with sigma = 1 > 0.5) walked across [a, b] near
+//   a and b for the band width, and the similarity blurred with sigma = CENTRE_BLUR x width
+//   (truncate 3), term -(1 - blurred + LENGTH_COST);
+// * cross / sine: separable Gaussian-derivative gradient of every band (truncate 4), the band
+//   with the largest magnitude kept at each pixel.
+//
+// Blurs are float64, separable (columns of the window first, then rows), with numpy.pad's
+// "symmetric" border (scipy's "reflect"), like core/gradient.py. Products and sums that the CPU
+// takes in float32 or without fused multiply-add are written with explicit rounding intrinsics,
+// so the planes agree with the CPU's to float32 rounding.
+//
+// Pixels are (rows, cols, bands) float32 with a row pitch (floats), so a window can be read in
+// place from a whole image resident on the device.
+
+#define MAX_BANDS 16
+#define MAX_TAPS 255
+#define MASK_TAPS 9  // sigma = 1, truncate 4: radius 4
+
+// numpy.pad(mode="symmetric") index: reflect about the edges, repeating with period 2n.
+__device__ __forceinline__ int reflect(int i, int n)
+{
+    const int period = 2 * n;
+    i %= period;
+    if (i < 0) i += period;
+    return i < n ? i : period - 1 - i;
+}
+
+__device__ __forceinline__ float pixel(const float* pix, int pitch, int bands, int r, int c, int band)
+{
+    return __ldg(pix + (size_t)r * pitch + (size_t)c * bands + band);
+}
+
+// Smallest and largest value of the window (np.ptp's operands): one block, out[0] = min, out[1] = max.
+extern "C" __global__ void value_range(const float* __restrict__ pix, int rows, int cols, int bands,
+                                       int pitch, float* __restrict__ out)
+{
+    __shared__ float low[1024], high[1024];
+    float lo = INFINITY, hi = -INFINITY;
+    const int per_row = cols * bands;
+    const long long n = (long long)rows * per_row;
+    for (long long i = threadIdx.x; i < n; i += blockDim.x) {
+        const int r = (int)(i / per_row), k = (int)(i - (long long)r * per_row);
+        const float v = __ldg(pix + (size_t)r * pitch + k);
+        lo = fminf(lo, v);
+        hi = fmaxf(hi, v);
+    }
+    low[threadIdx.x] = lo;
+    high[threadIdx.x] = hi;
+    __syncthreads();
+    for (int half = blockDim.x / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) {
+            low[threadIdx.x] = fminf(low[threadIdx.x], low[threadIdx.x + half]);
+            high[threadIdx.x] = fmaxf(high[threadIdx.x], high[threadIdx.x + half]);
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        out[0] = low[0];
+        out[1] = high[0];
+    }
+}
+
+// core.scores.endpoint_similarity. models: [spread_a, spread_b, mean_a[bands], mean_b[bands]]
+// (the means are float32 values), range from value_range.
+extern "C" __global__ void similarity(const float* __restrict__ pix, int rows, int cols, int bands,
+                                      int pitch, const double* __restrict__ models,
+                                      const float* __restrict__ range, float* __restrict__ sim)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    const int r = blockIdx.y * blockDim.y + threadIdx.y;
+    if (c >= cols || r >= rows) return;
+    const double ptp = (double)__fsub_rn(range[1], range[0]);
+    const double floor_ = __dadd_rn(__dmul_rn(0.04, ptp), 1e-6);  // SPREAD_FLOOR
+    float best = 0.0f;
+    for (int e = 0; e < 2; ++e) {
+        const double spread = fmax(models[e], floor_);
+        const float factor = (float)__ddiv_rn(-0.5, __dmul_rn(spread, spread));
+        const double* mean = models + 2 + e * bands;
+        float d2 = 0.0f;
+        for (int band = 0; band < bands; ++band) {
+            const float difference = __fsub_rn(pixel(pix, pitch, bands, r, c, band), (float)mean[band]);
+            d2 = __fadd_rn(d2, __fmul_rn(difference, difference));
+        }
+        d2 = __fmul_rn(d2, factor);
+        best = fmaxf(best, (float)exp((double)d2));
+    }
+    sim[(size_t)r * cols + c] = best;
+}
+
+// numpy's pairwise summation of a contiguous float64 array (what ndarray.sum() computes).
+__device__ double pairwise_sum(const double* a, int n)
+{
+    if (n < 8) {
+        double res = -0.0;
+        for (int i = 0; i < n; ++i) res += a[i];
+        return res;
+    }
+    if (n <= 128) {
+        double r[8];
+        for (int j = 0; j < 8; ++j) r[j] = a[j];
+        int i = 8;
+        for (; i < n - (n % 8); i += 8)
+            for (int j = 0; j < 8; ++j) r[j] = __dadd_rn(r[j], a[i + j]);
+        double res = __dadd_rn(__dadd_rn(__dadd_rn(r[0], r[1]), __dadd_rn(r[2], r[3])),
+                               __dadd_rn(__dadd_rn(r[4], r[5]), __dadd_rn(r[6], r[7])));
+        for (; i < n; ++i) res = __dadd_rn(res, a[i]);
+        return res;
+    }
+    int n2 = n / 2;
+    n2 -= n2 % 8;
+    return __dadd_rn(pairwise_sum(a, n2), pairwise_sum(a + n2, n - n2));
+}
+
+// The sigma = 1 blur of the similarity at one pixel (columns first, then rows, as the whole-plane
+// separable blur computes it there).
+__device__ double mask_value(const float* sim, int rows, int cols, const double* w, int r, int c)
+{
+    double value = 0.0;
+    for (int j = 0; j < MASK_TAPS; ++j) {
+        const int cc = reflect(c + j - MASK_TAPS / 2, cols);
+        double column = 0.0;
+        for (int t = 0; t < MASK_TAPS; ++t)
+            column = fma(w[t], (double)sim[(size_t)reflect(r + t - MASK_TAPS / 2, rows) * cols + cc],
+                         column);
+        value = fma(w[j], column, value);
+    }
+    return value;
+}
+
+// Whether core.scores._run_length's walk from (px, py) along (sx, sy) stops at ``distance``:
+// the pixel there lies outside the window or off the mask (blurred similarity > 0.5).
+__device__ bool walk_stops(const float* sim, int rows, int cols, const double* w, double px,
+                           double py, double sx, double sy, int distance)
+{
+    const int c = (int)rint(__dadd_rn(px, __dmul_rn((double)distance, sx)));
+    const int r = (int)rint(__dadd_rn(py, __dmul_rn((double)distance, sy)));
+    return !(0 <= c && c < cols && 0 <= r && r < rows) || !(mask_value(sim, rows, cols, w, r, c) > 0.5);
+}
+
+// Band width at a and b, the centring sigma and its Gaussian kernel: one block.
+// params: [ax, ay, bx, by, nx, ny, width_reach, centre_blur, mask weights (9)].
+// out: [sigma, radius, taps (2 radius + 1), reversed as core.gradient.filter_axis applies them].
+extern "C" __global__ void centre_kernel(const float* __restrict__ sim, int rows, int cols,
+                                         const double* __restrict__ params, double* __restrict__ out)
+{
+    __shared__ double runs[4];
+    __shared__ int stop[4];
+    __shared__ double phi[MAX_TAPS];
+    __shared__ double total, sigma;
+    __shared__ int radius;
+    const double* w = params + 8;
+    const int reach = (int)params[6];
+    // The four walks (a and b, along +n and -n), every distance at once: the run ends at the
+    // first distance where the walk stops (the run length is that distance - 1/2, or the reach).
+    if (threadIdx.x < 4) stop[threadIdx.x] = reach + 1;
+    __syncthreads();
+    for (int i = threadIdx.x; i < 4 * reach; i += blockDim.x) {
+        const int walk = i / reach, distance = i % reach + 1, e = walk / 2;
+        const double sign = (walk % 2 == 0) ? 1.0 : -1.0;
+        if (walk_stops(sim, rows, cols, w, params[2 * e], params[2 * e + 1], sign * params[4],
+                       sign * params[5], distance))
+            atomicMin(&stop[walk], distance);
+    }
+    __syncthreads();
+    if (threadIdx.x < 4)
+        runs[threadIdx.x] = stop[threadIdx.x] <= reach ? stop[threadIdx.x] - 0.5 : (double)reach;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const double width = __dadd_rn(__dadd_rn(runs[0], runs[1]), __dadd_rn(runs[2], runs[3])) / 2.0;
+        sigma = fmax(__dmul_rn(params[7], width), 1.0);
+        int r = (int)__dadd_rn(__dmul_rn(3.0, sigma), 0.5);
+        r = min(r, (MAX_TAPS - 1) / 2);
+        radius = r;
+        out[0] = sigma;
+        out[1] = (double)r;
+    }
+    __syncthreads();
+    const int taps = 2 * radius + 1;
+    for (int i = threadIdx.x; i < taps; i += blockDim.x) {
+        const double x = (double)(i - radius);
+        phi[i] = exp(__ddiv_rn(__dmul_rn(__dmul_rn(-0.5, x), x), __dmul_rn(sigma, sigma)));
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) total = pairwise_sum(phi, taps);
+    __syncthreads();
+    for (int i = threadIdx.x; i < taps; i += blockDim.x) out[2 + taps - 1 - i] = __ddiv_rn(phi[i], total);
+}
+
+// Columns pass of the centring blur: tmp[r, c] = sum_t w[t] sim[reflect(r + t - R), c].
+extern "C" __global__ void centre_blur_columns(const float* __restrict__ sim, int rows, int cols,
+                                               const double* __restrict__ kernel,
+                                               double* __restrict__ tmp)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    const int r = blockIdx.y * blockDim.y + threadIdx.y;
+    if (c >= cols || r >= rows) return;
+    const int radius = (int)kernel[1];
+    const double* w = kernel + 2;
+    double value = 0.0;
+    for (int t = 0; t <= 2 * radius; ++t)
+        value = fma(w[t], (double)__ldg(sim + (size_t)reflect(r + t - radius, rows) * cols + c), value);
+    tmp[(size_t)r * cols + c] = value;
+}
+
+// Rows pass of the centring blur and the term: out[r, c] = -(1 - blurred + length_cost), float32.
+extern "C" __global__ void centre_blur_rows(const double* __restrict__ tmp, int rows, int cols,
+                                            const double* __restrict__ kernel, double length_cost,
+                                            float* __restrict__ out)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    const int r = blockIdx.y * blockDim.y + threadIdx.y;
+    if (c >= cols || r >= rows) return;
+    const int radius = (int)kernel[1];
+    const double* w = kernel + 2;
+    const double* row = tmp + (size_t)r * cols;
+    double value = 0.0;
+    for (int t = 0; t <= 2 * radius; ++t) value = fma(w[t], __ldg(row + reflect(c + t - radius, cols)), value);
+    out[(size_t)r * cols + c] = (float)(-__dadd_rn(__dsub_rn(1.0, value), length_cost));
+}
+
+// Columns pass of the gradient: per band, the smoothed (tmp[band, 0]) and differentiated
+// (tmp[band, 1]) columns. weights: smooth taps then derivative taps, 2 radius + 1 each, reversed.
+extern "C" __global__ void gradient_columns(const float* __restrict__ pix, int rows, int cols,
+                                            int bands, int pitch, const double* __restrict__ weights,
+                                            int radius, double* __restrict__ tmp)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    const int r = blockIdx.y * blockDim.y + threadIdx.y;
+    if (c >= cols || r >= rows) return;
+    const int taps = 2 * radius + 1;
+    const size_t plane = (size_t)rows * cols;
+    for (int band = 0; band < bands; ++band) {
+        double smooth = 0.0, derivative = 0.0;
+        for (int t = 0; t < taps; ++t) {
+            const double v = (double)pixel(pix, pitch, bands, reflect(r + t - radius, rows), c, band);
+            smooth = fma(weights[t], v, smooth);
+            derivative = fma(weights[taps + t], v, derivative);
+        }
+        tmp[(2 * band) * plane + (size_t)r * cols + c] = smooth;
+        tmp[(2 * band + 1) * plane + (size_t)r * cols + c] = derivative;
+    }
+}
+
+// Rows pass of the gradient and the strongest band: planar (2, rows, cols) gx, gy for the host
+// and the same interleaved (rows, cols, 2) for the link-score kernels.
+extern "C" __global__ void gradient_rows(const double* __restrict__ tmp, int rows, int cols,
+                                         int bands, const double* __restrict__ weights, int radius,
+                                         float* __restrict__ planar, float2* __restrict__ interleaved)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    const int r = blockIdx.y * blockDim.y + threadIdx.y;
+    if (c >= cols || r >= rows) return;
+    const int taps = 2 * radius + 1;
+    const size_t plane = (size_t)rows * cols;
+    double best_gx = 0.0, best_gy = 0.0, best_magnitude = 0.0;
+    for (int band = 0; band < bands; ++band) {
+        const double* smooth = tmp + (2 * band) * plane + (size_t)r * cols;
+        const double* derivative = tmp + (2 * band + 1) * plane + (size_t)r * cols;
+        double gx = 0.0, gy = 0.0;
+        for (int t = 0; t < taps; ++t) {
+            const int cc = reflect(c + t - radius, cols);
+            gx = fma(weights[taps + t], __ldg(smooth + cc), gx);
+            gy = fma(weights[t], __ldg(derivative + cc), gy);
+        }
+        const double magnitude = __dadd_rn(__dmul_rn(gx, gx), __dmul_rn(gy, gy));
+        if (band == 0 || magnitude > best_magnitude) {
+            best_gx = gx;
+            best_gy = gy;
+            best_magnitude = magnitude;
+        }
+    }
+    const float fx = (float)best_gx, fy = (float)best_gy;
+    planar[(size_t)r * cols + c] = fx;
+    planar[plane + (size_t)r * cols + c] = fy;
+    interleaved[(size_t)r * cols + c] = make_float2(fx, fy);
+}

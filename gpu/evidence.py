@@ -1,0 +1,158 @@
+"""Evidence planes on the device: the score kinds ``centre``, ``cross`` and ``sine``.
+
+:class:`DeviceEvidence` runs the kernels of ``evidence.cu`` on a :class:`~gpu.engine.DeviceTracer`'s
+stream and buffers. The planes are written straight into the tracer's evidence buffer in the
+layout the link-score kernels read, and also come back to the host (``Evidence.planes`` is a
+numpy array); the tracer remembers which host array its evidence buffer holds, so the trace that
+follows uploads nothing (:meth:`gpu.engine.DeviceTracer.bind_evidence`).
+
+Pixels: when the window is a view into a whole image array (what ``Raster.read_window`` returns
+for an in-memory image), that image is uploaded once and kept on the device while the same
+array is alive, and windows are read from it in place; the image's pixels are treated as
+read-only while it is resident. Other windows are uploaded on every call.
+
+Host-side arithmetic (the colour models of a and b, the σ = 1 mask kernel, the gradient kernels,
+the ``sine`` threshold) is core's own code, so constants and rounding are the CPU's.
+
+Call every method inside ``context.active()``.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from core import scores
+from core.gradient import TRUNCATE, gaussian_kernel
+
+#: Bands the device kernels handle (more fall back to the CPU).
+MAX_BANDS = 16
+#: Largest Gaussian kernel (taps) of evidence.cu.
+MAX_TAPS = 255
+#: Whole images up to this size are kept resident; larger ones are read window by window.
+MAX_RESIDENT_BYTES = 256 * 1024 * 1024
+_BLOCK = (32, 8, 1)
+
+
+def _grid(rows: int, cols: int) -> tuple[int, int]:
+    return (-(-cols // _BLOCK[0]), -(-rows // _BLOCK[1]))
+
+
+def centre_supported() -> bool:
+    """Whether core's ``centre`` constants fit the device kernels (the widest centring blur)."""
+    widest = max(scores.CENTRE_BLUR * 2 * scores.WIDTH_REACH, 1.0)
+    return 2 * int(3.0 * widest + 0.5) + 1 <= MAX_TAPS
+
+
+class DeviceEvidence:
+    """Evidence kernels on ``tracer`` (a :class:`gpu.engine.DeviceTracer`)."""
+
+    def __init__(self, tracer):
+        self.tracer = tracer
+        self.kernels = tracer.kernels.evidence
+        self._image = None  # weak reference to the resident whole-image array
+        self._image_key = None
+        mask = gaussian_kernel(1.0, 0)
+        self._mask_weights = np.ascontiguousarray(mask[::-1])
+
+    def release(self) -> None:
+        """Forget the resident image (the tracer frees the buffers)."""
+        self._image = None
+        self._image_key = None
+
+    @staticmethod
+    def supports(pixels: np.ndarray) -> bool:
+        return (isinstance(pixels, np.ndarray) and pixels.dtype == np.float32
+                and pixels.ndim == 3 and 1 <= pixels.shape[2] <= MAX_BANDS
+                and pixels.shape[0] >= 1 and pixels.shape[1] >= 1)
+
+    # -- pixels -------------------------------------------------------------------------------
+
+    def _bind_pixels(self, pixels: np.ndarray) -> tuple[int, int]:
+        """Device address of the window's first pixel and its row pitch (floats)."""
+        tracer = self.tracer
+        rows, cols, bands = pixels.shape
+        base = pixels.base
+        if (isinstance(base, np.ndarray) and base.dtype == np.float32 and base.ndim == 3
+                and base.shape[2] == bands and base.flags.c_contiguous
+                and base.nbytes <= MAX_RESIDENT_BYTES
+                and pixels.strides == base.strides):
+            start = pixels.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+            pitch = base.shape[1] * bands
+            key = (base.__array_interface__["data"][0], base.shape)
+            if (self._image is None or self._image() is not base or self._image_key != key):
+                self._image = None
+                tracer.upload(base, tracer.slot("image", base.nbytes))
+                self._image = weakref.ref(base)
+                self._image_key = key
+            return tracer.slot("image", 0) + start, pitch
+        window = np.ascontiguousarray(pixels)
+        at = tracer.slot("window", window.nbytes)
+        tracer.upload(window, at)
+        return at, cols * bands
+
+    # -- kinds --------------------------------------------------------------------------------
+
+    def centre(self, pixels: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """``centre`` planes (1, rows, cols), float32, as core.scores._centre_planes."""
+        tracer, k = self.tracer, self.kernels
+        rows, cols, bands = pixels.shape
+        models = np.empty(2 + 2 * bands)
+        for e, point in enumerate((a, b)):
+            patch = scores._patch_colours(pixels, point, scores.PATCH_RADIUS)
+            models[e] = float(patch.std(axis=0).mean())
+            models[2 + e * bands:2 + (e + 1) * bands] = patch.mean(axis=0)
+        unit = (b - a) / np.hypot(*(b - a))
+        normal = np.array([-unit[1], unit[0]])
+        params = np.concatenate([np.asarray(a, np.float64), np.asarray(b, np.float64), normal,
+                                 [scores.WIDTH_REACH, scores.CENTRE_BLUR], self._mask_weights])
+        pointer, pitch = self._bind_pixels(pixels)
+        n = rows * cols
+        small = tracer.slot("evidence_small", 8 * (len(models) + len(params) + 2 + MAX_TAPS) + 64)
+        at_models, at_params = small, small + 8 * len(models)
+        at_kernel = at_params + 8 * len(params)
+        at_range = at_kernel + 8 * (2 + MAX_TAPS)
+        tracer.upload(np.concatenate([models, params]), at_models)
+        sim = tracer.slot("evidence_sim", 4 * n)
+        tmp = tracer.slot("evidence_tmp", 8 * n)
+        out = tracer.planes_slot(4 * n)
+        stream, grid = tracer.stream, _grid(rows, cols)
+        k["value_range"].prepared_async_call((1, 1), (1024, 1, 1), stream, pointer, rows, cols,
+                                             bands, pitch, at_range)
+        k["similarity"].prepared_async_call(grid, _BLOCK, stream, pointer, rows, cols, bands,
+                                            pitch, at_models, at_range, sim)
+        k["centre_kernel"].prepared_async_call((1, 1), (256, 1, 1), stream, sim, rows, cols,
+                                               at_params, at_kernel)
+        k["centre_blur_columns"].prepared_async_call(grid, _BLOCK, stream, sim, rows, cols,
+                                                     at_kernel, tmp)
+        k["centre_blur_rows"].prepared_async_call(grid, _BLOCK, stream, tmp, rows, cols,
+                                                  at_kernel, float(scores.LENGTH_COST), out)
+        planes = np.empty((1, rows, cols), dtype=np.float32)
+        tracer.cuda.memcpy_dtoh_async(planes, out, stream)
+        stream.synchronize()
+        return planes
+
+    def gradient(self, pixels: np.ndarray, sigma: float) -> np.ndarray:
+        """Gradient planes (2, rows, cols) (gx, gy), float32, as core.gradient.gaussian_gradient."""
+        tracer, k = self.tracer, self.kernels
+        rows, cols, bands = pixels.shape
+        smooth, derivative = gaussian_kernel(sigma, 0), gaussian_kernel(sigma, 1)
+        radius = int(TRUNCATE * sigma + 0.5)
+        weights = np.concatenate([smooth[::-1], derivative[::-1]])
+        pointer, pitch = self._bind_pixels(pixels)
+        n = rows * cols
+        at_weights = tracer.slot("evidence_weights", weights.nbytes)
+        tracer.upload(weights, at_weights)
+        tmp = tracer.slot("evidence_tmp", 8 * 2 * bands * n)
+        planar = tracer.slot("evidence_sim", 4 * 2 * n)
+        out = tracer.planes_slot(4 * 2 * n)
+        stream, grid = tracer.stream, _grid(rows, cols)
+        k["gradient_columns"].prepared_async_call(grid, _BLOCK, stream, pointer, rows, cols,
+                                                  bands, pitch, at_weights, radius, tmp)
+        k["gradient_rows"].prepared_async_call(grid, _BLOCK, stream, tmp, rows, cols, bands,
+                                               at_weights, radius, planar, out)
+        planes = np.empty((2, rows, cols), dtype=np.float32)
+        tracer.cuda.memcpy_dtoh_async(planes, planar, stream)
+        stream.synchronize()
+        return planes
