@@ -73,11 +73,12 @@ class GpuBackend(TracerBackend):
         # Destroy the stream, events and buffers with the context current: pycuda cannot make it
         # current itself on a thread other than the one that opened it (it would leak them).
         tracer = self.__dict__.pop("_tracer", None)
+        evidence = self.__dict__.pop("_evidence", None)  # holds the tracer too
         if tracer is None:
             return
         try:
             with self.context.active():
-                del tracer
+                del evidence, tracer
         except Exception:  # interpreter shutdown: the driver may already be gone
             pass
 

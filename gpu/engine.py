@@ -73,6 +73,8 @@ class DeviceTracer:
         self._rmq_shared_limit = _DEFAULT_SHARED
         self._slots: dict = {}
         self._result_host = cuda.pagelocked_empty(64, np.float64)
+        #: Page-locked staging for downloads (evidence planes, gpu/evidence.py).
+        self._download_host = cuda.pagelocked_empty(4096, np.uint8)
         self._plan: _Plan | None = None
         self._evidence = None
         #: The host planes array whose values the "evidence" slot holds (written there by the
@@ -95,6 +97,18 @@ class DeviceTracer:
     def upload(self, array: np.ndarray, pointer: int) -> None:
         """Queue the copy of ``array`` to device address ``pointer`` on the stream."""
         self.cuda.memcpy_htod_async(pointer, np.ascontiguousarray(array), self.stream)
+
+    def download(self, pointer: int, shape: tuple, dtype) -> np.ndarray:
+        """A new host array of ``shape`` and ``dtype`` copied from device address ``pointer``
+        after the work queued so far (synchronises the stream)."""
+        out = np.empty(shape, dtype=dtype)
+        if out.nbytes > self._download_host.size:
+            self._download_host = self.cuda.pagelocked_empty(2 * out.nbytes, np.uint8)
+        staged = self._download_host[:out.nbytes]
+        self.cuda.memcpy_dtoh_async(staged, pointer, self.stream)
+        self.stream.synchronize()
+        out.reshape(-1).view(np.uint8)[:] = staged
+        return out
 
     def result_host(self, size: int) -> np.ndarray:
         """The page-locked host buffer results come back to: float64, at least ``size``."""

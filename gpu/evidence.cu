@@ -34,15 +34,17 @@ __device__ __forceinline__ float pixel(const float* pix, int pitch, int bands, i
     return __ldg(pix + (size_t)r * pitch + (size_t)c * bands + band);
 }
 
-// Smallest and largest value of the window (np.ptp's operands): one block, out[0] = min, out[1] = max.
+// Smallest and largest value of the window (np.ptp's operands), per block: partial[2 block] = min,
+// partial[2 block + 1] = max (blockDim.x a power of two, at most 1024).
 extern "C" __global__ void value_range(const float* __restrict__ pix, int rows, int cols, int bands,
-                                       int pitch, float* __restrict__ out)
+                                       int pitch, float* __restrict__ partial)
 {
     __shared__ float low[1024], high[1024];
     float lo = INFINITY, hi = -INFINITY;
     const int per_row = cols * bands;
     const long long n = (long long)rows * per_row;
-    for (long long i = threadIdx.x; i < n; i += blockDim.x) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
         const int r = (int)(i / per_row), k = (int)(i - (long long)r * per_row);
         const float v = __ldg(pix + (size_t)r * pitch + k);
         lo = fminf(lo, v);
@@ -59,8 +61,27 @@ extern "C" __global__ void value_range(const float* __restrict__ pix, int rows, 
         __syncthreads();
     }
     if (threadIdx.x == 0) {
-        out[0] = low[0];
-        out[1] = high[0];
+        partial[2 * blockIdx.x] = low[0];
+        partial[2 * blockIdx.x + 1] = high[0];
+    }
+}
+
+// The blocks' partial ranges into out[0] = min, out[1] = max: one block of one warp.
+extern "C" __global__ void range_finish(const float* __restrict__ partial, int n,
+                                        float* __restrict__ out)
+{
+    float lo = INFINITY, hi = -INFINITY;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        lo = fminf(lo, partial[2 * i]);
+        hi = fmaxf(hi, partial[2 * i + 1]);
+    }
+    for (int offset = 16; offset > 0; offset /= 2) {
+        lo = fminf(lo, __shfl_down_sync(0xffffffffu, lo, offset));
+        hi = fmaxf(hi, __shfl_down_sync(0xffffffffu, hi, offset));
+    }
+    if (threadIdx.x == 0) {
+        out[0] = lo;
+        out[1] = hi;
     }
 }
 

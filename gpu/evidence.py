@@ -33,6 +33,8 @@ MAX_TAPS = 255
 #: Whole images up to this size are kept resident; larger ones are read window by window.
 MAX_RESIDENT_BYTES = 256 * 1024 * 1024
 _BLOCK = (32, 8, 1)
+#: Blocks of the window's value-range reduction.
+_RANGE_BLOCKS = 64
 
 
 def _grid(rows: int, cols: int) -> tuple[int, int]:
@@ -109,17 +111,21 @@ class DeviceEvidence:
                                  [scores.WIDTH_REACH, scores.CENTRE_BLUR], self._mask_weights])
         pointer, pitch = self._bind_pixels(pixels)
         n = rows * cols
-        small = tracer.slot("evidence_small", 8 * (len(models) + len(params) + 2 + MAX_TAPS) + 64)
+        small = tracer.slot("evidence_small", 8 * (len(models) + len(params) + 3 + MAX_TAPS)
+                            + 8 * _RANGE_BLOCKS)
         at_models, at_params = small, small + 8 * len(models)
         at_kernel = at_params + 8 * len(params)
         at_range = at_kernel + 8 * (2 + MAX_TAPS)
+        at_partial = at_range + 8
         tracer.upload(np.concatenate([models, params]), at_models)
         sim = tracer.slot("evidence_sim", 4 * n)
         tmp = tracer.slot("evidence_tmp", 8 * n)
         out = tracer.planes_slot(4 * n)
         stream, grid = tracer.stream, _grid(rows, cols)
-        k["value_range"].prepared_async_call((1, 1), (1024, 1, 1), stream, pointer, rows, cols,
-                                             bands, pitch, at_range)
+        k["value_range"].prepared_async_call((_RANGE_BLOCKS, 1), (256, 1, 1), stream, pointer,
+                                             rows, cols, bands, pitch, at_partial)
+        k["range_finish"].prepared_async_call((1, 1), (32, 1, 1), stream, at_partial,
+                                              _RANGE_BLOCKS, at_range)
         k["similarity"].prepared_async_call(grid, _BLOCK, stream, pointer, rows, cols, bands,
                                             pitch, at_models, at_range, sim)
         k["centre_kernel"].prepared_async_call((1, 1), (256, 1, 1), stream, sim, rows, cols,
@@ -128,10 +134,7 @@ class DeviceEvidence:
                                                      at_kernel, tmp)
         k["centre_blur_rows"].prepared_async_call(grid, _BLOCK, stream, tmp, rows, cols,
                                                   at_kernel, float(scores.LENGTH_COST), out)
-        planes = np.empty((1, rows, cols), dtype=np.float32)
-        tracer.cuda.memcpy_dtoh_async(planes, out, stream)
-        stream.synchronize()
-        return planes
+        return tracer.download(out, (1, rows, cols), np.float32)
 
     def gradient(self, pixels: np.ndarray, sigma: float) -> np.ndarray:
         """Gradient planes (2, rows, cols) (gx, gy), float32, as core.gradient.gaussian_gradient."""
@@ -152,7 +155,4 @@ class DeviceEvidence:
                                                   bands, pitch, at_weights, radius, tmp)
         k["gradient_rows"].prepared_async_call(grid, _BLOCK, stream, tmp, rows, cols, bands,
                                                at_weights, radius, planar, out)
-        planes = np.empty((2, rows, cols), dtype=np.float32)
-        tracer.cuda.memcpy_dtoh_async(planes, planar, stream)
-        stream.synchronize()
-        return planes
+        return tracer.download(planar, (2, rows, cols), np.float32)

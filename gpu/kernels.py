@@ -38,7 +38,8 @@ LINK_KERNELS = {SCALAR: "link_scores_scalar", CROSS: "link_scores_cross",
 
 #: Kernels of evidence.cu and their argument formats.
 EVIDENCE_KERNELS = {
-    "value_range": "PiiiiP",              # pixels, rows, cols, bands, pitch, out
+    "value_range": "PiiiiP",              # pixels, rows, cols, bands, pitch, partial
+    "range_finish": "PiP",                # partial, blocks, out
     "similarity": "PiiiiPPP",             # pixels, rows, cols, bands, pitch, models, range, sim
     "centre_kernel": "PiiPP",             # sim, rows, cols, params, kernel
     "centre_blur_columns": "PiiPP",       # sim, rows, cols, kernel, tmp
