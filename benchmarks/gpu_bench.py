@@ -27,9 +27,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cli.bench_cmd import CLICK_LENGTH, HALFWIDTH, PAPER_TABLE2_MS, POINTS  # noqa: E402
+from cli.bench_cmd import PAPER_TABLE2_MS, POINTS, table2_case  # noqa: E402
 from core.backend import CpuBackend  # noqa: E402
-from core.dp import DPProblem  # noqa: E402
 from core.guides import admissible_windows, build_corridor, check_max_angle  # noqa: E402
 from core.raster import load_image  # noqa: E402
 from core.tracer import TraceParams, corridor_evidence, trace  # noqa: E402
@@ -54,8 +53,6 @@ def wall_ms(function, repeats: int) -> list[float]:
 
 
 def grid(backends: dict, raster, repeats: int, angles, divisions, points) -> list[dict]:
-    centre = np.array([raster.width / 2, raster.height / 2])
-    a, b = centre - [CLICK_LENGTH / 2, 0], centre + [CLICK_LENGTH / 2, 0]
     rng = np.random.default_rng(0)
     cpu = CpuBackend()
     rows = []
@@ -63,19 +60,14 @@ def grid(backends: dict, raster, repeats: int, angles, divisions, points) -> lis
         for n in divisions:
             for d in points:
                 m = n - 2
-                corridor = build_corridor(a, b, m, d, HALFWIDTH)
-                windows = admissible_windows(corridor, check_max_angle(theta))
-                sizes = [1] + [d] * m + [1]
-                links = [rng.normal(size=(sizes[t], sizes[t + 1])) for t in range(m + 1)]
-                problem = DPProblem(corridor, windows, links)
+                problem, params = table2_case(raster, theta, n, d, rng)
+                corridor, windows = problem.corridor, problem.windows
                 row = {"theta": theta, "n": n, "m": m, "d": d,
                        "paper_ms": PAPER_TABLE2_MS[n][POINTS.index(d)]
                        if n in PAPER_TABLE2_MS and d in POINTS else None}
                 for name, backend in backends.items():
                     row[f"dp_{name}_ms"] = median(backend.time_dp(problem, repeats))
                 row["dp_cpu_ms"] = median(cpu.time_dp(problem, max(3, repeats // 5)))
-                params = TraceParams(guides=m, points=d, halfwidth=HALFWIDTH, max_angle=theta,
-                                     score="cross")
                 evidence = corridor_evidence(raster, corridor, params)
                 row["e2e_ms"] = median(backends["rmq"].time_trace(evidence, corridor, windows,
                                                                   repeats))

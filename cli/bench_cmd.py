@@ -57,18 +57,31 @@ def sample_image_path() -> str:
                         "resources", "sample", "gsi_108.png")
 
 
-def run(args: argparse.Namespace) -> int:
+def table2_case(raster, theta: float, n: int, d: int, rng: np.random.Generator):
+    """One cell of the grid: ``(problem, params)`` — the corridor, its windows and random link
+    scores (normal) for the DP alone, and the tracing parameters for end-to-end runs."""
     from core.dp import DPProblem
     from core.guides import admissible_windows, build_corridor, check_max_angle
+    from core.tracer import TraceParams
+
+    centre = np.array([raster.width / 2, raster.height / 2])
+    m = n - 2
+    corridor = build_corridor(centre - [CLICK_LENGTH / 2, 0], centre + [CLICK_LENGTH / 2, 0],
+                              m, d, HALFWIDTH)
+    windows = admissible_windows(corridor, check_max_angle(theta))
+    sizes = [1] + [d] * m + [1]
+    links = [rng.normal(size=(sizes[t], sizes[t + 1])) for t in range(m + 1)]
+    params = TraceParams(guides=m, points=d, halfwidth=HALFWIDTH, max_angle=theta, score="cross")
+    return DPProblem(corridor, windows, links), params
+
+
+def run(args: argparse.Namespace) -> int:
     from core.raster import load_image
-    from core.tracer import TraceParams, corridor_evidence
+    from core.tracer import corridor_evidence
     from gpu.select import choose_backend
 
     backend, note = choose_backend(args.backend)
     raster = load_image(args.image or sample_image_path())
-    centre = np.array([raster.width / 2, raster.height / 2])
-    a = centre - [CLICK_LENGTH / 2, 0]
-    b = centre + [CLICK_LENGTH / 2, 0]
     rng = np.random.default_rng(0)
     rows = []
     print(f"backend: {note}\nmachine: {machine_description()}", file=sys.stderr)
@@ -76,15 +89,10 @@ def run(args: argparse.Namespace) -> int:
         for n in [int(v) for v in args.divisions.split(",")]:
             for d in [int(v) for v in args.points.split(",")]:
                 m = n - 2
-                corridor = build_corridor(a, b, m, d, HALFWIDTH)
-                windows = admissible_windows(corridor, check_max_angle(theta))
-                sizes = [1] + [d] * m + [1]
-                links = [rng.normal(size=(sizes[t], sizes[t + 1])) for t in range(m + 1)]
-                problem = DPProblem(corridor, windows, links)
+                problem, params = table2_case(raster, theta, n, d, rng)
+                corridor, windows = problem.corridor, problem.windows
                 backend.time_dp(problem, 1)  # warm-up (compilation, allocations)
                 dp_ms = statistics.median(backend.time_dp(problem, args.repeats))
-                params = TraceParams(guides=m, points=d, halfwidth=HALFWIDTH, max_angle=theta,
-                                     score="cross")
                 evidence = corridor_evidence(raster, corridor, params)
                 backend.time_trace(evidence, corridor, windows, 1)
                 e2e = []
