@@ -3,7 +3,8 @@
 Geometry: the bundled sample image, a horizontal click pair 300 px apart through its centre,
 corridor half-width 50 px, ``m = n - 2`` guides for n division points, d points per guide.
 DP only: random link scores (normal), windows for θ. End-to-end: gradient and evidence on the
-corridor window + link scores + DP + backtracking (``cross``, the paper's score).
+corridor window (on the backend's device) + link scores + DP + backtracking (``cross``, the paper's
+score).
 """
 
 from __future__ import annotations
@@ -93,12 +94,12 @@ def run(args: argparse.Namespace) -> int:
                 corridor, windows = problem.corridor, problem.windows
                 backend.time_dp(problem, 1)  # warm-up (compilation, allocations)
                 dp_ms = statistics.median(backend.time_dp(problem, args.repeats))
-                evidence = corridor_evidence(raster, corridor, params)
+                evidence = corridor_evidence(raster, corridor, params, backend=backend)
                 backend.time_trace(evidence, corridor, windows, 1)
                 e2e = []
                 for _ in range(args.repeats):
                     start = time.perf_counter()
-                    evidence = corridor_evidence(raster, corridor, params)
+                    evidence = corridor_evidence(raster, corridor, params, backend=backend)
                     gradient_ms = 1e3 * (time.perf_counter() - start)
                     e2e.append(gradient_ms + backend.time_trace(evidence, corridor, windows, 1)[0])
                 row = {"theta": theta, "n": n, "m": m, "d": d, "dp_ms": dp_ms,
