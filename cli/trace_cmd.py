@@ -39,9 +39,6 @@ def add_trace_parameters(parser: argparse.ArgumentParser) -> None:
                        help="gradient scale σ, px (default: %(default)s)")
     group.add_argument("--score", default=defaults.score, choices=sorted(SCORE_KINDS),
                        help="link score kind (default: %(default)s)")
-    group.add_argument("--evidence", metavar="RASTER",
-                       help="score a raster on the image's grid instead of the image, e.g. a "
-                            "road-probability map (with --score evidence: cost 1 - p)")
     group.add_argument("--backend", default="auto", choices=BACKEND_CHOICES,
                        help="compute backend (default: %(default)s: GPU if available)")
 
@@ -61,7 +58,7 @@ def add_crs_arguments(parser: argparse.ArgumentParser) -> None:
 def params_from_args(args: argparse.Namespace) -> TraceParams:
     return TraceParams(guides=args.guides, points=args.points, halfwidth=args.halfwidth,
                        max_angle=args.max_angle, sigma=args.sigma, score=args.score,
-                       evidence_path=args.evidence)
+                       evidence_path=getattr(args, "evidence", None))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,6 +66,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--a", required=True, type=point, metavar="X,Y", help="start point (px)")
     parser.add_argument("--b", required=True, type=point, metavar="X,Y", help="end point (px)")
     add_trace_parameters(parser)
+    parser.add_argument("--evidence", metavar="RASTER",
+                        help="score a raster on the image's grid instead of the image, e.g. a "
+                             "road-probability map (with --score evidence: cost 1 - p)")
     parser.add_argument("--format", default="json", choices=("json", "geojson"),
                         help="output format (default: %(default)s)")
     add_crs_arguments(parser)

@@ -130,3 +130,22 @@ def test_output_file_gets_the_usual_permissions(capsys, tmp_path):
     code, _, _ = run_cli(capsys, SAMPLE_IMAGE, "--a", A, "--b", B, "--backend", "cpu", "-o", target)
     assert code == 0
     assert os.stat(target).st_mode & 0o777 == 0o666 & ~UMASK
+
+
+def test_evidence_raster_option(capsys, tmp_path):
+    import imageio.v3 as iio
+    import numpy as np
+
+    probability = np.zeros((572, 572), dtype=np.uint8)
+    probability[200:212, :] = 255  # a horizontal "road" in the evidence map
+    good, small = tmp_path / "road_probability.png", tmp_path / "small.png"
+    iio.imwrite(good, probability)
+    iio.imwrite(small, probability[:100, :100])
+    code, out, _ = run_cli(capsys, SAMPLE_IMAGE, "--a", "100,206", "--b", "400,205",
+                           "--score", "evidence", "--evidence", good, "--backend", "cpu")
+    assert code == 0
+    rows = [y for _, y in json.loads(out)["pixels"]]
+    assert max(abs(y - 205.5) for y in rows) <= 6
+    code, _, err = run_cli(capsys, SAMPLE_IMAGE, "--a", A, "--b", B, "--evidence", small)
+    assert code == 2
+    assert "100×100" in err
