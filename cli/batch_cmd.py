@@ -82,10 +82,15 @@ def open_executor(args: argparse.Namespace, tasks: int, gpu: bool):
         except OSError as exc:
             raise BadParameter(f"cannot reach Dask scheduler {args.scheduler}: {exc}") from None
         return client.get_executor(pure=False), client.close
-    if tasks > 1 and args.workers > 1:
+    workers = min(args.workers, tasks)
+    if gpu:  # one process per GPU: never more workers than devices
+        from gpu.select import gpu_device_count
+
+        workers = min(workers, max(gpu_device_count(), 1))
+    if workers > 1:
         from core.batch import local_executor
 
-        executor = local_executor(min(args.workers, tasks), gpu=gpu)
+        executor = local_executor(workers, gpu=gpu)
         # On an interrupt, images not started yet are dropped, not run to the end.
         return executor, functools.partial(executor.shutdown, cancel_futures=True)
     return None, lambda: None

@@ -341,9 +341,35 @@ def seeds_in_image(seeds, image_name: str, raster: Raster) -> list[tuple[Seed, n
 
 
 # ---------------------------------------------------------------------------------- tracing
+#: Seed vertices closer than this (px) to the previous kept vertex are dropped before tracing.
+MIN_SEGMENT_PX = 2.0
+
+
+def without_close_vertices(vertices: np.ndarray) -> np.ndarray:
+    """Drop each vertex closer than :data:`MIN_SEGMENT_PX` to the last one kept (repeated or
+    near-repeated vertices are common in GIS data; a segment needs two distinct ends).
+
+    Parameters
+    ----------
+    vertices : ndarray of shape (N, 2)
+
+    Returns
+    -------
+    ndarray of shape (K, 2), K <= N
+    """
+    kept = [vertices[0]]
+    for vertex in vertices[1:]:
+        if np.hypot(*(vertex - kept[-1])) >= MIN_SEGMENT_PX:
+            kept.append(vertex)
+    return np.array(kept)
+
+
 def _trace_line(raster: Raster, seed: Seed, vertices: np.ndarray, params: TraceParams,
                 backend: TracerBackend, crs: str) -> tuple[list[dict], int, list[Failure]]:
     """Trace consecutive vertex pairs; runs of traced segments become features."""
+    vertices = without_close_vertices(vertices)
+    if len(vertices) < 2:
+        return [], 0, [Failure(f"seed line shorter than {MIN_SEGMENT_PX:g} px", seed.id)]
     runs: list[list[tuple[int, TraceResult]]] = [[]]
     failures = []
     for k in range(len(vertices) - 1):

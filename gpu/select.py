@@ -21,6 +21,17 @@ def gpu_backend() -> TracerBackend:
     return GpuBackend.create()
 
 
+def gpu_device_count() -> int:
+    """CUDA devices visible to this process: 0 without pycuda or a working driver."""
+    try:
+        import pycuda.driver as cuda
+
+        cuda.init()
+        return cuda.Device.count()
+    except Exception:  # ImportError, or pycuda's driver errors (no device, no driver)
+        return 0
+
+
 def choose_backend(name: str = "auto") -> tuple[TracerBackend, str]:
     """Pick a backend by name; returns ``(backend, note)``."""
     if name not in BACKEND_CHOICES:

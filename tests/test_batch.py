@@ -28,6 +28,7 @@ from core.batch import (
     process_image,
     read_seeds,
     run_tasks,
+    without_close_vertices,
 )
 from core.errors import BadParameter
 from core.georef import Georef
@@ -424,3 +425,33 @@ def test_interrupt_keeps_a_summary(tmp_path, capsys, monkeypatch):
     summary, _ = read_summary(tmp_path / "out")
     assert summary["interrupted"] is True
     assert summary["images"] == []
+
+
+def test_repeated_vertices_are_merged_not_failed(tmp_path, capsys):
+    np.testing.assert_array_equal(
+        without_close_vertices(np.array([[0, 0], [0.5, 0], [3, 0], [3, 1], [10, 0], [10.5, 0]])),
+        [[0, 0], [3, 0], [10, 0]])
+    images = tmp_path / "images"
+    images.mkdir()
+    shutil.copy(SAMPLE_IMAGE, images / "plain.png")
+    seeds = tmp_path / "seeds.geojson"
+    seeds.write_text(json.dumps({"type": "FeatureCollection", "features": [
+        feature([[430, 241], [430, 241], [486, 172], [486.6, 171.5]], {"image": "plain.png"}),
+        feature([[100, 100], [100.5, 100.5]], {"image": "plain.png"}, id="dot")]}))
+    code, err = batch(capsys, images, seeds, tmp_path / "out", "--workers", "1")
+    summary, rows = read_summary(tmp_path / "out")
+    assert rows[0]["segments"] == "1"
+    assert "seed dot: seed line shorter than 2 px" in rows[0]["reasons"]
+    assert code == 1
+
+
+def test_gpu_workers_never_outnumber_devices(monkeypatch):
+    import argparse
+
+    from cli.batch_cmd import open_executor
+
+    monkeypatch.setattr("gpu.select.gpu_device_count", lambda: 1)
+    args = argparse.Namespace(scheduler=None, workers=4)
+    executor, close = open_executor(args, tasks=3, gpu=True)
+    assert executor is None  # one device: the images run in this process
+    close()
