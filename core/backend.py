@@ -19,9 +19,9 @@ from core.scores import (
     Evidence,
     ScoreInputs,
     ScoreKind,
+    bilinear_coefficients,
     integrate_links,
     integrate_links_reference,
-    neighbourhood_planes,
 )
 
 
@@ -102,11 +102,11 @@ class CpuBackend(TracerBackend):
         return f"CPU (numba, {numba.get_num_threads()} threads)"
 
     def link_scores(self, evidence, corridor):
-        pixels = neighbourhood_planes(evidence)
+        coefficients = bilinear_coefficients(evidence)
         guides = corridor.guide_points
-        first = integrate_links(evidence, corridor.a[None], guides[0], pixels)
-        between = integrate_links(evidence, guides[:-1], guides[1:], pixels)  # all at once
-        last = integrate_links(evidence, guides[-1], corridor.b[None], pixels)
+        first = integrate_links(evidence, corridor.a[None], guides[0], coefficients)
+        between = integrate_links(evidence, guides[:-1], guides[1:], coefficients)  # all at once
+        last = integrate_links(evidence, guides[-1], corridor.b[None], coefficients)
         return [first, *between, last]
 
     def solve(self, problem):

@@ -265,28 +265,29 @@ def _term(sampler, v0, v1, vx, vy, tau):
 
 
 @numba.njit(cache=True, fastmath=True, inline="always")
-def _sample(pixels, lx, ly, two):
-    """Bilinear sample of planes 0 (and 1) at window point (lx, ly) >= 0 from the 2×2
-    neighbourhoods ``pixels`` (rows, cols, 4, P) of :func:`neighbourhood_planes`."""
+def _sample(coefficients, lx, ly, two):
+    """Bilinear sample of planes 0 (and 1) at window point (lx, ly) >= 0 from the per-pixel
+    coefficients (rows, cols, 4, P) of :func:`bilinear_coefficients` (one cache line)."""
     ix = int(lx)
     iy = int(ly)
     fx, fy = lx - ix, ly - iy
-    corners = pixels[iy, ix]  # one cache line: (top-left, top-right, bottom-left, bottom-right)
-    top = corners[0, 0] + fx * (corners[1, 0] - corners[0, 0])
-    bottom = corners[2, 0] + fx * (corners[3, 0] - corners[2, 0])
-    v0 = top + fy * (bottom - top)
+    fxy = fx * fy
+    # Unsigned indices: the compiler drops the negative-index wraparound code.
+    cell = coefficients[numba.uint64(iy), numba.uint64(ix)]
+    v0 = cell[0, 0] + fx * cell[1, 0] + fy * cell[2, 0] + fxy * cell[3, 0]
     v1 = 0.0
     if two:
-        top = corners[0, 1] + fx * (corners[1, 1] - corners[0, 1])
-        bottom = corners[2, 1] + fx * (corners[3, 1] - corners[2, 1])
-        v1 = top + fy * (bottom - top)
+        v1 = cell[0, 1] + fx * cell[1, 1] + fy * cell[2, 1] + fxy * cell[3, 1]
     return v0, v1
 
 
 @numba.njit(cache=True, fastmath=True, inline="always")
-def _link_total(pixels, px, py, dx, dy, count, width, height, col0, row0, sampler, tau, check):
-    """Σ_k term(x_k) over one link; ``sampler`` and ``check`` are constants at each call site,
-    so the compiler emits one specialised loop per combination."""
+def _link_total(coefficients, frame, link, sampler, tau, check):
+    """Σ_k term(x_k) · L/K over one link = (px, py, dx, dy, K); frame = (col0, row0, width,
+    height). ``sampler`` and ``check`` are constants at each call site, so the compiler emits
+    one specialised loop per combination."""
+    col0, row0, width, height = frame
+    px, py, dx, dy, count = link
     length = np.sqrt(dx * dx + dy * dy)
     vx, vy = dx / length, dy / length
     step = 1.0 / count
@@ -296,15 +297,17 @@ def _link_total(pixels, px, py, dx, dy, count, width, height, col0, row0, sample
         x, y = px + f * dx, py + f * dy
         if check and (x < 0.0 or y < 0.0 or x > width - 1 or y > height - 1):
             continue
-        v0, v1 = _sample(pixels, x - col0, y - row0, sampler != SCALAR)
+        v0, v1 = _sample(coefficients, x - col0, y - row0, sampler != SCALAR)
         total += _term(sampler, v0, v1, vx, vy, tau)
     return total * length * step
 
 
 @numba.njit(cache=True, parallel=True, fastmath=True)
-def _integrate_links(pixels, col0, row0, width, height, sampler, tau, starts, ends):
+def _integrate_links(coefficients, frame, sampler, tau, starts, ends):
     """Link scores of S stages at once: starts (S, n0, 2), ends (S, n1, 2) → (S, n0, n1).
-    ``pixels`` holds the planes' 2×2 neighbourhoods (:func:`neighbourhood_planes`)."""
+    ``coefficients`` are the planes' :func:`bilinear_coefficients`, frame = (col0, row0,
+    width, height)."""
+    width, height = frame[2], frame[3]
     stages, n0, n1 = starts.shape[0], starts.shape[1], ends.shape[1]
     out = np.empty((stages, n0, n1))
     for task in numba.prange(stages * n0):
@@ -317,34 +320,29 @@ def _integrate_links(pixels, col0, row0, width, height, sampler, tau, starts, en
             count = max(2, int(np.ceil(np.sqrt(dx * dx + dy * dy))))
             # A segment with both ends in the (convex) image has every sample inside it.
             inside = start_inside and 0.0 <= qx <= width - 1 and 0.0 <= qy <= height - 1
+            link = (px, py, dx, dy, count)
             if sampler == SCALAR:
-                total = (_link_total(pixels, px, py, dx, dy, count, width, height, col0,
-                                     row0, SCALAR, tau, False) if inside
-                         else _link_total(pixels, px, py, dx, dy, count, width, height, col0,
-                                          row0, SCALAR, tau, True))
+                total = (_link_total(coefficients, frame, link, SCALAR, tau, False) if inside
+                         else _link_total(coefficients, frame, link, SCALAR, tau, True))
             elif sampler == CROSS:
-                total = (_link_total(pixels, px, py, dx, dy, count, width, height, col0,
-                                     row0, CROSS, tau, False) if inside
-                         else _link_total(pixels, px, py, dx, dy, count, width, height, col0,
-                                          row0, CROSS, tau, True))
+                total = (_link_total(coefficients, frame, link, CROSS, tau, False) if inside
+                         else _link_total(coefficients, frame, link, CROSS, tau, True))
             else:
-                total = (_link_total(pixels, px, py, dx, dy, count, width, height, col0,
-                                     row0, SINE, tau, False) if inside
-                         else _link_total(pixels, px, py, dx, dy, count, width, height, col0,
-                                          row0, SINE, tau, True))
+                total = (_link_total(coefficients, frame, link, SINE, tau, False) if inside
+                         else _link_total(coefficients, frame, link, SINE, tau, True))
             out[s, i, j] = total
     return out
 
 
 def integrate_links(evidence: Evidence, starts: np.ndarray, ends: np.ndarray,
-                    pixels: np.ndarray | None = None) -> np.ndarray:
+                    coefficients: np.ndarray | None = None) -> np.ndarray:
     """Scores of all links from ``starts`` to ``ends``.
 
     Parameters
     ----------
     starts : ndarray of shape (n0, 2), or (S, n0, 2) for S stages at once
     ends : ndarray of shape (n1, 2), or (S, n1, 2)
-    pixels : the evidence's :func:`neighbourhood_planes`, when the caller already has them
+    coefficients : the evidence's :func:`bilinear_coefficients`, when the caller has them
 
     Returns
     -------
@@ -353,26 +351,29 @@ def integrate_links(evidence: Evidence, starts: np.ndarray, ends: np.ndarray,
     starts = np.asarray(starts, dtype=np.float64)
     ends = np.asarray(ends, dtype=np.float64)
     batched = starts.ndim == 3
-    if pixels is None:
-        pixels = neighbourhood_planes(evidence)
-    out = _integrate_links(pixels, evidence.origin[0], evidence.origin[1],
-                           evidence.image_size[0], evidence.image_size[1], evidence.sampler,
-                           evidence.tau, np.ascontiguousarray(starts if batched else starts[None]),
+    if coefficients is None:
+        coefficients = bilinear_coefficients(evidence)
+    frame = (float(evidence.origin[0]), float(evidence.origin[1]),
+             float(evidence.image_size[0]), float(evidence.image_size[1]))
+    out = _integrate_links(coefficients, frame, evidence.sampler, evidence.tau,
+                           np.ascontiguousarray(starts if batched else starts[None]),
                            np.ascontiguousarray(ends if batched else ends[None]))
     return out if batched else out[0]
 
 
-def neighbourhood_planes(evidence: Evidence) -> np.ndarray:
-    """Every pixel's 2×2 neighbourhood of every plane side by side, so that a bilinear sample
-    reads one cache line: shape (rows, cols, 4, P), float32, corners in the order top-left,
-    top-right, bottom-left, bottom-right. Beyond the last row and column the corners are 0
-    (read with weight 0 by samples on the image's far edge)."""
+def bilinear_coefficients(evidence: Evidence) -> np.ndarray:
+    """Every pixel's bilinear patch of every plane, so that a sample reads one cache line:
+    v(x + fx, y + fy) = c0 + fx·c1 + fy·c2 + fx·fy·c3 with c0 = p(x, y), c1 = p(x+1, y) − c0,
+    c2 = p(x, y+1) − c0, c3 = c0 − p(x+1, y) − p(x, y+1) + p(x+1, y+1). Shape (rows, cols, 4, P),
+    float64 (exact for float32 planes). Beyond the last row and column the plane reads 0 (with
+    weight 0 for samples on the image's far edge)."""
     planes = evidence.planes
-    padded = np.zeros((planes.shape[1] + 1, planes.shape[2] + 1, planes.shape[0]),
-                      dtype=np.float32)
+    padded = np.zeros((planes.shape[1] + 1, planes.shape[2] + 1, planes.shape[0]))
     padded[:-1, :-1] = planes.transpose(1, 2, 0)
-    return np.ascontiguousarray(np.stack([padded[:-1, :-1], padded[:-1, 1:],
-                                          padded[1:, :-1], padded[1:, 1:]], axis=2))
+    here, right = padded[:-1, :-1], padded[:-1, 1:]
+    below, diagonal = padded[1:, :-1], padded[1:, 1:]
+    return np.ascontiguousarray(np.stack(
+        [here, right - here, below - here, here - right - below + diagonal], axis=2))
 
 
 def _bilinear_reference(evidence: Evidence, x: np.ndarray, y: np.ndarray) -> np.ndarray:
