@@ -30,14 +30,15 @@ struct Image {
     double tau;           // SINE: gradient-magnitude threshold
 };
 
-// Bilinear interpolation as core/scores.py writes it: lerp along x, then along y, with the
-// differences of neighbouring pixels taken in float32.
-__device__ __forceinline__ double lerp2(float p00, float p01, float p10, float p11, double fx,
-                                        double fy)
+// Bilinear interpolation as core/scores.py writes it (bilinear_coefficients): c0 + fx·c1 +
+// fy·c2 + fx·fy·c3 with the coefficients taken exactly in float64.
+__device__ __forceinline__ double bilinear(float p00, float p01, float p10, float p11, double fx,
+                                          double fy)
 {
-    const double top = p00 + fx * (float)(p01 - p00);
-    const double bottom = p10 + fx * (float)(p11 - p10);
-    return top + fy * (bottom - top);
+    const double c0 = p00;
+    const double c1 = (double)p01 - c0, c2 = (double)p10 - c0;
+    const double c3 = c0 - p01 - p10 + p11;
+    return c0 + fx * c1 + fy * c2 + fx * fy * c3;
 }
 
 template <int SAMPLER>
@@ -51,13 +52,13 @@ __device__ __forceinline__ double sample_term(const Image& im, double x, double 
     const size_t at = (size_t)iy * im.cols + ix;
     if (SAMPLER == SAMPLER_SCALAR) {
         const float* p = im.planes + at;
-        return lerp2(__ldg(p), __ldg(p + 1), __ldg(p + im.cols), __ldg(p + im.cols + 1), fx, fy);
+        return bilinear(__ldg(p), __ldg(p + 1), __ldg(p + im.cols), __ldg(p + im.cols + 1), fx, fy);
     }
     const float2* p = reinterpret_cast<const float2*>(im.planes) + at;
     const float2 p00 = __ldg(p), p01 = __ldg(p + 1);
     const float2 p10 = __ldg(p + im.cols), p11 = __ldg(p + im.cols + 1);
-    const double v0 = lerp2(p00.x, p01.x, p10.x, p11.x, fx, fy);
-    const double v1 = lerp2(p00.y, p01.y, p10.y, p11.y, fx, fy);
+    const double v0 = bilinear(p00.x, p01.x, p10.x, p11.x, fx, fy);
+    const double v1 = bilinear(p00.y, p01.y, p10.y, p11.y, fx, fy);
     const double cross = fabs(v0 * vy - v1 * vx);
     if (SAMPLER == SAMPLER_CROSS) return cross;
     const double magnitude = sqrt(v0 * v0 + v1 * v1);
