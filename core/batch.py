@@ -16,7 +16,8 @@ local processes (:func:`local_executor`) or on a Dask distributed cluster (throu
 client's ``concurrent.futures`` executor): :func:`run_tasks`. Workers return the GeoJSON
 document; the caller writes it atomically to ``OUT_DIR/<image stem>.geojson``
 (``<image name>.geojson`` when two images share a stem), then ``summary.json`` and
-``summary.csv``. Images whose output exists are skipped unless ``overwrite``.
+``summary.csv``. Images whose output exists are skipped unless ``overwrite`` or their
+seeds or parameters changed since (``summary.json`` keeps a fingerprint of each image's inputs).
 
 This module never imports :mod:`gpu`: tasks are handed a ``backend_factory``, a picklable
 callable returning a :class:`core.backend.TracerBackend` in the worker process.
@@ -25,6 +26,7 @@ callable returning a :class:`core.backend.TracerBackend` in the worker process.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import os
@@ -104,7 +106,8 @@ class ImageReport:
 
     ``status`` is ``"ok"`` (every segment traced), ``"partial"`` (some failed; output
     written), ``"failed"`` (no output: unreadable image or unwritable output) or
-    ``"skipped"`` (output from an earlier run kept).
+    ``"skipped"`` (output from an earlier run kept). ``inputs`` is the
+    :meth:`ImageTask.fingerprint` of what produced the output.
     """
 
     image: str
@@ -116,6 +119,7 @@ class ImageReport:
     seconds: float = 0.0
     matched_seeds: list[str] = field(default_factory=list)
     output: str | None = None
+    inputs: str | None = None
 
     def as_dict(self) -> dict:
         record = asdict(self)
@@ -138,13 +142,24 @@ class ImageTask:
     image_crs: str | None = None
     threads: int | None = None
 
+    def fingerprint(self) -> str:
+        """A digest of what decides this image's output: its seeds (ids, vertices,
+        properties), the tracing parameters and the CRS settings (not ``threads``)."""
+        record = {"seeds": [{"id": seed.id, "vertices": np.asarray(seed.vertices).tolist(),
+                             "image": seed.image, "properties": seed.properties}
+                            for seed in self.seeds],
+                  "params": asdict(self.params), "crs": self.crs, "image_crs": self.image_crs}
+        text = json.dumps(record, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
 
 @dataclass
 class BatchPlan:
     """The images to process, those skipped, and seeds rejected before any tracing.
 
     ``candidates`` maps every lon/lat seed to the images whose footprint box its box
-    meets (the images it may cross; the worker decides exactly).
+    meets (the images it may cross; the worker decides exactly). ``changed`` names the
+    images traced again because their seeds or parameters differ from the earlier run's.
     """
 
     images_dir: Path
@@ -154,6 +169,7 @@ class BatchPlan:
     skipped: list[ImageReport]
     seed_failures: list[Failure]
     candidates: dict[str, set[str]]
+    changed: list[str] = field(default_factory=list)
 
 
 # ----------------------------------------------------------------------------------- seeds
@@ -418,7 +434,7 @@ def process_image(task: ImageTask,
     """
     start = time.perf_counter()
     name = os.path.basename(task.image)
-    report = ImageReport(name)
+    report = ImageReport(name, inputs=task.fingerprint())
     if task.threads is not None:
         numba.set_num_threads(max(1, min(task.threads, numba.config.NUMBA_NUM_THREADS)))
     try:
@@ -602,23 +618,28 @@ def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
         for seed_id in found:
             candidates[seed_id].add(image)
     previous = _previous_reports(out_dir)
-    outputs, tasks, skipped = {}, [], []
+    outputs, tasks, skipped, changed_images = {}, [], [], []
     for image, output in output_names(images).items():
         outputs[image] = out_dir / output
-        if outputs[image].exists() and not overwrite:
-            report = ImageReport(image, output=output)
-            if image in previous:
-                known = {key: previous[image][key] for key in ("coordinate_space", "lines",
-                                                                "segments", "matched_seeds")
-                         if key in previous[image]}
-                report = replace(report, **known)
+        mine = tuple(seed for seed in seeds
+                     if seed.image == image or (seed.image is None and seed.id in by_image[image]))
+        task = ImageTask(str(images_dir / image), mine, params, crs, image_crs)
+        earlier = previous.get(image, {})
+        # An output is kept unless --overwrite, or the earlier summary shows that it came from
+        # other seeds or parameters (an output with no summary entry is kept: nothing to compare).
+        changed = earlier.get("inputs") not in (None, task.fingerprint())
+        if outputs[image].exists() and not overwrite and not changed:
+            known = {key: earlier[key] for key in ("coordinate_space", "lines", "segments",
+                                                   "matched_seeds", "inputs") if key in earlier}
+            report = replace(ImageReport(image, output=output), **known)
             report.status = "skipped"
             skipped.append(report)
             continue
-        mine = tuple(seed for seed in seeds
-                     if seed.image == image or (seed.image is None and seed.id in by_image[image]))
-        tasks.append(ImageTask(str(images_dir / image), mine, params, crs, image_crs))
-    return BatchPlan(images_dir, out_dir, tasks, outputs, skipped, seed_failures, candidates)
+        if outputs[image].exists() and changed and not overwrite:
+            changed_images.append(image)
+        tasks.append(task)
+    return BatchPlan(images_dir, out_dir, tasks, outputs, skipped, seed_failures, candidates,
+                     changed_images)
 
 
 # ------------------------------------------------------------------------------- execution

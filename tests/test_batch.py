@@ -183,6 +183,35 @@ def test_resume_and_overwrite(tmp_path, capsys):
     assert not list(out.glob(".*.part"))
 
 
+def test_resume_traces_again_when_seeds_or_parameters_change(tmp_path, capsys):
+    images, seeds = make_folder(tmp_path)
+    out = tmp_path / "out"
+    assert batch(capsys, images, seeds, out, "--workers", "1")[0] == 0
+    stamps = {path.name: path.stat().st_mtime_ns for path in out.glob("*.geojson")}
+    # Drop the pixel-space seeds of plain.png: only that image's inputs change.
+    document = json.loads(seeds.read_text())
+    document["features"] = [f for f in document["features"]
+                            if f["properties"].get("image") != "plain.png"]
+    seeds.write_text(json.dumps(document))
+    code, err = batch(capsys, images, seeds, out, "--workers", "1")
+    assert code == 0
+    assert "tracing 1 image(s) again" in err and "plain.png" in err
+    summary, _ = read_summary(out)
+    statuses = {record["image"]: record["status"] for record in summary["images"]}
+    assert statuses == {"geo.tif": "skipped", "world.png": "skipped", "plain.png": "ok"}
+    after = {path.name: path.stat().st_mtime_ns for path in out.glob("*.geojson")}
+    assert after["plain.geojson"] != stamps["plain.geojson"]
+    assert {k: v for k, v in after.items() if k != "plain.geojson"} == {
+        k: v for k, v in stamps.items() if k != "plain.geojson"}
+    plain = json.loads((out / "plain.geojson").read_text())
+    assert plain["features"] == []
+    # Other tracing parameters change every image's inputs.
+    code, err = batch(capsys, images, seeds, out, "--workers", "1", "--max-angle", "40")
+    assert code == 0
+    assert "tracing 3 image(s) again" in err
+    assert read_summary(out)[0]["totals"]["ok"] == 3
+
+
 @pytest.fixture(scope="module")
 def dask_cluster():
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
