@@ -195,7 +195,8 @@ def test_resume_traces_again_when_seeds_or_parameters_change(tmp_path, capsys):
     seeds.write_text(json.dumps(document))
     code, err = batch(capsys, images, seeds, out, "--workers", "1")
     assert code == 0
-    assert "tracing 1 image(s) again" in err and "plain.png" in err
+    assert "tracing 1 image(s) again" in err
+    assert "plain.png" in err
     summary, _ = read_summary(out)
     statuses = {record["image"]: record["status"] for record in summary["images"]}
     assert statuses == {"geo.tif": "skipped", "world.png": "skipped", "plain.png": "ok"}
