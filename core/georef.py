@@ -6,6 +6,7 @@ Sources, in order of precedence:
 * a world file beside the image (``.pgw``/``.jgw``/``.tfw``/``.wld``, also the
   ``.pngw``/``.jpgw``/``.tifw`` spellings), with its CRS from a ``.prj`` beside it or from
   a CRS option given by the caller;
+* the GeoTIFF's ground control points (least-squares affine fit, residual reported);
 * neither: the image stays in pixel space (:func:`read_georef` returns None).
 
 The half-pixel rule
@@ -285,9 +286,39 @@ def sidecar_crs(image: str | os.PathLike, crs: str | pyproj.CRS | None) -> pypro
     return parse_crs(crs)
 
 
+def gcp_georef(gcps, crs: pyproj.CRS | None) -> Georef:
+    """Georeferencing from ground control points: the least-squares affine fit.
+
+    Parameters
+    ----------
+    gcps : sequence of rasterio.control.GroundControlPoint
+        Pixel (col, row) corner-based, map (x, y); at least 3 not on one line.
+    crs : pyproj.CRS or None
+        The CRS the GCPs' map coordinates are in.
+
+    Raises
+    ------
+    GeorefError
+        If there are fewer than 3 GCPs or they are collinear.
+    """
+    from rasterio.transform import from_gcps
+
+    pixels = np.array([[gcp.col, gcp.row] for gcp in gcps], dtype=np.float64)
+    world = np.array([[gcp.x, gcp.y] for gcp in gcps], dtype=np.float64)
+    if len(gcps) < 3 or np.linalg.matrix_rank(np.column_stack([pixels, np.ones(len(gcps))])) < 3:
+        raise GeorefError(f"{len(gcps)} ground control points do not fix an affine "
+                          "georeferencing (need 3 or more, not on one line)")
+    transform = from_gcps(gcps)
+    fitted = Georef(transform, crs, "")
+    residual = fitted.map_to_pixel(world) - (pixels - 0.5)
+    rms = float(np.sqrt((residual ** 2).sum(axis=1).mean()))
+    return Georef(transform, crs, f"GeoTIFF ground control points ({len(gcps)}, affine fit, "
+                                  f"RMS residual {rms:.2f} px)")
+
+
 def read_georef(image: str | os.PathLike, crs: str | pyproj.CRS | None = None,
                 transform: Affine | None = None,
-                file_crs: pyproj.CRS | None = None) -> Georef | None:
+                file_crs: pyproj.CRS | None = None, gcps=None) -> Georef | None:
     """The georeferencing of an image, or None for pixel space.
 
     Parameters
@@ -301,11 +332,14 @@ def read_georef(image: str | os.PathLike, crs: str | pyproj.CRS | None = None,
         world file.
     file_crs : pyproj.CRS, optional
         The CRS stored in the file itself, if any; it wins over ``.prj`` and ``crs``.
+    gcps : (list of GroundControlPoint, pyproj.CRS or None), optional
+        The file's ground control points and their CRS, used (affine fit, :func:`gcp_georef`)
+        when it has no geotransform and no world file is beside it.
 
     Raises
     ------
     GeorefError
-        If a world file or ``.prj`` is unreadable.
+        If a world file or ``.prj`` is unreadable, or the GCPs fix no affine map.
     BadParameter
         If ``crs`` is not a CRS.
     """
@@ -315,4 +349,7 @@ def read_georef(image: str | os.PathLike, crs: str | pyproj.CRS | None = None,
         if candidate.is_file():
             return Georef(read_world_file(candidate), file_crs or sidecar_crs(image, crs),
                           f"world file {candidate.name}")
+    if gcps is not None and len(gcps[0]):
+        points, gcp_crs = gcps
+        return gcp_georef(points, gcp_crs or file_crs or sidecar_crs(image, crs))
     return None

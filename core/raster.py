@@ -141,6 +141,15 @@ class Raster:
         self.close()
 
 
+def _pyproj_crs(crs):
+    """A rasterio CRS (or None) as a pyproj CRS (or None)."""
+    if crs is None:
+        return None
+    import pyproj
+
+    return pyproj.CRS.from_wkt(crs.to_wkt())
+
+
 class WindowedRaster(Raster):
     """A (Geo)TIFF left on disk: :meth:`read_window` reads only the window asked for.
 
@@ -184,12 +193,10 @@ class WindowedRaster(Raster):
             if dataset.width < 2 or dataset.height < 2:
                 raise ImageReadError(f"{path}: image of {dataset.width}×{dataset.height} px "
                                      "is too small")
-            file_crs = None
-            if dataset.crs is not None:
-                import pyproj
-
-                file_crs = pyproj.CRS.from_wkt(dataset.crs.to_wkt())
-            georef = read_georef(path, crs, transform=dataset.transform, file_crs=file_crs)
+            file_crs = _pyproj_crs(dataset.crs)
+            gcps, gcp_crs = dataset.gcps
+            georef = read_georef(path, crs, transform=dataset.transform, file_crs=file_crs,
+                                 gcps=(gcps, _pyproj_crs(gcp_crs)) if gcps else None)
         except BaseException:
             dataset.close()
             raise

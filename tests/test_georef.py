@@ -13,15 +13,17 @@ import numpy as np
 import pyproj
 import pytest
 import rasterio
+import rasterio.crs
 import rasterio.transform
 import rasterio.warp
 from affine import Affine
+from rasterio.control import GroundControlPoint
 from rasterio.errors import NotGeoreferencedWarning
 from rasterio.windows import Window
 
 from core.backend import CpuBackend
 from core.errors import BadParameter, ImageReadError
-from core.georef import GeorefError, read_georef, read_world_file, world_file_candidates
+from core.georef import Georef, GeorefError, read_georef, read_world_file, world_file_candidates
 from core.raster import FULL_READ_LIMIT, Raster, WindowedRaster, load_image
 from core.tracer import trace
 from tests.conftest import ROOT, SAMPLE_IMAGE
@@ -165,6 +167,52 @@ def test_tiff_with_world_file_and_no_internal_georef(tmp_path):
     with load_image(image, crs=UTM54) as raster:
         assert raster.georef.source == "world file plain.tfw"
         assert raster.georef.transform.almost_equals(TRANSFORM)
+
+
+def write_gcp_geotiff(path, pixels, gcps, crs=UTM54) -> None:
+    """A GeoTIFF georeferenced only by ground control points (no geotransform)."""
+    write_geotiff(path, pixels, transform=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NotGeoreferencedWarning)
+        dataset = rasterio.open(path, "r+")
+    with dataset:
+        dataset.gcps = (gcps, rasterio.crs.CRS.from_user_input(crs))
+
+
+def gcps_of(transform, corners, noise=None):
+    """GCPs at pixel corners ``corners`` (N, 2) mapped by ``transform`` (+ map noise, m)."""
+    noise = np.zeros((len(corners), 2)) if noise is None else noise
+    mapped = [transform @ (col, row) for col, row in corners]
+    return [GroundControlPoint(row=row, col=col, x=x + dx, y=y + dy)
+            for (col, row), (x, y), (dx, dy) in zip(corners, mapped, noise, strict=True)]
+
+
+def test_geotiff_with_ground_control_points_only(tmp_path):
+    image = tmp_path / "gcps.tif"
+    corners = np.array([[0, 0], [572, 0], [0, 572], [572, 572], [286, 100]], dtype=float)
+    write_gcp_geotiff(image, sample_pixels(), gcps_of(TRANSFORM, corners))
+    with load_image(image) as raster:
+        georef = raster.georef
+        assert georef.transform.almost_equals(TRANSFORM, precision=1e-6)
+        assert georef.crs_name == UTM54
+        assert georef.source == ("GeoTIFF ground control points (5, affine fit, "
+                                 "RMS residual 0.00 px)")
+        np.testing.assert_allclose(georef.pixel_to_map([[0.0, 0.0]]),
+                                   [[500000.1, 3899999.9]], atol=1e-6)
+    # Points that no affine map fits exactly: the least-squares fit, its residual said.
+    noise = np.array([[0.2, 0.0], [0.0, -0.2], [-0.2, 0.0], [0.0, 0.2], [0.0, 0.0]])
+    write_gcp_geotiff(image, sample_pixels(), gcps_of(TRANSFORM, corners, noise))
+    with load_image(image) as raster:
+        residual = float(raster.georef.source.split("RMS residual ")[1].split(" px")[0])
+        assert 0.3 < residual < 1.5
+        # The fit lands within the noise (0.2 m = 1 px) of the true map everywhere.
+        grid = np.array([[0.0, 0.0], [571.0, 571.0], [286.0, 286.0], [0.0, 571.0]])
+        np.testing.assert_allclose(raster.georef.pixel_to_map(grid),
+                                   Georef(TRANSFORM, None, "").pixel_to_map(grid), atol=0.2)
+    # Two points (or points on one line) fix no affine map: one clear error.
+    write_gcp_geotiff(image, sample_pixels(), gcps_of(TRANSFORM, corners[[0, 3]]))
+    with pytest.raises(GeorefError, match="2 ground control points do not fix"):
+        load_image(image)
 
 
 def test_pixel_space_png():
