@@ -14,7 +14,7 @@ import numpy as np
 
 from app.model import LINE_KINDS, Line, Segment
 from core.errors import TraceError
-from core.output import write_text_atomic
+from core.output import read_json, write_text_atomic
 from core.tracer import TraceParams
 
 SESSION_FORMAT = "roadtracer-session"
@@ -107,13 +107,7 @@ def read_session(path: str | os.PathLike) -> tuple[str | None, tuple[Line, ...],
     exists, else the absolute one.
     """
     path = os.fspath(path)
-    try:
-        with open(path, encoding="utf-8") as stream:
-            document = json.load(stream)
-    except OSError as exc:
-        raise SessionReadError(f"cannot read session {path}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise SessionReadError(f"{path} is not JSON: {exc}") from None
+    document = read_json(path, "session", SessionReadError)
     if not isinstance(document, dict) or document.get("format") != SESSION_FORMAT:
         raise SessionReadError(f"{path} is not a roadtracer session")
     try:

@@ -51,7 +51,7 @@ from core.geojson import (
 )
 from core.georef import parse_crs, read_georef
 from core.guides import build_corridor, check_max_angle
-from core.output import write_text_atomic
+from core.output import read_json, write_text_atomic
 from core.raster import TIFF_SUFFIXES, Raster, load_image
 from core.scores import get_score_kind
 from core.tracer import TraceParams, TraceResult, trace
@@ -233,12 +233,7 @@ def read_seeds(path: str | os.PathLike) -> tuple[list[Seed], list[Failure]]:
     BadParameter
         If the file cannot be read or is not a GeoJSON object at all.
     """
-    try:
-        document = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise BadParameter(f"cannot read seeds file {path}: {exc.strerror or exc}") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadParameter(f"seeds file {path} is not JSON: {exc}") from None
+    document = read_json(path, "seeds file")
     kind = document.get("type") if isinstance(document, dict) else None
     if kind == "FeatureCollection" and isinstance(document.get("features"), list):
         features = document["features"]

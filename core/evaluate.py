@@ -12,7 +12,6 @@ tracer is warmed up once before timing so that numba's one-off compilation is no
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -22,6 +21,7 @@ import numpy as np
 
 from core.errors import BadParameter, TraceError
 from core.metrics import FAILED, PathMetrics, line_shift, path_metrics
+from core.output import read_json
 from core.raster import Raster, load_image
 from core.tracer import TraceParams, trace
 
@@ -57,13 +57,7 @@ class CaseResult:
 def load_cases(path: str | os.PathLike, limit: int | None = None) -> list[Case]:
     """Read a cases file; image paths become absolute (relative to the file's folder)."""
     path = os.fspath(path)
-    try:
-        with open(path, encoding="utf-8") as stream:
-            records = json.load(stream)
-    except OSError as exc:
-        raise BadParameter(f"cannot read cases file {path}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise BadParameter(f"cases file {path} is not valid JSON: {exc}") from None
+    records = read_json(path, "cases file")
     folder = os.path.dirname(os.path.abspath(path))
     cases = []
     for record in records[:limit] if limit is not None else records:

@@ -1,11 +1,13 @@
-"""Writing result files atomically: a temporary file beside the target, then a rename."""
+"""The project's files: JSON read with one clear error, results written atomically (a
+temporary file beside the target, then a rename)."""
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 
-from core.errors import OutputWriteError
+from core.errors import BadParameter, OutputWriteError, TraceError
 
 
 def _read_umask() -> int:
@@ -34,3 +36,16 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     except OSError as exc:
         os.unlink(temporary)
         raise OutputWriteError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def read_json(path: str | os.PathLike, what: str, error: type[TraceError] = BadParameter):
+    """The JSON document in ``path``; ``what`` names the file in the one-line ``error`` raised
+    when it cannot be read or is not JSON (e.g. ``what="seeds file"``)."""
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as stream:
+            return json.load(stream)
+    except OSError as exc:
+        raise error(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
+        raise error(f"{what} {path} is not JSON: {exc}") from None

@@ -43,7 +43,10 @@ def test_load_cases_errors(tmp_path):
         load_cases(tmp_path / "missing.json")
     bad = tmp_path / "bad.json"
     bad.write_text("[{")
-    with pytest.raises(BadParameter, match="not valid JSON"):
+    with pytest.raises(BadParameter, match="is not JSON"):
+        load_cases(bad)
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe")  # not text at all
+    with pytest.raises(BadParameter, match="cases file .* is not JSON"):
         load_cases(bad)
     bad.write_text('[{"id": "x", "image": "i.png"}]')
     with pytest.raises(BadParameter, match="malformed case 'x'"):
