@@ -622,15 +622,14 @@ def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
         earlier = previous.get(image, {})
         # An output is kept unless --overwrite, or the earlier summary shows that it came from
         # other seeds or parameters (an output with no summary entry is kept: nothing to compare).
-        changed = earlier.get("inputs") not in (None, task.fingerprint())
-        if outputs[image].exists() and not overwrite and not changed:
-            known = {key: earlier[key] for key in ("coordinate_space", "lines", "segments",
-                                                   "matched_seeds", "inputs") if key in earlier}
-            report = replace(ImageReport(image, output=output), **known)
-            report.status = "skipped"
-            skipped.append(report)
-            continue
-        if outputs[image].exists() and changed and not overwrite:
+        if not overwrite and outputs[image].exists():
+            if earlier.get("inputs") in (None, task.fingerprint()):
+                known = {key: earlier[key] for key in ("coordinate_space", "lines", "segments",
+                                                       "matched_seeds", "inputs") if key in earlier}
+                report = replace(ImageReport(image, output=output), **known)
+                report.status = "skipped"
+                skipped.append(report)
+                continue
             changed_images.append(image)
         tasks.append(task)
     return BatchPlan(images_dir, out_dir, tasks, outputs, skipped, seed_failures, candidates,

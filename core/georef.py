@@ -305,7 +305,7 @@ def gcp_georef(gcps, crs: pyproj.CRS | None) -> Georef:
 
     pixels = np.array([[gcp.col, gcp.row] for gcp in gcps], dtype=np.float64)
     world = np.array([[gcp.x, gcp.y] for gcp in gcps], dtype=np.float64)
-    if len(gcps) < 3 or np.linalg.matrix_rank(np.column_stack([pixels, np.ones(len(gcps))])) < 3:
+    if np.linalg.matrix_rank(np.column_stack([pixels, np.ones(len(gcps))])) < 3:
         raise GeorefError(f"{len(gcps)} ground control points do not fix an affine "
                           "georeferencing (need 3 or more, not on one line)")
     transform = from_gcps(gcps)
@@ -332,7 +332,7 @@ def read_georef(image: str | os.PathLike, crs: str | pyproj.CRS | None = None,
         world file.
     file_crs : pyproj.CRS, optional
         The CRS stored in the file itself, if any; it wins over ``.prj`` and ``crs``.
-    gcps : (list of GroundControlPoint, pyproj.CRS or None), optional
+    gcps : (non-empty list of GroundControlPoint, pyproj.CRS or None), optional
         The file's ground control points and their CRS, used (affine fit, :func:`gcp_georef`)
         when it has no geotransform and no world file is beside it.
 
@@ -349,7 +349,7 @@ def read_georef(image: str | os.PathLike, crs: str | pyproj.CRS | None = None,
         if candidate.is_file():
             return Georef(read_world_file(candidate), file_crs or sidecar_crs(image, crs),
                           f"world file {candidate.name}")
-    if gcps is not None and len(gcps[0]):
+    if gcps is not None:
         points, gcp_crs = gcps
         return gcp_georef(points, gcp_crs or file_crs or sidecar_crs(image, crs))
     return None
