@@ -351,5 +351,8 @@ def read_georef(image: str | os.PathLike, crs: str | pyproj.CRS | None = None,
                           f"world file {candidate.name}")
     if gcps is not None:
         points, gcp_crs = gcps
-        return gcp_georef(points, gcp_crs or file_crs or sidecar_crs(image, crs))
+        try:
+            return gcp_georef(points, gcp_crs or file_crs or sidecar_crs(image, crs))
+        except GeorefError as exc:
+            raise GeorefError(f"{os.fspath(image)}: {exc}") from None
     return None
