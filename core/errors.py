@@ -30,3 +30,7 @@ class BackendUnavailable(TraceError, RuntimeError):
 
 class OutputWriteError(TraceError, OSError):
     """A result file could not be written."""
+
+
+class ModelUnavailable(TraceError, RuntimeError):
+    """The learned surface model (or ONNX Runtime, which runs it) cannot be loaded."""

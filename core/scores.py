@@ -11,7 +11,8 @@ rule. Three *samplers* turn planes into terms (the GPU implements the same three
 * ``CROSS``: term = |g × v| = |∇I|·|sin φ| from planes (gx, gy) and link direction v;
 * ``SINE``:  term = |sin φ| where |∇I| > τ, else 0 (the paper read literally).
 
-Kinds: ``centre`` (default: centre of the band coloured like a and b), ``colour``, ``flat``,
+Kinds: ``surface`` (default: centre of the surface under a and b, colour match refined by a
+learned model, core/surface.py), ``centre`` (the colour match alone), ``colour``, ``flat``,
 ``cross``, ``sine`` and ``evidence`` (a user's probability raster; see core/tracer.py). The
 choice of default and its constants were measured on real roads and rivers
 (docs/ACCURACY.md). A new kind registers with :func:`register_score_kind`; the DP never
@@ -28,6 +29,7 @@ import numpy as np
 
 from core.errors import BadParameter
 from core.gradient import gaussian_blur
+from core.surface import surface_probability
 
 SCALAR, CROSS, SINE = 0, 1, 2
 
@@ -212,17 +214,32 @@ def band_width(mask: np.ndarray, a: np.ndarray, b: np.ndarray) -> float:
                             for point in (a, b)]))
 
 
-def _centre_planes(inputs):
-    """Term −(1 − G_σ * similarity + LENGTH_COST), σ = CENTRE_BLUR × band width (≥ 1 px).
+def _centred_term(membership: np.ndarray, a: np.ndarray, b: np.ndarray):
+    """Planes of the term −(1 − G_σ * membership + LENGTH_COST), σ = CENTRE_BLUR × the band
+    width of membership > 0.5 across a and b (≥ 1 px); membership (rows, cols) in [0, 1].
 
-    The blur turns the flat plateau of a matching band into a ridge along its centre, so the
-    optimum runs down the middle of a road or river instead of along either side.
+    The blur turns the flat plateau of a band into a ridge along its centre, so the optimum
+    runs down the middle of a road or river instead of along either side.
     """
-    similarity = endpoint_similarity(inputs.pixels, inputs.a, inputs.b)
-    mask = gaussian_blur(similarity, 1.0, "symmetric") > 0.5
-    sigma = max(CENTRE_BLUR * band_width(mask, inputs.a, inputs.b), 1.0)
-    centred = gaussian_blur(similarity, sigma, "symmetric", truncate=3.0)
+    mask = gaussian_blur(membership, 1.0, "symmetric") > 0.5
+    sigma = max(CENTRE_BLUR * band_width(mask, a, b), 1.0)
+    centred = gaussian_blur(membership, sigma, "symmetric", truncate=3.0)
     return -(1.0 - centred + LENGTH_COST)[None].astype(np.float32), 0.0
+
+
+def _centre_planes(inputs):
+    """Centre of the band whose colour matches a or b (:func:`_centred_term` of the
+    similarity)."""
+    return _centred_term(endpoint_similarity(inputs.pixels, inputs.a, inputs.b),
+                         inputs.a, inputs.b)
+
+
+def _surface_planes(inputs):
+    """Centre of the clicked surface: :func:`_centred_term` of √(p · s), s the endpoint colour
+    similarity and p the learned surface model's probability (core/surface.py)."""
+    similarity = endpoint_similarity(inputs.pixels, inputs.a, inputs.b)
+    probability = surface_probability(inputs.pixels, similarity)
+    return _centred_term(np.sqrt(probability * similarity), inputs.a, inputs.b)
 
 
 def _evidence_planes(inputs):
@@ -230,6 +247,10 @@ def _evidence_planes(inputs):
     return -(1.0 - inputs.pixels[:, :, 0] + LENGTH_COST)[None].astype(np.float32), 0.0
 
 
+register_score_kind(ScoreKind(
+    "surface", "follows the centre of the road or water surface under a and b (colour match "
+    "refined by the learned surface model)", SCALAR, _surface_planes,
+    uses_gradient=False))
 register_score_kind(ScoreKind(
     "centre", "follows the centre of the band whose colour matches a or b (roads, rivers)",
     SCALAR, _centre_planes, uses_gradient=False))

@@ -10,7 +10,7 @@ real roads and rivers (docs/ACCURACY.md):
 * halfwidth w = clip(0.25·L, 8, 150) px (curved roads leave a 0.2·L corridor);
 * guides m = clip(round(L / 20), 1, 40), i.e. one guide every ~20 px;
 * points d = 2·round(w / 1.5) + 1, i.e. guide points ~1.5 px apart;
-* max angle 30°, σ = 1.5 px, score ``centre``.
+* max angle 30°, σ = 1.5 px, score ``surface``.
 
 Evidence from the user: ``TraceParams.evidence_path`` names a raster on the image's pixel
 grid (same width and height, e.g. a road-probability map from a segmentation model); the
@@ -59,7 +59,7 @@ class TraceParams:
     halfwidth: float | None = None
     max_angle: float = 30.0
     sigma: float = 1.5
-    score: str = "centre"
+    score: str = "surface"
     evidence_path: str | None = None
 
     def resolve(self, length: float) -> TraceParams:

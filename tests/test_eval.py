@@ -115,7 +115,7 @@ def test_eval_command_writes_a_report(tmp_path, capsys):
     report = json.loads(out.read_text())
     assert report["methods"]["straight"]["summary"]["all"]["n"] == 2
     assert len(report["methods"]["straight"]["cases"]) == 2
-    assert report["params"]["score"] == "centre"
+    assert report["params"]["score"] == "surface"
 
 
 def test_eval_command_all_methods_and_stability(capsys):

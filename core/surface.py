@@ -1,0 +1,89 @@
+"""Learned surface model: how likely each pixel belongs to the surface (road or water) that the
+two clicked endpoints lie on.
+
+A small U-Net (scripts/train_surface_model.py, trained on the development imagery; docs/
+ACCURACY.md, experiment 27) runs with ONNX Runtime on the CPU. Its input is four planes over the
+window: the first three bands stretched so that their 1st..99th percentile maps to 0..1 (clipped
+to [-0.5, 1.5]; a one-band image is repeated), and the endpoint colour similarity of
+:func:`core.scores.endpoint_similarity`. The clicks say *which* surface; the model adds what a
+colour match cannot see: the surface's shape and context (a field of the same grey is not a
+road, a shaded stretch of road still is).
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from core.errors import ModelUnavailable
+
+#: The bundled model (weights' licence in the same folder).
+MODEL_PATH = Path(__file__).resolve().parent.parent / "resources" / "models" / "surface.onnx"
+#: The network halves the resolution three times: inputs are padded to multiples of this.
+SIZE_MULTIPLE = 8
+
+
+@lru_cache(maxsize=2)
+def _session(path: str):
+    try:
+        import onnxruntime
+    except ImportError:
+        raise ModelUnavailable("the surface model needs ONNX Runtime: "
+                               "pip install onnxruntime") from None
+    if not os.path.isfile(path):
+        raise ModelUnavailable(f"surface model not found: {path}")
+    try:
+        return onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # ONNX Runtime raises its own exception types
+        raise ModelUnavailable(f"surface model {path} cannot be loaded: {exc}") from None
+
+
+def model_inputs(pixels: np.ndarray, similarity: np.ndarray) -> np.ndarray:
+    """The network's input for a window.
+
+    Parameters
+    ----------
+    pixels : ndarray of shape (rows, cols, bands), float32
+    similarity : ndarray of shape (rows, cols), float32 in [0, 1]
+
+    Returns
+    -------
+    ndarray of shape (1, 4, rows', cols'), float32; rows', cols' are rows, cols rounded up to
+    multiples of ``SIZE_MULTIPLE`` (mirror padding).
+    """
+    bands = pixels[:, :, :3] if pixels.shape[2] >= 3 else np.repeat(pixels[:, :, :1], 3, axis=2)
+    low, high = np.percentile(bands, [1.0, 99.0])
+    span = max(float(high - low), 1e-6)
+    stretched = np.clip((bands - np.float32(low)) / np.float32(span), -0.5, 1.5)
+    planes = np.concatenate([stretched.transpose(2, 0, 1), similarity[None]]).astype(np.float32)
+    rows, cols = similarity.shape
+    pad = ((0, 0), (0, (-rows) % SIZE_MULTIPLE), (0, (-cols) % SIZE_MULTIPLE))
+    return np.pad(planes, pad, mode="reflect")[None]
+
+
+def surface_probability(pixels: np.ndarray, similarity: np.ndarray,
+                        model_path: str | os.PathLike = MODEL_PATH) -> np.ndarray:
+    """Probability that each pixel lies on the clicked surface.
+
+    Parameters
+    ----------
+    pixels : ndarray of shape (rows, cols, bands), float32
+    similarity : ndarray of shape (rows, cols), float32
+        :func:`core.scores.endpoint_similarity` of the window.
+
+    Returns
+    -------
+    ndarray of shape (rows, cols), float32 in [0, 1]
+
+    Raises
+    ------
+    ModelUnavailable
+        If ONNX Runtime or the model file is missing or unreadable.
+    """
+    session = _session(os.fspath(model_path))
+    logits = session.run(None, {"image": model_inputs(pixels, similarity)})[0][0, 0]
+    rows, cols = similarity.shape
+    return (1.0 / (1.0 + np.exp(-logits[:rows, :cols]))).astype(np.float32)

@@ -1,0 +1,310 @@
+"""Train the click-conditioned surface model that ``core.surface`` runs (PyTorch, GPU or CPU).
+
+A small U-Net sees an RGB window, stretched to its own 1–99 % range, and a fourth plane: the
+similarity of every pixel to the colour under the two clicked endpoints (the ``centre`` score
+kind's :func:`core.scores.endpoint_similarity`, re-implemented here in torch). It returns one
+logit per pixel: "this pixel belongs to the same surface (road or water) as the clicks". Training
+crops come from road images (road masks) and water images (water masks) in equal numbers; the
+two clicks are random mask pixels of the crop.
+
+Folders are laid out like the project's development sets: ``DIR/sources.json`` lists
+``{"id", "image", "gt", "dataset"}`` records. Outputs in ``--out``:
+
+* ``surface.onnx``: the model trained on every image (opset 17, input ``image`` (1, 4, H, W)
+  float32, H and W multiples of 8, output ``logits`` (1, 1, H, W)); ``surface.pt``, its weights;
+* with ``--folds K``: ``fold<k>.onnx``, trained without the images of fold k, and
+  ``folds.json`` mapping each image id to its fold (for cross-validated evaluation).
+
+Usage (the GPU machine has PyTorch; see docs/ACCURACY.md):
+
+    python scripts/train_surface_model.py --roads DEV --water RIVERS --out OUT --folds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F  # noqa: N812
+from PIL import Image
+from torch import nn
+
+CROP = 256
+
+
+class Block(nn.Sequential):
+    def __init__(self, channels_in: int, channels_out: int):
+        super().__init__(
+            nn.Conv2d(channels_in, channels_out, 3, padding=1, bias=False),
+            nn.BatchNorm2d(channels_out), nn.ReLU(inplace=True),
+            nn.Conv2d(channels_out, channels_out, 3, padding=1, bias=False),
+            nn.BatchNorm2d(channels_out), nn.ReLU(inplace=True))
+
+
+class SurfaceNet(nn.Module):
+    """U-Net with three 2× downsamplings: (N, 4, H, W) → (N, 1, H, W) logits, H, W % 8 == 0."""
+
+    def __init__(self, widths=(16, 32, 64, 128)):
+        super().__init__()
+        self.down = nn.ModuleList()
+        channels = 4
+        for width in widths:
+            self.down.append(Block(channels, width))
+            channels = width
+        self.up = nn.ModuleList(Block(widths[i + 1] + widths[i], widths[i])
+                                for i in reversed(range(len(widths) - 1)))
+        self.head = nn.Conv2d(widths[0], 1, 1)
+
+    def forward(self, x):
+        skips = []
+        for i, block in enumerate(self.down):
+            x = block(x if i == 0 else F.max_pool2d(x, 2))
+            skips.append(x)
+        for block, skip in zip(self.up, reversed(skips[:-1]), strict=True):
+            x = F.interpolate(x, scale_factor=2.0, mode="bilinear", align_corners=False)
+            x = block(torch.cat([x, skip], dim=1))
+        return self.head(x)
+
+
+def stretch(x: torch.Tensor) -> torch.Tensor:
+    """(N, 3, H, W) → each sample scaled so its 1st..99th percentile maps to 0..1."""
+    flat = x.flatten(1)
+    lo = torch.quantile(flat, 0.01, dim=1).view(-1, 1, 1, 1)
+    hi = torch.quantile(flat, 0.99, dim=1).view(-1, 1, 1, 1)
+    return ((x - lo) / (hi - lo).clamp_min(1e-3)).clamp(-0.5, 1.5)
+
+
+def read_png(path: str) -> np.ndarray:
+    """The file's pixels: (H, W) or (H, W, bands) uint8."""
+    with Image.open(path) as image:
+        return np.asarray(image)
+
+
+def load_sets(folders: list[tuple[str, int]]):
+    """[(folder, class index)] → list of dicts with image (3, H, W) float32 0..255 and mask."""
+    items = []
+    for folder, label in folders:
+        with open(os.path.join(folder, "sources.json"), encoding="utf-8") as handle:
+            sources = json.load(handle)
+        for source in sources:
+            image = read_png(os.path.join(folder, source["image"]))[:, :, :3]
+            mask = read_png(os.path.join(folder, source["gt"]))
+            mask = mask if mask.ndim == 2 else mask[:, :, 0]
+            items.append({"id": source["id"], "dataset": source["dataset"], "label": label,
+                          "image": torch.from_numpy(image.transpose(2, 0, 1).astype(np.float32)),
+                          "mask": torch.from_numpy((mask > 127).astype(np.float32))})
+    return items
+
+
+def stack(items, device):
+    """Images in one zero-padded tensor (I, 5, Hmax, Wmax) (RGB 0..255, mask, inside), sizes
+    (I, 2) (width, height), labels (I,) and each mask's pixels (x, y)."""
+    height = max(item["mask"].shape[0] for item in items)
+    width = max(item["mask"].shape[1] for item in items)
+    out = torch.zeros(len(items), 5, height, width)
+    for i, item in enumerate(items):
+        h, w = item["mask"].shape
+        out[i, :3, :h, :w] = item["image"]
+        out[i, 3, :h, :w] = item["mask"]
+        out[i, 4, :h, :w] = 1.0
+    sizes = torch.tensor([item["mask"].shape[::-1] for item in items], dtype=torch.float32)
+    labels = torch.tensor([item["label"] for item in items])
+    surface = [torch.nonzero(item["mask"] > 0.5).flip(1) for item in items]  # (x, y) each
+    return out.to(device), sizes.to(device), labels.to(device), surface
+
+
+def similarity(x: torch.Tensor, clicks: torch.Tensor) -> torch.Tensor:
+    """(N, 3, C, C), clicks (N, 2, 2) long (x, y) → (N, 1, C, C): max over the two clicks of
+    exp(−‖x − c‖² / 2s²), c and s the mean and mean per-band spread of the 5×5 patch (spread at
+    least 4 % of the crop's value range), as ``core.scores.endpoint_similarity``."""
+    count, _, rows, cols = x.shape
+    floor = 0.04 * (x.amax(dim=(1, 2, 3)) - x.amin(dim=(1, 2, 3))) + 1e-6
+    offsets = torch.arange(-2, 3, device=x.device)
+    dy, dx = torch.meshgrid(offsets, offsets, indexing="ij")
+    channels_last = x.permute(0, 2, 3, 1)
+    best = torch.zeros(count, rows, cols, device=x.device)
+    for k in range(2):
+        patch_cols = (clicks[:, k, 0, None] + dx.flatten()).clamp(0, cols - 1)
+        patch_rows = (clicks[:, k, 1, None] + dy.flatten()).clamp(0, rows - 1)
+        patch = channels_last[torch.arange(count, device=x.device)[:, None], patch_rows,
+                              patch_cols]  # (N, 25, 3)
+        mean = patch.mean(dim=1)
+        spread = torch.maximum(patch.std(dim=1, unbiased=False).mean(dim=1), floor)
+        distance2 = ((x - mean[:, :, None, None]) ** 2).sum(dim=1)
+        best = torch.maximum(best, torch.exp(-distance2 / (2 * spread[:, None, None] ** 2)))
+    return best[:, None]
+
+
+def batch(data, size, generator):
+    """Random rotated, scaled, flipped, recoloured crops centred near the surface, two clicks on
+    it: inputs (N, 4, C, C), target (N, 1, C, C), weight (N, 1, C, C) (0 outside the image).
+
+    Road images give three crops in four (water images the rest), when both are present."""
+    images, sizes, labels, surface = data
+    device = images.device
+    _, _, height, width = images.shape
+
+    def uniform(low, high, n=size):
+        return (torch.rand(n, generator=generator) * (high - low) + low).to(device)
+
+    present = torch.unique(labels.cpu())
+    wanted = present[(torch.arange(size) % 4 == 3).long() * (len(present) - 1)]  # 3 road : 1
+    pick = torch.empty(size, dtype=torch.long)
+    for label in present:
+        pool = torch.nonzero(labels.cpu() == label).flatten()
+        chosen = wanted == label
+        pick[chosen] = pool[torch.randint(len(pool), (int(chosen.sum()),), generator=generator)]
+    centre = torch.stack([surface[int(i)][torch.randint(len(surface[int(i)]), (1,),
+                                                        generator=generator)][0] for i in pick])
+    pick = pick.to(device)
+    scale = torch.exp(uniform(math.log(0.6), math.log(1.6)))
+    half = CROP / 2 / scale
+    centre = centre.to(device).float() + (uniform(-0.3, 0.3, (size, 2)) * half[:, None])
+    angle = uniform(0, 2 * math.pi)
+    flip = torch.where(uniform(0, 1) < 0.5, -1.0, 1.0)
+    cos, sin = torch.cos(angle), torch.sin(angle)
+    sx, sy = width / 2, height / 2
+    theta = torch.stack([
+        torch.stack([flip * cos * half / sx, -sin * half / sx,
+                     (centre[:, 0] - (width - 1) / 2) / sx], dim=1),
+        torch.stack([flip * sin * half / sy, cos * half / sy,
+                     (centre[:, 1] - (height - 1) / 2) / sy], dim=1)], dim=1)
+    grid = F.affine_grid(theta, (size, 1, CROP, CROP), align_corners=False)
+    sampled = F.grid_sample(images[pick], grid, mode="bilinear", padding_mode="zeros",
+                            align_corners=False)
+    weight = (sampled[:, 4:5] > 0.99).float()
+    target = (sampled[:, 3:4] > 0.5).float()
+    x = sampled[:, :3] / 255.0
+    gains = uniform(0.85, 1.15, (size, 3)).view(size, 3, 1, 1)
+    gamma = torch.exp(uniform(-0.3, 0.3)).view(size, 1, 1, 1)
+    x = (x * gains).clamp(0, 1) ** gamma
+    grey = (uniform(0, 1) < 0.1).view(size, 1, 1, 1)
+    x = torch.where(grey, x.mean(dim=1, keepdim=True).expand_as(x), x)
+    x = x + 0.02 * torch.randn(x.shape, generator=generator).to(device)
+    # Shuffled bands: the absolute colour of a surface should not decide; the clicks' does.
+    order = torch.stack([torch.randperm(3, generator=generator) for _ in range(size)])
+    shuffle = (uniform(0, 1) < 0.5).cpu()
+    order[~shuffle] = torch.arange(3)
+    x = torch.gather(x, 1, order.to(device)[:, :, None, None].expand_as(x))
+    clicks = torch.empty(size, 2, 2, dtype=torch.long)
+    inner = torch.zeros(CROP, CROP, dtype=torch.bool, device=device)
+    inner[2:-2, 2:-2] = True
+    # Clicks land inside the surface (its 5×5 neighbourhood all surface), as a user's do.
+    interior = -F.max_pool2d(-target, 5, stride=1, padding=2)
+    for n in range(size):
+        on = torch.nonzero((interior[n, 0] > 0) & (weight[n, 0] > 0) & inner).cpu()
+        if len(on) < 2:
+            on = torch.nonzero((target[n, 0] > 0) & (weight[n, 0] > 0) & inner).cpu()
+        if len(on) < 2:
+            on = torch.tensor([[CROP // 2, CROP // 2], [CROP // 2 + 1, CROP // 2]])
+        chosen = on[torch.randint(len(on), (2,), generator=generator)]
+        clicks[n] = chosen.flip(1)  # (row, col) → (x, y)
+    inputs = torch.cat([stretch(x), similarity(x, clicks.to(device))], dim=1)
+    return inputs, target, weight
+
+
+def train(items, steps, device, seed, log):
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    data = stack(items, device)
+    model = SurfaceNet().to(device)
+    optimiser = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=1e-4)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimiser, max_lr=3e-3, total_steps=steps)
+    model.train()
+    start = time.time()
+    for step in range(steps):
+        x, y, w = batch(data, 16, generator)
+        with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda"):
+            logits = model(x).float()
+        loss = (F.binary_cross_entropy_with_logits(logits, y, reduction="none") * w).sum()
+        loss = loss / w.sum().clamp_min(1.0)
+        probability = torch.sigmoid(logits) * w
+        dice = 1 - ((2 * (probability * y).sum((1, 2, 3)) + 1)
+                    / (probability.sum((1, 2, 3)) + (y * w).sum((1, 2, 3)) + 1)).mean()
+        optimiser.zero_grad(set_to_none=True)
+        (loss + dice).backward()
+        optimiser.step()
+        schedule.step()
+        if step % 500 == 0 or step == steps - 1:
+            log(f"  step {step:5d} loss {loss.item():.4f} dice {dice.item():.4f} "
+                f"({time.time() - start:.0f} s)")
+    return model.eval()
+
+
+@torch.no_grad()
+def held_out_iou(model, items, device, seed, crops=96):
+    """Mean IoU (p > 0.5 vs mask) of the model and of the similarity plane alone (s > 0.5) on
+    random crops of ``items``."""
+    generator = torch.Generator().manual_seed(seed)
+    data = stack(items, device)
+    ious = {"model": [], "similarity": []}
+    for _ in range(crops // 16):
+        x, y, w = batch(data, 16, generator)
+        for name, found in (("model", torch.sigmoid(model(x)) > 0.5),
+                            ("similarity", x[:, 3:] > 0.5)):
+            truth = (y > 0.5) & (w > 0)
+            found = found & (w > 0)
+            ious[name].append(((found & truth).sum((1, 2, 3)) /
+                               (found | truth).sum((1, 2, 3)).clamp_min(1)).cpu())
+    return {name: float(torch.cat(values).mean()) for name, values in ious.items()}
+
+
+def export(model, path):
+    torch.onnx.export(model.cpu().eval(), torch.zeros(1, 4, 64, 64), path,
+                      input_names=["image"], output_names=["logits"], opset_version=17,
+                      dynamic_axes={"image": {2: "height", 3: "width"},
+                                    "logits": {2: "height", 3: "width"}}, dynamo=False)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--roads", action="append", default=[])
+    parser.add_argument("--water", action="append", default=[])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--folds", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--folds-only", action="store_true", help="skip the final model")
+    args = parser.parse_args()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    os.makedirs(args.out, exist_ok=True)
+    items = load_sets([(f, 0) for f in args.roads] + [(f, 1) for f in args.water])
+    print(f"{len(items)} images on {device}", flush=True)
+
+    if args.folds:
+        fold_of = {}
+        for dataset in sorted({item["dataset"] for item in items}):
+            members = sorted(item["id"] for item in items if item["dataset"] == dataset)
+            offset = len(fold_of)
+            for i, name in enumerate(members):
+                fold_of[name] = (i + offset) % args.folds
+        with open(os.path.join(args.out, "folds.json"), "w", encoding="utf-8") as handle:
+            json.dump(fold_of, handle, indent=1)
+        for fold in range(args.folds):
+            held = [item for item in items if fold_of[item["id"]] == fold]
+            print(f"fold {fold}: leaves out {[item['id'] for item in held]}", flush=True)
+            model = train([item for item in items if fold_of[item["id"]] != fold],
+                          args.steps, device, args.seed + fold, print)
+            for label in (0, 1):
+                chosen = [item for item in held if item["label"] == label]
+                if chosen:
+                    print(f"  held-out {('road', 'water')[label]} crops, IoU:",
+                          held_out_iou(model, chosen, device, fold), flush=True)
+            export(model, os.path.join(args.out, f"fold{fold}.onnx"))
+
+    if args.folds_only:
+        return
+    print("final model on every image", flush=True)
+    model = train(items, args.steps, device, args.seed + 100, print)
+    export(model, os.path.join(args.out, "surface.onnx"))  # leaves the model on the CPU
+    torch.save(model.state_dict(), os.path.join(args.out, "surface.pt"))
+    print("done", flush=True)
+
+
+if __name__ == "__main__":
+    main()
