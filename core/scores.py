@@ -163,6 +163,8 @@ CENTRE_BLUR = 0.25
 WIDTH_REACH = 60
 #: ``centre`` kind: cost per px even on the band's centre (prefers the shorter of equal paths).
 LENGTH_COST = 0.5
+#: ``surface`` kind: model probability under the clicks at and above which its map is trusted.
+MODEL_TRUST = 0.2
 
 
 def endpoint_similarity(pixels: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -235,11 +237,21 @@ def _centre_planes(inputs):
 
 
 def _surface_planes(inputs):
-    """Centre of the clicked surface: :func:`_centred_term` of √(p · s), s the endpoint colour
-    similarity and p the learned surface model's probability (core/surface.py)."""
+    """Centre of the clicked surface: :func:`_centred_term` of √(p' · s), s the endpoint colour
+    similarity, p the learned surface model's probability (core/surface.py) and
+    p' = t·p + (1 − t)·s with trust t = min(1, mean p under the endpoint patches / MODEL_TRUST).
+
+    The clicks lie on the surface by definition: where the model does not see it there (an
+    image unlike its training data), its map is not trusted and the colour match decides.
+    """
     similarity = endpoint_similarity(inputs.pixels, inputs.a, inputs.b)
     probability = surface_probability(inputs.pixels, similarity)
-    return _centred_term(np.sqrt(probability * similarity), inputs.a, inputs.b)
+    at_clicks = np.vstack([_patch_colours(probability[:, :, None], point, PATCH_RADIUS)
+                           for point in (inputs.a, inputs.b)])
+    trust = min(1.0, float(at_clicks.mean()) / MODEL_TRUST)
+    return _centred_term(np.sqrt((trust * probability + (1.0 - trust) * similarity)
+                                 * similarity),
+                         inputs.a, inputs.b)
 
 
 def _evidence_planes(inputs):

@@ -24,6 +24,8 @@ from core.errors import ModelUnavailable
 MODEL_PATH = Path(__file__).resolve().parent.parent / "resources" / "models" / "surface.onnx"
 #: The network halves the resolution three times: inputs are padded to multiples of this.
 SIZE_MULTIPLE = 8
+#: Windows larger than this (px) run at half resolution (interactive latency).
+FULL_RESOLUTION_PIXELS = 160 * 160
 
 
 @lru_cache(maxsize=2)
@@ -35,8 +37,11 @@ def _session(path: str):
                                "pip install onnxruntime") from None
     if not os.path.isfile(path):
         raise ModelUnavailable(f"surface model not found: {path}")
+    options = onnxruntime.SessionOptions()
+    # Idle ONNX Runtime threads would otherwise spin and slow the link scores that follow.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     try:
-        return onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+        return onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # ONNX Runtime raises its own exception types
         raise ModelUnavailable(f"surface model {path} cannot be loaded: {exc}") from None
 
@@ -84,6 +89,34 @@ def surface_probability(pixels: np.ndarray, similarity: np.ndarray,
         If ONNX Runtime or the model file is missing or unreadable.
     """
     session = _session(os.fspath(model_path))
-    logits = session.run(None, {"image": model_inputs(pixels, similarity)})[0][0, 0]
     rows, cols = similarity.shape
-    return (1.0 / (1.0 + np.exp(-logits[:rows, :cols]))).astype(np.float32)
+    step = 1 if rows * cols <= FULL_RESOLUTION_PIXELS else 2
+    if step > 1:  # 2×2 block means; the model saw scales 0.6..1.6 in training
+        pixels = _block_mean(pixels, step)
+        similarity = _block_mean(similarity[:, :, None], step)[:, :, 0]
+    logits = session.run(None, {"image": model_inputs(pixels, similarity)})[0][0, 0]
+    probability = 1.0 / (1.0 + np.exp(-logits[:similarity.shape[0], :similarity.shape[1]]))
+    if step > 1:
+        probability = _upsample(probability, step, rows, cols)
+    return probability.astype(np.float32)
+
+
+def _upsample(plane: np.ndarray, step: int, rows: int, cols: int) -> np.ndarray:
+    """Bilinear (rows, cols) image of a plane of ``step``×``step`` block values."""
+    for axis, size in ((0, rows), (1, cols)):
+        position = np.clip((np.arange(size) + 0.5) / step - 0.5, 0, plane.shape[axis] - 1)
+        low = np.floor(position).astype(int)
+        high = np.minimum(low + 1, plane.shape[axis] - 1)
+        weight = (position - low).astype(np.float32)
+        shape = (-1, 1) if axis == 0 else (1, -1)
+        plane = (np.take(plane, low, axis=axis) * (1 - weight.reshape(shape))
+                 + np.take(plane, high, axis=axis) * weight.reshape(shape))
+    return plane
+
+
+def _block_mean(planes: np.ndarray, step: int) -> np.ndarray:
+    """(rows, cols, bands) → (ceil(rows / step), ceil(cols / step), bands) block means."""
+    rows, cols, bands = planes.shape
+    padded = np.pad(planes, ((0, (-rows) % step), (0, (-cols) % step), (0, 0)), mode="edge")
+    return padded.reshape(padded.shape[0] // step, step, padded.shape[1] // step, step,
+                          bands).mean(axis=(1, 3), dtype=np.float32)
