@@ -14,7 +14,8 @@ real roads and rivers (docs/ACCURACY.md):
 
 Evidence from the user: ``TraceParams.evidence_path`` names a raster on the image's pixel
 grid (same width and height, e.g. a road-probability map from a segmentation model); the
-score kind then reads its pixels instead of the image's. With ``score="evidence"`` band 0 is
+score kind then reads its pixels instead of the image's (the default ``surface``, a model of
+imagery, then runs as ``centre``). With ``score="evidence"`` band 0 is
 used as a probability p (0 = none, 1 = certain; 8/16-bit rasters are scaled to [0, 1]) and the
 path is the angle-constrained geodesic on cost 1 − p + 0.5 per px (core/scores.py).
 
@@ -63,14 +64,17 @@ class TraceParams:
     evidence_path: str | None = None
 
     def resolve(self, length: float) -> TraceParams:
-        """A copy with every ``None`` replaced by its default for click distance ``length``."""
+        """A copy with every ``None`` replaced by its default for click distance ``length``;
+        with an evidence raster, ``surface`` (a model of imagery) becomes ``centre``."""
         halfwidth = self.halfwidth if self.halfwidth is not None else float(
             np.clip(HALFWIDTH_PER_LENGTH * length, 8.0, 150.0))
         guides = self.guides if self.guides is not None else int(
             np.clip(round(length / GUIDE_SPACING), 1, 40))
         points = self.points if self.points is not None else 2 * int(
             round(halfwidth / POINT_SPACING)) + 1
-        return replace(self, guides=guides, points=points, halfwidth=halfwidth)
+        score = "centre" if self.evidence_path is not None and self.score == "surface" \
+            else self.score
+        return replace(self, guides=guides, points=points, halfwidth=halfwidth, score=score)
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -70,6 +70,10 @@ def test_evidence_raster_is_traced(tmp_path):
     # the image alone (noise) does not find the band
     plain = trace(image, a, b, TraceParams(score="evidence"))
     assert np.max(np.abs(plain.polyline[:, 1] - rows_on_path)) > 5.0
+    # the default kind (a model of imagery) runs as `centre` on an evidence raster
+    default = trace(image, a, b, TraceParams(evidence_path=str(path)))
+    assert default.params.score == "centre"
+    assert np.max(np.abs(default.polyline[:, 1] - rows_on_path)) < 2.0
 
 
 def test_evidence_raster_errors(tmp_path):
