@@ -139,6 +139,21 @@ def evidence_source(raster: Raster, params: TraceParams) -> Raster:
     return evidence
 
 
+def corridor_bounds(corridor: Corridor) -> tuple[np.ndarray, np.ndarray]:
+    """Integer (col, row) floor of the lowest and ceiling of the highest corridor point.
+
+    Coordinates are rounded to 1e-6 px first, so float noise from a coordinate conversion (an
+    anchor at 12 − 1e-9) reads the same window, and traces the same line, as the exact value.
+
+    Returns
+    -------
+    low, high : ndarrays of shape (2,), int
+    """
+    points = np.round(np.vstack([corridor.a, corridor.b, corridor.guide_points.reshape(-1, 2)]),
+                      6)
+    return np.floor(points.min(axis=0)).astype(int), np.ceil(points.max(axis=0)).astype(int)
+
+
 def border_shift(corridor: Corridor, params: TraceParams) -> np.ndarray:
     """Integer (dx, dy) >= 0 that moves the corridor's evidence window off negative coordinates.
 
@@ -146,9 +161,8 @@ def border_shift(corridor: Corridor, params: TraceParams) -> np.ndarray:
     -------
     ndarray of shape (2,), float64
     """
-    points = np.vstack([corridor.a, corridor.b, corridor.guide_points.reshape(-1, 2)])
-    low = np.floor(points.min(axis=0)) - (gradient_margin(params.sigma) + 2)
-    return np.maximum(-low, 0.0)
+    low = corridor_bounds(corridor)[0] - (gradient_margin(params.sigma) + 2)
+    return np.maximum(-low, 0).astype(np.float64)
 
 
 def corridor_evidence(raster: Raster, corridor: Corridor, params: TraceParams,
@@ -179,10 +193,10 @@ def corridor_evidence(raster: Raster, corridor: Corridor, params: TraceParams,
     kind = get_score_kind(params.score)
     source = evidence_source(raster, params)
     sx, sy = (int(value) for value in shift)
-    points = np.vstack([corridor.a, corridor.b, corridor.guide_points.reshape(-1, 2)])
+    low, high = corridor_bounds(corridor)
     margin = gradient_margin(params.sigma) + 2  # also covers the patches around a and b
-    want0 = np.floor(points.min(axis=0)).astype(int) - margin - (sx, sy)  # image frame
-    want1 = np.ceil(points.max(axis=0)).astype(int) + margin + 1 - (sx, sy)
+    want0 = low - margin - (sx, sy)  # image frame
+    want1 = high + margin + 1 - (sx, sy)
     col0, row0 = max(want0[0], 0), max(want0[1], 0)
     col1, row1 = min(want1[0], raster.width), min(want1[1], raster.height)
     pixels = source.read_window(row0, row1, col0, col1)
