@@ -162,18 +162,17 @@ class LinesModel:
             listener()
 
     def undo(self) -> bool:
-        if not self._undo:
-            return False
-        lines, label = self._undo.pop()
-        self._redo.append((self._lines, label))
-        self._set(lines)
-        return True
+        return self._step(self._undo, self._redo)
 
     def redo(self) -> bool:
-        if not self._redo:
+        return self._step(self._redo, self._undo)
+
+    def _step(self, source: list, target: list) -> bool:
+        """Restore the newest state of ``source``, keeping the current one on ``target``."""
+        if not source:
             return False
-        lines, label = self._redo.pop()
-        self._undo.append((self._lines, label))
+        lines, label = source.pop()
+        target.append((self._lines, label))
         self._set(lines)
         return True
 

@@ -201,6 +201,16 @@ class TracingController(QObject):
     def _request(self, a: Point, b: Point, straight: bool) -> TraceRequest:
         return TraceRequest(a, b, None if straight else self.params)
 
+    def _snapped_inside(self, point, name: str) -> Point | None:
+        """The pixel centre nearest to ``point``, or None (and a message) if off the image."""
+        p = snap(point)
+        try:
+            check_point(self.raster, p, name)
+        except TraceError as exc:
+            self.message.emit(str(exc))
+            return None
+        return p
+
     # -- drawing --------------------------------------------------------------------------------
     def press(self, point, straight: bool = False) -> None:
         """A click on the canvas: start a line, or trace a segment to here from the last anchor."""
@@ -208,11 +218,8 @@ class TracingController(QObject):
         if self.raster is None:
             self.message.emit("open an image first")
             return
-        p = snap(point)
-        try:
-            check_point(self.raster, p, "click")
-        except TraceError as exc:
-            self.message.emit(str(exc))
+        p = self._snapped_inside(point, "click")
+        if p is None:
             return
         if self.tail is None:
             self.tail, self.line_id = p, None
@@ -436,11 +443,8 @@ class TracingController(QObject):
         line = self.model.line(line_id)
         if line is None or self.raster is None:
             return
-        p = snap(point)
-        try:
-            check_point(self.raster, p, "vertex")
-        except TraceError as exc:
-            self.message.emit(str(exc))
+        p = self._snapped_inside(point, "vertex")
+        if p is None:
             self.lines_stale.emit()
             return
         anchors = list(line.anchors)
