@@ -26,6 +26,8 @@ MODEL_PATH = Path(__file__).resolve().parent.parent / "resources" / "models" / "
 SIZE_MULTIPLE = 8
 #: Windows larger than this (px) run at half resolution (interactive latency).
 FULL_RESOLUTION_PIXELS = 160 * 160
+#: What a user can do without the model.
+NO_MODEL_HINT = "score kind 'centre' traces without it"
 
 
 @lru_cache(maxsize=2)
@@ -33,17 +35,18 @@ def _session(path: str):
     try:
         import onnxruntime
     except ImportError:
-        raise ModelUnavailable("the surface model needs ONNX Runtime: "
-                               "pip install onnxruntime") from None
+        raise ModelUnavailable("the surface model needs ONNX Runtime: pip install onnxruntime "
+                               f"({NO_MODEL_HINT})") from None
     if not os.path.isfile(path):
-        raise ModelUnavailable(f"surface model not found: {path}")
+        raise ModelUnavailable(f"surface model not found: {path} ({NO_MODEL_HINT})")
     options = onnxruntime.SessionOptions()
     # Idle ONNX Runtime threads would otherwise spin and slow the link scores that follow.
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     try:
         return onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # ONNX Runtime raises its own exception types
-        raise ModelUnavailable(f"surface model {path} cannot be loaded: {exc}") from None
+        raise ModelUnavailable(f"surface model {path} cannot be loaded: {exc} "
+                               f"({NO_MODEL_HINT})") from None
 
 
 def model_inputs(pixels: np.ndarray, similarity: np.ndarray) -> np.ndarray:
@@ -71,7 +74,8 @@ def model_inputs(pixels: np.ndarray, similarity: np.ndarray) -> np.ndarray:
 
 def surface_probability(pixels: np.ndarray, similarity: np.ndarray,
                         model_path: str | os.PathLike = MODEL_PATH) -> np.ndarray:
-    """Probability that each pixel lies on the clicked surface.
+    """Probability that each pixel lies on the clicked surface (windows over
+    ``FULL_RESOLUTION_PIXELS`` run on 2×2 block means and are upsampled bilinearly).
 
     Parameters
     ----------
