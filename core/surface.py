@@ -20,7 +20,8 @@ import numpy as np
 
 from core.errors import ModelUnavailable
 
-#: The bundled model (weights' licence in the same folder).
+#: The model the ``surface`` kind runs: the bundled one (weights' licence in the same folder);
+#: scripts/crossval_surface.py points it at per-fold models.
 MODEL_PATH = Path(__file__).resolve().parent.parent / "resources" / "models" / "surface.onnx"
 #: The network halves the resolution three times: inputs are padded to multiples of this.
 SIZE_MULTIPLE = 8
@@ -73,7 +74,7 @@ def model_inputs(pixels: np.ndarray, similarity: np.ndarray) -> np.ndarray:
 
 
 def surface_probability(pixels: np.ndarray, similarity: np.ndarray,
-                        model_path: str | os.PathLike = MODEL_PATH) -> np.ndarray:
+                        model_path: str | os.PathLike | None = None) -> np.ndarray:
     """Probability that each pixel lies on the clicked surface (windows over
     ``FULL_RESOLUTION_PIXELS`` run on 2×2 block means and are upsampled bilinearly).
 
@@ -82,6 +83,8 @@ def surface_probability(pixels: np.ndarray, similarity: np.ndarray,
     pixels : ndarray of shape (rows, cols, bands), float32
     similarity : ndarray of shape (rows, cols), float32
         :func:`core.scores.endpoint_similarity` of the window.
+    model_path : optional
+        An ONNX model with the same input and output; default: the module's ``MODEL_PATH``.
 
     Returns
     -------
@@ -92,7 +95,7 @@ def surface_probability(pixels: np.ndarray, similarity: np.ndarray,
     ModelUnavailable
         If ONNX Runtime or the model file is missing or unreadable.
     """
-    session = _session(os.fspath(model_path))
+    session = _session(os.fspath(MODEL_PATH if model_path is None else model_path))
     rows, cols = similarity.shape
     step = 1 if rows * cols <= FULL_RESOLUTION_PIXELS else 2
     if step > 1:  # 2×2 block means; the model saw scales 0.6..1.6 in training

@@ -4,8 +4,9 @@ A small U-Net sees an RGB window, stretched to its own 1–99 % range, and a fou
 similarity of every pixel to the colour under the two clicked endpoints (the ``centre`` score
 kind's :func:`core.scores.endpoint_similarity`, re-implemented here in torch). It returns one
 logit per pixel: "this pixel belongs to the same surface (road or water) as the clicks". Training
-crops come from road images (road masks) and water images (water masks) in equal numbers; the
-two clicks are random mask pixels of the crop.
+crops (rotated, scaled 0.6–1.6×, recoloured, bands shuffled half the time) come from road images
+(road masks) and water images (water masks), three to one; the two clicks are random pixels
+inside the crop's surface (their 5×5 neighbourhood all surface), as a user's are.
 
 Folders are laid out like the project's development sets: ``DIR/sources.json`` lists
 ``{"id", "image", "gt", "dataset"}`` records. Outputs in ``--out``:
@@ -18,6 +19,7 @@ Folders are laid out like the project's development sets: ``DIR/sources.json`` l
 Usage (the GPU machine has PyTorch; see docs/ACCURACY.md):
 
     python scripts/train_surface_model.py --roads DEV --water RIVERS --out OUT --folds 5
+    python scripts/crossval_surface.py OUT CASES.json   # each case traced by its fold's model
 """
 
 from __future__ import annotations
@@ -267,7 +269,7 @@ def main():
     parser.add_argument("--water", action="append", default=[])
     parser.add_argument("--out", required=True)
     parser.add_argument("--folds", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--steps", type=int, default=1800)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--folds-only", action="store_true", help="skip the final model")
     args = parser.parse_args()
