@@ -2,8 +2,11 @@
 
 A small U-Net sees an RGB window, stretched to its own 1–99 % range, and a fourth plane: the
 similarity of every pixel to the colour under the two clicked endpoints (the ``centre`` score
-kind's :func:`core.scores.endpoint_similarity`, re-implemented here in torch). It returns one
-logit per pixel: "this pixel belongs to the same surface (road or water) as the clicks". Training
+kind's :func:`core.scores.endpoint_similarity`, re-implemented here in torch). It returns two
+logits per pixel: "this pixel belongs to the same surface (road or water) as the clicks" and "it
+lies on that surface's centreline" (target exp(−d²/2σ²), d the distance to the skeleton of the
+smoothed mask, σ = 2 px). The second is an auxiliary training target (following it in the score
+gained nothing robust: docs/ACCURACY.md, exp. 28); only the first is exported. Training
 crops (rotated, scaled 0.6–1.6×, recoloured, bands shuffled half the time) come from road images
 (road masks) and water images (water masks), three to one; the two clicks are random pixels
 inside the crop's surface (their 5×5 neighbourhood all surface), as a user's are.
@@ -12,9 +15,11 @@ Folders are laid out like the project's development sets: ``DIR/sources.json`` l
 ``{"id", "image", "gt", "dataset"}`` records. Outputs in ``--out``:
 
 * ``surface.onnx``: the model trained on every image (opset 17, input ``image`` (1, 4, H, W)
-  float32, H and W multiples of 8, output ``logits`` (1, 1, H, W)); ``surface.pt``, its weights;
+  float32, H and W multiples of 8, output ``logits`` (1, 1, H, W): the surface);
+  ``surface.pt``, its weights (both outputs);
 * with ``--folds K``: ``fold<k>.onnx``, trained without the images of fold k, and
-  ``folds.json`` mapping each image id to its fold (for cross-validated evaluation).
+  ``folds.json`` mapping each image id to its fold (for cross-validated evaluation); with
+  ``--fold k`` (repeatable) only those folds.
 
 Usage (the GPU machine has PyTorch; see docs/ACCURACY.md):
 
@@ -25,6 +30,7 @@ Usage (the GPU machine has PyTorch; see docs/ACCURACY.md):
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import os
@@ -37,6 +43,10 @@ from PIL import Image
 from torch import nn
 
 CROP = 256
+#: Output planes: surface logit, centreline logit.
+OUTPUTS = 2
+#: Centreline target: exp(−d² / 2σ²) of the distance d (px) to the mask's skeleton.
+CENTRELINE_SIGMA = 2.0
 
 
 class Block(nn.Sequential):
@@ -49,7 +59,8 @@ class Block(nn.Sequential):
 
 
 class SurfaceNet(nn.Module):
-    """U-Net with three 2× downsamplings: (N, 4, H, W) → (N, 1, H, W) logits, H, W % 8 == 0."""
+    """U-Net with three 2× downsamplings: (N, 4, H, W) → (N, 2, H, W) logits (surface,
+    centreline), H, W % 8 == 0."""
 
     def __init__(self, widths=(16, 32, 64, 128)):
         super().__init__()
@@ -60,7 +71,7 @@ class SurfaceNet(nn.Module):
             channels = width
         self.up = nn.ModuleList(Block(widths[i + 1] + widths[i], widths[i])
                                 for i in reversed(range(len(widths) - 1)))
-        self.head = nn.Conv2d(widths[0], 1, 1)
+        self.head = nn.Conv2d(widths[0], OUTPUTS, 1)
 
     def forward(self, x):
         skips = []
@@ -87,8 +98,20 @@ def read_png(path: str) -> np.ndarray:
         return np.asarray(image)
 
 
+def centreline_target(mask: np.ndarray) -> np.ndarray:
+    """(H, W) bool surface mask → (H, W) float32 exp(−d² / 2σ²), d the distance to the skeleton
+    of the mask (smoothed first so that ragged edges grow no spurs)."""
+    from scipy import ndimage
+    from skimage.morphology import skeletonize
+
+    smooth = ndimage.gaussian_filter(mask.astype(np.float32), 2.0) > 0.5
+    distance = ndimage.distance_transform_edt(~skeletonize(smooth))
+    return np.exp(-distance ** 2 / (2 * CENTRELINE_SIGMA ** 2)).astype(np.float32)
+
+
 def load_sets(folders: list[tuple[str, int]]):
-    """[(folder, class index)] → list of dicts with image (3, H, W) float32 0..255 and mask."""
+    """[(folder, class index)] → list of dicts with image (3, H, W) float32 0..255, mask and
+    centreline target (H, W)."""
     items = []
     for folder, label in folders:
         with open(os.path.join(folder, "sources.json"), encoding="utf-8") as handle:
@@ -96,24 +119,27 @@ def load_sets(folders: list[tuple[str, int]]):
         for source in sources:
             image = read_png(os.path.join(folder, source["image"]))[:, :, :3]
             mask = read_png(os.path.join(folder, source["gt"]))
-            mask = mask if mask.ndim == 2 else mask[:, :, 0]
+            mask = (mask if mask.ndim == 2 else mask[:, :, 0]) > 127
             items.append({"id": source["id"], "dataset": source["dataset"], "label": label,
                           "image": torch.from_numpy(image.transpose(2, 0, 1).astype(np.float32)),
-                          "mask": torch.from_numpy((mask > 127).astype(np.float32))})
+                          "mask": torch.from_numpy(mask.astype(np.float32)),
+                          "centre": torch.from_numpy(centreline_target(mask))})
     return items
 
 
 def stack(items, device):
-    """Images in one zero-padded tensor (I, 5, Hmax, Wmax) (RGB 0..255, mask, inside), sizes
+    """Images in one zero-padded tensor (I, 6, Hmax, Wmax) (RGB 0..255, mask, centreline,
+    inside), sizes
     (I, 2) (width, height), labels (I,) and each mask's pixels (x, y)."""
     height = max(item["mask"].shape[0] for item in items)
     width = max(item["mask"].shape[1] for item in items)
-    out = torch.zeros(len(items), 5, height, width)
+    out = torch.zeros(len(items), 6, height, width)
     for i, item in enumerate(items):
         h, w = item["mask"].shape
         out[i, :3, :h, :w] = item["image"]
         out[i, 3, :h, :w] = item["mask"]
-        out[i, 4, :h, :w] = 1.0
+        out[i, 4, :h, :w] = item["centre"]
+        out[i, 5, :h, :w] = 1.0
     sizes = torch.tensor([item["mask"].shape[::-1] for item in items], dtype=torch.float32)
     labels = torch.tensor([item["label"] for item in items])
     surface = [torch.nonzero(item["mask"] > 0.5).flip(1) for item in items]  # (x, y) each
@@ -144,7 +170,8 @@ def similarity(x: torch.Tensor, clicks: torch.Tensor) -> torch.Tensor:
 
 def batch(data, size, generator):
     """Random rotated, scaled, flipped, recoloured crops centred near the surface, two clicks on
-    it: inputs (N, 4, C, C), target (N, 1, C, C), weight (N, 1, C, C) (0 outside the image).
+    it: inputs (N, 4, C, C), targets (N, 2, C, C) (surface, centreline), weight (N, 1, C, C)
+    (0 outside the image).
 
     Road images give three crops in four (water images the rest), when both are present."""
     images, sizes, labels, surface = data
@@ -179,8 +206,9 @@ def batch(data, size, generator):
     grid = F.affine_grid(theta, (size, 1, CROP, CROP), align_corners=False)
     sampled = F.grid_sample(images[pick], grid, mode="bilinear", padding_mode="zeros",
                             align_corners=False)
-    weight = (sampled[:, 4:5] > 0.99).float()
+    weight = (sampled[:, 5:6] > 0.99).float()
     target = (sampled[:, 3:4] > 0.5).float()
+    centreline = sampled[:, 4:5].clamp(0, 1)
     x = sampled[:, :3] / 255.0
     gains = uniform(0.85, 1.15, (size, 3)).view(size, 3, 1, 1)
     gamma = torch.exp(uniform(-0.3, 0.3)).view(size, 1, 1, 1)
@@ -207,7 +235,19 @@ def batch(data, size, generator):
         chosen = on[torch.randint(len(on), (2,), generator=generator)]
         clicks[n] = chosen.flip(1)  # (row, col) → (x, y)
     inputs = torch.cat([stretch(x), similarity(x, clicks.to(device))], dim=1)
-    return inputs, target, weight
+    return inputs, torch.cat([target, centreline], dim=1), weight
+
+
+def loss_terms(logits, targets, weight):
+    """Per-plane BCE (mean over the image's pixels) + soft Dice (mean over crops), summed over
+    the output planes."""
+    bce = (F.binary_cross_entropy_with_logits(logits, targets, reduction="none") * weight)
+    bce = bce.sum((0, 2, 3)) / weight.sum().clamp_min(1.0)
+    probability = torch.sigmoid(logits) * weight
+    overlap = (probability * targets).sum((2, 3))
+    dice = 1 - ((2 * overlap + 1) / (probability.sum((2, 3)) + (targets * weight).sum((2, 3))
+                                     + 1)).mean(0)
+    return bce.sum(), dice.sum()
 
 
 def train(items, steps, device, seed, log):
@@ -223,11 +263,7 @@ def train(items, steps, device, seed, log):
         x, y, w = batch(data, 16, generator)
         with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda"):
             logits = model(x).float()
-        loss = (F.binary_cross_entropy_with_logits(logits, y, reduction="none") * w).sum()
-        loss = loss / w.sum().clamp_min(1.0)
-        probability = torch.sigmoid(logits) * w
-        dice = 1 - ((2 * (probability * y).sum((1, 2, 3)) + 1)
-                    / (probability.sum((1, 2, 3)) + (y * w).sum((1, 2, 3)) + 1)).mean()
+        loss, dice = loss_terms(logits, y, w)
         optimiser.zero_grad(set_to_none=True)
         (loss + dice).backward()
         optimiser.step()
@@ -247,9 +283,9 @@ def held_out_iou(model, items, device, seed, crops=96):
     ious = {"model": [], "similarity": []}
     for _ in range(crops // 16):
         x, y, w = batch(data, 16, generator)
-        for name, found in (("model", torch.sigmoid(model(x)) > 0.5),
+        for name, found in (("model", torch.sigmoid(model(x)[:, :1]) > 0.5),
                             ("similarity", x[:, 3:] > 0.5)):
-            truth = (y > 0.5) & (w > 0)
+            truth = (y[:, :1] > 0.5) & (w > 0)
             found = found & (w > 0)
             ious[name].append(((found & truth).sum((1, 2, 3)) /
                                (found | truth).sum((1, 2, 3)).clamp_min(1)).cpu())
@@ -257,7 +293,13 @@ def held_out_iou(model, items, device, seed, crops=96):
 
 
 def export(model, path):
-    torch.onnx.export(model.cpu().eval(), torch.zeros(1, 4, 64, 64), path,
+    """ONNX of the surface output alone: the centreline output only guides training."""
+    surface_only = copy.deepcopy(model).cpu().eval()
+    head = nn.Conv2d(model.head.in_channels, 1, 1)
+    head.weight.data = surface_only.head.weight.data[:1].clone()
+    head.bias.data = surface_only.head.bias.data[:1].clone()
+    surface_only.head = head
+    torch.onnx.export(surface_only, torch.zeros(1, 4, 64, 64), path,
                       input_names=["image"], output_names=["logits"], opset_version=17,
                       dynamic_axes={"image": {2: "height", 3: "width"},
                                     "logits": {2: "height", 3: "width"}}, dynamo=False)
@@ -272,6 +314,8 @@ def main():
     parser.add_argument("--steps", type=int, default=1800)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--folds-only", action="store_true", help="skip the final model")
+    parser.add_argument("--fold", type=int, action="append",
+                        help="train only these folds (runs in parallel processes)")
     args = parser.parse_args()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     os.makedirs(args.out, exist_ok=True)
@@ -287,7 +331,7 @@ def main():
                 fold_of[name] = (i + offset) % args.folds
         with open(os.path.join(args.out, "folds.json"), "w", encoding="utf-8") as handle:
             json.dump(fold_of, handle, indent=1)
-        for fold in range(args.folds):
+        for fold in args.fold or range(args.folds):
             held = [item for item in items if fold_of[item["id"]] == fold]
             print(f"fold {fold}: leaves out {[item['id'] for item in held]}", flush=True)
             model = train([item for item in items if fold_of[item["id"]] != fold],
@@ -299,11 +343,11 @@ def main():
                           held_out_iou(model, chosen, device, fold), flush=True)
             export(model, os.path.join(args.out, f"fold{fold}.onnx"))
 
-    if args.folds_only:
+    if args.folds_only or args.fold:
         return
     print("final model on every image", flush=True)
     model = train(items, args.steps, device, args.seed + 100, print)
-    export(model, os.path.join(args.out, "surface.onnx"))  # leaves the model on the CPU
+    export(model, os.path.join(args.out, "surface.onnx"))
     torch.save(model.state_dict(), os.path.join(args.out, "surface.pt"))
     print("done", flush=True)
 

@@ -33,8 +33,9 @@ def _window_around_case(case, margin=30):
 
 
 def test_model_marks_the_clicked_road_and_not_its_surroundings():
-    # Measured: mean p 0.91..0.99 on the centreline; beyond 15 px 0.02..0.17 on the five
-    # windows run at full resolution, 0.40 on the one large enough to run at half resolution.
+    # Measured: mean p 0.91..1.00 within 2 px of the centreline; beyond 15 px 0.03..0.16 on
+    # the five windows run at full resolution, 0.26 on the one large enough to run at half
+    # resolution.
     for case in json.loads(SAMPLE_CASES.read_text()):
         pixels, a, b, distance = _window_around_case(case)
         probability = surface_probability(pixels, endpoint_similarity(pixels, a, b))
@@ -88,8 +89,8 @@ def test_missing_or_corrupt_model_is_one_clear_error(tmp_path):
 
 
 def test_bundled_model_is_the_default_and_traces_the_sample_better_than_colour_alone():
-    # Measured on the 6 sample cases: median completeness@3px / @5px 0.76 / 1.00 (surface)
-    # vs 0.68 / 0.91 (centre; means 0.71 / 0.90 vs 0.72 / 0.89);
+    # Measured on the 6 sample cases: median completeness@3px / @5px 0.89 / 1.00 (surface)
+    # vs 0.68 / 0.91 (centre; means 0.73 / 0.89 vs 0.72 / 0.89);
     # the sample image is one of the model's training images, so this guards the wiring and
     # the model file, not generalisation (docs/ACCURACY.md reports cross-validated figures).
     assert MODEL_PATH.is_file()
