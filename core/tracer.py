@@ -7,7 +7,9 @@ optimum.
 Defaults scale with the click distance L = |b - a| (px); they were chosen by measurement on
 real roads and rivers (docs/ACCURACY.md):
 
-* halfwidth w = clip(0.25·L, 8, 150) px (curved roads leave a 0.2·L corridor);
+* halfwidth w = clip(0.25·L, 8, 150) px (curved roads leave a 0.2·L corridor); where the
+  optimum touches the corridor's edge, the corridor held it back: it is traced once more with
+  w × 1.6 (at most 150 px);
 * guides m = clip(round(L / 20), 1, 40), i.e. one guide every ~20 px;
 * points d = 2·round(w / 1.5) + 1, i.e. guide points ~1.5 px apart;
 * max angle 30°, σ = 1.5 px, score ``surface``.
@@ -45,6 +47,10 @@ HALFWIDTH_PER_LENGTH = 0.25
 GUIDE_SPACING = 20.0
 #: Default distance between points on a guide (px).
 POINT_SPACING = 1.5
+#: Default half-width growth when the optimum touches the corridor's edge (one re-trace).
+CORRIDOR_GROWTH = 1.6
+#: Largest default half-width (px).
+MAX_HALFWIDTH = 150.0
 
 
 @dataclass(frozen=True)
@@ -67,7 +73,7 @@ class TraceParams:
         """A copy with every ``None`` replaced by its default for click distance ``length``;
         with an evidence raster, ``surface`` (a model of imagery) becomes ``centre``."""
         halfwidth = self.halfwidth if self.halfwidth is not None else float(
-            np.clip(HALFWIDTH_PER_LENGTH * length, 8.0, 150.0))
+            np.clip(HALFWIDTH_PER_LENGTH * length, 8.0, MAX_HALFWIDTH))
         guides = self.guides if self.guides is not None else int(
             np.clip(round(length / GUIDE_SPACING), 1, 40))
         points = self.points if self.points is not None else 2 * int(
@@ -218,15 +224,37 @@ def corridor_evidence(raster: Raster, corridor: Corridor, params: TraceParams,
 
 def trace(raster: Raster, a, b, params: TraceParams | None = None,
           backend: TracerBackend | None = None) -> TraceResult:
-    """Optimal polyline from a to b on ``raster``.
+    """Optimal polyline from a to b on ``raster``. With the default half-width, an optimum that
+    touches the corridor's edge is traced again in a corridor ``CORRIDOR_GROWTH`` times wider
+    (``timings_ms["retrace"]`` then holds the first attempt's total).
 
     Raises
     ------
     PointOutsideImage, BadParameter, NoAdmissiblePath
     """
-    start = time.perf_counter()
     params = params or TraceParams()
     backend = backend or CpuBackend()
+    result = _trace_once(raster, a, b, params, backend)
+    halfwidth = result.params.halfwidth
+    if params.halfwidth is None and halfwidth < MAX_HALFWIDTH \
+            and _touches_edge(result.indices, result.params.points):
+        wider = replace(params, halfwidth=min(CORRIDOR_GROWTH * halfwidth, MAX_HALFWIDTH))
+        first_ms = result.timings_ms["total"]
+        result = _trace_once(raster, a, b, wider, backend)
+        result.timings_ms["retrace"] = first_ms
+        result.timings_ms["total"] += first_ms
+    return result
+
+
+def _touches_edge(indices: np.ndarray, points: int) -> bool:
+    """Whether any chosen guide point (indices (m,) in 0..points-1) is a corridor edge point."""
+    return bool(np.any(indices == 0) or np.any(indices == points - 1))
+
+
+def _trace_once(raster: Raster, a, b, params: TraceParams,
+                backend: TracerBackend) -> TraceResult:
+    """:func:`trace` in the corridor ``params`` gives, without the re-trace."""
+    start = time.perf_counter()
     a = check_point(raster, a, "a")
     b = check_point(raster, b, "b")
     if params.halfwidth is not None and not (np.isfinite(params.halfwidth)
