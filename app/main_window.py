@@ -204,6 +204,8 @@ class MainWindow(QMainWindow):
             text += f" · score {score:.2f}"
         if latency is not None:
             text += f" · click→line {latency:.0f} ms"
+        if any(segment.corridor_widened for segment in outcome.segments):
+            text += " · corridor widened"
         self.trace_label.setText(text)
 
     def _show_cursor(self, x: float, y: float) -> None:

@@ -62,6 +62,14 @@ class Segment:
         return self.request is None
 
     @property
+    def corridor_widened(self) -> bool:
+        """Whether the tracer widened the default corridor (its optimum touched the edge)."""
+        if self.request is None or self.request.halfwidth is not None:
+            return False
+        chord = float(np.hypot(*(self.polyline[-1] - self.polyline[0])))
+        return self.params.halfwidth > self.request.resolve(chord).halfwidth
+
+    @property
     def link_lengths(self) -> np.ndarray:
         """Length of every link, shape (N - 1,)."""
         return np.hypot(*np.diff(self.polyline, axis=0).T)

@@ -6,6 +6,11 @@ import numpy as np
 
 from core.raster import Raster
 
+#: A road bulging 66 px (0.33·L) from its 200 px chord: outside the default 0.25·L corridor,
+#: inside the 0.4·L one of the tracer's re-trace (core.tracer.CORRIDOR_GROWTH).
+_BULGE_X = np.linspace(30.0, 230.0, 41)
+BULGE = np.column_stack([_BULGE_X, 170.0 - 66.0 * np.sin(np.pi * (_BULGE_X - 30.0) / 200.0)])
+
 
 def distance_to_polyline(points: np.ndarray, polyline: np.ndarray) -> np.ndarray:
     """Distance of each of ``points`` (N, 2) to the polyline (M, 2): shape (N,)."""

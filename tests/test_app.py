@@ -21,6 +21,7 @@ from app.main_window import MainWindow, run_app
 from app.model import distance_to_polyline
 from core.tracer import TraceParams
 from tests.conftest import SAMPLE_CASES, SAMPLE_IMAGE
+from tests.synthetic import BULGE, road_image
 
 CASES = {case["id"]: case for case in json.loads(SAMPLE_CASES.read_text())}
 CASE = CASES["gsi_108_01"]
@@ -97,7 +98,19 @@ def test_two_clicks_trace_the_road_near_ground_truth(make_window, qtbot):
     distances = distance_to_polyline(line.polyline, np.array(CASE["gt"]))
     assert distances.mean() < 4.0, distances  # measured 1.3 px
     assert "score" in window.trace_label.text()
+    assert "corridor widened" not in window.trace_label.text()
     assert "CPU" in window.backend_label.text()
+
+
+def test_status_says_when_the_corridor_was_widened(make_window, qtbot, tmp_path):
+    window = make_window(open_sample=False)
+    path = tmp_path / "bulge.png"
+    iio.imwrite(path, np.round(255 * np.clip(road_image(BULGE).pixels, 0, 1)).astype(np.uint8))
+    with qtbot.waitSignal(window.image_loaded, timeout=60_000):
+        window.open_image(str(path))
+    click(qtbot, window, tuple(BULGE[0]))
+    click_and_wait(qtbot, window, tuple(BULGE[-1]))
+    assert "corridor widened" in window.trace_label.text()
 
 
 def test_second_click_to_drawn_line_is_fast(make_window, qtbot):

@@ -9,7 +9,8 @@ import pytest
 
 from app.model import Line, LinesModel, Segment, distance_to_polyline
 from app.session import SessionReadError, read_session, write_session
-from core.tracer import TraceParams
+from core.tracer import TraceParams, trace
+from tests.synthetic import BULGE, road_image
 
 
 def straight(a, b) -> Segment:
@@ -65,6 +66,16 @@ def test_line_scores_ignore_straight_segments():
     assert line.score == -3.0
     assert line.score_per_px == pytest.approx(-3.0 / line.segments[0].length)
     assert np.isnan(model.add_line((0, 0), (5, 5), straight((0, 0), (5, 5))).score)
+
+
+def test_segment_knows_when_the_tracer_widened_its_corridor():
+    raster = road_image(BULGE)
+    auto, fixed = TraceParams(), TraceParams(halfwidth=50.0)
+    widened = Segment.from_result(trace(raster, BULGE[0], BULGE[-1], auto), auto)
+    kept = Segment.from_result(trace(raster, BULGE[0], BULGE[-1], fixed), fixed)
+    assert widened.corridor_widened
+    assert not kept.corridor_widened
+    assert not straight((0, 0), (10, 0)).corridor_widened
 
 
 def test_bad_kind_is_refused():

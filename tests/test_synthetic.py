@@ -5,7 +5,7 @@ import pytest
 
 from core.backend import CpuBackend, ReferenceBackend
 from core.tracer import TraceParams, trace
-from tests.synthetic import densify, distance_to_polyline, edge_image, road_image
+from tests.synthetic import BULGE, densify, distance_to_polyline, edge_image, road_image
 
 STRAIGHT = np.array([[20.0, 150.0], [240.0, 60.0]])
 BENT = np.array([[20.0, 40.0], [130.0, 100.0], [240.0, 110.0]])  # 23° bend
@@ -65,18 +65,14 @@ def test_turn_limit_is_respected_on_real_sample():
 
 
 def test_corridor_widens_where_the_optimum_touches_its_edge():
-    # A road bulging 66 px (0.33·L) from its 200 px chord: outside the default 0.25·L corridor,
-    # inside the 0.4·L one of the re-trace.
-    x = np.linspace(30.0, 230.0, 41)
-    bulge = np.column_stack([x, 170.0 - 66.0 * np.sin(np.pi * (x - 30.0) / 200.0)])
-    raster = road_image(bulge, size=(200, 260))
-    a, b = bulge[0], bulge[-1]
+    raster = road_image(BULGE)
+    a, b = BULGE[0], BULGE[-1]
     held = trace(raster, a, b, TraceParams(halfwidth=50.0))  # a fixed width is kept
     assert held.params.halfwidth == 50.0
-    assert distance_to_polyline(held.polyline, bulge).max() > 10.0
+    assert distance_to_polyline(held.polyline, BULGE).max() > 10.0
     widened = trace(raster, a, b)
     assert widened.params.halfwidth == pytest.approx(80.0)
     assert "retrace" in widened.timings_ms
-    assert_on_centreline(widened, bulge, tolerance=2.0)
+    assert_on_centreline(widened, BULGE, tolerance=2.0)
     inside = trace(road_image(STRAIGHT), *STRAIGHT)  # an optimum inside its corridor: once
     assert "retrace" not in inside.timings_ms
