@@ -35,7 +35,7 @@ from functools import lru_cache
 import numpy as np
 
 from core.backend import CpuBackend, TracerBackend
-from core.errors import BadParameter, ImageReadError, PointOutsideImage
+from core.errors import BadParameter, ImageReadError, NoAdmissiblePath, PointOutsideImage
 from core.gradient import gradient_margin
 from core.guides import Corridor, admissible_windows, build_corridor, check_max_angle
 from core.raster import Raster, load_image
@@ -239,10 +239,13 @@ def trace(raster: Raster, a, b, params: TraceParams | None = None,
     if params.halfwidth is None and halfwidth < MAX_HALFWIDTH \
             and _touches_edge(result.indices, result.params.points):
         wider = replace(params, halfwidth=min(CORRIDOR_GROWTH * halfwidth, MAX_HALFWIDTH))
-        first_ms = result.timings_ms["total"]
-        result = _trace_once(raster, a, b, wider, backend)
-        result.timings_ms["retrace"] = first_ms
-        result.timings_ms["total"] += first_ms
+        try:
+            widened = _trace_once(raster, a, b, wider, backend)
+        except NoAdmissiblePath:  # other point positions, other turns: keep the first optimum
+            return result
+        widened.timings_ms["retrace"] = result.timings_ms["total"]
+        widened.timings_ms["total"] += result.timings_ms["total"]
+        result = widened
     return result
 
 

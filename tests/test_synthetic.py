@@ -3,7 +3,9 @@
 import numpy as np
 import pytest
 
+from core import tracer
 from core.backend import CpuBackend, ReferenceBackend
+from core.errors import NoAdmissiblePath
 from core.tracer import TraceParams, trace
 from tests.synthetic import BULGE, densify, distance_to_polyline, edge_image, road_image
 
@@ -76,3 +78,17 @@ def test_corridor_widens_where_the_optimum_touches_its_edge():
     assert_on_centreline(widened, BULGE, tolerance=2.0)
     inside = trace(road_image(STRAIGHT), *STRAIGHT)  # an optimum inside its corridor: once
     assert "retrace" not in inside.timings_ms
+
+
+def test_widened_corridor_without_an_admissible_path_keeps_the_first_optimum(monkeypatch):
+    real = tracer._trace_once
+
+    def first_only(raster, a, b, params, backend):
+        if params.halfwidth is not None:  # the widened attempt
+            raise NoAdmissiblePath("no polyline in the wider corridor")
+        return real(raster, a, b, params, backend)
+
+    monkeypatch.setattr(tracer, "_trace_once", first_only)
+    result = trace(road_image(BULGE), BULGE[0], BULGE[-1])
+    assert result.params.halfwidth == pytest.approx(50.0)
+    assert "retrace" not in result.timings_ms
