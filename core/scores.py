@@ -216,6 +216,12 @@ def band_width(mask: np.ndarray, a: np.ndarray, b: np.ndarray) -> float:
                             for point in (a, b)]))
 
 
+def _ridge_term(ridge: np.ndarray):
+    """Planes of the term −(1 − ridge + LENGTH_COST) of a (rows, cols) plane in [0, 1] that is
+    1 along the wanted line."""
+    return -(1.0 - ridge + LENGTH_COST)[None].astype(np.float32), 0.0
+
+
 def _centred_term(membership: np.ndarray, a: np.ndarray, b: np.ndarray):
     """Planes of the term −(1 − G_σ * membership + LENGTH_COST), σ = CENTRE_BLUR × the band
     width of membership > 0.5 across a and b (≥ 1 px); membership (rows, cols) in [0, 1].
@@ -225,8 +231,7 @@ def _centred_term(membership: np.ndarray, a: np.ndarray, b: np.ndarray):
     """
     mask = gaussian_blur(membership, 1.0, "symmetric") > 0.5
     sigma = max(CENTRE_BLUR * band_width(mask, a, b), 1.0)
-    centred = gaussian_blur(membership, sigma, "symmetric", truncate=3.0)
-    return -(1.0 - centred + LENGTH_COST)[None].astype(np.float32), 0.0
+    return _ridge_term(gaussian_blur(membership, sigma, "symmetric", truncate=3.0))
 
 
 def _centre_planes(inputs):
@@ -256,7 +261,7 @@ def _surface_planes(inputs):
 
 def _evidence_planes(inputs):
     """Term −(1 − p + LENGTH_COST) of a probability raster p (band 0, values in [0, 1])."""
-    return -(1.0 - inputs.pixels[:, :, 0] + LENGTH_COST)[None].astype(np.float32), 0.0
+    return _ridge_term(inputs.pixels[:, :, 0])
 
 
 register_score_kind(ScoreKind(
