@@ -74,6 +74,7 @@ def test_corridor_widens_where_the_optimum_touches_its_edge():
     assert distance_to_polyline(held.polyline, BULGE).max() > 10.0
     widened = trace(raster, a, b)
     assert widened.params.halfwidth == pytest.approx(80.0)
+    assert widened.params.points == held.params.points  # as many points, spread wider
     assert "retrace" in widened.timings_ms
     assert_on_centreline(widened, BULGE, tolerance=2.0)
     inside = trace(road_image(STRAIGHT), *STRAIGHT)  # an optimum inside its corridor: once
