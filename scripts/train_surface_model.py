@@ -59,8 +59,8 @@ class Block(nn.Sequential):
 
 
 class SurfaceNet(nn.Module):
-    """U-Net with three 2× downsamplings: (N, 4, H, W) → (N, 2, H, W) logits (surface,
-    centreline), H, W % 8 == 0."""
+    """U-Net with len(widths) − 1 2× downsamplings: (N, 4, H, W) → (N, 2, H, W) logits
+    (surface, centreline), H and W multiples of 2^(len(widths) − 1)."""
 
     def __init__(self, widths=(16, 32, 64, 128)):
         super().__init__()
@@ -168,10 +168,33 @@ def similarity(x: torch.Tensor, clicks: torch.Tensor) -> torch.Tensor:
     return best[:, None]
 
 
-def batch(data, size, generator):
+def random_clicks(target: torch.Tensor, weight: torch.Tensor,
+                  generator: torch.Generator) -> torch.Tensor:
+    """Two random clicks per crop, (N, 1, C, C) surface and weight planes → (N, 2, 2) long
+    (x, y): pixels inside the surface (their 5×5 neighbourhood all surface), as a user's are;
+    where a crop has fewer than two, any surface pixel; where it has none, the crop's centre."""
+    count, _, rows, cols = target.shape
+    inner = torch.zeros(rows, cols, dtype=torch.bool, device=target.device)
+    inner[2:-2, 2:-2] = True
+    valid = (weight[:, 0] > 0) & inner
+    interior = (-F.max_pool2d(-target, 5, stride=1, padding=2))[:, 0] > 0
+    on = torch.where(((interior & valid).sum((1, 2)) >= 2)[:, None, None], interior & valid,
+                     (target[:, 0] > 0) & valid).flatten(1)
+    fallback = torch.zeros_like(on)
+    fallback[:, (rows // 2) * cols + cols // 2] = True
+    on = torch.where((on.sum(1) >= 2)[:, None], on, fallback)
+    # A uniform choice among the allowed pixels: the largest of uniform keys, twice.
+    keys = torch.rand((2, count, rows * cols), generator=generator,
+                      device=target.device).masked_fill(~on, -1.0)
+    chosen = keys.argmax(dim=2).T  # (N, 2)
+    return torch.stack([chosen % cols, chosen // cols], dim=2)
+
+
+def batch(data, size, generator, device_generator):
     """Random rotated, scaled, flipped, recoloured crops centred near the surface, two clicks on
     it: inputs (N, 4, C, C), targets (N, 2, C, C) (surface, centreline), weight (N, 1, C, C)
-    (0 outside the image).
+    (0 outside the image). ``generator`` (CPU) draws the per-crop choices,
+    ``device_generator`` (on the images' device) the per-pixel noise and the clicks.
 
     Road images give three crops in four (water images the rest), when both are present."""
     images, sizes, labels, surface = data
@@ -215,25 +238,13 @@ def batch(data, size, generator):
     x = (x * gains).clamp(0, 1) ** gamma
     grey = (uniform(0, 1) < 0.1).view(size, 1, 1, 1)
     x = torch.where(grey, x.mean(dim=1, keepdim=True).expand_as(x), x)
-    x = x + 0.02 * torch.randn(x.shape, generator=generator).to(device)
+    x = x + 0.02 * torch.randn(x.shape, generator=device_generator, device=device)
     # Shuffled bands: the absolute colour of a surface should not decide; the clicks' does.
     order = torch.stack([torch.randperm(3, generator=generator) for _ in range(size)])
     shuffle = (uniform(0, 1) < 0.5).cpu()
     order[~shuffle] = torch.arange(3)
     x = torch.gather(x, 1, order.to(device)[:, :, None, None].expand_as(x))
-    clicks = torch.empty(size, 2, 2, dtype=torch.long)
-    inner = torch.zeros(CROP, CROP, dtype=torch.bool, device=device)
-    inner[2:-2, 2:-2] = True
-    # Clicks land inside the surface (its 5×5 neighbourhood all surface), as a user's do.
-    interior = -F.max_pool2d(-target, 5, stride=1, padding=2)
-    for n in range(size):
-        on = torch.nonzero((interior[n, 0] > 0) & (weight[n, 0] > 0) & inner).cpu()
-        if len(on) < 2:
-            on = torch.nonzero((target[n, 0] > 0) & (weight[n, 0] > 0) & inner).cpu()
-        if len(on) < 2:
-            on = torch.tensor([[CROP // 2, CROP // 2], [CROP // 2 + 1, CROP // 2]])
-        chosen = on[torch.randint(len(on), (2,), generator=generator)]
-        clicks[n] = chosen.flip(1)  # (row, col) → (x, y)
+    clicks = random_clicks(target, weight, device_generator)
     inputs = torch.cat([stretch(x), similarity(x, clicks.to(device))], dim=1)
     return inputs, torch.cat([target, centreline], dim=1), weight
 
@@ -250,17 +261,25 @@ def loss_terms(logits, targets, weight):
     return bce.sum(), dice.sum()
 
 
-def train(items, steps, device, seed, log):
+def generators(seed, device):
+    """A CPU generator (per-crop choices) and one on ``device`` (per-pixel draws)."""
+    return (torch.Generator().manual_seed(seed),
+            torch.Generator(device=device).manual_seed(seed))
+
+
+def train(items, steps, device, seed, log, widths):
     torch.manual_seed(seed)
-    generator = torch.Generator().manual_seed(seed)
+    draws = generators(seed, device)
     data = stack(items, device)
-    model = SurfaceNet().to(device)
+    # Channels-last: bf16 batch norm and convolutions run several times faster on the GPU.
+    model = SurfaceNet(widths).to(device, memory_format=torch.channels_last)
     optimiser = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=1e-4)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimiser, max_lr=3e-3, total_steps=steps)
     model.train()
     start = time.time()
     for step in range(steps):
-        x, y, w = batch(data, 16, generator)
+        x, y, w = batch(data, 16, *draws)
+        x = x.contiguous(memory_format=torch.channels_last)
         with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda"):
             logits = model(x).float()
         loss, dice = loss_terms(logits, y, w)
@@ -278,11 +297,11 @@ def train(items, steps, device, seed, log):
 def held_out_iou(model, items, device, seed, crops=96):
     """Mean IoU (p > 0.5 vs mask) of the model and of the similarity plane alone (s > 0.5) on
     random crops of ``items``."""
-    generator = torch.Generator().manual_seed(seed)
+    draws = generators(seed, device)
     data = stack(items, device)
     ious = {"model": [], "similarity": []}
     for _ in range(crops // 16):
-        x, y, w = batch(data, 16, generator)
+        x, y, w = batch(data, 16, *draws)
         for name, found in (("model", torch.sigmoid(model(x)[:, :1]) > 0.5),
                             ("similarity", x[:, 3:] > 0.5)):
             truth = (y[:, :1] > 0.5) & (w > 0)
@@ -294,7 +313,7 @@ def held_out_iou(model, items, device, seed, crops=96):
 
 def export(model, path):
     """ONNX of the surface output alone: the centreline output only guides training."""
-    surface_only = copy.deepcopy(model).cpu().eval()
+    surface_only = copy.deepcopy(model).cpu().eval().to(memory_format=torch.contiguous_format)
     head = nn.Conv2d(model.head.in_channels, 1, 1)
     head.weight.data = surface_only.head.weight.data[:1].clone()
     head.bias.data = surface_only.head.bias.data[:1].clone()
@@ -313,10 +332,14 @@ def main():
     parser.add_argument("--folds", type=int, default=0)
     parser.add_argument("--steps", type=int, default=1800)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--widths", default="16,32,64,128",
+                        help="channels per U-Net level (one more level halves the input once "
+                             "more: core.surface.SIZE_MULTIPLE must follow)")
     parser.add_argument("--folds-only", action="store_true", help="skip the final model")
     parser.add_argument("--fold", type=int, action="append",
                         help="train only these folds (runs in parallel processes)")
     args = parser.parse_args()
+    widths = tuple(int(value) for value in args.widths.split(","))
     device = "cuda" if torch.cuda.is_available() else "cpu"
     os.makedirs(args.out, exist_ok=True)
     items = load_sets([(f, 0) for f in args.roads] + [(f, 1) for f in args.water])
@@ -335,7 +358,7 @@ def main():
             held = [item for item in items if fold_of[item["id"]] == fold]
             print(f"fold {fold}: leaves out {[item['id'] for item in held]}", flush=True)
             model = train([item for item in items if fold_of[item["id"]] != fold],
-                          args.steps, device, args.seed + fold, print)
+                          args.steps, device, args.seed + fold, print, widths)
             for label in (0, 1):
                 chosen = [item for item in held if item["label"] == label]
                 if chosen:
@@ -346,7 +369,7 @@ def main():
     if args.folds_only or args.fold:
         return
     print("final model on every image", flush=True)
-    model = train(items, args.steps, device, args.seed + 100, print)
+    model = train(items, args.steps, device, args.seed + 100, print, widths)
     export(model, os.path.join(args.out, "surface.onnx"))
     torch.save(model.state_dict(), os.path.join(args.out, "surface.pt"))
     print("done", flush=True)
