@@ -47,6 +47,8 @@ CROP = 256
 OUTPUTS = 2
 #: Centreline target: exp(−d² / 2σ²) of the distance d (px) to the mask's skeleton.
 CENTRELINE_SIGMA = 2.0
+#: Fraction of training crops turned grey (panchromatic imagery).
+GREY_FRACTION = 0.1
 
 
 class Block(nn.Sequential):
@@ -190,11 +192,12 @@ def random_clicks(target: torch.Tensor, weight: torch.Tensor,
     return torch.stack([chosen % cols, chosen // cols], dim=2)
 
 
-def batch(data, size, generator, device_generator):
+def batch(data, size, generator, device_generator, grey=GREY_FRACTION):
     """Random rotated, scaled, flipped, recoloured crops centred near the surface, two clicks on
     it: inputs (N, 4, C, C), targets (N, 2, C, C) (surface, centreline), weight (N, 1, C, C)
     (0 outside the image). ``generator`` (CPU) draws the per-crop choices,
-    ``device_generator`` (on the images' device) the per-pixel noise and the clicks.
+    ``device_generator`` (on the images' device) the per-pixel noise and the clicks; a
+    fraction ``grey`` of the crops is made grey.
 
     Road images give three crops in four (water images the rest), when both are present."""
     images, sizes, labels, surface = data
@@ -236,7 +239,7 @@ def batch(data, size, generator, device_generator):
     gains = uniform(0.85, 1.15, (size, 3)).view(size, 3, 1, 1)
     gamma = torch.exp(uniform(-0.3, 0.3)).view(size, 1, 1, 1)
     x = (x * gains).clamp(0, 1) ** gamma
-    grey = (uniform(0, 1) < 0.1).view(size, 1, 1, 1)
+    grey = (uniform(0, 1) < grey).view(size, 1, 1, 1)
     x = torch.where(grey, x.mean(dim=1, keepdim=True).expand_as(x), x)
     x = x + 0.02 * torch.randn(x.shape, generator=device_generator, device=device)
     # Shuffled bands: the absolute colour of a surface should not decide; the clicks' does.
@@ -267,7 +270,7 @@ def generators(seed, device):
             torch.Generator(device=device).manual_seed(seed))
 
 
-def train(items, steps, device, seed, log, widths):
+def train(items, steps, device, seed, log, widths, grey):
     torch.manual_seed(seed)
     draws = generators(seed, device)
     data = stack(items, device)
@@ -278,7 +281,7 @@ def train(items, steps, device, seed, log, widths):
     model.train()
     start = time.time()
     for step in range(steps):
-        x, y, w = batch(data, 16, *draws)
+        x, y, w = batch(data, 16, *draws, grey=grey)
         x = x.contiguous(memory_format=torch.channels_last)
         with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda"):
             logits = model(x).float()
@@ -335,6 +338,8 @@ def main():
     parser.add_argument("--widths", default="16,32,64,128",
                         help="channels per U-Net level (one more level halves the input once "
                              "more: core.surface.SIZE_MULTIPLE must follow)")
+    parser.add_argument("--grey", type=float, default=GREY_FRACTION,
+                        help="fraction of training crops turned grey")
     parser.add_argument("--folds-only", action="store_true", help="skip the final model")
     parser.add_argument("--fold", type=int, action="append",
                         help="train only these folds (runs in parallel processes)")
@@ -358,7 +363,7 @@ def main():
             held = [item for item in items if fold_of[item["id"]] == fold]
             print(f"fold {fold}: leaves out {[item['id'] for item in held]}", flush=True)
             model = train([item for item in items if fold_of[item["id"]] != fold],
-                          args.steps, device, args.seed + fold, print, widths)
+                          args.steps, device, args.seed + fold, print, widths, args.grey)
             for label in (0, 1):
                 chosen = [item for item in held if item["label"] == label]
                 if chosen:
@@ -369,7 +374,7 @@ def main():
     if args.folds_only or args.fold:
         return
     print("final model on every image", flush=True)
-    model = train(items, args.steps, device, args.seed + 100, print, widths)
+    model = train(items, args.steps, device, args.seed + 100, print, widths, args.grey)
     export(model, os.path.join(args.out, "surface.onnx"))
     torch.save(model.state_dict(), os.path.join(args.out, "surface.pt"))
     print("done", flush=True)

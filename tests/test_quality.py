@@ -23,7 +23,7 @@ def sample_summary():
 
 
 def test_default_tracer_lands_on_the_sample_roads(sample_summary):
-    # Measured at the defaults: median completeness@5px 0.91, @3px 0.68 (6 cases).
+    # Measured at the defaults: median completeness@5px 1.00, @3px 0.89 (6 cases).
     assert sample_summary["all"]["failures"] == 0
     assert sample_summary["all"]["completeness_5"]["median"] >= 0.85
     assert sample_summary["all"]["completeness_3"]["median"] >= 0.55
@@ -44,6 +44,8 @@ def test_default_tracer_follows_river_centrelines():
 
 
 def test_moving_an_endpoint_moves_the_line_little():
+    # Measured: 0.65, 0.44, 0.39 px (a model trained with more grey crops moved case 00, a
+    # short bend of a narrow channel, by 3.98 px: a nudged click lands on the bank).
     shifts = stability(load_cases(RIVER_CASES), shift=3.0)
     assert float(np.median(shifts)) <= 2.0
 
