@@ -123,7 +123,9 @@ def _upsample(plane: np.ndarray, step: int, rows: int, cols: int) -> np.ndarray:
 
 def _block_mean(planes: np.ndarray, step: int) -> np.ndarray:
     """(rows, cols, bands) → (ceil(rows / step), ceil(cols / step), bands) block means."""
-    rows, cols, bands = planes.shape
+    rows, cols, _ = planes.shape
     padded = np.pad(planes, ((0, (-rows) % step), (0, (-cols) % step), (0, 0)), mode="edge")
-    return padded.reshape(padded.shape[0] // step, step, padded.shape[1] // step, step,
-                          bands).mean(axis=(1, 3), dtype=np.float32)
+    # A sum of strided views: several times faster than a mean over reshaped axes.
+    total = sum(padded[i::step, j::step].astype(np.float32)
+                for i in range(step) for j in range(step))
+    return total / np.float32(step * step)
