@@ -10,7 +10,7 @@ real roads and rivers (docs/ACCURACY.md):
 * halfwidth w = clip(0.25·L, 8, 150) px (curved roads leave a 0.2·L corridor); where the
   optimum touches the corridor's edge, the corridor held it back: it is traced once more with
   w × 1.6 (at most 150 px) and as many points per guide as before (so ~2.4 px apart: a
-  re-traced click costs about twice a plain one, not 3.5×);
+  re-traced click costs about 2.5 plain ones, not 3.5);
 * guides m = clip(round(L / 20), 1, 40), i.e. one guide every ~20 px;
 * points d = 2·round(w / 1.5) + 1, i.e. guide points ~1.5 px apart;
 * max angle 30°, σ = 1.5 px, score ``surface``.
