@@ -7,7 +7,9 @@ Sources, in order of precedence:
   ``.pngw``/``.jpgw``/``.tifw`` spellings), with its CRS from a ``.prj`` beside it or from
   a CRS option given by the caller;
 * the GeoTIFF's ground control points (least-squares affine fit, residual reported);
-* neither: the image stays in pixel space (:func:`read_georef` returns None).
+* the GeoTIFF's rational polynomial coefficients (RPCs, an unorthorectified satellite scene):
+  :class:`RpcGeoref`, through GDAL's RPC transformer at the scene's mean height;
+* none of these: the image stays in pixel space (:func:`read_georef` returns None).
 
 The half-pixel rule
 -------------------
@@ -26,7 +28,8 @@ georeferencing: images without it load and trace without them.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -157,6 +160,70 @@ class Georef:
             raise GeorefError(f"georeferencing from {self.source} names no CRS: add a .prj "
                               "beside the image or give its CRS as an option")
         return self.crs
+
+
+@dataclass(frozen=True)
+class RpcGeoref:
+    """Pixel ↔ WGS84 through a scene's rational polynomial coefficients (RPCs), for satellite
+    scenes delivered unorthorectified: same interface as :class:`Georef`, with WGS84
+    longitude/latitude as the map coordinates.
+
+    GDAL's RPC transformer (rasterio's ``RPCTransformer``) needs the ground height of each
+    point; with no elevation model every point is taken at ``height``, the scene's mean height
+    (the RPCs' height offset). Where the ground lies h m above or below it, a point lands
+    about h · tan(off-nadir angle) off on the map: exact on flat ground, an approximation in
+    relief (orthorectify first with a DEM where that matters: ``gdalwarp -rpc -to
+    RPC_DEM=…``). RPC pixel coordinates have (0, 0) at the centre of the upper-left pixel,
+    the engine's own convention.
+
+    Attributes
+    ----------
+    rpcs : rasterio.rpc.RPC
+    height : float
+        Height (m above the WGS84 ellipsoid) at which points are projected.
+    source : str
+    """
+
+    rpcs: object
+    height: float
+    source: str
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def __repr__(self) -> str:
+        return f"RpcGeoref(height={self.height:g}, crs='EPSG:4326', source={self.source!r})"
+
+    @property
+    def crs(self) -> pyproj.CRS:
+        return wgs84()
+
+    @property
+    def crs_name(self) -> str:
+        return "EPSG:4326"
+
+    def _transformer(self):
+        from rasterio.transform import RPCTransformer
+
+        return RPCTransformer(self.rpcs, rpc_height=self.height)
+
+    def pixel_to_map(self, points) -> np.ndarray:
+        """WGS84 (longitude, latitude) of pixel points (N, 2) or (2,): shape (N, 2)."""
+        xy = as_points(points)
+        with self._lock, self._transformer() as transformer:
+            lon, lat = transformer.xy(xy[:, 1], xy[:, 0], offset="center")
+        return np.column_stack([np.asarray(lon, dtype=np.float64),
+                                np.asarray(lat, dtype=np.float64)])
+
+    def map_to_pixel(self, points) -> np.ndarray:
+        """Pixel (x, y) of WGS84 (longitude, latitude) points (N, 2) or (2,): shape (N, 2)."""
+        xy = as_points(points)
+        with self._lock, self._transformer() as transformer:
+            rows, cols = transformer.rowcol(xy[:, 0], xy[:, 1], op=lambda value: value)
+        # GDAL answers in corner-based pixel coordinates.
+        return np.column_stack([np.asarray(cols, dtype=np.float64) - 0.5,
+                                np.asarray(rows, dtype=np.float64) - 0.5])
+
+    pixel_to_lonlat = pixel_to_map
+    lonlat_to_pixel = map_to_pixel
 
 
 def as_points(points) -> np.ndarray:
@@ -318,7 +385,8 @@ def gcp_georef(gcps, crs: pyproj.CRS | None) -> Georef:
 
 def read_georef(image: str | os.PathLike, crs: str | pyproj.CRS | None = None,
                 transform: Affine | None = None,
-                file_crs: pyproj.CRS | None = None, gcps=None) -> Georef | None:
+                file_crs: pyproj.CRS | None = None, gcps=None,
+                rpcs=None) -> Georef | RpcGeoref | None:
     """The georeferencing of an image, or None for pixel space.
 
     Parameters
@@ -335,6 +403,8 @@ def read_georef(image: str | os.PathLike, crs: str | pyproj.CRS | None = None,
     gcps : (non-empty list of GroundControlPoint, pyproj.CRS or None), optional
         The file's ground control points and their CRS, used (affine fit, :func:`gcp_georef`)
         when it has no geotransform and no world file is beside it.
+    rpcs : rasterio.rpc.RPC, optional
+        The file's RPCs, used (:class:`RpcGeoref`) when nothing above georeferences it.
 
     Raises
     ------
@@ -355,4 +425,8 @@ def read_georef(image: str | os.PathLike, crs: str | pyproj.CRS | None = None,
             return gcp_georef(points, gcp_crs or file_crs or sidecar_crs(image, crs))
         except GeorefError as exc:
             raise GeorefError(f"{os.fspath(image)}: {exc}") from None
+    if rpcs is not None:
+        height = float(rpcs.height_off)
+        return RpcGeoref(rpcs, height, f"GeoTIFF RPCs (no elevation model: every point at "
+                                       f"the scene's mean height, {height:g} m)")
     return None

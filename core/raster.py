@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from core.errors import BadParameter, ImageReadError
-from core.georef import Georef, read_georef
+from core.georef import Georef, RpcGeoref, read_georef
 
 #: File suffixes opened through rasterio as windowed rasters (lower case).
 TIFF_SUFFIXES = (".tif", ".tiff", ".gtiff")
@@ -84,13 +84,14 @@ class Raster:
     pixels : ndarray of shape (rows, cols, bands), float32
     path : str or None
         The file it came from, if any.
-    georef : core.georef.Georef or None
-        Georeferencing (transform and CRS) when the file carries it; None in pixel space.
+    georef : core.georef.Georef, core.georef.RpcGeoref or None
+        Georeferencing (transform and CRS, or RPCs) when the file carries it; None in pixel
+        space.
     """
 
     pixels: np.ndarray
     path: str | None = None
-    georef: Georef | None = field(default=None)
+    georef: Georef | RpcGeoref | None = field(default=None)
 
     @property
     def height(self) -> int:
@@ -196,7 +197,8 @@ class WindowedRaster(Raster):
             file_crs = _pyproj_crs(dataset.crs)
             gcps, gcp_crs = dataset.gcps
             georef = read_georef(path, crs, transform=dataset.transform, file_crs=file_crs,
-                                 gcps=(gcps, _pyproj_crs(gcp_crs)) if gcps else None)
+                                 gcps=(gcps, _pyproj_crs(gcp_crs)) if gcps else None,
+                                 rpcs=dataset.rpcs)
         except BaseException:
             dataset.close()
             raise

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -19,11 +20,20 @@ import rasterio.warp
 from affine import Affine
 from rasterio.control import GroundControlPoint
 from rasterio.errors import NotGeoreferencedWarning
+from rasterio.rpc import RPC
 from rasterio.windows import Window
 
 from core.backend import CpuBackend
+from core.batch import image_footprint
 from core.errors import BadParameter, ImageReadError
-from core.georef import Georef, GeorefError, read_georef, read_world_file, world_file_candidates
+from core.georef import (
+    Georef,
+    GeorefError,
+    RpcGeoref,
+    read_georef,
+    read_world_file,
+    world_file_candidates,
+)
 from core.raster import FULL_READ_LIMIT, Raster, WindowedRaster, load_image
 from core.tracer import trace
 from tests.conftest import ROOT, SAMPLE_IMAGE
@@ -213,6 +223,70 @@ def test_geotiff_with_ground_control_points_only(tmp_path):
     write_gcp_geotiff(image, sample_pixels(), gcps_of(TRANSFORM, corners[[0, 3]]))
     with pytest.raises(GeorefError, match=r"gcps\.tif: 2 ground control points do not fix"):
         load_image(image)
+
+
+def scene_rpcs() -> RPC:
+    """RPCs of a north-up scene of 0.01° × 0.01° over 600 × 600 px, centred on 139° E, 35° N:
+    sample = 300 + 300·(L + 0.1·H), line = 300 − 300·P in normalised lon L, lat P and height H
+    (offset 100 m, scale 500 m), so a point off the mean height moves 0.06 px per m."""
+    def coefficients(**terms):  # RPC00B order: 1, L, P, H, ...
+        values = [0.0] * 20
+        for index, value in terms.items():
+            values[int(index[1:])] = value
+        return values
+
+    return RPC(height_off=100.0, height_scale=500.0, lat_off=35.0, lat_scale=0.01,
+               long_off=139.0, long_scale=0.01, line_off=300.0, line_scale=300.0,
+               samp_off=300.0, samp_scale=300.0,
+               line_num_coeff=coefficients(c2=-1.0), line_den_coeff=coefficients(c0=1.0),
+               samp_num_coeff=coefficients(c1=1.0, c3=0.1), samp_den_coeff=coefficients(c0=1.0))
+
+
+def scene_lonlat(points) -> np.ndarray:
+    """The exact lon/lat of pixel points of :func:`scene_rpcs` at the mean height."""
+    points = np.asarray(points, dtype=np.float64)
+    return np.column_stack([139.0 + (points[:, 0] - 300.0) / 300.0 * 0.01,
+                            35.0 - (points[:, 1] - 300.0) / 300.0 * 0.01])
+
+
+def test_geotiff_with_rpcs_only(tmp_path):
+    image = tmp_path / "scene.tif"
+    pixels = np.zeros((600, 600, 1), dtype=np.uint8)
+    write_geotiff(image, pixels, transform=None, rpcs=scene_rpcs())
+    with load_image(image) as raster:
+        georef = raster.georef
+    assert isinstance(georef, RpcGeoref)
+    assert georef.crs_name == "EPSG:4326"
+    assert georef.height == 100.0
+    assert "RPCs" in georef.source
+    assert "100 m" in georef.source
+    grid = np.array([[0.0, 0.0], [599.0, 0.0], [300.0, 300.0], [17.25, 420.5]])
+    # At the mean height (not at 0 m, which would move points by 6 px) and centre-based.
+    np.testing.assert_allclose(georef.pixel_to_lonlat(grid), scene_lonlat(grid), atol=1e-9)
+    np.testing.assert_allclose(georef.lonlat_to_pixel(scene_lonlat(grid)), grid, atol=1e-4)
+    # A trace exports in lon/lat, and batch sees the scene's footprint.
+    out = tmp_path / "trace.geojson"
+    result = subprocess.run([sys.executable, str(ROOT / "main.py"), "trace", str(image),
+                             "--a", "100,300", "--b", "500,300", "--score", "centre",
+                             "--format", "geojson", "-o", str(out)],
+                            capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(out.read_text())
+    assert document["coordinate_space"] == "lonlat"
+    line = np.array(document["features"][0]["geometry"]["coordinates"])
+    np.testing.assert_allclose(line[[0, -1]], scene_lonlat([[100, 300], [500, 300]]), atol=1e-8)
+    low, high = np.sort(scene_lonlat([[-0.5, -0.5], [599.5, 599.5]]), axis=0)  # pixel corners
+    grow = 0.01 * (high - low)  # batch grows the box by 1 % a side
+    np.testing.assert_allclose(image_footprint(image, None),
+                               [*(low - grow), *(high + grow)], atol=1e-8)
+
+
+def test_geotransform_wins_over_rpcs(tmp_path):
+    image = tmp_path / "both.tif"
+    write_geotiff(image, sample_pixels(), rpcs=scene_rpcs())
+    with load_image(image) as raster:
+        assert isinstance(raster.georef, Georef)
+        assert raster.georef.source == "GeoTIFF"
 
 
 def test_pixel_space_png():
