@@ -58,6 +58,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "in this process)")
     parser.add_argument("--scheduler", metavar="ADDRESS",
                         help="run on this Dask scheduler (tcp://HOST:PORT) instead of locally")
+    parser.add_argument("--evidence-dir", metavar="DIR",
+                        help="folder of rasters on each image's grid, named like the images "
+                             "(e.g. a segmentation model's road-probability maps): traced "
+                             "instead of the images' pixels (with --score evidence: cost 1 - p)")
     add_crs_arguments(parser)
     add_trace_parameters(parser)
 
@@ -111,7 +115,8 @@ def run(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     plan = plan_batch(args.images_dir, args.seeds, args.output, params_from_args(args),
-                      overwrite=args.overwrite, crs=args.crs, image_crs=args.image_crs)
+                      overwrite=args.overwrite, crs=args.crs, image_crs=args.image_crs,
+                      evidence_dir=args.evidence_dir)
     backend, note = choose_backend(args.backend)  # resolve "auto" once, here
     if args.backend == "auto" and backend.name != "gpu":
         print(f"note: using {note}", file=sys.stderr)
@@ -140,7 +145,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         close()
     settings = {"seeds": args.seeds, "backend": backend.name, "crs": args.crs,
-                "image_crs": args.image_crs, "params": params_from_args(args).as_dict(),
+                "image_crs": args.image_crs, "evidence_dir": args.evidence_dir,
+                "params": params_from_args(args).as_dict(),
                 "workers": None if args.scheduler else (args.workers if executor else 1),
                 "scheduler": args.scheduler, "interrupted": interrupted}
     summary = summarize(plan, reports, time.perf_counter() - start, settings)

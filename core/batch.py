@@ -19,6 +19,12 @@ document; the caller writes it atomically to ``OUT_DIR/<image stem>.geojson``
 ``summary.csv``. Images whose output exists are skipped unless ``overwrite`` or their
 seeds or parameters changed since (``summary.json`` keeps a fingerprint of each image's inputs).
 
+Evidence rasters: with ``evidence_dir``, each image is traced on the raster of that folder
+named like it (``<image name>``, else ``<image stem>`` with any image suffix) instead of its
+own pixels, e.g. a segmentation model's road-probability maps (``TraceParams.evidence_path``;
+with the score kind ``evidence`` the folder is vectorised: the angle-constrained optimum over
+each map, snapped to the seeds). An image without one fails, naming the file it looked for.
+
 This module never imports :mod:`gpu`: tasks are handed a ``backend_factory``, a picklable
 callable returning a :class:`core.backend.TracerBackend` in the worker process.
 """
@@ -54,7 +60,7 @@ from core.guides import build_corridor, check_max_angle
 from core.output import read_json, write_text_atomic
 from core.raster import TIFF_SUFFIXES, Raster, load_image
 from core.scores import get_score_kind
-from core.tracer import TraceParams, TraceResult, trace
+from core.tracer import TraceParams, TraceResult, evidence_source, trace
 
 #: Image files a batch picks up in IMAGES_DIR (lower-case suffixes).
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff")
@@ -434,6 +440,7 @@ def process_image(task: ImageTask,
         numba.set_num_threads(max(1, min(task.threads, numba.config.NUMBA_NUM_THREADS)))
     try:
         with load_image(task.image, crs=task.image_crs) as raster:
+            evidence_source(raster, task.params)  # a missing or misfit evidence raster: once
             backend = backend_factory()
             features = []
             report.coordinate_space = coordinate_space(raster, task.crs)
@@ -577,17 +584,29 @@ def check_params(params: TraceParams) -> None:
                    resolved.halfwidth)
 
 
+def evidence_raster(evidence_dir: Path, image: str) -> Path:
+    """The evidence raster of ``image`` (a file name) in ``evidence_dir``: the file of the same
+    name, else the first of the same stem with an image suffix, else the same name (missing:
+    the image's trace then fails naming it)."""
+    candidates = [evidence_dir / image] + [evidence_dir / (Path(image).stem + suffix)
+                                           for suffix in IMAGE_SUFFIXES]
+    return next((path for path in candidates if path.is_file()), candidates[0])
+
+
 def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
                out_dir: str | os.PathLike, params: TraceParams | None = None, *,
                overwrite: bool = False, crs: str = "wgs84",
-               image_crs: str | None = None) -> BatchPlan:
+               image_crs: str | None = None,
+               evidence_dir: str | os.PathLike | None = None) -> BatchPlan:
     """Read the seeds, list the images, and decide what to do with each.
+
+    ``evidence_dir``: trace each image on its evidence raster there (module docstring).
 
     Raises
     ------
     BadParameter
-        If ``images_dir`` is not a folder, the seeds file is unreadable, ``crs`` or
-        ``image_crs`` is unknown, or a tracing parameter is out of range.
+        If ``images_dir`` or ``evidence_dir`` is not a folder, the seeds file is unreadable,
+        ``crs`` or ``image_crs`` is unknown, or a tracing parameter is out of range.
     OutputWriteError
         If ``out_dir`` cannot be created or written to.
     """
@@ -599,6 +618,8 @@ def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
         parse_crs(image_crs)
     if not images_dir.is_dir():
         raise BadParameter(f"images folder {images_dir} does not exist or is not a folder")
+    if evidence_dir is not None and not Path(evidence_dir).is_dir():
+        raise BadParameter(f"evidence folder {evidence_dir} does not exist or is not a folder")
     seeds, seed_failures = read_seeds(seeds_path)
     _check_writable(out_dir)
     images = list_images(images_dir)
@@ -618,7 +639,9 @@ def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
         outputs[image] = out_dir / output
         mine = tuple(seed for seed in seeds
                      if seed.image == image or (seed.image is None and seed.id in by_image[image]))
-        task = ImageTask(str(images_dir / image), mine, params, crs, image_crs)
+        image_params = params if evidence_dir is None else replace(
+            params, evidence_path=str(evidence_raster(Path(evidence_dir), image)))
+        task = ImageTask(str(images_dir / image), mine, image_params, crs, image_crs)
         earlier = previous.get(image, {})
         # An output is kept unless --overwrite, or the earlier summary shows that it came from
         # other seeds or parameters (an output with no summary entry is kept: nothing to compare).

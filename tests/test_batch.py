@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 
+import imageio.v3 as iio
 import numpy as np
 import pyproj
 import pytest
@@ -34,6 +35,7 @@ from core.errors import BadParameter
 from core.georef import Georef
 from core.tracer import TraceParams
 from tests.conftest import SAMPLE_CASES, SAMPLE_IMAGE
+from tests.synthetic import distance_to_polyline, road_image
 from tests.test_georef import TRANSFORM, sample_pixels, write_geotiff, write_world_file
 
 CASES = json.loads(SAMPLE_CASES.read_text())[:3]
@@ -485,3 +487,45 @@ def test_gpu_workers_never_outnumber_devices(monkeypatch):
     executor, close = open_executor(args, tasks=3, gpu=True)
     assert executor is None  # one device: the images run in this process
     close()
+
+
+def test_evidence_folder_is_vectorised_along_the_seeds(tmp_path, capsys):
+    # The images show no road; road-probability maps beside them do (one is missing).
+    centreline = np.array([[30.0, 150.0], [90.0, 80.0], [170.0, 60.0], [230.0, 100.0]])
+    probability = road_image(centreline, width=8.0, noise=0.0, colour=(1.0,) * 3,
+                             background=(0.0,) * 3).pixels[:, :, 0]
+    images, evidence = tmp_path / "images", tmp_path / "maps"
+    images.mkdir()
+    evidence.mkdir()
+    blank = (np.random.default_rng(0).uniform(90, 110, (200, 260, 3))).astype(np.uint8)
+    for name in ("a.png", "b.png"):
+        iio.imwrite(images / name, blank)
+    iio.imwrite(evidence / "a.tif", (255 * np.clip(probability, 0, 1)).astype(np.uint8))
+    seeds = tmp_path / "seeds.geojson"
+    ends = centreline[[0, -1]].tolist()
+    seeds.write_text(json.dumps({"type": "FeatureCollection", "features": [
+        feature(ends, {"image": "a.png"}, id="road-a"),
+        feature(ends, {"image": "b.png"}, id="road-b")]}))
+    out = tmp_path / "out"
+    code, err = batch(capsys, images, seeds, out, "--workers", "1", "--score", "evidence",
+                      "--evidence-dir", evidence)
+    assert code == 1
+    summary, _ = read_summary(out)
+    assert summary["evidence_dir"] == str(evidence)
+    status = {record["image"]: record for record in summary["images"]}
+    assert status["a.png"]["status"] == "ok"
+    line = np.array(json.loads((out / "a.geojson").read_text())
+                    ["features"][0]["geometry"]["coordinates"])
+    dense = np.vstack([p + f * (q - p) for p, q in zip(line[:-1], line[1:], strict=True)
+                       for f in np.linspace(0, 1, 20)])
+    assert distance_to_polyline(dense, centreline).max() <= 4.0  # inside the 8 px road
+    assert status["b.png"]["status"] == "failed"
+    assert [f["reason"] for f in status["b.png"]["failures"]] == [
+        f"evidence raster not found: {evidence / 'b.png'}"]
+    assert "evidence raster not found" in err
+    # Without the maps the same seeds are other inputs: traced again, on the images.
+    code, err = batch(capsys, images, seeds, out, "--workers", "1", "--score", "evidence")
+    assert "tracing 1 image(s) again" in err
+    with pytest.raises(BadParameter, match="evidence folder .*missing"):
+        plan_batch(images, seeds, out, evidence_dir=tmp_path / "missing")
+
