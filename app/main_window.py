@@ -29,6 +29,7 @@ from app.tracing import TraceOutcome, TracingController, error_text
 from core.errors import TraceError
 from core.geojson import feature_collection, line_feature, write_geojson
 from core.raster import FULL_READ_LIMIT, Raster, load_image
+from core.tracer import TraceParams, evidence_source
 
 SAMPLE_IMAGE = Path(__file__).resolve().parent.parent / "resources" / "sample" / "gsi_108.png"
 IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.tif *.tiff);;All files (*)"
@@ -99,6 +100,7 @@ class MainWindow(QMainWindow):
         self.canvas.cursor_moved.connect(self._show_cursor)
         self.params_panel.params_changed.connect(self.controller.set_params)
         self.params_panel.backend_changed.connect(self.controller.set_backend)
+        self.params_panel.evidence_requested.connect(self.choose_evidence)
         self.setAcceptDrops(True)
         self.resize(1280, 860)
         self.restoreGeometry(self.settings.value("window/geometry", b""))
@@ -270,6 +272,8 @@ class MainWindow(QMainWindow):
                 self.model.reset(lines)
             else:
                 self.session_path = None
+                if self.params_panel.evidence_path is not None:  # it was the last image's
+                    self.params_panel.set_evidence(None)
                 self.model.reset(self._autosaved_lines(path))
             self._add_recent(path)
             self._update_title()
@@ -282,6 +286,29 @@ class MainWindow(QMainWindow):
             self.show_error(error_text(exc), "Cannot open image")
 
         self.jobs.submit(Job(lambda: load_for_display(path), loaded, failed))
+        return True
+
+    def choose_evidence(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Evidence raster (the image's size)",
+                                              self._last_folder(), IMAGE_FILTER)
+        if path:
+            self.set_evidence_raster(path)
+
+    def set_evidence_raster(self, path: str) -> bool:
+        """Trace on the raster ``path`` instead of the image's pixels, if it can be read and has
+        the image's size; otherwise say why and keep the current evidence."""
+        if self.raster is None:
+            self.show_error("open an image first, then its evidence raster", "Evidence raster")
+            return False
+        path = os.path.abspath(path)
+        try:
+            evidence_source(self.raster, TraceParams(evidence_path=path))
+        except TraceError as exc:
+            self.show_error(error_text(exc), "Evidence raster")
+            return False
+        self.params_panel.set_evidence(path)
+        self.show_status(f"tracing on {os.path.basename(path)} instead of the image's pixels "
+                         "(score 'evidence' reads it as a probability)")
         return True
 
     def recent_files(self) -> list[str]:

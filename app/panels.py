@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
@@ -41,6 +42,7 @@ class ParamsPanel(QWidget):
 
     params_changed = Signal(object)
     backend_changed = Signal(str)
+    evidence_requested = Signal()
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
@@ -48,10 +50,10 @@ class ParamsPanel(QWidget):
         self.guides = QSpinBox(minimum=0, maximum=200)
         self.guides.setSpecialValueText("auto")
         self.guides.setToolTip("Number of guides m across the segment; more guides follow "
-                               "tighter curves but trace slower. Auto: one guide every ~25 px.")
+                               "tighter curves but trace slower. Auto: one guide every ~20 px.")
         self.points = QSpinBox(minimum=0, maximum=1001)
         self.points.setSpecialValueText("auto")
-        self.points.setToolTip("Candidate points d on each guide. Auto: 1 px apart over the "
+        self.points.setToolTip("Candidate points d on each guide. Auto: 1.5 px apart over the "
                                "whole half-width.")
         self.halfwidth = QDoubleSpinBox(minimum=0.0, maximum=1000.0, decimals=1, suffix=" px")
         self.halfwidth.setSpecialValueText("auto")
@@ -78,11 +80,28 @@ class ParamsPanel(QWidget):
         self.backend.addItems(PANEL_BACKENDS)
         self.backend.setToolTip("auto: the GPU when CUDA is available, else the CPU. The status "
                                 "bar says which backend runs and why.")
+        self.evidence_path: str | None = None
+        self.evidence_label = QLabel()
+        self.choose_evidence = QPushButton("Choose…")
+        self.choose_evidence.setToolTip(
+            "Trace on a raster of the image's size instead of the image itself, e.g. a "
+            "segmentation model's road-probability map (score 'evidence': cost 1 − p).")
+        self.clear_evidence = QPushButton("Clear")
+        self.clear_evidence.setToolTip("Trace on the image's own pixels again.")
+        evidence = QHBoxLayout()
+        evidence.setContentsMargins(0, 0, 0, 0)
+        for widget in (self.evidence_label, self.choose_evidence, self.clear_evidence):
+            evidence.addWidget(widget)
+        evidence.setStretch(0, 1)
+        self._show_evidence()
         form = QFormLayout(self)
         for label, widget in (("Guides", self.guides), ("Points per guide", self.points),
                               ("Half-width", self.halfwidth), ("Max angle", self.max_angle),
-                              ("σ", self.sigma), ("Score", self.score), ("Backend", self.backend)):
+                              ("σ", self.sigma), ("Score", self.score), ("Backend", self.backend),
+                              ("Evidence", evidence)):
             form.addRow(label, widget)
+        self.choose_evidence.clicked.connect(self.evidence_requested)
+        self.clear_evidence.clicked.connect(lambda: self.set_evidence(None))
         self._debounce = QTimer(self, singleShot=True, interval=250)
         self._debounce.timeout.connect(lambda: self.params_changed.emit(self.params()))
         for spin in (self.guides, self.points, self.halfwidth, self.max_angle, self.sigma):
@@ -94,7 +113,19 @@ class ParamsPanel(QWidget):
         return TraceParams(guides=self.guides.value() or None, points=self.points.value() or None,
                            halfwidth=self.halfwidth.value() or None,
                            max_angle=self.max_angle.value(), sigma=self.sigma.value(),
-                           score=self.score.currentText())
+                           score=self.score.currentText(), evidence_path=self.evidence_path)
+
+    def set_evidence(self, path: str | None) -> None:
+        """Trace on the raster ``path`` (None: the image itself); emits ``params_changed``."""
+        self.evidence_path = path
+        self._show_evidence()
+        self._debounce.start()
+
+    def _show_evidence(self) -> None:
+        path = self.evidence_path
+        self.evidence_label.setText("the image" if path is None else os.path.basename(path))
+        self.evidence_label.setToolTip(path or "Links are scored on the image's own pixels.")
+        self.clear_evidence.setEnabled(path is not None)
 
     def set_params(self, params: TraceParams) -> None:
         """Show parameters (from a session) without emitting ``params_changed``."""
@@ -110,6 +141,8 @@ class ParamsPanel(QWidget):
         self.score.setCurrentText(params.score)
         for widget in widgets:
             widget.blockSignals(False)
+        self.evidence_path = params.evidence_path
+        self._show_evidence()
 
 
 class LinesPanel(QWidget):

@@ -517,3 +517,32 @@ def test_asking_for_an_unavailable_gpu_falls_back_with_a_message(make_window, qt
     assert "gpu backend unavailable" in window.statusBar().currentMessage()
     click(qtbot, window, A)
     click_and_wait(qtbot, window, B)
+
+
+def test_tracing_on_an_evidence_raster(make_window, qtbot, tmp_path):
+    window = make_window()
+    # A probability map of the sample's size with a road where the image has none.
+    path_line = np.array([[100.0, 520.0], [250.0, 470.0], [400.0, 480.0]])
+    probability = road_image(path_line, size=(572, 572), width=8.0, noise=0.0,
+                             colour=(1.0,) * 3, background=(0.0,) * 3).pixels[:, :, 0]
+    evidence = tmp_path / "roads.png"
+    iio.imwrite(evidence, np.round(255 * np.clip(probability, 0, 1)).astype(np.uint8))
+    small = tmp_path / "small.png"
+    iio.imwrite(small, np.zeros((100, 100), dtype=np.uint8))
+    assert not window.set_evidence_raster(str(small))
+    assert "100×100" in window.last_error
+    assert window.params_panel.params().evidence_path is None
+    with qtbot.waitSignal(window.params_panel.params_changed, timeout=5_000):
+        assert window.set_evidence_raster(str(evidence))
+        window.params_panel.score.setCurrentText("evidence")
+    assert window.params_panel.evidence_label.text() == "roads.png"
+    click(qtbot, window, tuple(path_line[0]))
+    click_and_wait(qtbot, window, tuple(path_line[-1]))
+    segment = window.model.lines[0].segments[0]
+    assert segment.params.evidence_path == str(evidence)
+    assert distance_to_polyline(segment.polyline, path_line).max() <= 4.0  # on the 8 px road
+    # Another image: the evidence belonged to the last one.
+    with qtbot.waitSignal(window.params_panel.params_changed, timeout=60_000):
+        window.open_image(str(SAMPLE_IMAGE))
+    assert window.params_panel.params().evidence_path is None
+    assert window.params_panel.evidence_label.text() == "the image"

@@ -94,7 +94,8 @@ def test_session_round_trip(tmp_path):
     line = model.add_line((1, 2), (30, 4), traced((1, 2), (30, 4)), kind="river")
     model.append_segment(line.id, (40, 40), straight((30, 4), (40, 40)))
     image = tmp_path / "image.png"
-    params = TraceParams(halfwidth=12.0, max_angle=20.0, score="cross")
+    params = TraceParams(halfwidth=12.0, max_angle=20.0, score="cross",
+                         evidence_path=str(tmp_path / "roads.tif"))
     path = tmp_path / "work" / "s.roadtracer.json"
     path.parent.mkdir()
     write_session(path, str(image), model.lines, params, "cpu")
