@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from cli.trace_cmd import add_trace_parameters, params_from_args
@@ -17,6 +18,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="tracer to measure; 'all' runs ours and every peer "
                              "(default: %(default)s)")
     add_trace_parameters(parser)
+    parser.add_argument("--evidence-dir", metavar="DIR",
+                        help="trace ours on rasters named like the images in DIR (e.g. a "
+                             "segmentation model's road-probability maps) instead of the images")
     parser.add_argument("--limit", type=int, help="only the first N cases")
     parser.add_argument("--tags", action="store_true",
                         help="print a row for every tag (default: all, nontrivial and the "
@@ -51,6 +55,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.limit is not None and args.limit < 1:
         raise BadParameter(f"--limit must be >= 1, got {args.limit}")
+    if args.evidence_dir is not None and not os.path.isdir(args.evidence_dir):
+        raise BadParameter(f"evidence folder {args.evidence_dir} does not exist or is not a "
+                           "folder")
     params = params_from_args(args)
     cases = load_cases(args.cases, args.limit)
     methods = [OURS, *PEERS] if args.method == "all" else [args.method]
@@ -61,15 +68,17 @@ def run(args: argparse.Namespace) -> int:
     rasters = RasterCache()
     runs = {}
     for method in methods:
-        runs[method] = results = evaluate(cases, method, params, backend, rasters)
+        runs[method] = results = evaluate(cases, method, params, backend, rasters,
+                                          args.evidence_dir)
         summary = summarise(results)
         print(format_summary(method, summary, None if args.tags else HEADLINE_GROUPS))
         for result in results:
             if result.error:
                 print(f"  failed {result.case.id}: {result.error}", file=sys.stderr)
     document = report_document(runs, params)
+    document["evidence_dir"] = args.evidence_dir
     if args.stability is not None:
-        shifts = stability(cases, params, args.stability, backend, rasters)
+        shifts = stability(cases, params, args.stability, backend, rasters, args.evidence_dir)
         median = float(np.median(shifts)) if len(shifts) else float("nan")
         print(f"stability: endpoint moved {args.stability:g} px → line moves {median:.2f} px "
               f"(median over {len(shifts)} cases)")

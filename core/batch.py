@@ -58,12 +58,10 @@ from core.geojson import (
 from core.georef import parse_crs, read_georef
 from core.guides import build_corridor, check_max_angle
 from core.output import read_json, write_text_atomic
-from core.raster import TIFF_SUFFIXES, Raster, load_image
+from core.raster import IMAGE_SUFFIXES, TIFF_SUFFIXES, Raster, load_image
 from core.scores import get_score_kind
-from core.tracer import TraceParams, TraceResult, evidence_source, trace
+from core.tracer import TraceParams, TraceResult, evidence_raster, evidence_source, trace
 
-#: Image files a batch picks up in IMAGES_DIR (lower-case suffixes).
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff")
 SUMMARY_JSON = "summary.json"
 SUMMARY_CSV = "summary.csv"
 CSV_COLUMNS = ("image", "status", "coordinate_space", "lines", "segments", "failures",
@@ -582,15 +580,6 @@ def check_params(params: TraceParams) -> None:
     resolved = params.resolve(100.0)
     build_corridor((0.0, 0.0), (100.0, 0.0), resolved.guides, resolved.points,
                    resolved.halfwidth)
-
-
-def evidence_raster(evidence_dir: Path, image: str) -> Path:
-    """The evidence raster of ``image`` (a file name) in ``evidence_dir``: the file of the same
-    name, else the first of the same stem with an image suffix, else the same name (missing:
-    the image's trace then fails naming it)."""
-    candidates = [evidence_dir / image] + [evidence_dir / (Path(image).stem + suffix)
-                                           for suffix in IMAGE_SUFFIXES]
-    return next((path for path in candidates if path.is_file()), candidates[0])
 
 
 def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,

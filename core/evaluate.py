@@ -15,7 +15,8 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
 
 import numpy as np
 
@@ -23,7 +24,7 @@ from core.errors import BadParameter, TraceError
 from core.metrics import FAILED, PathMetrics, line_shift, path_metrics
 from core.output import read_json
 from core.raster import Raster, load_image
-from core.tracer import TraceParams, trace
+from core.tracer import TraceParams, evidence_raster, trace
 
 #: Metric names in report order (fields of :class:`PathMetrics`) plus latency.
 METRICS = tuple(f.name for f in fields(PathMetrics))
@@ -94,6 +95,17 @@ def ours_method(params: TraceParams, backend=None) -> Callable:
     return run
 
 
+def case_params(params: TraceParams | None, case: Case,
+                evidence_dir: str | os.PathLike | None = None) -> TraceParams:
+    """Our parameters for ``case``: with ``evidence_dir``, traced on the evidence raster there
+    that is named like the case's image (:func:`core.tracer.evidence_raster`)."""
+    params = params or TraceParams()
+    if evidence_dir is None:
+        return params
+    return replace(params, evidence_path=str(evidence_raster(Path(evidence_dir),
+                                                             Path(case.image).name)))
+
+
 def method_function(name: str, params: TraceParams | None = None, backend=None) -> Callable:
     """``ours`` (with ``params``) or a peer from :data:`core.peers.PEERS`."""
     if name == OURS:
@@ -124,17 +136,24 @@ def run_case(function: Callable, method: str, case: Case, raster: Raster) -> Cas
 
 
 def evaluate(cases: list[Case], method: str, params: TraceParams | None = None, backend=None,
-             rasters: RasterCache | None = None) -> list[CaseResult]:
-    """Run one method on every case (images loaded once; ours warmed up before timing)."""
+             rasters: RasterCache | None = None,
+             evidence_dir: str | os.PathLike | None = None) -> list[CaseResult]:
+    """Run one method on every case (images loaded once; ours warmed up before timing).
+    ``evidence_dir``: ours traces each case on its image's evidence raster there
+    (:func:`case_params`); the peers always trace the images."""
     rasters = rasters or RasterCache()
-    function = method_function(method, params, backend)
+    shared = method_function(method, params, backend)  # an unknown method fails here
+    functions = [shared if method != OURS or evidence_dir is None
+                 else method_function(method, case_params(params, case, evidence_dir), backend)
+                 for case in cases]
     if method == OURS and cases:
         first = cases[0]
         try:
-            function(rasters.get(first.image), first.a, first.b)
+            functions[0](rasters.get(first.image), first.a, first.b)
         except TraceError:
             pass  # the timed run reports it
-    return [run_case(function, method, case, rasters.get(case.image)) for case in cases]
+    return [run_case(function, method, case, rasters.get(case.image))
+            for function, case in zip(functions, cases, strict=True)]
 
 
 def _statistics(values: np.ndarray) -> dict:
@@ -164,22 +183,24 @@ def summarise(results: list[CaseResult]) -> dict:
 
 
 def stability(cases: list[Case], params: TraceParams | None = None, shift: float = 3.0,
-              backend=None, rasters: RasterCache | None = None) -> np.ndarray:
+              backend=None, rasters: RasterCache | None = None,
+              evidence_dir: str | os.PathLike | None = None) -> np.ndarray:
     """How far our trace moves when one endpoint moves by ``shift`` px.
 
     For each case, a and then b is moved by ``shift`` px along ±u and ±n (u = direction a→b,
     n its normal; moves leaving the image are skipped) and the median distance between the
     original and the moved trace (:func:`core.metrics.line_shift`) is taken; the case's value
-    is the median over its moves. Cases whose trace fails are skipped.
+    is the median over its moves. Cases whose trace fails are skipped. ``evidence_dir`` as
+    for :func:`evaluate`.
 
     Returns
     -------
     ndarray of shape (n_cases_traced,), px
     """
     rasters = rasters or RasterCache()
-    function = ours_method(params or TraceParams(), backend)
     values = []
     for case in cases:
+        function = ours_method(case_params(params, case, evidence_dir), backend)
         raster = rasters.get(case.image)
         try:
             base = function(raster, case.a, case.b)

@@ -30,6 +30,8 @@ from core.georef import Georef, RpcGeoref, read_georef
 
 #: File suffixes opened through rasterio as windowed rasters (lower case).
 TIFF_SUFFIXES = (".tif", ".tiff", ".gtiff")
+#: Image files a folder is searched for (batch images, evidence rasters).
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff")
 
 #: Largest image (in pixels) a :class:`WindowedRaster` reads whole for ``pixels``.
 FULL_READ_LIMIT = 32 * 2**20

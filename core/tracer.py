@@ -32,6 +32,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
@@ -39,7 +40,7 @@ from core.backend import CpuBackend, TracerBackend
 from core.errors import BadParameter, ImageReadError, NoAdmissiblePath, PointOutsideImage
 from core.gradient import gradient_margin
 from core.guides import Corridor, admissible_windows, build_corridor, check_max_angle
-from core.raster import Raster, load_image
+from core.raster import IMAGE_SUFFIXES, Raster, load_image
 from core.scores import SCALAR, Evidence, get_score_kind
 
 #: Default corridor half-width per px of click distance.
@@ -144,6 +145,15 @@ def evidence_source(raster: Raster, params: TraceParams) -> Raster:
         raise BadParameter(f"evidence raster {path} is {evidence.width}×{evidence.height} px; "
                            f"the image is {raster.width}×{raster.height}")
     return evidence
+
+
+def evidence_raster(evidence_dir: Path, image: str) -> Path:
+    """The evidence raster of ``image`` (a file name) in ``evidence_dir``: the file of the same
+    name, else the first of the same stem with an image suffix, else the same name (missing:
+    the image's trace then fails naming it)."""
+    candidates = [evidence_dir / image] + [evidence_dir / (Path(image).stem + suffix)
+                                           for suffix in IMAGE_SUFFIXES]
+    return next((path for path in candidates if path.is_file()), candidates[0])
 
 
 def corridor_bounds(corridor: Corridor) -> tuple[np.ndarray, np.ndarray]:

@@ -133,3 +133,37 @@ def test_eval_command_all_methods_and_stability(capsys):
 def test_eval_command_bad_input(tmp_path, capsys):
     assert main(["eval", str(tmp_path / "none.json")]) == 2
     assert "cannot read cases file" in capsys.readouterr().err
+
+
+def test_eval_on_an_evidence_folder(tmp_path, capsys, cases):
+    # The cases' own ground truth drawn as a 6 px band: an oracle probability map, which the
+    # optimiser must follow (ours reads it; the peers still trace the image).
+    import imageio.v3 as iio
+
+    from tests.synthetic import distance_to_polyline
+
+    image = iio.imread(cases[0].image)
+    rows, cols = image.shape[:2]
+    y, x = np.mgrid[:rows, :cols]
+    grid = np.column_stack([x.ravel(), y.ravel()]).astype(float)
+    distance = np.min([distance_to_polyline(grid, case.gt) for case in cases], axis=0)
+    maps = tmp_path / "maps"
+    maps.mkdir()
+    iio.imwrite(maps / "dubai_t6_003_crop.tif",
+                np.where(distance.reshape(rows, cols) <= 3, 255, 0).astype(np.uint8))
+    out = tmp_path / "report.json"
+    assert main(["eval", str(CASES), "--score", "centre", "--evidence-dir", str(maps),
+                 "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["evidence_dir"] == str(maps)
+    summary = report["methods"]["ours"]["summary"]["all"]
+    assert summary["failures"] == 0
+    assert summary["completeness_3"]["median"] >= 0.95
+    # A folder without the image's raster: every case fails, and says why.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    capsys.readouterr()
+    assert main(["eval", str(CASES), "--evidence-dir", str(empty)]) == 0
+    assert capsys.readouterr().err.count("evidence raster not found") == len(cases)
+    assert main(["eval", str(CASES), "--evidence-dir", str(tmp_path / "none")]) == 2
+    assert "evidence folder" in capsys.readouterr().err
