@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 from cli.trace_cmd import add_trace_parameters, params_from_args
@@ -51,13 +50,13 @@ def run(args: argparse.Namespace) -> int:
     )
     from core.output import write_text_atomic
     from core.peers import PEERS
+    from core.tracer import evidence_folder
     from gpu.select import choose_backend
 
     if args.limit is not None and args.limit < 1:
         raise BadParameter(f"--limit must be >= 1, got {args.limit}")
-    if args.evidence_dir is not None and not os.path.isdir(args.evidence_dir):
-        raise BadParameter(f"evidence folder {args.evidence_dir} does not exist or is not a "
-                           "folder")
+    if args.evidence_dir is not None:
+        evidence_folder(args.evidence_dir)
     params = params_from_args(args)
     cases = load_cases(args.cases, args.limit)
     methods = [OURS, *PEERS] if args.method == "all" else [args.method]

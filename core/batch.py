@@ -60,7 +60,14 @@ from core.guides import build_corridor, check_max_angle
 from core.output import read_json, write_text_atomic
 from core.raster import IMAGE_SUFFIXES, TIFF_SUFFIXES, Raster, load_image
 from core.scores import get_score_kind
-from core.tracer import TraceParams, TraceResult, evidence_raster, evidence_source, trace
+from core.tracer import (
+    TraceParams,
+    TraceResult,
+    evidence_folder,
+    evidence_raster,
+    evidence_source,
+    trace,
+)
 
 SUMMARY_JSON = "summary.json"
 SUMMARY_CSV = "summary.csv"
@@ -607,8 +614,8 @@ def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
         parse_crs(image_crs)
     if not images_dir.is_dir():
         raise BadParameter(f"images folder {images_dir} does not exist or is not a folder")
-    if evidence_dir is not None and not Path(evidence_dir).is_dir():
-        raise BadParameter(f"evidence folder {evidence_dir} does not exist or is not a folder")
+    if evidence_dir is not None:
+        evidence_dir = evidence_folder(evidence_dir)
     seeds, seed_failures = read_seeds(seeds_path)
     _check_writable(out_dir)
     images = list_images(images_dir)
@@ -629,7 +636,7 @@ def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
         mine = tuple(seed for seed in seeds
                      if seed.image == image or (seed.image is None and seed.id in by_image[image]))
         image_params = params if evidence_dir is None else replace(
-            params, evidence_path=str(evidence_raster(Path(evidence_dir), image)))
+            params, evidence_path=str(evidence_raster(evidence_dir, image)))
         task = ImageTask(str(images_dir / image), mine, image_params, crs, image_crs)
         earlier = previous.get(image, {})
         # An output is kept unless --overwrite, or the earlier summary shows that it came from

@@ -147,6 +147,13 @@ def evidence_source(raster: Raster, params: TraceParams) -> Raster:
     return evidence
 
 
+def evidence_folder(path: str | os.PathLike) -> Path:
+    """``path`` as a folder of evidence rasters, or :class:`BadParameter` if it is none."""
+    if not os.path.isdir(path):
+        raise BadParameter(f"evidence folder {path} does not exist or is not a folder")
+    return Path(path)
+
+
 def evidence_raster(evidence_dir: Path, image: str) -> Path:
     """The evidence raster of ``image`` (a file name) in ``evidence_dir``: the file of the same
     name, else the first of the same stem with an image suffix, else the same name (missing:
