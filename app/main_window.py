@@ -6,6 +6,7 @@ import hashlib
 import math
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import QCoreApplication, QSettings, QStandardPaths, Qt, QTimer, Signal
@@ -267,9 +268,14 @@ class MainWindow(QMainWindow):
             self.controller.set_raster(raster)
             if session is not None:
                 lines, params, self.session_path = session
+                lost = self._unusable_evidence(params)
+                if lost:
+                    params = replace(params, evidence_path=None)
                 self.params_panel.set_params(params)
                 self.controller.set_params(params)
                 self.model.reset(lines)
+                if lost:
+                    self.show_error(f"{lost}; tracing on the image itself", "Evidence raster")
             else:
                 self.session_path = None
                 if self.params_panel.evidence_path is not None:  # it was the last image's
@@ -288,6 +294,15 @@ class MainWindow(QMainWindow):
         self.jobs.submit(Job(lambda: load_for_display(path), loaded, failed))
         return True
 
+    def _unusable_evidence(self, params: TraceParams) -> str | None:
+        """Why the evidence raster of ``params`` cannot serve the open image; None if it can
+        (or there is none)."""
+        try:
+            evidence_source(self.raster, params)
+        except TraceError as exc:
+            return error_text(exc)
+        return None
+
     def choose_evidence(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Evidence raster (the image's size)",
                                               self._last_folder(), IMAGE_FILTER)
@@ -301,10 +316,9 @@ class MainWindow(QMainWindow):
             self.show_error("open an image first, then its evidence raster", "Evidence raster")
             return False
         path = os.path.abspath(path)
-        try:
-            evidence_source(self.raster, TraceParams(evidence_path=path))
-        except TraceError as exc:
-            self.show_error(error_text(exc), "Evidence raster")
+        reason = self._unusable_evidence(TraceParams(evidence_path=path))
+        if reason:
+            self.show_error(reason, "Evidence raster")
             return False
         self.params_panel.set_evidence(path)
         self.show_status(f"tracing on {os.path.basename(path)} instead of the image's pixels "

@@ -541,6 +541,19 @@ def test_tracing_on_an_evidence_raster(make_window, qtbot, tmp_path):
     segment = window.model.lines[0].segments[0]
     assert segment.params.evidence_path == str(evidence)
     assert distance_to_polyline(segment.polyline, path_line).max() <= 4.0  # on the 8 px road
+    # Sessions keep it; one whose raster has gone opens on the image and says so.
+    session = tmp_path / "work.roadtracer.json"
+    assert window.write_session(str(session))
+    other = make_window(open_sample=False)
+    with qtbot.waitSignal(other.image_loaded, timeout=60_000):
+        assert other.open_session(str(session))
+    assert other.params_panel.params().evidence_path == str(evidence)
+    evidence.rename(tmp_path / "moved.png")
+    third = make_window(open_sample=False)
+    with qtbot.waitSignal(third.image_loaded, timeout=60_000):
+        assert third.open_session(str(session))
+    assert third.params_panel.params().evidence_path is None
+    assert "evidence raster not found" in third.last_error
     # Another image: the evidence belonged to the last one.
     with qtbot.waitSignal(window.params_panel.params_changed, timeout=60_000):
         window.open_image(str(SAMPLE_IMAGE))
