@@ -233,7 +233,8 @@ class Canvas(QGraphicsView):
         controller.lines_stale.connect(self.rebuild_lines)
 
     # -- content -------------------------------------------------------------------------------
-    def set_image(self, levels: list[DisplayLevel]) -> None:
+    def set_image(self, levels: list[DisplayLevel], fit: bool = True) -> None:
+        """Show a display pyramid; ``fit=False`` keeps the view (same-size rasters)."""
         if self._raster_item is not None:
             self.scene().removeItem(self._raster_item)
         self._raster_item = RasterItem(levels)
@@ -243,7 +244,8 @@ class Canvas(QGraphicsView):
         self.setSceneRect(bounds.adjusted(-margin, -margin, margin, margin))
         self._overlay.set_bounds(self.sceneRect())
         self.rebuild_lines()
-        self.fit()
+        if fit:
+            self.fit()
 
     def rebuild_lines(self) -> None:
         for item in self._line_items:

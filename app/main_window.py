@@ -77,6 +77,8 @@ class MainWindow(QMainWindow):
             QStandardPaths.writableLocation(QStandardPaths.StandardLocation.AppDataLocation),
             "autosave")
         self.raster: Raster | None = None
+        self._image_levels: list | None = None  # display pyramids: the image's, the evidence's
+        self._evidence_levels: list | None = None
         self.image_path: str | None = None
         self.session_path: str | None = None
         self.last_error: str | None = None
@@ -102,6 +104,7 @@ class MainWindow(QMainWindow):
         self.params_panel.params_changed.connect(self.controller.set_params)
         self.params_panel.backend_changed.connect(self.controller.set_backend)
         self.params_panel.evidence_requested.connect(self.choose_evidence)
+        self.params_panel.evidence_changed.connect(self._evidence_changed)
         self.setAcceptDrops(True)
         self.resize(1280, 860)
         self.restoreGeometry(self.settings.value("window/geometry", b""))
@@ -179,6 +182,11 @@ class MainWindow(QMainWindow):
         self._action(view, "Colour by link &score", self.canvas.set_colour_by_score, ["S"],
                      checkable=True, checked=self.canvas.colour_by_score,
                      tip="Colour each link from red (weak evidence) to green (strong)")
+        self.show_evidence_action = self._action(
+            view, "Show &evidence raster", self._show_evidence_raster, ["E"], checkable=True,
+            tip="Show the evidence raster being traced instead of the image (Parameters ▸ "
+                "Evidence)")
+        self.show_evidence_action.setEnabled(False)
         view.addSeparator()
         for dock in self._docks:
             view.addAction(dock.toggleViewAction())
@@ -225,7 +233,7 @@ class MainWindow(QMainWindow):
             "Double-click or Enter: finish · Esc: cancel segment · Backspace: remove last segment\n"
             "Ctrl+Z / Ctrl+Shift+Z: undo / redo · Drag a vertex: move it (re-traces)\n"
             "Alt + click: select a segment · Wheel: zoom · Middle drag or Space + drag: pan\n"
-            "F: fit to window · G: corridor and guides · S: colour by score"))
+            "F: fit to window · G: corridor and guides · S: colour by score · E: evidence raster"))
 
     def _update_title(self) -> None:
         name = os.path.basename(self.image_path) if self.image_path else "no image"
@@ -264,6 +272,7 @@ class MainWindow(QMainWindow):
             raster, levels = result
             self._flush_autosave()
             self.raster, self.image_path = raster, path
+            self._image_levels = levels
             self.canvas.set_image(levels)
             self.controller.set_raster(raster)
             if session is not None:
@@ -302,6 +311,28 @@ class MainWindow(QMainWindow):
         except TraceError as exc:
             return error_text(exc)
         return None
+
+    def _evidence_changed(self, path: str | None) -> None:
+        """Drop the old evidence display; build the new one in the worker."""
+        self._evidence_levels = None
+        self.show_evidence_action.setEnabled(False)
+        if self.show_evidence_action.isChecked():
+            self.show_evidence_action.setChecked(False)
+        if path is None:
+            return
+
+        def built(result) -> None:
+            if self.params_panel.evidence_path == path:  # still the chosen one
+                self._evidence_levels = result[1]
+                self.show_evidence_action.setEnabled(True)
+
+        self.jobs.submit(Job(lambda: load_for_display(path), built,
+                             lambda exc: self.show_error(error_text(exc), "Evidence raster")))
+
+    def _show_evidence_raster(self, shown: bool) -> None:
+        levels = self._evidence_levels if shown else self._image_levels
+        if levels is not None:
+            self.canvas.set_image(levels, fit=False)
 
     def choose_evidence(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Evidence raster (the image's size)",

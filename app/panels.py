@@ -38,11 +38,14 @@ class ParamsPanel(QWidget):
     -------
     params_changed(TraceParams) : emitted shortly after the user stops changing a value.
     backend_changed(str) : "auto", "cpu" or "gpu".
+    evidence_requested() : the user asked to choose an evidence raster.
+    evidence_changed(str or None) : the evidence raster changed (None: the image itself).
     """
 
     params_changed = Signal(object)
     backend_changed = Signal(str)
     evidence_requested = Signal()
+    evidence_changed = Signal(object)
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
@@ -81,7 +84,7 @@ class ParamsPanel(QWidget):
         self.backend.setToolTip("auto: the GPU when CUDA is available, else the CPU. The status "
                                 "bar says which backend runs and why.")
         self.evidence_path: str | None = None
-        self.evidence_label = QLabel()
+        self.evidence_label = QLabel("the image")
         self.choose_evidence = QPushButton("Choose…")
         self.choose_evidence.setToolTip(
             "Trace on a raster of the image's size instead of the image itself, e.g. a "
@@ -93,7 +96,7 @@ class ParamsPanel(QWidget):
         for widget in (self.evidence_label, self.choose_evidence, self.clear_evidence):
             evidence.addWidget(widget)
         evidence.setStretch(0, 1)
-        self._show_evidence()
+        self._show_evidence(None)
         form = QFormLayout(self)
         for label, widget in (("Guides", self.guides), ("Points per guide", self.points),
                               ("Half-width", self.halfwidth), ("Max angle", self.max_angle),
@@ -117,15 +120,17 @@ class ParamsPanel(QWidget):
 
     def set_evidence(self, path: str | None) -> None:
         """Trace on the raster ``path`` (None: the image itself); emits ``params_changed``."""
-        self.evidence_path = path
-        self._show_evidence()
+        self._show_evidence(path)
         self._debounce.start()
 
-    def _show_evidence(self) -> None:
-        path = self.evidence_path
+    def _show_evidence(self, path: str | None) -> None:
+        changed = path != self.evidence_path
+        self.evidence_path = path
         self.evidence_label.setText("the image" if path is None else os.path.basename(path))
         self.evidence_label.setToolTip(path or "Links are scored on the image's own pixels.")
         self.clear_evidence.setEnabled(path is not None)
+        if changed:
+            self.evidence_changed.emit(path)
 
     def set_params(self, params: TraceParams) -> None:
         """Show parameters (from a session) without emitting ``params_changed``."""
@@ -141,8 +146,7 @@ class ParamsPanel(QWidget):
         self.score.setCurrentText(params.score)
         for widget in widgets:
             widget.blockSignals(False)
-        self.evidence_path = params.evidence_path
-        self._show_evidence()
+        self._show_evidence(params.evidence_path)
 
 
 class LinesPanel(QWidget):

@@ -536,6 +536,14 @@ def test_tracing_on_an_evidence_raster(make_window, qtbot, tmp_path):
         assert window.set_evidence_raster(str(evidence))
         window.params_panel.score.setCurrentText("evidence")
     assert window.params_panel.evidence_label.text() == "roads.png"
+    wait_idle(qtbot, window)  # the evidence's display pyramid
+    assert window.show_evidence_action.isEnabled()
+    window.show_evidence_action.setChecked(True)  # View ▸ Show evidence raster (E)
+    shown = window.canvas._raster_item.levels[0].array
+    assert shown[470, 250] == 0xFFFFFFFF  # on the map's road
+    assert shown[300, 250] == 0xFF000000  # off it
+    window.show_evidence_action.setChecked(False)
+    assert window.canvas._raster_item.levels is window._image_levels
     click(qtbot, window, tuple(path_line[0]))
     click_and_wait(qtbot, window, tuple(path_line[-1]))
     segment = window.model.lines[0].segments[0]
@@ -559,3 +567,4 @@ def test_tracing_on_an_evidence_raster(make_window, qtbot, tmp_path):
         window.open_image(str(SAMPLE_IMAGE))
     assert window.params_panel.params().evidence_path is None
     assert window.params_panel.evidence_label.text() == "the image"
+    assert not window.show_evidence_action.isEnabled()
