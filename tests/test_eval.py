@@ -149,7 +149,7 @@ def test_eval_on_an_evidence_folder(tmp_path, capsys, cases):
     distance = np.min([distance_to_polyline(grid, case.gt) for case in cases], axis=0)
     maps = tmp_path / "maps"
     maps.mkdir()
-    iio.imwrite(maps / "dubai_t6_003_crop.tif",
+    iio.imwrite(maps / "dubai_t6_003_crop.png",
                 np.where(distance.reshape(rows, cols) <= 3, 255, 0).astype(np.uint8))
     out = tmp_path / "report.json"
     assert main(["eval", str(CASES), "--score", "centre", "--evidence-dir", str(maps),
