@@ -260,8 +260,23 @@ def _surface_planes(inputs):
 
 
 def _evidence_planes(inputs):
-    """Term −(1 − p + LENGTH_COST) of a probability raster p (band 0, values in [0, 1])."""
-    return _ridge_term(inputs.pixels[:, :, 0])
+    """Term −(1 − p + LENGTH_COST) of a probability raster p (band 0, values in [0, 1]).
+
+    Raises
+    ------
+    BadParameter
+        If the window holds values outside [0, 1] or NaN: a float raster of 0..255 values,
+        logits or no-data would make some links pay for length (8/16-bit rasters are scaled
+        to [0, 1] when read).
+    """
+    probability = inputs.pixels[:, :, 0]
+    low, high = float(probability.min()), float(probability.max())
+    if not (-1e-6 <= low and high <= 1.0 + 1e-6):  # also false for NaN
+        raise BadParameter(f"score 'evidence' reads band 0 as a probability in [0, 1]; this "
+                           f"part of the raster holds values from {low:g} to {high:g} (8/16-bit "
+                           "rasters are scaled to [0, 1] when read: rescale a float raster, "
+                           "fill its no-data)")
+    return _ridge_term(probability)
 
 
 register_score_kind(ScoreKind(

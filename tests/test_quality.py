@@ -86,6 +86,14 @@ def test_evidence_raster_errors(tmp_path):
         trace(image, (5, 5), (50, 40), TraceParams(evidence_path=str(path)))
     with pytest.raises(ImageReadError, match="not found"):
         trace(image, (5, 5), (50, 40), TraceParams(evidence_path=str(tmp_path / "none.png")))
+    # A float raster is read as it is: 0..255 values are no probabilities, and say so.
+    pytest.importorskip("rasterio")
+    from tests.test_georef import write_geotiff
+
+    scores = tmp_path / "scores.tif"
+    write_geotiff(scores, np.full((50, 60, 1), 200.0, dtype=np.float32), transform=None)
+    with pytest.raises(BadParameter, match=r"probability in \[0, 1\].* from 200 to 200"):
+        trace(image, (5, 5), (50, 40), TraceParams(score="evidence", evidence_path=str(scores)))
 
 
 @pytest.mark.parametrize("flip", [False, True])
