@@ -279,12 +279,11 @@ class MainWindow(QMainWindow):
                 lines, params, self.session_path = session
                 lost = self._unusable_evidence(params)
                 if lost:
+                    self.show_error(f"{lost}; tracing on the image itself", "Evidence raster")
                     params = replace(params, evidence_path=None)
                 self.params_panel.set_params(params)
                 self.controller.set_params(params)
                 self.model.reset(lines)
-                if lost:
-                    self.show_error(f"{lost}; tracing on the image itself", "Evidence raster")
             else:
                 self.session_path = None
                 if self.params_panel.evidence_path is not None:  # it was the last image's

@@ -64,9 +64,9 @@ from core.tracer import (
     TraceParams,
     TraceResult,
     evidence_folder,
-    evidence_raster,
     evidence_source,
     trace,
+    with_evidence_from,
 )
 
 SUMMARY_JSON = "summary.json"
@@ -635,9 +635,8 @@ def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
         outputs[image] = out_dir / output
         mine = tuple(seed for seed in seeds
                      if seed.image == image or (seed.image is None and seed.id in by_image[image]))
-        image_params = params if evidence_dir is None else replace(
-            params, evidence_path=str(evidence_raster(evidence_dir, image)))
-        task = ImageTask(str(images_dir / image), mine, image_params, crs, image_crs)
+        task = ImageTask(str(images_dir / image), mine,
+                         with_evidence_from(params, evidence_dir, image), crs, image_crs)
         earlier = previous.get(image, {})
         # An output is kept unless --overwrite, or the earlier summary shows that it came from
         # other seeds or parameters (an output with no summary entry is kept: nothing to compare).

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +24,7 @@ from core.errors import BadParameter, TraceError
 from core.metrics import FAILED, PathMetrics, line_shift, path_metrics
 from core.output import read_json
 from core.raster import Raster, load_image
-from core.tracer import TraceParams, evidence_raster, trace
+from core.tracer import TraceParams, trace, with_evidence_from
 
 #: Metric names in report order (fields of :class:`PathMetrics`) plus latency.
 METRICS = tuple(f.name for f in fields(PathMetrics))
@@ -98,12 +98,10 @@ def ours_method(params: TraceParams, backend=None) -> Callable:
 def case_params(params: TraceParams | None, case: Case,
                 evidence_dir: str | os.PathLike | None = None) -> TraceParams:
     """Our parameters for ``case``: with ``evidence_dir``, traced on the evidence raster there
-    that is named like the case's image (:func:`core.tracer.evidence_raster`)."""
-    params = params or TraceParams()
-    if evidence_dir is None:
-        return params
-    return replace(params, evidence_path=str(evidence_raster(Path(evidence_dir),
-                                                             Path(case.image).name)))
+    that is named like the case's image (:func:`core.tracer.with_evidence_from`)."""
+    return with_evidence_from(params or TraceParams(),
+                              None if evidence_dir is None else Path(evidence_dir),
+                              Path(case.image).name)
 
 
 def method_function(name: str, params: TraceParams | None = None, backend=None) -> Callable:

@@ -154,13 +154,17 @@ def evidence_folder(path: str | os.PathLike) -> Path:
     return Path(path)
 
 
-def evidence_raster(evidence_dir: Path, image: str) -> Path:
-    """The evidence raster of ``image`` (a file name) in ``evidence_dir``: the file of the same
-    name, else the first of the same stem with an image suffix, else the same name (missing:
-    the image's trace then fails naming it)."""
+def with_evidence_from(params: TraceParams, evidence_dir: Path | None,
+                       image: str) -> TraceParams:
+    """``params`` for tracing ``image`` (a file name) on its evidence raster in
+    ``evidence_dir`` (unchanged when None): the file of the same name, else the first of the
+    same stem with an image suffix, else the same name (missing: the trace fails naming it)."""
+    if evidence_dir is None:
+        return params
     candidates = [evidence_dir / image] + [evidence_dir / (Path(image).stem + suffix)
                                            for suffix in IMAGE_SUFFIXES]
-    return next((path for path in candidates if path.is_file()), candidates[0])
+    found = next((path for path in candidates if path.is_file()), candidates[0])
+    return replace(params, evidence_path=str(found))
 
 
 def corridor_bounds(corridor: Corridor) -> tuple[np.ndarray, np.ndarray]:
