@@ -127,8 +127,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: skipping {len(plan.skipped)} image(s) whose output exists "
               "(--overwrite traces them again)", file=sys.stderr)
     if plan.changed:
-        print(f"note: tracing {len(plan.changed)} image(s) again: their seeds or parameters "
-              f"changed since the earlier run ({', '.join(plan.changed)})", file=sys.stderr)
+        print(f"note: tracing {len(plan.changed)} image(s) again: their seeds, parameters or "
+              f"files changed since the earlier run ({', '.join(plan.changed)})", file=sys.stderr)
     executor, close = open_executor(args, len(plan.tasks), backend.name == "gpu")
     # One numba thread per task: images run in parallel instead (see the module docstring).
     tasks = [replace(task, threads=1) for task in plan.tasks]

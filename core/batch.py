@@ -17,7 +17,8 @@ client's ``concurrent.futures`` executor): :func:`run_tasks`. Workers return the
 document; the caller writes it atomically to ``OUT_DIR/<image stem>.geojson``
 (``<image name>.geojson`` when two images share a stem), then ``summary.json`` and
 ``summary.csv``. Images whose output exists are skipped unless ``overwrite`` or their
-seeds or parameters changed since (``summary.json`` keeps a fingerprint of each image's inputs).
+seeds, parameters or files changed since (``summary.json`` keeps a fingerprint of each image's
+inputs).
 
 Evidence rasters: with ``evidence_dir``, each image is traced on the raster of that folder
 named like it (``<image name>``, else ``<image stem>`` with any image suffix) instead of its
@@ -46,6 +47,7 @@ from pathlib import Path
 import numba
 import numpy as np
 
+from core import surface
 from core.backend import TracerBackend
 from core.errors import BadParameter, OutputWriteError, TraceError
 from core.geojson import (
@@ -55,7 +57,7 @@ from core.geojson import (
     line_feature,
     write_geojson,
 )
-from core.georef import parse_crs, read_georef
+from core.georef import parse_crs, read_georef, sidecar_files
 from core.guides import build_corridor, check_max_angle
 from core.output import read_json, write_text_atomic
 from core.raster import IMAGE_SUFFIXES, TIFF_SUFFIXES, Raster, load_image
@@ -155,13 +157,30 @@ class ImageTask:
 
     def fingerprint(self) -> str:
         """A digest of what decides this image's output: its seeds (ids, vertices,
-        properties), the tracing parameters and the CRS settings (not ``threads``)."""
+        properties), the tracing parameters, the CRS settings (not ``threads``), and the size
+        and modification time of every file read for it (the image, its georeferencing
+        sidecars, the evidence raster, the surface model), so that an image, map or model
+        replaced since is traced again."""
+        files = [self.image, *sidecar_files(self.image), self.params.evidence_path]
+        if self.params.score == "surface":
+            files.append(surface.MODEL_PATH)
         record = {"seeds": [{"id": seed.id, "vertices": np.asarray(seed.vertices).tolist(),
                              "image": seed.image, "properties": seed.properties}
                             for seed in self.seeds],
-                  "params": asdict(self.params), "crs": self.crs, "image_crs": self.image_crs}
+                  "params": asdict(self.params), "crs": self.crs, "image_crs": self.image_crs,
+                  "files": {os.fspath(path): _file_stamp(path) for path in files
+                            if path is not None}}
         text = json.dumps(record, sort_keys=True, default=str)
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _file_stamp(path) -> list[int] | None:
+    """(size, modification time in ns) of a file, None where there is none."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return [status.st_size, status.st_mtime_ns]
 
 
 @dataclass
@@ -170,7 +189,8 @@ class BatchPlan:
 
     ``candidates`` maps every lon/lat seed to the images whose footprint box its box
     meets (the images it may cross; the worker decides exactly). ``changed`` names the
-    images traced again because their seeds or parameters differ from the earlier run's.
+    images traced again because their inputs (:meth:`ImageTask.fingerprint`) differ from the
+    earlier run's.
     """
 
     images_dir: Path
@@ -639,7 +659,7 @@ def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
                          with_evidence_from(params, evidence_dir, image), crs, image_crs)
         earlier = previous.get(image, {})
         # An output is kept unless --overwrite, or the earlier summary shows that it came from
-        # other seeds or parameters (an output with no summary entry is kept: nothing to compare).
+        # other inputs (an output with no summary entry is kept: nothing to compare).
         if not overwrite and outputs[image].exists():
             if earlier.get("inputs") in (None, task.fingerprint()):
                 known = {key: earlier[key] for key in ("coordinate_space", "lines", "segments",

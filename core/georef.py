@@ -342,10 +342,23 @@ def read_prj(path: str | os.PathLike) -> pyproj.CRS:
         raise GeorefError(f"{path}: not a CRS PROJ understands: {exc}") from None
 
 
+def prj_candidates(image: str | os.PathLike) -> list[Path]:
+    """Possible ``.prj`` files of an image, in the order they are tried."""
+    image = Path(image)
+    return [image.with_suffix(".prj"), image.with_suffix(".PRJ")]
+
+
+def sidecar_files(image: str | os.PathLike) -> list[Path]:
+    """Every file beside an image that can change its georeferencing: world files, ``.prj``
+    and GDAL's ``.aux.xml`` (existing or not)."""
+    image = Path(image)
+    return (world_file_candidates(image) + prj_candidates(image)
+            + [image.with_name(image.name + ".aux.xml")])
+
+
 def sidecar_crs(image: str | os.PathLike, crs: str | pyproj.CRS | None) -> pyproj.CRS | None:
     """The CRS of an image's sidecar georeferencing: its ``.prj`` if any, else ``crs``."""
-    image = Path(image)
-    for prj in (image.with_suffix(".prj"), image.with_suffix(".PRJ")):
+    for prj in prj_candidates(image):
         if prj.is_file():
             return read_prj(prj)
     if crs is None or not isinstance(crs, str):

@@ -90,6 +90,12 @@ def make_folder(root, corrupt=False, bad_seeds=False):
     return images, seeds
 
 
+def touch_later(path) -> None:
+    """Move a file's modification time one second on, as a rewrite of it would."""
+    stamp = path.stat().st_mtime_ns + 10**9
+    os.utime(path, ns=(stamp, stamp))
+
+
 def batch(capsys, images, seeds, out, *extra) -> tuple[int, str]:
     code = cli_main(["batch", str(images), "--seeds", str(seeds), "-o", str(out),
                      "--backend", "cpu", *map(str, extra)])
@@ -208,6 +214,14 @@ def test_resume_traces_again_when_seeds_or_parameters_change(tmp_path, capsys):
         k: v for k, v in stamps.items() if k != "plain.geojson"}
     plain = json.loads((out / "plain.geojson").read_text())
     assert plain["features"] == []
+    # A file read for an image, replaced since (the image, its world file), is another input.
+    touch_later(images / "world.pgw")
+    touch_later(images / "geo.tif")
+    code, err = batch(capsys, images, seeds, out, "--workers", "1")
+    assert "tracing 2 image(s) again" in err
+    assert "plain.png" not in err
+    assert {r["image"]: r["status"] for r in read_summary(out)[0]["images"]} == {
+        "geo.tif": "ok", "world.png": "ok", "plain.png": "skipped"}
     # Other tracing parameters change every image's inputs.
     code, err = batch(capsys, images, seeds, out, "--workers", "1", "--max-angle", "40")
     assert code == 0
@@ -523,6 +537,12 @@ def test_evidence_folder_is_vectorised_along_the_seeds(tmp_path, capsys):
     assert [f["reason"] for f in status["b.png"]["failures"]] == [
         f"evidence raster not found: {evidence / 'b.png'}"]
     assert "evidence raster not found" in err
+    # A map replaced since (say, by a better model's) is another input: a.png is traced again.
+    touch_later(evidence / "a.tif")
+    code, err = batch(capsys, images, seeds, out, "--workers", "1", "--score", "evidence",
+                      "--evidence-dir", evidence)
+    assert "tracing 1 image(s) again" in err
+    assert "(a.png)" in err
     # Without the maps the same seeds are other inputs: traced again, on the images.
     code, err = batch(capsys, images, seeds, out, "--workers", "1", "--score", "evidence")
     assert "tracing 1 image(s) again" in err
