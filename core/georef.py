@@ -440,6 +440,31 @@ def read_georef(image: str | os.PathLike, crs: str | pyproj.CRS | None = None,
             raise GeorefError(f"{os.fspath(image)}: {exc}") from None
     if rpcs is not None:
         height = float(rpcs.height_off)
-        return RpcGeoref(rpcs, height, f"GeoTIFF RPCs (no elevation model: every point at "
-                                       f"the scene's mean height, {height:g} m)")
+        georef = RpcGeoref(rpcs, height, f"GeoTIFF RPCs (no elevation model: every point at "
+                                         f"the scene's mean height, {height:g} m)")
+        _check_rpcs(georef, image)
+        return georef
     return None
+
+
+def _check_rpcs(georef: RpcGeoref, image: str | os.PathLike) -> None:
+    """Raise GeorefError unless the RPCs map the scene's centre pixel to a lon/lat that maps
+    back to it (degenerate coefficients: GDAL refuses them, or they give no finite point)."""
+    import warnings
+
+    import rasterio
+    import rasterio.errors
+
+    centre = np.array([[georef.rpcs.samp_off, georef.rpcs.line_off]], dtype=np.float64)
+    try:  # in a rasterio.Env, GDAL reports through Python instead of printing to stderr
+        with rasterio.Env(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", rasterio.errors.TransformWarning)
+            lonlat = georef.pixel_to_lonlat(centre)
+            back = georef.lonlat_to_pixel(lonlat) if np.all(np.isfinite(lonlat)) else lonlat
+    except Exception as exc:  # GDAL's errors (rasterio._err.CPLE_*) have no public class
+        raise GeorefError(f"{os.fspath(image)}: its RPCs cannot be used: {exc}") from None
+    if not (np.all(np.isfinite(back)) and np.abs(lonlat[0, 1]) <= 90
+            and np.hypot(*(back - centre)[0]) <= 1.0):
+        raise GeorefError(f"{os.fspath(image)}: its RPCs do not map pixels to the ground "
+                          f"(the scene's centre pixel {centre[0].tolist()} goes to "
+                          f"lon/lat {lonlat[0].tolist()} and back to {back[0].tolist()})")

@@ -281,6 +281,20 @@ def test_geotiff_with_rpcs_only(tmp_path):
                                [*(low - grow), *(high + grow)], atol=1e-8)
 
 
+@pytest.mark.parametrize(("coefficients", "match"), [
+    ("line_num_coeff", "RPCs cannot be used"),  # GDAL refuses them outright
+    ("samp_den_coeff", "RPCs do not map pixels to the ground"),  # every point at infinity
+])
+def test_degenerate_rpcs_are_one_clear_error(tmp_path, coefficients, match):
+    rpcs = scene_rpcs().to_dict()
+    rpcs[coefficients] = [0.0] * 20
+    image = tmp_path / "scene.tif"
+    write_geotiff(image, np.zeros((60, 60, 1), dtype=np.uint8), transform=None,
+                  rpcs=RPC(**rpcs))
+    with pytest.raises(GeorefError, match=rf"scene\.tif: its {match}"):
+        load_image(image)
+
+
 def test_geotransform_wins_over_rpcs(tmp_path):
     image = tmp_path / "both.tif"
     write_geotiff(image, sample_pixels(), rpcs=scene_rpcs())
