@@ -326,12 +326,22 @@ def load_image(path: str | os.PathLike, crs=None) -> Raster:
         raise ImageReadError(f"expected an image file, got a folder: {path}")
     if os.path.splitext(path)[1].lower() in TIFF_SUFFIXES:
         return WindowedRaster(path, crs)
+    if os.path.getsize(path) == 0:
+        raise ImageReadError(f"image file is empty: {path}")
     try:
         with warnings.catch_warnings():  # plugins probed on undecodable files warn noisily
             warnings.simplefilter("ignore")
-            array = iio.imread(path)
+            # A CMYK JPEG would otherwise come as 4 bands whose last (K) reads as alpha.
+            cmyk = iio.immeta(path).get("mode") == "CMYK"
+            array = iio.imread(path, mode="RGB") if cmyk else iio.imread(path)
     except Exception as exc:  # imageio raises many types for undecodable files
-        raise ImageReadError(f"cannot read image {path}: {type(exc).__name__}: {exc}") from None
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise ImageReadError(f"cannot read image {path}: {type(exc).__name__}: "
+                             f"{reason}") from None
+    if array.ndim == 4:  # frames (a GIF comes as one)
+        if array.shape[0] != 1:
+            raise ImageReadError(f"{path}: image of {array.shape[0]} frames not supported")
+        array = array[0]
     if array.ndim == 3 and array.shape[0] in (2, 3, 4) and array.shape[2] > 4:
         raise ImageReadError(f"{path}: multi-page or planar image {array.shape} not supported")
     pixels = to_float_bands(array, source=path)

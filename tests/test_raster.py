@@ -43,3 +43,26 @@ def test_missing_and_corrupt_files_raise_clear_errors(tmp_path):
     (tmp_path / "bad.png").write_bytes(b"this is not a png")
     with pytest.raises(ImageReadError, match="cannot read image"):
         load_image(tmp_path / "bad.png")
+    (tmp_path / "empty.png").write_bytes(b"")
+    with pytest.raises(ImageReadError, match="image file is empty"):
+        load_image(tmp_path / "empty.png")
+    (tmp_path / "empty.jpg").write_bytes(b"\xff\xd8\xff")  # a JPEG header, nothing else
+    with pytest.raises(ImageReadError, match=r"cannot read image .*empty\.jpg: \w+: [^\n]*$"):
+        load_image(tmp_path / "empty.jpg")
+
+
+def test_cmyk_jpeg_and_gif_read_as_rgb(tmp_path):
+    from PIL import Image
+
+    rgb = np.zeros((40, 50, 3), dtype=np.uint8)
+    rgb[:, :25] = (200, 40, 30)
+    rgb[:, 25:] = (20, 60, 180)
+    Image.fromarray(rgb).convert("CMYK").save(tmp_path / "print.jpg", quality=95)
+    # 4 bands C, M, Y, K would read K as alpha; the pixels come back as RGB instead.
+    np.testing.assert_allclose(load_image(tmp_path / "print.jpg").pixels * 255, rgb, atol=12)
+    Image.fromarray(rgb).save(tmp_path / "still.gif")  # one frame: an image
+    np.testing.assert_allclose(load_image(tmp_path / "still.gif").pixels * 255, rgb, atol=12)
+    frames = [Image.fromarray(rgb), Image.fromarray(rgb[::-1, ::-1].copy())]
+    frames[0].save(tmp_path / "animated.gif", save_all=True, append_images=frames[1:])
+    with pytest.raises(ImageReadError, match="image of 2 frames not supported"):
+        load_image(tmp_path / "animated.gif")
