@@ -292,8 +292,10 @@ class MainWindow(QMainWindow):
             self._add_recent(path)
             self._update_title()
             restored = f", {len(self.model.lines)} lines" if self.model.lines else ""
+            bands = f"tracing {raster.band_note}" if raster.band_note else \
+                f"{raster.bands} band(s)"
             self.show_status(f"opened {os.path.basename(path)}: {raster.width}×{raster.height} px, "
-                             f"{raster.bands} band(s){restored}")
+                             f"{bands}{restored}")
             self.image_loaded.emit(path)
 
         def failed(exc: BaseException) -> None:

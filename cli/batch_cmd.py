@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     plan = plan_batch(args.images_dir, args.seeds, args.output, params_from_args(args),
                       overwrite=args.overwrite, crs=args.crs, image_crs=args.image_crs,
-                      evidence_dir=args.evidence_dir)
+                      bands=args.bands, evidence_dir=args.evidence_dir)
     backend, note = choose_backend(args.backend)  # resolve "auto" once, here
     if args.backend == "auto" and backend.name != "gpu":
         print(f"note: using {note}", file=sys.stderr)
@@ -145,7 +145,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         close()
     settings = {"seeds": args.seeds, "backend": backend.name, "crs": args.crs,
-                "image_crs": args.image_crs, "evidence_dir": args.evidence_dir,
+                "image_crs": args.image_crs, "bands": args.bands,
+                "evidence_dir": args.evidence_dir,
                 "params": params_from_args(args).as_dict(),
                 "workers": None if args.scheduler else (args.workers if executor else 1),
                 "scheduler": args.scheduler, "interrupted": interrupted}

@@ -19,6 +19,18 @@ def point(text: str) -> tuple[float, float]:
     return x, y
 
 
+def band_numbers(text: str) -> tuple[int, ...]:
+    """Parse ``B`` or ``R,G,B`` (1-based band numbers)."""
+    try:
+        bands = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        bands = ()
+    if len(bands) not in (1, 3) or min(bands) < 1:
+        raise argparse.ArgumentTypeError(f"expected one band number or three (R,G,B), counted "
+                                         f"from 1, got {text!r}")
+    return bands
+
+
 def add_trace_parameters(parser: argparse.ArgumentParser) -> None:
     """Options shared by every command that traces (trace, batch, eval)."""
     from core.scores import SCORE_KINDS
@@ -44,7 +56,7 @@ def add_trace_parameters(parser: argparse.ArgumentParser) -> None:
 
 
 def add_crs_arguments(parser: argparse.ArgumentParser) -> None:
-    """GeoJSON coordinate options shared by ``trace`` and ``batch``."""
+    """GeoJSON coordinate and image band options shared by ``trace`` and ``batch``."""
     from core.geojson import CRS_CHOICES
 
     parser.add_argument("--crs", default="wgs84", choices=CRS_CHOICES,
@@ -53,6 +65,11 @@ def add_crs_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--image-crs", metavar="CRS",
                         help="CRS of images whose georeferencing names none (world file "
                              "without .prj), e.g. EPSG:32654")
+    parser.add_argument("--bands", type=band_numbers, metavar="R,G,B",
+                        help="bands to trace, counted from 1: three read as red, green, blue "
+                             "(e.g. 8,4,3: a false-colour composite) or one grey band "
+                             "(default: the bands tagged red, green, blue, else the first "
+                             "three)")
 
 
 def params_from_args(args: argparse.Namespace) -> TraceParams:
@@ -103,7 +120,9 @@ def run(args: argparse.Namespace) -> int:
     backend, note = choose_backend(args.backend)
     if args.backend == "auto" and backend.name != "gpu":
         print(f"note: using {note}", file=sys.stderr)
-    raster = load_image(args.image, crs=args.image_crs)
+    raster = load_image(args.image, crs=args.image_crs, bands=args.bands)
+    if raster.band_note:
+        print(f"note: {args.image}: tracing {raster.band_note}", file=sys.stderr)
     result = trace(raster, args.a, args.b, params, backend)
     result.timings_ms["load"] = 1e3 * (time.perf_counter() - start) - result.timings_ms["total"]
     if args.format == "geojson":

@@ -60,7 +60,7 @@ from core.geojson import (
 from core.georef import parse_crs, read_georef, sidecar_files
 from core.guides import build_corridor, check_max_angle
 from core.output import read_json, write_text_atomic
-from core.raster import IMAGE_SUFFIXES, TIFF_SUFFIXES, Raster, load_image
+from core.raster import IMAGE_SUFFIXES, TIFF_SUFFIXES, Raster, choose_bands, load_image
 from core.scores import get_score_kind
 from core.tracer import (
     TraceParams,
@@ -153,11 +153,12 @@ class ImageTask:
     params: TraceParams
     crs: str = "wgs84"
     image_crs: str | None = None
+    bands: tuple[int, ...] | None = None
     threads: int | None = None
 
     def fingerprint(self) -> str:
         """A digest of what decides this image's output: its seeds (ids, vertices,
-        properties), the tracing parameters, the CRS settings (not ``threads``), and the size
+        properties), the tracing parameters, the CRS and band settings (not ``threads``), the size
         and modification time of every file read for it (the image, its georeferencing
         sidecars, the evidence raster, the surface model), so that an image, map or model
         replaced since is traced again."""
@@ -168,6 +169,7 @@ class ImageTask:
                              "image": seed.image, "properties": seed.properties}
                             for seed in self.seeds],
                   "params": asdict(self.params), "crs": self.crs, "image_crs": self.image_crs,
+                  "bands": self.bands,
                   "files": {os.fspath(path): _file_stamp(path) for path in files
                             if path is not None}}
         text = json.dumps(record, sort_keys=True, default=str)
@@ -464,7 +466,7 @@ def process_image(task: ImageTask,
     if task.threads is not None:
         numba.set_num_threads(max(1, min(task.threads, numba.config.NUMBA_NUM_THREADS)))
     try:
-        with load_image(task.image, crs=task.image_crs) as raster:
+        with load_image(task.image, crs=task.image_crs, bands=task.bands) as raster:
             evidence_source(raster, task.params)  # a missing or misfit evidence raster: once
             backend = backend_factory()
             features = []
@@ -612,17 +614,20 @@ def check_params(params: TraceParams) -> None:
 def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
                out_dir: str | os.PathLike, params: TraceParams | None = None, *,
                overwrite: bool = False, crs: str = "wgs84",
-               image_crs: str | None = None,
+               image_crs: str | None = None, bands=None,
                evidence_dir: str | os.PathLike | None = None) -> BatchPlan:
     """Read the seeds, list the images, and decide what to do with each.
 
-    ``evidence_dir``: trace each image on its evidence raster there (module docstring).
+    ``bands``: band numbers to trace (:func:`core.raster.load_image`); an image without them
+    fails. ``evidence_dir``: trace each image on its evidence raster there (module
+    docstring).
 
     Raises
     ------
     BadParameter
         If ``images_dir`` or ``evidence_dir`` is not a folder, the seeds file is unreadable,
-        ``crs`` or ``image_crs`` is unknown, or a tracing parameter is out of range.
+        ``crs`` or ``image_crs`` is unknown, ``bands`` is not 1 or 3 band numbers, or a
+        tracing parameter is out of range.
     OutputWriteError
         If ``out_dir`` cannot be created or written to.
     """
@@ -632,6 +637,8 @@ def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
     check_crs(crs)
     if image_crs is not None:
         parse_crs(image_crs)
+    if bands is not None:
+        bands = choose_bands(max(max(bands), 1), bands)
     if not images_dir.is_dir():
         raise BadParameter(f"images folder {images_dir} does not exist or is not a folder")
     if evidence_dir is not None:
@@ -656,7 +663,8 @@ def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
         mine = tuple(seed for seed in seeds
                      if seed.image == image or (seed.image is None and seed.id in by_image[image]))
         task = ImageTask(str(images_dir / image), mine,
-                         with_evidence_from(params, evidence_dir, image), crs, image_crs)
+                         with_evidence_from(params, evidence_dir, image), crs, image_crs,
+                         bands)
         earlier = previous.get(image, {})
         # An output is kept unless --overwrite, or the earlier summary shows that it came from
         # other inputs (an output with no summary entry is kept: nothing to compare).

@@ -8,6 +8,11 @@ Values are scaled by the integer type's range (8-bit /255, 16-bit /65535); float
 kept as they are. Alpha channels (the 2nd of 2 or the 4th of 4 bands) are dropped. EXIF
 orientation tags are ignored: pixels are used in the order the file stores them.
 
+Multispectral images (more than 4 bands: Sentinel-2 or Landsat stacks, 8-band WorldView) are
+traced on three of their bands: those a GeoTIFF tags red, green and blue, else its first
+three non-alpha bands; ``bands`` (the CLI's ``--bands``) names others, e.g. (8, 4, 3) for a
+false-colour composite where vegetation and water stand apart (:func:`choose_bands`).
+
 Display images: every raster has ``overview(max_size)``, a decimated float32 image whose
 longer side is at most ``max_size`` px (rasterio uses the file's overviews when it has them:
 build them with ``gdaladdo`` for fast display of huge GeoTIFFs). ``pixels`` is the whole
@@ -35,6 +40,44 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff")
 
 #: Largest image (in pixels) a :class:`WindowedRaster` reads whole for ``pixels``.
 FULL_READ_LIMIT = 32 * 2**20
+
+
+def choose_bands(count: int, requested=None, alpha=(), colours=None) -> tuple[int, ...]:
+    """Which bands of a ``count``-band image are traced (1-based, in order).
+
+    Parameters
+    ----------
+    count : int
+        Bands in the file.
+    requested : sequence of 1 or 3 ints, optional
+        The user's choice; checked against ``count``.
+    alpha : set of ints
+        Bands the file tags as alpha. Without tags, the last of 2 or 4 bands is alpha.
+    colours : (red, green, blue) band numbers, optional
+        The bands the file tags with these colours, when it tags all three.
+
+    Returns
+    -------
+    tuple of 1 or 3 ints: a grey band, or three bands read as red, green, blue.
+
+    Raises
+    ------
+    BadParameter
+        If ``requested`` is not 1 or 3 band numbers within 1..count.
+    """
+    if requested is not None:
+        requested = tuple(int(band) for band in requested)
+        if len(requested) not in (1, 3) or not all(1 <= band <= count for band in requested):
+            raise BadParameter(f"bands {','.join(map(str, requested))}: give 1 or 3 band "
+                               f"numbers between 1 and {count} (the image has {count} band"
+                               f"{'s' if count > 1 else ''})")
+        return requested
+    if colours is not None:
+        return tuple(colours)
+    if not alpha and count in (2, 4):
+        alpha = {count}
+    kept = [band for band in range(1, count + 1) if band not in alpha] or [1]
+    return tuple(kept[:3]) if len(kept) >= 3 else (kept[0],)
 
 
 def to_float_bands(array: np.ndarray, source: str = "image") -> np.ndarray:
@@ -89,11 +132,16 @@ class Raster:
     georef : core.georef.Georef, core.georef.RpcGeoref or None
         Georeferencing (transform and CRS, or RPCs) when the file carries it; None in pixel
         space.
+    band_note : str or None
+        Which of the file's bands are traced, where that is a choice a user should know of
+        (a multispectral file, or bands asked for), e.g. "bands 4, 3, 2 of 13 (red, green,
+        blue)"; None otherwise.
     """
 
     pixels: np.ndarray
     path: str | None = None
     georef: Georef | RpcGeoref | None = field(default=None)
+    band_note: str | None = None
 
     @property
     def height(self) -> int:
@@ -166,15 +214,20 @@ class WindowedRaster(Raster):
         The TIFF file.
     crs : str or pyproj.CRS, optional
         CRS to assume when neither the file nor a ``.prj`` beside it names one.
+    bands : sequence of 1 or 3 ints, optional
+        Band numbers (1-based) to trace; default: :func:`choose_bands`.
 
     Raises
     ------
     ImageReadError
-        If rasterio cannot open the file or its band layout or type is unsupported.
+        If rasterio cannot open the file or its pixel type is unsupported.
+    BadParameter
+        If ``bands`` names bands the file does not have.
     """
 
-    def __init__(self, path: str | os.PathLike, crs=None):
+    def __init__(self, path: str | os.PathLike, crs=None, bands=None):
         import rasterio
+        from rasterio.enums import ColorInterp
         from rasterio.errors import NotGeoreferencedWarning, RasterioError
 
         path = os.fspath(path)
@@ -188,9 +241,14 @@ class WindowedRaster(Raster):
             raise ImageReadError(f"cannot read image {path}: {exc}") from None
         try:
             count, dtype = dataset.count, np.dtype(dataset.dtypes[0])
-            if count not in (1, 2, 3, 4):
-                raise ImageReadError(f"{path}: {count} bands not supported; expected grey, "
-                                     "grey+alpha, RGB or RGBA")
+            tags = dataset.colorinterp
+            number_of = {tag: band for band, tag in enumerate(tags, 1)}
+            colours = (ColorInterp.red, ColorInterp.green, ColorInterp.blue)
+            indexes = choose_bands(
+                count, bands, {band for band, tag in enumerate(tags, 1)
+                               if tag == ColorInterp.alpha},
+                tuple(number_of[tag] for tag in colours)
+                if all(tag in number_of for tag in colours) else None)
             if not (np.issubdtype(dtype, np.integer) or np.issubdtype(dtype, np.floating)):
                 raise ImageReadError(f"{path}: unsupported pixel type {dtype}")
             if dataset.width < 2 or dataset.height < 2:
@@ -206,11 +264,13 @@ class WindowedRaster(Raster):
             raise
         self.path = path
         self.georef = georef
+        names = [tags[band - 1].name for band in indexes]
+        self.band_note = _band_note(count, indexes, names if set(names) <= {
+            "red", "green", "blue"} else [], asked=bands is not None)
         self._dataset = dataset
         self._lock = threading.Lock()
         self._pixels: np.ndarray | None = None
-        # Alpha (the last of 2 or 4 bands) is never read: to_float_bands sees 1 or 3 bands.
-        self._indexes = list(range(1, count)) if count in (2, 4) else list(range(1, count + 1))
+        self._indexes = list(indexes)  # 1 or 3 bands, never alpha
 
     def __repr__(self) -> str:
         return (f"WindowedRaster({self.path!r}, {self.width}×{self.height} px, "
@@ -297,7 +357,15 @@ class WindowedRaster(Raster):
         self._dataset.close()
 
 
-def load_image(path: str | os.PathLike, crs=None) -> Raster:
+def _band_note(count: int, indexes, names, asked: bool) -> str | None:
+    """:attr:`Raster.band_note` for bands ``indexes`` (1-based) of a ``count``-band file."""
+    if not asked and count <= 4 and tuple(indexes) in ((1,), (1, 2, 3)):
+        return None
+    text = f"band{'s' if len(indexes) > 1 else ''} {', '.join(map(str, indexes))} of {count}"
+    return f"{text} ({', '.join(names)})" if names else text
+
+
+def load_image(path: str | os.PathLike, crs=None, bands=None) -> Raster:
     """Open an image: TIFF/GeoTIFF as a :class:`WindowedRaster`, PNG/JPEG/… in memory.
 
     Georeferencing (see :mod:`core.georef`) comes from the GeoTIFF itself or a world file
@@ -308,6 +376,8 @@ def load_image(path: str | os.PathLike, crs=None) -> Raster:
     path : path
     crs : str or pyproj.CRS, optional
         CRS to assume when the image's georeferencing names none (e.g. ``"EPSG:32654"``).
+    bands : sequence of 1 or 3 ints, optional
+        Band numbers (1-based) to trace, e.g. (8, 4, 3); default: :func:`choose_bands`.
 
     Raises
     ------
@@ -315,7 +385,7 @@ def load_image(path: str | os.PathLike, crs=None) -> Raster:
         If the file is missing, cannot be decoded, or has an unsupported layout (also
         :class:`core.georef.GeorefError` for an unreadable world file or ``.prj``).
     BadParameter
-        If ``crs`` is not a CRS.
+        If ``crs`` is not a CRS, or ``bands`` names bands the image does not have.
     """
     import imageio.v3 as iio
 
@@ -325,7 +395,7 @@ def load_image(path: str | os.PathLike, crs=None) -> Raster:
     if os.path.isdir(path):
         raise ImageReadError(f"expected an image file, got a folder: {path}")
     if os.path.splitext(path)[1].lower() in TIFF_SUFFIXES:
-        return WindowedRaster(path, crs)
+        return WindowedRaster(path, crs, bands)
     if os.path.getsize(path) == 0:
         raise ImageReadError(f"image file is empty: {path}")
     try:
@@ -344,8 +414,15 @@ def load_image(path: str | os.PathLike, crs=None) -> Raster:
         array = array[0]
     if array.ndim == 3 and array.shape[0] in (2, 3, 4) and array.shape[2] > 4:
         raise ImageReadError(f"{path}: multi-page or planar image {array.shape} not supported")
+    note = None
+    if bands is not None:
+        count = array.shape[2] if array.ndim == 3 else 1
+        indexes = choose_bands(count, bands)
+        array = (array if array.ndim == 3 else array[:, :, None])[:, :, [i - 1 for i in indexes]]
+        note = _band_note(count, indexes, [], asked=True)
     pixels = to_float_bands(array, source=path)
     if pixels.shape[0] < 2 or pixels.shape[1] < 2:
         raise ImageReadError(f"{path}: image of {pixels.shape[1]}×{pixels.shape[0]} px "
                              "is too small")
-    return Raster(pixels=np.ascontiguousarray(pixels), path=path, georef=read_georef(path, crs))
+    return Raster(pixels=np.ascontiguousarray(pixels), path=path, georef=read_georef(path, crs),
+                  band_note=note)

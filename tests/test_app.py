@@ -568,3 +568,18 @@ def test_tracing_on_an_evidence_raster(make_window, qtbot, tmp_path):
     assert window.params_panel.params().evidence_path is None
     assert window.params_panel.evidence_label.text() == "the image"
     assert not window.show_evidence_action.isEnabled()
+
+
+def test_status_names_the_bands_of_a_multispectral_image(make_window, qtbot, tmp_path):
+    from rasterio.enums import ColorInterp as Tag
+
+    from tests.test_raster import write_bands
+
+    window = make_window(open_sample=False)
+    path = tmp_path / "stack.tif"
+    planes = np.random.default_rng(0).integers(0, 255, (6, 40, 50), dtype=np.uint8)
+    write_bands(path, planes, [Tag.gray, Tag.blue, Tag.green, Tag.red] + [Tag.undefined] * 2)
+    with qtbot.waitSignal(window.image_loaded, timeout=60_000):
+        window.open_image(str(path))
+    assert "tracing bands 4, 3, 2 of 6 (red, green, blue)" in (
+        window.statusBar().currentMessage())

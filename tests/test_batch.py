@@ -549,3 +549,25 @@ def test_evidence_folder_is_vectorised_along_the_seeds(tmp_path, capsys):
     with pytest.raises(BadParameter, match="evidence folder .*missing"):
         plan_batch(images, seeds, out, evidence_dir=tmp_path / "missing")
 
+
+
+def test_bands_option(tmp_path, capsys):
+    images, seeds = make_folder(tmp_path)
+    out = tmp_path / "out"
+    code, _ = batch(capsys, images, seeds, out, "--workers", "1", "--bands", "3,2,1")
+    assert code == 0
+    summary, _ = read_summary(out)
+    assert summary["bands"] == [3, 2, 1]
+    assert summary["totals"]["ok"] == 3
+    # Other bands are other inputs; an image without them fails, naming its band count.
+    code, err = batch(capsys, images, seeds, out, "--workers", "1", "--bands", "5")
+    assert code == 1
+    assert "tracing 3 image(s) again" in err
+    summary, _ = read_summary(out)
+    reasons = {record["image"]: record["failures"][0]["reason"]
+               for record in summary["images"]}
+    assert set(reasons) == {"geo.tif", "plain.png", "world.png"}
+    assert all("between 1 and 3 (the image has 3 bands)" in reason
+               for reason in reasons.values())
+    with pytest.raises(BadParameter, match="give 1 or 3 band numbers"):
+        plan_batch(images, seeds, out, bands=(1, 2))

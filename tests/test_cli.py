@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import imageio.v3 as iio
+import numpy as np
 import pytest
 
 from cli import main as cli_main
@@ -149,3 +151,33 @@ def test_evidence_raster_option(capsys, tmp_path):
     code, _, err = run_cli(capsys, SAMPLE_IMAGE, "--a", A, "--b", B, "--evidence", small)
     assert code == 2
     assert "100×100" in err
+
+
+def test_multispectral_geotiff_traces_its_colour_bands(capsys, tmp_path):
+    """Five bands, red, green and blue tagged as bands 4, 3, 2 (as a satellite stack): the
+    trace is the PNG's, and stderr says which bands; --bands picks others or refuses."""
+    from rasterio.enums import ColorInterp as Tag
+
+    from tests.test_raster import write_bands
+
+    rgb = np.moveaxis(iio.imread(SAMPLE_IMAGE)[:, :, :3], -1, 0)
+    stack = np.stack([rgb.mean(axis=0).astype(np.uint8), rgb[2], rgb[1], rgb[0],
+                      np.zeros_like(rgb[0])])
+    image = tmp_path / "stack.tif"
+    write_bands(image, stack, [Tag.gray, Tag.blue, Tag.green, Tag.red, Tag.undefined])
+    arguments = ("--a", A, "--b", B, "--backend", "cpu", "--score", "centre")
+    code, out, err = run_cli(capsys, image, *arguments)
+    assert code == 0
+    assert "tracing bands 4, 3, 2 of 5 (red, green, blue)" in err
+    assert json.loads(out)["pixels"] == json.loads(run_cli(capsys, SAMPLE_IMAGE,
+                                                            *arguments)[1])["pixels"]
+    code, out, err = run_cli(capsys, image, *arguments, "--bands", "1")
+    assert code == 0
+    assert "tracing band 1 of 5" in err
+    code, out, err = run_cli(capsys, image, *arguments, "--bands", "6,4,3")
+    assert code == 2
+    assert err.strip().splitlines()[-1] == ("error: bands 6,4,3: give 1 or 3 band numbers "
+                                            "between 1 and 5 (the image has 5 bands)")
+    with pytest.raises(SystemExit):
+        run_cli(capsys, image, *arguments, "--bands", "4,3")
+    assert "expected one band number or three" in capsys.readouterr().err

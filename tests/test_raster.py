@@ -1,10 +1,12 @@
 """Image loading: every pixel layout and type becomes float32 (rows, cols, bands)."""
 
+import warnings
+
 import imageio.v3 as iio
 import numpy as np
 import pytest
 
-from core.errors import ImageReadError
+from core.errors import BadParameter, ImageReadError
 from core.raster import load_image, to_float_bands
 
 
@@ -66,3 +68,65 @@ def test_cmyk_jpeg_and_gif_read_as_rgb(tmp_path):
     frames[0].save(tmp_path / "animated.gif", save_all=True, append_images=frames[1:])
     with pytest.raises(ImageReadError, match="image of 2 frames not supported"):
         load_image(tmp_path / "animated.gif")
+
+
+def write_bands(path, planes, tags=None) -> None:
+    """A TIFF of ``planes`` (bands, rows, cols) uint8, its bands tagged ``tags`` if given."""
+    import rasterio
+    from rasterio.errors import NotGeoreferencedWarning
+
+    count, rows, cols = planes.shape
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NotGeoreferencedWarning)
+        with rasterio.open(path, "w", driver="GTiff", width=cols, height=rows, count=count,
+                           dtype="uint8") as dataset:
+            dataset.write(planes)
+            if tags is not None:
+                dataset.colorinterp = tags
+
+
+def test_multispectral_tiff_bands(tmp_path):
+    from rasterio.enums import ColorInterp as Tag
+
+    planes = np.stack([np.full((6, 7), 10 * band, np.uint8) for band in range(1, 7)])
+    write_bands(tmp_path / "plain.tif", planes)
+    write_bands(tmp_path / "tagged.tif", planes, [Tag.undefined, Tag.blue, Tag.green, Tag.red,
+                                                   Tag.undefined, Tag.undefined])
+
+    def band_values(raster):
+        return (raster.read_window(0, 6, 0, 7) * 255).round().reshape(-1, raster.bands)[0]
+
+    # Untagged: the first three bands; tagged: red, green, blue wherever they are.
+    with load_image(tmp_path / "plain.tif") as raster:
+        np.testing.assert_array_equal(band_values(raster), [10, 20, 30])
+        assert raster.band_note == "bands 1, 2, 3 of 6"
+    with load_image(tmp_path / "tagged.tif") as raster:
+        np.testing.assert_array_equal(band_values(raster), [40, 30, 20])
+        assert raster.band_note == "bands 4, 3, 2 of 6 (red, green, blue)"
+    # Asked for: a false-colour composite, or one grey band.
+    with load_image(tmp_path / "tagged.tif", bands=(6, 4, 3)) as raster:
+        np.testing.assert_array_equal(band_values(raster), [60, 40, 30])
+        assert raster.band_note == "bands 6, 4, 3 of 6"
+    with load_image(tmp_path / "plain.tif", bands=[5]) as raster:
+        np.testing.assert_array_equal(band_values(raster), [50])
+        assert raster.band_note == "band 5 of 6"
+    for wrong in ((7,), (1, 2), (0, 1, 2)):
+        with pytest.raises(BadParameter, match="give 1 or 3 band numbers between 1 and 6"):
+            load_image(tmp_path / "plain.tif", bands=wrong)
+    # RGB tagged as such, and an RGBA one: as before, no note.
+    write_bands(tmp_path / "rgba.tif", planes[:4], [Tag.red, Tag.green, Tag.blue, Tag.alpha])
+    with load_image(tmp_path / "rgba.tif") as raster:
+        np.testing.assert_array_equal(band_values(raster), [10, 20, 30])
+        assert raster.band_note is None
+
+
+def test_bands_of_a_png(tmp_path):
+    rgb = np.zeros((5, 6, 3), np.uint8)
+    rgb[..., 0], rgb[..., 1], rgb[..., 2] = 10, 20, 30
+    iio.imwrite(tmp_path / "a.png", rgb)
+    assert load_image(tmp_path / "a.png").band_note is None
+    swapped = load_image(tmp_path / "a.png", bands=(3, 2, 1))
+    np.testing.assert_allclose(swapped.pixels[0, 0] * 255, [30, 20, 10], atol=1e-3)
+    assert swapped.band_note == "bands 3, 2, 1 of 3"
+    with pytest.raises(BadParameter, match="between 1 and 3"):
+        load_image(tmp_path / "a.png", bands=(4,))
