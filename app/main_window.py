@@ -31,6 +31,7 @@ from core.errors import TraceError
 from core.geojson import feature_collection, line_feature, write_geojson
 from core.raster import FULL_READ_LIMIT, Raster, load_image
 from core.tracer import TraceParams, evidence_source
+from core.vector_import import read_lines
 
 SAMPLE_IMAGE = Path(__file__).resolve().parent.parent / "resources" / "sample" / "gsi_108.png"
 IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.tif *.tiff);;All files (*)"
@@ -150,6 +151,10 @@ class MainWindow(QMainWindow):
         self._action(file, "&Save session", self.save_session, [QKeySequence.StandardKey.Save])
         self._action(file, "Save session &as…", lambda: self.save_session(ask=True),
                      ["Ctrl+Shift+S"])
+        self._action(file, "&Import lines (GeoJSON)…", self.choose_import, ["Ctrl+I"],
+                     tip="Trace the lines of a GeoJSON file on this image: roadtracer's own "
+                         "exports come back as drawn, other lines (OSM, old surveys) snap to "
+                         "the imagery between their vertices")
         self._action(file, "&Export GeoJSON…", self.choose_export, ["Ctrl+E"])
         file.addSeparator()
         self._action(file, "&Quit", self.close, [QKeySequence.StandardKey.Quit])
@@ -480,6 +485,36 @@ class MainWindow(QMainWindow):
                 Path(autosave_path(self.autosave_dir, self.image_path)).unlink(missing_ok=True)
             return True
         return False
+
+    def choose_import(self) -> None:
+        if self.raster is None:
+            self.show_status("open an image first")
+            return
+        path, _ = QFileDialog.getOpenFileName(self, "Import lines", self._last_folder(),
+                                              "GeoJSON (*.geojson *.json)")
+        if path:
+            self.import_lines(path)
+
+    def import_lines(self, path: str) -> bool:
+        """Read a GeoJSON file's lines on this image and trace them (core.vector_import)."""
+        if self.raster is None:
+            self.show_status("open an image first")
+            return False
+        try:
+            lines, failures = read_lines(path, self.raster, os.path.basename(self.image_path))
+        except TraceError as exc:
+            self.show_error(str(exc), "Cannot import lines")
+            return False
+        name = os.path.basename(path)
+        first = f"feature {failures[0].seed}: {failures[0].reason}" if failures else ""
+        if not lines:
+            self.show_error(f"no line of {name} lies on this image{': ' if first else ''}"
+                            f"{first}", "Nothing to import")
+            return False
+        if failures:
+            name += f" ({len(failures)} feature(s) skipped: {first})"
+        self.controller.import_lines(lines, name)
+        return True
 
     def choose_export(self) -> None:
         if self.raster is None or not self.model.lines:

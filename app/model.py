@@ -216,6 +216,21 @@ class LinesModel:
         self._commit((*self._lines, line), "Add line")
         return line
 
+    def add_lines(self, lines: list[tuple[str, str, tuple[Point, ...], tuple[Segment, ...]]],
+                  label: str = "Import lines") -> tuple[Line, ...]:
+        """New lines from (name, kind, anchors, segments), added as one undo step."""
+        added = []
+        for name, kind, anchors, segments in lines:
+            if kind not in LINE_KINDS:
+                raise ValueError(f"line kind must be one of {LINE_KINDS}, got {kind!r}")
+            if len(anchors) != len(segments) + 1 or not segments:
+                raise ValueError(f"line {name!r}: {len(anchors)} anchors for "
+                                 f"{len(segments)} segments")
+            added.append(Line(self._next_id, name, kind, tuple(anchors), tuple(segments)))
+            self._next_id += 1
+        self._commit((*self._lines, *added), label)
+        return tuple(added)
+
     def append_segment(self, line_id: int, b: Point, segment: Segment) -> Line:
         line = self._require(line_id)
         return self._replace_line(replace(line, anchors=(*line.anchors, b),

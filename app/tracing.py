@@ -15,7 +15,7 @@ import numpy as np
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.jobs import Job, JobQueue
-from app.model import LinesModel, Point, Segment, distance_to_polyline
+from app.model import LINE_KINDS, LinesModel, Point, Segment, distance_to_polyline
 from core.errors import BadParameter, NoAdmissiblePath, PointOutsideImage, TraceError
 from core.raster import Raster
 from core.tracer import TraceParams, check_point, trace
@@ -69,6 +69,27 @@ def run_requests(raster: Raster, requests: tuple[TraceRequest, ...], backend) ->
             result = trace(raster, request.a, request.b, request.params, backend)
         segments.append(Segment.from_result(result, request.params))
     return TraceOutcome(tuple(segments), 1e3 * (time.perf_counter() - start), fallback)
+
+
+def trace_anchors(raster: Raster, anchors: tuple[Point, ...], params: TraceParams,
+                  backend) -> tuple[TraceOutcome, list[str]]:
+    """Trace the segment between every two consecutive anchors (worker thread). One that
+    cannot be traced (no admissible path, a bad parameter) stays straight; the reasons are
+    returned in order."""
+    start = time.perf_counter()
+    segments, problems, fallback = [], [], None
+    for a, b in zip(anchors[:-1], anchors[1:], strict=True):
+        try:
+            outcome = run_requests(raster, (TraceRequest(a, b, params),), backend)
+        except USER_ERRORS as exc:
+            segments.append(Segment.straight(a, b))
+            problems.append(error_text(exc))
+            continue
+        if outcome.fallback is not None:
+            fallback = outcome.fallback
+            backend = fallback[0]
+        segments += outcome.segments
+    return TraceOutcome(tuple(segments), 1e3 * (time.perf_counter() - start), fallback), problems
 
 
 def snap(point) -> Point:
@@ -418,6 +439,59 @@ class TracingController(QObject):
             self.select(None)
         elif index is not None and index >= len(line.segments):
             self.select(line_id)
+
+    # -- importing -------------------------------------------------------------------------------
+    def import_lines(self, lines, source: str) -> None:
+        """Trace imported lines (:class:`core.vector_import.ImportedLine`) with the current
+        parameters, one job per line; they join the model as one undo step when the last is
+        done (dropped if another image is opened first). Messages report the progress and,
+        at the end, the segments kept straight."""
+        if self.raster is None or not lines:
+            return
+        self._stop_drawing()
+        raster, epoch, params = self.raster, self._image_epoch, self.params
+        traced: list[tuple[str, str, tuple[Point, ...], tuple[Segment, ...]]] = []
+        problems: list[str] = []
+
+        def finish_one() -> None:
+            if len(traced) < len(lines):
+                self.message.emit(f"importing lines from {source}: {len(traced)}/{len(lines)}")
+                return
+            with self._own_edit():
+                added = self.model.add_lines(traced)
+            segments = sum(len(line.segments) for line in added)
+            straight = f"; {len(problems)} kept straight ({problems[0]})" if problems else ""
+            self.message.emit(f"imported {len(added)} line(s), {segments} segment(s) from "
+                              f"{source}{straight}")
+            self.select(added[-1].id)
+            self.changed.emit()
+
+        for line in lines:
+            anchors = tuple((float(x), float(y)) for x, y in line.anchors)
+            kind = line.kind if line.kind in LINE_KINDS else self.kind
+
+            def done(result, name=line.name, kind=kind, anchors=anchors) -> None:
+                if epoch != self._image_epoch:
+                    return
+                outcome, reasons = result
+                if outcome.fallback is not None:
+                    self._use_backend(*outcome.fallback)
+                traced.append((name, kind, anchors, outcome.segments))
+                problems.extend(reasons)
+                finish_one()
+
+            def failed(exc, name=line.name, kind=kind, anchors=anchors) -> None:
+                if epoch != self._image_epoch:
+                    return
+                traced.append((name, kind, anchors, tuple(
+                    Segment.straight(a, b) for a, b in zip(anchors[:-1], anchors[1:],
+                                                           strict=True))))
+                problems.extend([error_text(exc)] * (len(anchors) - 1))
+                finish_one()
+
+            self.jobs.submit(Job(lambda anchors=anchors: trace_anchors(raster, anchors, params,
+                                                                       self.backend),
+                                 done, failed))
 
     # -- editing finished lines ------------------------------------------------------------------
     def select(self, line_id: int | None, segment: int | None = None) -> None:

@@ -206,8 +206,10 @@ class BatchPlan:
 
 
 # ----------------------------------------------------------------------------------- seeds
-def _seed_lines(feature, index: int) -> tuple[list[Seed], list[Failure]]:
-    """The seed lines of one GeoJSON feature, or why it is not one."""
+def feature_lines(feature, index: int, lonlat: bool = True) -> tuple[list[Seed], list[Failure]]:
+    """The seed lines of one GeoJSON feature (``index``: its place in the file), or why it is
+    not one. With ``lonlat``, vertices of features naming no image must be longitude/latitude;
+    without, they are taken as they are (a document in pixels or a projected CRS)."""
     if not isinstance(feature, dict) or feature.get("type") != "Feature":
         return [], [Failure(f"feature #{index} is not a GeoJSON Feature", f"#{index}")]
     seed_id = str(feature["id"]) if feature.get("id") is not None else f"#{index}"
@@ -239,8 +241,8 @@ def _seed_lines(feature, index: int) -> tuple[list[Seed], list[Failure]]:
                                     f"{str(coords)[:80]}", part_id))
         elif not np.all(np.isfinite(vertices)):
             failures.append(Failure("coordinates are not finite", part_id))
-        elif image is None and (np.abs(vertices[:, 0]).max() > 180
-                                or np.abs(vertices[:, 1]).max() > 90):
+        elif lonlat and image is None and (np.abs(vertices[:, 0]).max() > 180
+                                           or np.abs(vertices[:, 1]).max() > 90):
             failures.append(Failure(
                 f"vertex {vertices[np.argmax(np.abs(vertices).max(1))].tolist()} is not "
                 "longitude/latitude (seeds in pixel coordinates need properties.image)",
@@ -266,23 +268,31 @@ def read_seeds(path: str | os.PathLike) -> tuple[list[Seed], list[Failure]]:
     BadParameter
         If the file cannot be read or is not a GeoJSON object at all.
     """
-    document = read_json(path, "seeds file")
-    kind = document.get("type") if isinstance(document, dict) else None
-    if kind == "FeatureCollection" and isinstance(document.get("features"), list):
-        features = document["features"]
-    elif kind == "Feature":
-        features = [document]
-    elif kind in ("LineString", "MultiLineString"):
-        features = [{"type": "Feature", "geometry": document, "properties": {}}]
-    else:
-        raise BadParameter(f"seeds file {path} is not a GeoJSON FeatureCollection, Feature "
-                           f"or LineString (type {kind!r})")
     seeds, failures = [], []
-    for index, feature in enumerate(features):
-        found, bad = _seed_lines(feature, index)
+    for index, feature in enumerate(geojson_features(read_json(path, "seeds file"), path)):
+        found, bad = feature_lines(feature, index)
         seeds += found
         failures += bad
     return seeds, failures
+
+
+def geojson_features(document, path) -> list:
+    """The features of a GeoJSON FeatureCollection, Feature or bare (Multi)LineString.
+
+    Raises
+    ------
+    BadParameter
+        If ``document`` (read from ``path``) is none of these.
+    """
+    kind = document.get("type") if isinstance(document, dict) else None
+    if kind == "FeatureCollection" and isinstance(document.get("features"), list):
+        return document["features"]
+    if kind == "Feature":
+        return [document]
+    if kind in ("LineString", "MultiLineString"):
+        return [{"type": "Feature", "geometry": document, "properties": {}}]
+    raise BadParameter(f"{path} is not a GeoJSON FeatureCollection, Feature or LineString "
+                       f"(type {kind!r})")
 
 
 # -------------------------------------------------------------------------------- matching

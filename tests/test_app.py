@@ -583,3 +583,81 @@ def test_status_names_the_bands_of_a_multispectral_image(make_window, qtbot, tmp
         window.open_image(str(path))
     assert "tracing bands 4, 3, 2 of 6 (red, green, blue)" in (
         window.statusBar().currentMessage())
+
+
+def import_and_wait(qtbot, window, path) -> None:
+    """Import lines from ``path`` and wait until every line has been traced."""
+    assert window.import_lines(str(path))
+    wait_idle(qtbot, window)
+
+
+def test_exported_lines_import_as_drawn(make_window, qtbot, tmp_path):
+    window = make_window()
+    click(qtbot, window, A)
+    click_and_wait(qtbot, window, B)
+    click(qtbot, window, C, Qt.KeyboardModifier.ControlModifier)  # a straight segment
+    qtbot.keyClick(window.canvas, Qt.Key.Key_Return)
+    window.model.rename(window.model.lines[0].id, "Ridge road")
+    (drawn,) = window.model.lines
+    path = tmp_path / "lines.geojson"
+    assert window.export_geojson(str(path))
+    window.controller.select(drawn.id)
+    window.lines_panel.delete_selected()
+    assert window.model.lines == ()
+    import_and_wait(qtbot, window, path)
+    (imported,) = window.model.lines
+    assert (imported.name, imported.kind, imported.anchors) == ("Ridge road", "road",
+                                                                drawn.anchors)
+    # Traced again with the same parameters: the same line (the straight one traced too).
+    np.testing.assert_allclose(imported.segments[0].polyline, drawn.segments[0].polyline)
+    assert not imported.segments[1].is_straight
+    assert "imported 1 line(s), 2 segment(s) from lines.geojson" in (
+        window.statusBar().currentMessage())
+    window.controller.undo()  # one undo step takes the whole import back
+    assert window.model.lines == ()
+
+
+def test_foreign_lines_snap_to_the_road(make_window, qtbot, tmp_path):
+    window = make_window()
+    gt = np.array(CASE["gt"])
+    rough = gt[[0, len(gt) // 2, -1]] + [[0.0, 0.0], [4.0, -3.0], [0.0, 0.0]]  # off the middle
+    path = tmp_path / "survey.geojson"
+    path.write_text(json.dumps({"type": "FeatureCollection", "coordinate_space": "pixel",
+                                "features": [
+        {"type": "Feature", "properties": {"name": "old survey", "kind": "river"},
+         "geometry": {"type": "LineString", "coordinates": rough.tolist()}},
+        {"type": "Feature", "properties": {"image": "other.png"},
+         "geometry": {"type": "LineString", "coordinates": rough.tolist()}},
+        {"type": "Feature", "properties": {},
+         "geometry": {"type": "Point", "coordinates": [10, 10]}}]}))
+    import_and_wait(qtbot, window, path)
+    (line,) = window.model.lines
+    assert (line.name, line.kind, len(line.anchors)) == ("old survey", "river", 3)
+    distances = distance_to_polyline(line.polyline, gt)
+    assert distances.mean() < 3.0, distances
+    message = window.statusBar().currentMessage()
+    assert "imported 1 line(s), 2 segment(s) from survey.geojson (2 feature(s) skipped: " \
+           "feature #1: properties.image names another image (other.png))" in message
+    # Parameters no path satisfies: the segments stay straight, and the status says why.
+    window.controller.params = TraceParams(max_angle=1, points=2, guides=3, halfwidth=30)
+    import_and_wait(qtbot, window, path)
+    assert all(segment.is_straight for segment in window.model.lines[-1].segments)
+    assert "2 kept straight (no polyline" in window.statusBar().currentMessage()
+
+
+def test_import_errors(make_window, qtbot, tmp_path):
+    window = make_window()
+    bad = tmp_path / "bad.geojson"
+    bad.write_text("{not json")
+    with qtbot.waitSignal(window.error_shown, timeout=10_000):
+        assert not window.import_lines(str(bad))
+    assert "bad.geojson" in window.last_error
+    lonlat = tmp_path / "lonlat.geojson"
+    lonlat.write_text(json.dumps({"type": "LineString", "coordinates": [[139.1, 35.2],
+                                                                         [139.2, 35.3]]}))
+    with qtbot.waitSignal(window.error_shown, timeout=10_000):
+        assert not window.import_lines(str(lonlat))
+    assert window.last_error == ("no line of lonlat.geojson lies on this image: feature #0: map "
+                                 "coordinates, but the image has no georeferencing with a CRS "
+                                 "(lines in pixels come from an image without one)")
+    assert window.model.lines == ()

@@ -1,0 +1,103 @@
+"""Reading a GeoJSON file's lines onto an image's pixel grid (the app's Import lines)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from core.errors import BadParameter
+from core.georef import Georef
+from core.raster import Raster
+from core.vector_import import read_lines
+from tests.test_georef import TRANSFORM, UTM54
+
+PIXELS = np.array([[100.0, 200.0], [180.5, 150.25], [300.0, 90.0]])
+
+
+def georeferenced_raster() -> Raster:
+    """A blank 572 × 572 image placed like the test GeoTIFFs (UTM 54N, 0.2 m pixels)."""
+    import pyproj
+
+    return Raster(np.zeros((572, 572, 3), np.float32), "scene.tif",
+                  Georef(TRANSFORM, pyproj.CRS.from_user_input(UTM54), "test"))
+
+
+def write(tmp_path, document) -> str:
+    path = tmp_path / "lines.geojson"
+    path.write_text(json.dumps(document))
+    return str(path)
+
+
+def collection(coordinates, properties=None, **members) -> dict:
+    return {"type": "FeatureCollection", **members, "features": [
+        {"type": "Feature", "properties": properties or {},
+         "geometry": {"type": "LineString", "coordinates": np.asarray(coordinates).tolist()}}]}
+
+
+def test_lonlat_source_crs_and_pixel_documents(tmp_path):
+    raster = georeferenced_raster()
+    lonlat = raster.georef.pixel_to_lonlat(PIXELS)
+    utm = raster.georef.pixel_to_map(PIXELS)
+    for document in (collection(lonlat),  # RFC 7946
+                     collection(utm, crs={"type": "name", "properties": {
+                         "name": "urn:ogc:def:crs:EPSG::32654"}}),  # --crs source export
+                     collection(PIXELS, coordinate_space="pixel"),
+                     collection(PIXELS, {"image": "scene.tif"})):  # batch seed convention
+        (line,), failures = read_lines(write(tmp_path, document), raster, "scene.tif")
+        assert failures == []
+        np.testing.assert_allclose(line.anchors, PIXELS, atol=1e-6)
+        assert (line.name, line.kind) == ("#0", None)
+
+
+def test_exported_anchors_are_kept_when_they_match_the_geometry(tmp_path):
+    raster = georeferenced_raster()
+    dense = np.vstack([np.linspace(PIXELS[0], PIXELS[1], 9), np.linspace(PIXELS[1], PIXELS[2],
+                                                                           9)[1:]])
+    coordinates = raster.georef.pixel_to_lonlat(dense)
+    for key in ("anchors", "anchors_px"):  # the app's export, batch's output
+        document = collection(coordinates, {key: PIXELS.tolist(), "name": "Road 1",
+                                            "kind": "road"})
+        (line,), _ = read_lines(write(tmp_path, document), raster, "scene.tif")
+        np.testing.assert_allclose(line.anchors, PIXELS)
+        assert (line.name, line.kind) == ("Road 1", "road")
+    # Anchors of another image (their ends are not the geometry's): every vertex is an anchor.
+    document = collection(coordinates, {"anchors": (PIXELS + 40).tolist()})
+    (line,), _ = read_lines(write(tmp_path, document), raster, "scene.tif")
+    np.testing.assert_allclose(line.anchors, dense, atol=1e-6)
+
+
+def test_lines_are_clipped_and_failures_named(tmp_path):
+    raster = georeferenced_raster()
+    crossing = np.array([[-100.0, 300.0], [300.0, 300.0], [700.0, 300.0], [700.0, 400.0],
+                         [300.0, 400.0], [300.0, 400.5]])
+    document = collection(crossing, {"name": "ring"}, coordinate_space="pixel")
+    document["features"] += [
+        {"type": "Feature", "properties": {"image": "other.tif"},
+         "geometry": {"type": "LineString", "coordinates": PIXELS.tolist()}},
+        {"type": "Feature", "properties": {},
+         "geometry": {"type": "LineString", "coordinates": [[900, 900], [950, 960]]}},
+        {"type": "Feature", "properties": {}, "geometry": {"type": "Point",
+                                                           "coordinates": [1, 2]}}]
+    lines, failures = read_lines(write(tmp_path, document), raster, "scene.tif")
+    # In at x = 0, out at x = 571, back in at x = 571 (the close last vertex dropped).
+    assert [line.name for line in lines] == ["ring (1)", "ring (2)"]
+    np.testing.assert_allclose(lines[0].anchors, [[0, 300], [300, 300], [571, 300]])
+    np.testing.assert_allclose(lines[1].anchors, [[571, 400], [300, 400]])
+    assert [(failure.seed, failure.reason) for failure in failures] == [
+        ("#1", "properties.image names another image (other.tif)"),
+        ("#2", "no part of it longer than 2 px lies on the image"),
+        ("#3", "geometry type 'Point' is not a LineString or MultiLineString")]
+
+
+def test_unreadable_documents(tmp_path):
+    raster = georeferenced_raster()
+    with pytest.raises(BadParameter, match="not a GeoJSON FeatureCollection"):
+        read_lines(write(tmp_path, {"type": "Polygon"}), raster, "scene.tif")
+    with pytest.raises(BadParameter, match="unknown CRS"):
+        read_lines(write(tmp_path, collection(PIXELS, crs={"type": "name", "properties": {
+            "name": "EPSG:999999"}})), raster, "scene.tif")
+    plain = Raster(np.zeros((50, 50, 3), np.float32), "plain.png")
+    lines, failures = read_lines(write(tmp_path, collection([[139.1, 35.2], [139.2, 35.3]])),
+                                 plain, "plain.png")
+    assert lines == []
+    assert "no georeferencing" in failures[0].reason
