@@ -36,6 +36,7 @@ HEADLINE_GROUPS = ("all", "nontrivial", "curved", "through_junction", "occluded"
 
 def run(args: argparse.Namespace) -> int:
     import numpy as np
+    from tqdm import tqdm
 
     from core.errors import BadParameter
     from core.evaluate import (
@@ -66,18 +67,25 @@ def run(args: argparse.Namespace) -> int:
         print(f"ours: {note}", file=sys.stderr)
     rasters = RasterCache()
     runs = {}
-    for method in methods:
-        runs[method] = results = evaluate(cases, method, params, backend, rasters,
-                                          args.evidence_dir)
-        summary = summarise(results)
-        print(format_summary(method, summary, None if args.tags else HEADLINE_GROUPS))
-        for result in results:
-            if result.error:
-                print(f"  failed {result.case.id}: {result.error}", file=sys.stderr)
+    total = len(cases) * (len(methods) + (args.stability is not None))
+    with tqdm(total=total, unit="case", file=sys.stderr, leave=False) as bar:
+        for method in methods:
+            bar.set_description(method)
+            runs[method] = results = evaluate(cases, method, params, backend, rasters,
+                                              args.evidence_dir, bar.update)
+            bar.clear()
+            summary = summarise(results)
+            print(format_summary(method, summary, None if args.tags else HEADLINE_GROUPS))
+            for result in results:
+                if result.error:
+                    print(f"  failed {result.case.id}: {result.error}", file=sys.stderr)
+        if args.stability is not None:
+            bar.set_description("stability")
+            shifts = stability(cases, params, args.stability, backend, rasters,
+                               args.evidence_dir, bar.update)
     document = report_document(runs, params)
     document["evidence_dir"] = args.evidence_dir
     if args.stability is not None:
-        shifts = stability(cases, params, args.stability, backend, rasters, args.evidence_dir)
         median = float(np.median(shifts)) if len(shifts) else float("nan")
         print(f"stability: endpoint moved {args.stability:g} px → line moves {median:.2f} px "
               f"(median over {len(shifts)} cases)")

@@ -135,10 +135,12 @@ def run_case(function: Callable, method: str, case: Case, raster: Raster) -> Cas
 
 def evaluate(cases: list[Case], method: str, params: TraceParams | None = None, backend=None,
              rasters: RasterCache | None = None,
-             evidence_dir: str | os.PathLike | None = None) -> list[CaseResult]:
+             evidence_dir: str | os.PathLike | None = None,
+             progress: Callable[[], object] | None = None) -> list[CaseResult]:
     """Run one method on every case (images loaded once; ours warmed up before timing).
     ``evidence_dir``: ours traces each case on its image's evidence raster there
-    (:func:`case_params`); the peers always trace the images."""
+    (:func:`case_params`); the peers always trace the images. ``progress()`` is called after
+    each case."""
     rasters = rasters or RasterCache()
     shared = method_function(method, params, backend)  # an unknown method fails here
     functions = [shared if method != OURS or evidence_dir is None
@@ -150,8 +152,12 @@ def evaluate(cases: list[Case], method: str, params: TraceParams | None = None, 
             functions[0](rasters.get(first.image), first.a, first.b)
         except TraceError:
             pass  # the timed run reports it
-    return [run_case(function, method, case, rasters.get(case.image))
-            for function, case in zip(functions, cases, strict=True)]
+    results = []
+    for function, case in zip(functions, cases, strict=True):
+        results.append(run_case(function, method, case, rasters.get(case.image)))
+        if progress is not None:
+            progress()
+    return results
 
 
 def _statistics(values: np.ndarray) -> dict:
@@ -182,14 +188,15 @@ def summarise(results: list[CaseResult]) -> dict:
 
 def stability(cases: list[Case], params: TraceParams | None = None, shift: float = 3.0,
               backend=None, rasters: RasterCache | None = None,
-              evidence_dir: str | os.PathLike | None = None) -> np.ndarray:
+              evidence_dir: str | os.PathLike | None = None,
+              progress: Callable[[], object] | None = None) -> np.ndarray:
     """How far our trace moves when one endpoint moves by ``shift`` px.
 
     For each case, a and then b is moved by ``shift`` px along ±u and ±n (u = direction a→b,
     n its normal; moves leaving the image are skipped) and the median distance between the
     original and the moved trace (:func:`core.metrics.line_shift`) is taken; the case's value
-    is the median over its moves. Cases whose trace fails are skipped. ``evidence_dir`` as
-    for :func:`evaluate`.
+    is the median over its moves. Cases whose trace fails are skipped. ``evidence_dir`` and
+    ``progress`` as for :func:`evaluate`.
 
     Returns
     -------
@@ -198,6 +205,8 @@ def stability(cases: list[Case], params: TraceParams | None = None, shift: float
     rasters = rasters or RasterCache()
     values = []
     for case in cases:
+        if progress is not None:
+            progress()
         function = ours_method(case_params(params, case, evidence_dir), backend)
         raster = rasters.get(case.image)
         try:
