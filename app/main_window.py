@@ -53,10 +53,16 @@ OVERVIEW_SIZE = 8192
 def load_for_display(path: str) -> tuple[Raster, list]:
     """Worker side of opening an image: the raster and its stretched display pyramid."""
     raster = load_image(path)
+    return raster, display_levels(raster)
+
+
+def display_levels(raster: Raster) -> list:
+    """The stretched display pyramid of a raster (from an overview when it is too large to
+    read whole)."""
     if raster.height * raster.width <= FULL_READ_LIMIT:
-        return raster, display_pyramid(raster.pixels)
+        return display_pyramid(raster.pixels)
     step = math.ceil(max(raster.height, raster.width) / OVERVIEW_SIZE)
-    return raster, display_pyramid(raster.overview(OVERVIEW_SIZE), step)
+    return display_pyramid(raster.overview(OVERVIEW_SIZE), step)
 
 
 class MainWindow(QMainWindow):
@@ -327,13 +333,17 @@ class MainWindow(QMainWindow):
         if path is None:
             return
 
-        def built(result) -> None:
+        def built(levels) -> None:
             if self.params_panel.evidence_path == path:  # still the chosen one
-                self._evidence_levels = result[1]
+                self._evidence_levels = levels
                 self.show_evidence_action.setEnabled(True)
 
-        self.jobs.submit(Job(lambda: load_for_display(path), built,
-                             lambda exc: self.show_error(error_text(exc), "Evidence raster")))
+        # The raster traced (resampled onto the image's grid where needed), read once: the
+        # tracer's cache holds it.
+        raster = self.raster
+        self.jobs.submit(Job(lambda: display_levels(evidence_source(
+            raster, TraceParams(evidence_path=path))), built,
+            lambda exc: self.show_error(error_text(exc), "Evidence raster")))
 
     def _show_evidence_raster(self, shown: bool) -> None:
         levels = self._evidence_levels if shown else self._image_levels
@@ -341,14 +351,15 @@ class MainWindow(QMainWindow):
             self.canvas.set_image(levels, fit=False)
 
     def choose_evidence(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Evidence raster (the image's size)",
+        path, _ = QFileDialog.getOpenFileName(self, "Evidence raster (the image's grid)",
                                               self._last_folder(), IMAGE_FILTER)
         if path:
             self.set_evidence_raster(path)
 
     def set_evidence_raster(self, path: str) -> bool:
         """Trace on the raster ``path`` instead of the image's pixels, if it can be read and has
-        the image's size; otherwise say why and keep the current evidence."""
+        the image's size or can be resampled onto its grid (both georeferenced); otherwise say
+        why and keep the current evidence."""
         if self.raster is None:
             self.show_error("open an image first, then its evidence raster", "Evidence raster")
             return False

@@ -87,8 +87,9 @@ class ParamsPanel(QWidget):
         self.evidence_label = QLabel("the image")
         self.choose_evidence = QPushButton("Choose…")
         self.choose_evidence.setToolTip(
-            "Trace on a raster of the image's size instead of the image itself, e.g. a "
-            "segmentation model's road-probability map (score 'evidence': cost 1 − p).")
+            "Trace on a raster of the image's size (or a georeferenced one, resampled onto "
+            "the image's grid) instead of the image itself, e.g. a segmentation model's "
+            "road-probability map (score 'evidence': cost 1 − p).")
         self.clear_evidence = QPushButton("Clear")
         self.clear_evidence.setToolTip("Trace on the image's own pixels again.")
         evidence = QHBoxLayout()

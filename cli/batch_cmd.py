@@ -59,7 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scheduler", metavar="ADDRESS",
                         help="run on this Dask scheduler (tcp://HOST:PORT) instead of locally")
     parser.add_argument("--evidence-dir", metavar="DIR",
-                        help="folder of rasters on each image's grid, named like the images "
+                        help="folder of rasters on each image's grid (or georeferenced: "
+                             "resampled onto it), named like the images "
                              "(e.g. a segmentation model's road-probability maps): traced "
                              "instead of the images' pixels (with --score evidence: cost 1 - p)")
     add_crs_arguments(parser)

@@ -84,7 +84,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--b", required=True, type=point, metavar="X,Y", help="end point (px)")
     add_trace_parameters(parser)
     parser.add_argument("--evidence", metavar="RASTER",
-                        help="score a raster on the image's grid instead of the image, e.g. a "
+                        help="score a raster on the image's grid (or georeferenced: resampled "
+                             "onto it) instead of the image, e.g. a "
                              "road-probability map (with --score evidence: cost 1 - p)")
     parser.add_argument("--format", default="json", choices=("json", "geojson"),
                         help="output format (default: %(default)s)")

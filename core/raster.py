@@ -216,16 +216,20 @@ class WindowedRaster(Raster):
         CRS to assume when neither the file nor a ``.prj`` beside it names one.
     bands : sequence of 1 or 3 ints, optional
         Band numbers (1-based) to trace; default: :func:`choose_bands`.
+    grid : (Georef, width, height), optional
+        Another image's pixel grid: the file is resampled onto it (bilinear, through both
+        georeferencings; 0 where it has no data) and takes its size and georeferencing.
 
     Raises
     ------
     ImageReadError
         If rasterio cannot open the file or its pixel type is unsupported.
     BadParameter
-        If ``bands`` names bands the file does not have.
+        If ``bands`` names bands the file does not have, or ``grid`` is given and either
+        georeferencing is not a transform with a CRS.
     """
 
-    def __init__(self, path: str | os.PathLike, crs=None, bands=None):
+    def __init__(self, path: str | os.PathLike, crs=None, bands=None, grid=None):
         import rasterio
         from rasterio.enums import ColorInterp
         from rasterio.errors import NotGeoreferencedWarning, RasterioError
@@ -259,15 +263,17 @@ class WindowedRaster(Raster):
             georef = read_georef(path, crs, transform=dataset.transform, file_crs=file_crs,
                                  gcps=(gcps, _pyproj_crs(gcp_crs)) if gcps else None,
                                  rpcs=dataset.rpcs)
+            warped = None if grid is None else _warped(dataset, georef, grid, path)
         except BaseException:
             dataset.close()
             raise
         self.path = path
-        self.georef = georef
+        self.georef = georef if warped is None else grid[0]
         names = [tags[band - 1].name for band in indexes]
         self.band_note = _band_note(count, indexes, names if set(names) <= {
             "red", "green", "blue"} else [], asked=bands is not None)
-        self._dataset = dataset
+        self._source = dataset
+        self._dataset = dataset if warped is None else warped
         self._lock = threading.Lock()
         self._pixels: np.ndarray | None = None
         self._indexes = list(indexes)  # 1 or 3 bands, never alpha
@@ -355,6 +361,33 @@ class WindowedRaster(Raster):
     def close(self) -> None:
         """Close the file; later reads fail (``pixels`` already read stay available)."""
         self._dataset.close()
+        self._source.close()  # the same dataset unless resampled
+
+
+def on_same_grid(georef, other) -> bool:
+    """Whether two georeferencings (or None) put pixels at the same places: False only when
+    both are transforms with a CRS that differ."""
+    if not (isinstance(georef, Georef) and isinstance(other, Georef)
+            and georef.crs is not None and other.crs is not None):
+        return True
+    return georef.crs == other.crs and georef.transform.almost_equals(other.transform)
+
+
+def _warped(dataset, georef, grid, path: str):
+    """A rasterio WarpedVRT of ``dataset`` (georeferenced by ``georef``) on ``grid``."""
+    from rasterio.crs import CRS
+    from rasterio.enums import Resampling
+    from rasterio.vrt import WarpedVRT
+
+    target, width, height = grid
+    for name, each in ((path, georef), ("the image", target)):
+        if not isinstance(each, Georef) or each.crs is None:
+            raise BadParameter(f"{path} cannot be resampled onto the image's grid: {name} has "
+                               "no georeferencing with a CRS")
+    return WarpedVRT(dataset, src_crs=CRS.from_wkt(georef.crs.to_wkt()),
+                     src_transform=georef.transform, crs=CRS.from_wkt(target.crs.to_wkt()),
+                     transform=target.transform, width=width, height=height, nodata=0,
+                     resampling=Resampling.bilinear)
 
 
 def _band_note(count: int, indexes, names, asked: bool) -> str | None:
@@ -365,7 +398,7 @@ def _band_note(count: int, indexes, names, asked: bool) -> str | None:
     return f"{text} ({', '.join(names)})" if names else text
 
 
-def load_image(path: str | os.PathLike, crs=None, bands=None) -> Raster:
+def load_image(path: str | os.PathLike, crs=None, bands=None, grid=None) -> Raster:
     """Open an image: TIFF/GeoTIFF as a :class:`WindowedRaster`, PNG/JPEG/… in memory.
 
     Georeferencing (see :mod:`core.georef`) comes from the GeoTIFF itself or a world file
@@ -378,6 +411,9 @@ def load_image(path: str | os.PathLike, crs=None, bands=None) -> Raster:
         CRS to assume when the image's georeferencing names none (e.g. ``"EPSG:32654"``).
     bands : sequence of 1 or 3 ints, optional
         Band numbers (1-based) to trace, e.g. (8, 4, 3); default: :func:`choose_bands`.
+    grid : (Georef, width, height), optional
+        Resample the image onto this pixel grid (:class:`WindowedRaster`; any format GDAL
+        reads).
 
     Raises
     ------
@@ -394,8 +430,8 @@ def load_image(path: str | os.PathLike, crs=None, bands=None) -> Raster:
         raise ImageReadError(f"image file not found: {path}")
     if os.path.isdir(path):
         raise ImageReadError(f"expected an image file, got a folder: {path}")
-    if os.path.splitext(path)[1].lower() in TIFF_SUFFIXES:
-        return WindowedRaster(path, crs, bands)
+    if grid is not None or os.path.splitext(path)[1].lower() in TIFF_SUFFIXES:
+        return WindowedRaster(path, crs, bands, grid)
     if os.path.getsize(path) == 0:
         raise ImageReadError(f"image file is empty: {path}")
     try:

@@ -40,7 +40,7 @@ from core.backend import CpuBackend, TracerBackend
 from core.errors import BadParameter, ImageReadError, NoAdmissiblePath, PointOutsideImage
 from core.gradient import gradient_margin
 from core.guides import Corridor, admissible_windows, build_corridor, check_max_angle
-from core.raster import IMAGE_SUFFIXES, Raster, load_image
+from core.raster import IMAGE_SUFFIXES, Raster, load_image, on_same_grid
 from core.scores import SCALAR, Evidence, get_score_kind
 
 #: Default corridor half-width per px of click distance.
@@ -121,30 +121,40 @@ def check_point(raster: Raster, point, name: str) -> np.ndarray:
 
 
 @lru_cache(maxsize=4)
-def _load_evidence(path: str, modified_ns: int) -> Raster:
-    return load_image(path)
+def _load_evidence(path: str, modified_ns: int, grid=None) -> Raster:
+    return load_image(path, grid=grid)
 
 
 def evidence_source(raster: Raster, params: TraceParams) -> Raster:
     """The raster the score kind reads: ``params.evidence_path`` if set, else ``raster``.
+
+    An evidence raster of the image's size is read as it is, unless both are georeferenced
+    (transform and CRS) on different grids; then, and when the sizes differ, it is resampled
+    onto the image's grid through both georeferencings (bilinear; 0 where it has no data).
 
     Raises
     ------
     ImageReadError
         If the evidence raster cannot be read.
     BadParameter
-        If its size differs from the image's.
+        If its size differs from the image's and the two cannot be aligned (either lacks
+        georeferencing with a CRS).
     """
     if params.evidence_path is None:
         return raster
     path = os.fspath(params.evidence_path)
     if not os.path.isfile(path):
         raise ImageReadError(f"evidence raster not found: {path}")
-    evidence = _load_evidence(path, os.stat(path).st_mtime_ns)
-    if (evidence.width, evidence.height) != (raster.width, raster.height):
+    stamp = os.stat(path).st_mtime_ns
+    evidence = _load_evidence(path, stamp)
+    same_size = (evidence.width, evidence.height) == (raster.width, raster.height)
+    if same_size and on_same_grid(evidence.georef, raster.georef):
+        return evidence
+    try:
+        return _load_evidence(path, stamp, (raster.georef, raster.width, raster.height))
+    except BadParameter as exc:
         raise BadParameter(f"evidence raster {path} is {evidence.width}×{evidence.height} px; "
-                           f"the image is {raster.width}×{raster.height}")
-    return evidence
+                           f"the image is {raster.width}×{raster.height} ({exc})") from None
 
 
 def evidence_folder(path: str | os.PathLike) -> Path:

@@ -82,7 +82,8 @@ def test_evidence_raster_errors(tmp_path):
     image = Raster(np.zeros((50, 60, 3), dtype=np.float32))
     path = tmp_path / "small.png"
     iio.imwrite(path, np.zeros((40, 60), dtype=np.uint8))
-    with pytest.raises(BadParameter, match="evidence raster"):
+    with pytest.raises(BadParameter, match="evidence raster .* is 60×40 px; the image is 60×50 "
+                                           r"\(.* has no georeferencing with a CRS\)"):
         trace(image, (5, 5), (50, 40), TraceParams(evidence_path=str(path)))
     with pytest.raises(ImageReadError, match="not found"):
         trace(image, (5, 5), (50, 40), TraceParams(evidence_path=str(tmp_path / "none.png")))
@@ -94,6 +95,46 @@ def test_evidence_raster_errors(tmp_path):
     write_geotiff(scores, np.full((50, 60, 1), 200.0, dtype=np.float32), transform=None)
     with pytest.raises(BadParameter, match=r"probability in \[0, 1\].* from 200 to 200"):
         trace(image, (5, 5), (50, 40), TraceParams(score="evidence", evidence_path=str(scores)))
+
+
+def test_georeferenced_evidence_is_resampled_onto_the_image_grid(tmp_path):
+    """A probability map at half the image's resolution, or on a grid shifted by 10 px, is
+    read on the image's grid through both geotransforms."""
+    pytest.importorskip("rasterio")
+    from affine import Affine
+
+    from core.raster import load_image
+    from core.tracer import evidence_source
+    from tests.test_georef import TRANSFORM, write_geotiff
+
+    centre, distance = _band_image()
+    probability = np.clip(1.0 - distance / 6.0, 0.0, 1.0)  # (rows, cols) on the image's grid
+    rows, cols = probability.shape
+    image_path = tmp_path / "image.tif"
+    noise = np.random.default_rng(3).integers(0, 255, (rows, cols, 3), dtype=np.uint8)
+    write_geotiff(image_path, noise)
+    half = tmp_path / "half.tif"  # 2×2 block means, pixels twice as large
+    coarse = probability[: rows // 2 * 2, : cols // 2 * 2].reshape(rows // 2, 2, cols // 2, 2)
+    write_geotiff(half, coarse.mean(axis=(1, 3))[:, :, None].astype(np.float32),
+                  transform=TRANSFORM @ Affine.scale(2))
+    shifted = tmp_path / "shifted.tif"  # the same size, its pixel x on the image's x + 10
+    moved = np.zeros_like(probability)
+    moved[:, :-10] = probability[:, 10:]
+    write_geotiff(shifted, moved[:, :, None].astype(np.float32),
+                  transform=TRANSFORM @ Affine.translation(10, 0))
+    with load_image(image_path) as image:
+        for path, tolerance in ((half, 0.2), (shifted, 1e-4)):
+            params = TraceParams(score="evidence", evidence_path=str(path))
+            evidence = evidence_source(image, params)
+            assert (evidence.width, evidence.height) == (cols, rows)
+            inside = evidence.read_window(2, rows - 2, 12, cols - 2)[:, :, 0]
+            assert np.abs(inside - probability[2:-2, 12:-2]).max() < tolerance
+            a, b = (15.0, centre[15]), (190.0, centre[190])
+            line = trace(image, a, b, params).polyline
+            rows_on_path = np.interp(line[:, 0], np.arange(len(centre)), centre)
+            assert np.max(np.abs(line[:, 1] - rows_on_path)) < 2.0
+        # Left of the shifted map's extent there is no data: 0, no road.
+        assert evidence.read_window(0, rows, 0, 9).max() == 0
 
 
 @pytest.mark.parametrize("flip", [False, True])
