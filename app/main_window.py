@@ -27,6 +27,7 @@ from app.model import LinesModel
 from app.panels import LinesPanel, ParamsPanel
 from app.session import read_session, write_session
 from app.tracing import TraceOutcome, TracingController, error_text
+from core.batch import list_images
 from core.errors import TraceError
 from core.geojson import feature_collection, line_feature, write_geojson
 from core.raster import FULL_READ_LIMIT, Raster, load_image
@@ -86,6 +87,7 @@ class MainWindow(QMainWindow):
         self.raster: Raster | None = None
         self._image_levels: list | None = None  # display pyramids: the image's, the evidence's
         self._evidence_levels: list | None = None
+        self._import_folder: str | None = None  # where the last imported lines came from
         self.image_path: str | None = None
         self.session_path: str | None = None
         self.last_error: str | None = None
@@ -152,6 +154,10 @@ class MainWindow(QMainWindow):
         self._action(file, "&Open image…", self.choose_image, [QKeySequence.StandardKey.Open])
         self.recent_menu = file.addMenu("Open &recent")
         self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
+        self._action(file, "&Next image in folder", lambda: self.step_image(1), ["PgDown"],
+                     tip="Open the next image of this image's folder (by name), e.g. to "
+                         "review a batch")
+        self._action(file, "&Previous image in folder", lambda: self.step_image(-1), ["PgUp"])
         file.addSeparator()
         self._action(file, "Open &session…", self.choose_session, ["Ctrl+Shift+O"])
         self._action(file, "&Save session", self.save_session, [QKeySequence.StandardKey.Save])
@@ -268,6 +274,19 @@ class MainWindow(QMainWindow):
                                               IMAGE_FILTER)
         if path:
             self.open_image(path)
+
+    def step_image(self, offset: int) -> bool:
+        """Open the image ``offset`` places after (or before) this one in its folder."""
+        if self.image_path is None:
+            self.show_status("open an image first")
+            return False
+        images = [str(path) for path in list_images(Path(self.image_path).parent)]
+        index = images.index(self.image_path) + offset if self.image_path in images else -1
+        if not 0 <= index < len(images):
+            self.show_status(f"no {'next' if offset > 0 else 'previous'} image in "
+                             f"{os.path.dirname(self.image_path)}")
+            return False
+        return self.open_image(images[index])
 
     def open_image(self, path: str, session: tuple | None = None) -> bool:
         """Open an image in the worker; ``session`` = (lines, params, session file) to install.
@@ -501,9 +520,14 @@ class MainWindow(QMainWindow):
         if self.raster is None:
             self.show_status("open an image first")
             return
-        path, _ = QFileDialog.getOpenFileName(self, "Import lines", self._last_folder(),
-                                              "GeoJSON (*.geojson *.json)")
+        # Reviewing a batch: the folder of the last import, with this image's output chosen.
+        folder = self._import_folder or self._last_folder()
+        named = os.path.join(folder, Path(self.image_path).stem + ".geojson")
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Import lines", named if os.path.isfile(named) else folder,
+            "GeoJSON (*.geojson *.json)")
         if path:
+            self._import_folder = os.path.dirname(path)
             self.import_lines(path)
 
     def import_lines(self, path: str) -> bool:

@@ -661,3 +661,21 @@ def test_import_errors(make_window, qtbot, tmp_path):
                                  "coordinates, but the image has no georeferencing with a CRS "
                                  "(lines in pixels come from an image without one)")
     assert window.model.lines == ()
+
+
+def test_next_and_previous_image_in_folder(make_window, qtbot, tmp_path):
+    rgb = iio.imread(SAMPLE_IMAGE)[:, :, :3]
+    for name in ("a.png", "b.jpg", "c.png"):
+        iio.imwrite(tmp_path / name, rgb)
+    (tmp_path / "notes.txt").write_text("not an image")
+    window = make_window(open_sample=False)
+    with qtbot.waitSignal(window.image_loaded, timeout=60_000):
+        window.open_image(str(tmp_path / "a.png"))
+    for offset, expected in ((1, "b.jpg"), (1, "c.png"), (-1, "b.jpg")):
+        with qtbot.waitSignal(window.image_loaded, timeout=60_000):
+            assert window.step_image(offset)
+        assert window.image_path == str(tmp_path / expected)
+    window.step_image(-1)
+    wait_idle(qtbot, window)
+    assert not window.step_image(-1)  # a.png is the first
+    assert window.statusBar().currentMessage() == f"no previous image in {tmp_path}"
