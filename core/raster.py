@@ -230,11 +230,14 @@ class WindowedRaster(Raster):
     """
 
     def __init__(self, path: str | os.PathLike, crs=None, bands=None, grid=None):
-        import rasterio
-        from rasterio.enums import ColorInterp
-        from rasterio.errors import NotGeoreferencedWarning, RasterioError
-
         path = os.fspath(path)
+        try:
+            import rasterio
+            from rasterio.enums import ColorInterp
+            from rasterio.errors import NotGeoreferencedWarning, RasterioError
+        except ImportError:
+            raise ImageReadError(f"cannot read {path}: TIFF images (and resampling onto another "
+                                 "image's grid) need rasterio: pip install -e \".[geo]\"") from None
         try:
             # Sidecar world files and .prj are read by core.georef, the same way for every
             # format: GDAL is told to use only what the file itself (and .aux.xml) says.
@@ -364,11 +367,16 @@ class WindowedRaster(Raster):
         self._source.close()  # the same dataset unless resampled
 
 
+def has_grid(georef) -> bool:
+    """Whether a raster's georeferencing (or None) places its pixel grid on the map: a
+    transform with a CRS (what resampling onto another grid needs)."""
+    return isinstance(georef, Georef) and georef.crs is not None
+
+
 def on_same_grid(georef, other) -> bool:
     """Whether two georeferencings (or None) put pixels at the same places: False only when
     both are transforms with a CRS that differ."""
-    if not (isinstance(georef, Georef) and isinstance(other, Georef)
-            and georef.crs is not None and other.crs is not None):
+    if not (has_grid(georef) and has_grid(other)):
         return True
     return georef.crs == other.crs and georef.transform.almost_equals(other.transform)
 
@@ -381,7 +389,7 @@ def _warped(dataset, georef, grid, path: str):
 
     target, width, height = grid
     for name, each in ((path, georef), ("the image", target)):
-        if not isinstance(each, Georef) or each.crs is None:
+        if not has_grid(each):
             raise BadParameter(f"{path} cannot be resampled onto the image's grid: {name} has "
                                "no georeferencing with a CRS")
     return WarpedVRT(dataset, src_crs=CRS.from_wkt(georef.crs.to_wkt()),

@@ -40,7 +40,7 @@ from core.backend import CpuBackend, TracerBackend
 from core.errors import BadParameter, ImageReadError, NoAdmissiblePath, PointOutsideImage
 from core.gradient import gradient_margin
 from core.guides import Corridor, admissible_windows, build_corridor, check_max_angle
-from core.raster import IMAGE_SUFFIXES, Raster, load_image, on_same_grid
+from core.raster import IMAGE_SUFFIXES, Raster, has_grid, load_image, on_same_grid
 from core.scores import SCALAR, Evidence, get_score_kind
 
 #: Default corridor half-width per px of click distance.
@@ -135,7 +135,7 @@ def evidence_source(raster: Raster, params: TraceParams) -> Raster:
     Raises
     ------
     ImageReadError
-        If the evidence raster cannot be read.
+        If the evidence raster cannot be read (or needs resampling and rasterio is missing).
     BadParameter
         If its size differs from the image's and the two cannot be aligned (either lacks
         georeferencing with a CRS).
@@ -150,11 +150,13 @@ def evidence_source(raster: Raster, params: TraceParams) -> Raster:
     same_size = (evidence.width, evidence.height) == (raster.width, raster.height)
     if same_size and on_same_grid(evidence.georef, raster.georef):
         return evidence
-    try:
-        return _load_evidence(path, stamp, (raster.georef, raster.width, raster.height))
-    except BadParameter as exc:
+    if not (has_grid(evidence.georef) and has_grid(raster.georef)):
+        lacking = "the evidence raster" if has_grid(raster.georef) else "the image"
         raise BadParameter(f"evidence raster {path} is {evidence.width}×{evidence.height} px; "
-                           f"the image is {raster.width}×{raster.height} ({exc})") from None
+                           f"the image is {raster.width}×{raster.height} (to resample it onto "
+                           f"the image's grid, both need georeferencing with a CRS: "
+                           f"{lacking} has none)")
+    return _load_evidence(path, stamp, (raster.georef, raster.width, raster.height))
 
 
 def evidence_folder(path: str | os.PathLike) -> Path:

@@ -83,7 +83,7 @@ def test_evidence_raster_errors(tmp_path):
     path = tmp_path / "small.png"
     iio.imwrite(path, np.zeros((40, 60), dtype=np.uint8))
     with pytest.raises(BadParameter, match="evidence raster .* is 60×40 px; the image is 60×50 "
-                                           r"\(.* has no georeferencing with a CRS\)"):
+                                           r"\(.* the image has none\)"):
         trace(image, (5, 5), (50, 40), TraceParams(evidence_path=str(path)))
     with pytest.raises(ImageReadError, match="not found"):
         trace(image, (5, 5), (50, 40), TraceParams(evidence_path=str(tmp_path / "none.png")))
