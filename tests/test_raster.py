@@ -25,6 +25,7 @@ def test_to_float_bands(array, bands, top):
 
 
 def test_png_and_16_bit_tiff_round_trip(tmp_path):
+    pytest.importorskip("rasterio")
     rgb = np.random.default_rng(0).integers(0, 255, (20, 30, 3), dtype=np.uint8)
     iio.imwrite(tmp_path / "a.png", rgb)
     grey16 = (np.arange(600, dtype=np.uint16).reshape(20, 30) * 100)
@@ -72,7 +73,7 @@ def test_cmyk_jpeg_and_gif_read_as_rgb(tmp_path):
 
 def write_bands(path, planes, tags=None) -> None:
     """A TIFF of ``planes`` (bands, rows, cols) uint8, its bands tagged ``tags`` if given."""
-    import rasterio
+    rasterio = pytest.importorskip("rasterio")
     from rasterio.errors import NotGeoreferencedWarning
 
     count, rows, cols = planes.shape
@@ -86,7 +87,7 @@ def write_bands(path, planes, tags=None) -> None:
 
 
 def test_multispectral_tiff_bands(tmp_path):
-    from rasterio.enums import ColorInterp as Tag
+    Tag = pytest.importorskip("rasterio.enums").ColorInterp  # noqa: N806 (a class)
 
     planes = np.stack([np.full((6, 7), 10 * band, np.uint8) for band in range(1, 7)])
     write_bands(tmp_path / "plain.tif", planes)
