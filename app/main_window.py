@@ -32,7 +32,7 @@ from core.errors import TraceError
 from core.geojson import feature_collection, line_feature, write_geojson
 from core.raster import FULL_READ_LIMIT, Raster, load_image
 from core.tracer import TraceParams, evidence_source
-from core.vector_import import read_lines
+from core.vectors import read_lines
 
 SAMPLE_IMAGE = Path(__file__).resolve().parent.parent / "resources" / "sample" / "gsi_108.png"
 IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.tif *.tiff);;All files (*)"
@@ -531,7 +531,7 @@ class MainWindow(QMainWindow):
             self.import_lines(path)
 
     def import_lines(self, path: str) -> bool:
-        """Read a GeoJSON file's lines on this image and trace them (core.vector_import)."""
+        """Read a GeoJSON file's lines on this image and trace them (core.vectors)."""
         if self.raster is None:
             self.show_status("open an image first")
             return False

@@ -442,7 +442,7 @@ class TracingController(QObject):
 
     # -- importing -------------------------------------------------------------------------------
     def import_lines(self, lines, source: str) -> None:
-        """Trace imported lines (:class:`core.vector_import.ImportedLine`) with the current
+        """Trace imported lines (:class:`core.vectors.ImportedLine`) with the current
         parameters, one job per line; they join the model as one undo step when the last is
         done (dropped if another image is opened first). Messages report the progress and,
         at the end, the segments kept straight."""

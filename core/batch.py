@@ -7,9 +7,9 @@ RFC 7946 longitude/latitude and is matched to every georeferenced image whose fo
 crosses (the planner keeps, per image, the seeds whose lon/lat box meets the image's
 footprint box, read from headers and sidecar files; the worker then decides exactly): its
 vertices are transformed to the image's CRS and then to pixels, and each segment is
-clipped to the image (a segment leaving the image ends at its border). Each
-consecutive vertex pair is traced; consecutive traced segments of one seed form one
-LineString feature.
+clipped to the image (a segment leaving the image ends at its border; reading and matching:
+:mod:`core.vectors`). Each consecutive vertex pair is traced; consecutive traced segments of
+one seed form one LineString feature.
 
 The work is one task per image (:func:`process_image`), run in this process, in a pool of
 local processes (:func:`local_executor`) or on a Dask distributed cluster (through its
@@ -59,7 +59,7 @@ from core.geojson import (
 )
 from core.georef import parse_crs, read_georef, sidecar_files
 from core.guides import build_corridor, check_max_angle
-from core.output import read_json, write_text_atomic
+from core.output import write_text_atomic
 from core.raster import IMAGE_SUFFIXES, TIFF_SUFFIXES, Raster, choose_bands, load_image
 from core.scores import get_score_kind
 from core.tracer import (
@@ -70,47 +70,20 @@ from core.tracer import (
     trace,
     with_evidence_from,
 )
+from core.vectors import (
+    MIN_SEGMENT_PX,
+    Failure,
+    Seed,
+    read_seeds,
+    seeds_in_image,
+    without_close_vertices,
+)
 
 SUMMARY_JSON = "summary.json"
 SUMMARY_CSV = "summary.csv"
 CSV_COLUMNS = ("image", "status", "coordinate_space", "lines", "segments", "failures",
                "seconds", "reasons")
 
-
-@dataclass(frozen=True)
-class Seed:
-    """One seed line.
-
-    Attributes
-    ----------
-    id : str
-        The feature's ``id``, else ``#<index>`` in the file; ``/<k>`` for MultiLineString parts.
-    vertices : ndarray of shape (N, 2), float64
-        Pixel (x, y) when ``image`` is set, else WGS84 (longitude, latitude).
-    image : str or None
-        File name in IMAGES_DIR whose pixel coordinates ``vertices`` are in.
-    properties : dict
-        The feature's properties, copied to every line traced from it.
-    """
-
-    id: str
-    vertices: np.ndarray
-    image: str | None = None
-    properties: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Failure:
-    """Something that did not trace: a whole image, a seed, or one segment of a seed."""
-
-    reason: str
-    seed: str | None = None
-    segment: int | None = None
-
-    def describe(self) -> str:
-        where = "" if self.seed is None else f"seed {self.seed}" + (
-            "" if self.segment is None else f" segment {self.segment}")
-        return f"{where}: {self.reason}" if where else self.reason
 
 
 @dataclass
@@ -205,218 +178,7 @@ class BatchPlan:
     changed: list[str] = field(default_factory=list)
 
 
-# ----------------------------------------------------------------------------------- seeds
-def feature_lines(feature, index: int, lonlat: bool = True) -> tuple[list[Seed], list[Failure]]:
-    """The seed lines of one GeoJSON feature (``index``: its place in the file), or why it is
-    not one. With ``lonlat``, vertices of features naming no image must be longitude/latitude;
-    without, they are taken as they are (a document in pixels or a projected CRS)."""
-    if not isinstance(feature, dict) or feature.get("type") != "Feature":
-        return [], [Failure(f"feature #{index} is not a GeoJSON Feature", f"#{index}")]
-    seed_id = str(feature["id"]) if feature.get("id") is not None else f"#{index}"
-    properties = feature.get("properties") or {}
-    geometry = feature.get("geometry") or {}
-    if not isinstance(properties, dict) or not isinstance(geometry, dict):
-        return [], [Failure("properties and geometry must be objects", seed_id)]
-    image = properties.get("image")
-    if image is not None and (not isinstance(image, str) or not image):
-        return [], [Failure(f"properties.image={image!r} is not a file name", seed_id)]
-    kind = geometry.get("type")
-    if kind == "LineString":
-        parts = [(seed_id, geometry.get("coordinates"))]
-    elif kind == "MultiLineString" and isinstance(geometry.get("coordinates"), list):
-        parts = [(f"{seed_id}/{k}", c) for k, c in enumerate(geometry["coordinates"])]
-    else:
-        return [], [Failure(f"geometry type {kind!r} is not a LineString or "
-                            "MultiLineString", seed_id)]
-    seeds, failures = [], []
-    for part_id, coords in parts:
-        try:
-            vertices = np.array([[float(v) for v in vertex[:2]] for vertex in coords])
-        except (TypeError, ValueError, IndexError):
-            failures.append(Failure(f"coordinates {str(coords)[:80]} are not [x, y] "
-                                    "number pairs", part_id))
-            continue
-        if vertices.ndim != 2 or vertices.shape[0] < 2 or vertices.shape[1] != 2:
-            failures.append(Failure(f"a line needs at least 2 [x, y] vertices, got "
-                                    f"{str(coords)[:80]}", part_id))
-        elif not np.all(np.isfinite(vertices)):
-            failures.append(Failure("coordinates are not finite", part_id))
-        elif lonlat and image is None and (np.abs(vertices[:, 0]).max() > 180
-                                           or np.abs(vertices[:, 1]).max() > 90):
-            failures.append(Failure(
-                f"vertex {vertices[np.argmax(np.abs(vertices).max(1))].tolist()} is not "
-                "longitude/latitude (seeds in pixel coordinates need properties.image)",
-                part_id))
-        else:
-            seeds.append(Seed(part_id, vertices, image, properties))
-    return seeds, failures
-
-
-def read_seeds(path: str | os.PathLike) -> tuple[list[Seed], list[Failure]]:
-    """Seed lines of a GeoJSON file, and the features that are not usable seeds.
-
-    Accepts a FeatureCollection, a single Feature, or a bare (Multi)LineString geometry.
-
-    Returns
-    -------
-    seeds : list of Seed
-    failures : list of Failure
-        One per feature (or MultiLineString part) that is not a usable seed.
-
-    Raises
-    ------
-    BadParameter
-        If the file cannot be read or is not a GeoJSON object at all.
-    """
-    seeds, failures = [], []
-    for index, feature in enumerate(geojson_features(read_json(path, "seeds file"), path)):
-        found, bad = feature_lines(feature, index)
-        seeds += found
-        failures += bad
-    return seeds, failures
-
-
-def geojson_features(document, path) -> list:
-    """The features of a GeoJSON FeatureCollection, Feature or bare (Multi)LineString.
-
-    Raises
-    ------
-    BadParameter
-        If ``document`` (read from ``path``) is none of these.
-    """
-    kind = document.get("type") if isinstance(document, dict) else None
-    if kind == "FeatureCollection" and isinstance(document.get("features"), list):
-        return document["features"]
-    if kind == "Feature":
-        return [document]
-    if kind in ("LineString", "MultiLineString"):
-        return [{"type": "Feature", "geometry": document, "properties": {}}]
-    raise BadParameter(f"{path} is not a GeoJSON FeatureCollection, Feature or LineString "
-                       f"(type {kind!r})")
-
-
-# -------------------------------------------------------------------------------- matching
-def clip_segment(p: np.ndarray, q: np.ndarray, width: int,
-                 height: int) -> tuple[np.ndarray, np.ndarray, bool, bool] | None:
-    """Clip segment p–q to the pixel-centre box ``[0, width-1] × [0, height-1]``.
-
-    Parameters
-    ----------
-    p, q : ndarray of shape (2,)
-        Pixel (x, y) end points (non-finite: the segment is dropped).
-
-    Returns
-    -------
-    (start, end, start_clipped, end_clipped) or None when the segment misses the box.
-    """
-    if not (np.all(np.isfinite(p)) and np.all(np.isfinite(q))):
-        return None
-    d = q - p
-    t0, t1 = 0.0, 1.0
-    for pk, qk in ((-d[0], p[0]), (d[0], width - 1 - p[0]),
-                   (-d[1], p[1]), (d[1], height - 1 - p[1])):
-        if pk == 0:
-            if qk < 0:
-                return None
-            continue
-        t = qk / pk
-        if pk < 0:
-            t0 = max(t0, t)
-        else:
-            t1 = min(t1, t)
-    if t0 > t1:
-        return None
-    upper = np.array([width - 1, height - 1], dtype=np.float64)
-    start = np.clip(p + t0 * d, 0, upper)
-    end = np.clip(p + t1 * d, 0, upper)
-    return start, end, t0 > 0, t1 < 1
-
-
-def lines_in_image(vertices_px: np.ndarray, width: int, height: int) -> list[np.ndarray]:
-    """Pieces of a polyline inside an image, each segment clipped to it.
-
-    Consecutive segments that stay inside join into one piece; clipped pieces shorter
-    than 2 px (a corner grazing the border) are dropped.
-
-    Parameters
-    ----------
-    vertices_px : ndarray of shape (N, 2)
-        Pixel (x, y); may lie outside the image or be non-finite.
-
-    Returns
-    -------
-    list of ndarray of shape (K, 2), K >= 2
-    """
-    pieces: list[list[np.ndarray]] = []
-    joined = False
-    for p, q in zip(vertices_px[:-1], vertices_px[1:], strict=True):
-        clipped = clip_segment(p, q, width, height)
-        if clipped is None:
-            joined = False
-            continue
-        start, end, start_clipped, end_clipped = clipped
-        if (start_clipped or end_clipped) and np.hypot(*(end - start)) < 2:
-            joined = False
-            continue
-        if joined and not start_clipped:
-            pieces[-1].append(end)
-        else:
-            pieces.append([start, end])
-        joined = not end_clipped
-    return [np.array(piece) for piece in pieces]
-
-
-def seeds_in_image(seeds, image_name: str, raster: Raster) -> list[tuple[Seed, np.ndarray]]:
-    """The seed lines to trace on one image, in its pixel coordinates.
-
-    Seeds naming ``image_name`` are taken as they are; lon/lat seeds are projected through
-    the raster's georeferencing and clipped to it (none when it has no CRS).
-
-    Returns
-    -------
-    list of (Seed, ndarray of shape (K, 2) pixel vertices)
-    """
-    georef = raster.georef
-    lines = [(seed, seed.vertices) for seed in seeds if seed.image == image_name]
-    lonlat = [seed for seed in seeds if seed.image is None]
-    if not lonlat or georef is None or georef.crs is None:
-        return lines
-    # One projection call for every vertex of every lon/lat seed, then split per seed.
-    pixels = georef.lonlat_to_pixel(np.vstack([seed.vertices for seed in lonlat]))
-    ends = np.cumsum([len(seed.vertices) for seed in lonlat])
-    upper = (raster.width - 1, raster.height - 1)
-    for seed, vertices in zip(lonlat, np.split(pixels, ends[:-1]), strict=True):
-        finite = vertices[np.all(np.isfinite(vertices), axis=1)]
-        if not finite.size or np.any(finite.max(0) < 0) or np.any(finite.min(0) > upper):
-            continue  # the seed's bounding box misses the image
-        lines += [(seed, piece) for piece in lines_in_image(vertices, raster.width,
-                                                            raster.height)]
-    return lines
-
-
 # ---------------------------------------------------------------------------------- tracing
-#: Seed vertices closer than this (px) to the previous kept vertex are dropped before tracing.
-MIN_SEGMENT_PX = 2.0
-
-
-def without_close_vertices(vertices: np.ndarray) -> np.ndarray:
-    """Drop each vertex closer than :data:`MIN_SEGMENT_PX` to the last one kept (repeated or
-    near-repeated vertices are common in GIS data; a segment needs two distinct ends).
-
-    Parameters
-    ----------
-    vertices : ndarray of shape (N, 2)
-
-    Returns
-    -------
-    ndarray of shape (K, 2), K <= N
-    """
-    kept = [vertices[0]]
-    for vertex in vertices[1:]:
-        if np.hypot(*(vertex - kept[-1])) >= MIN_SEGMENT_PX:
-            kept.append(vertex)
-    return np.array(kept)
-
 
 def _trace_line(raster: Raster, seed: Seed, vertices: np.ndarray, params: TraceParams,
                 backend: TracerBackend, crs: str) -> tuple[list[dict], int, list[Failure]]:

@@ -19,21 +19,17 @@ from cli import main as cli_main
 from cli.batch_cmd import worker_backend
 from core.backend import CpuBackend
 from core.batch import (
-    Failure,
     ImageTask,
-    clip_segment,
-    lines_in_image,
     local_executor,
     output_names,
     plan_batch,
     process_image,
-    read_seeds,
     run_tasks,
-    without_close_vertices,
 )
 from core.errors import BadParameter
 from core.georef import Georef
 from core.tracer import TraceParams
+from core.vectors import Failure, clip_segment, lines_in_image, read_seeds, without_close_vertices
 from tests.conftest import SAMPLE_CASES, SAMPLE_IMAGE
 from tests.synthetic import distance_to_polyline, road_image
 from tests.test_georef import TRANSFORM, sample_pixels, write_geotiff, write_world_file

@@ -1,4 +1,5 @@
-"""Reading a GeoJSON file's lines onto an image's pixel grid (the app's Import lines)."""
+"""Reading a GeoJSON file's lines onto an image's pixel grid (the app's Import lines;
+batch seeds are tested in test_batch)."""
 
 import json
 
@@ -8,7 +9,7 @@ import pytest
 from core.errors import BadParameter
 from core.georef import Georef
 from core.raster import Raster
-from core.vector_import import read_lines
+from core.vectors import read_lines
 from tests.test_georef import TRANSFORM, UTM54
 
 PIXELS = np.array([[100.0, 200.0], [180.5, 150.25], [300.0, 90.0]])
