@@ -37,6 +37,8 @@ from core.vectors import read_lines
 SAMPLE_IMAGE = Path(__file__).resolve().parent.parent / "resources" / "sample" / "gsi_108.png"
 IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.tif *.tiff);;All files (*)"
 SESSION_FILTER = "roadtracer sessions (*.roadtracer.json *.json)"
+EXPORT_LONLAT = "GeoJSON, WGS84 longitude/latitude (*.geojson *.json)"
+EXPORT_SOURCE = "GeoJSON, the image's own CRS (*.geojson *.json)"
 MAX_RECENT = 8
 AUTOSAVE_DELAY_MS = 1000
 
@@ -556,13 +558,16 @@ class MainWindow(QMainWindow):
             self.show_status("nothing to export: trace a line first")
             return
         suggestion = os.path.splitext(self.image_path)[0] + ".geojson"
-        path, _ = QFileDialog.getSaveFileName(self, "Export GeoJSON", suggestion,
-                                              "GeoJSON (*.geojson *.json)")
+        filters = {EXPORT_LONLAT: "wgs84", EXPORT_SOURCE: "source"}
+        path, chosen = QFileDialog.getSaveFileName(self, "Export GeoJSON", suggestion,
+                                                   ";;".join(filters), EXPORT_LONLAT)
         if path:
-            self.export_geojson(path)
+            self.export_geojson(path, filters.get(chosen, "wgs84"))
 
-    def export_geojson(self, path: str) -> bool:
-        """One LineString feature per line, with name, kind, anchors and score."""
+    def export_geojson(self, path: str, crs: str = "wgs84") -> bool:
+        """One LineString feature per line, with name, kind, anchors and score; coordinates
+        as :func:`core.geojson.feature_collection` writes them for ``crs`` ("wgs84": RFC 7946
+        lon/lat, "source": the image's CRS; pixels for an image without georeferencing)."""
         features = []
         for line in self.model.lines:
             score = line.score
@@ -575,9 +580,9 @@ class MainWindow(QMainWindow):
                               "straight": s.is_straight,
                               "params": None if s.params is None else s.params.as_dict()}
                              for s in line.segments]}
-            features.append(line_feature(line.polyline, self.raster, properties))
+            features.append(line_feature(line.polyline, self.raster, properties, crs))
         try:
-            write_geojson(path, feature_collection(features, self.raster))
+            write_geojson(path, feature_collection(features, self.raster, crs))
         except TraceError as exc:
             self.show_error(str(exc), "Cannot export")
             return False

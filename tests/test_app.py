@@ -679,3 +679,31 @@ def test_next_and_previous_image_in_folder(make_window, qtbot, tmp_path):
     wait_idle(qtbot, window)
     assert not window.step_image(-1)  # a.png is the first
     assert window.statusBar().currentMessage() == f"no previous image in {tmp_path}"
+
+
+def test_export_in_the_image_crs_and_import_back(make_window, qtbot, tmp_path):
+    from tests.test_georef import write_geotiff
+
+    image = tmp_path / "utm.tif"
+    write_geotiff(image, iio.imread(SAMPLE_IMAGE)[:, :, :3])
+    window = make_window(open_sample=False)
+    with qtbot.waitSignal(window.image_loaded, timeout=60_000):
+        window.open_image(str(image))
+    click(qtbot, window, A)
+    click_and_wait(qtbot, window, B)
+    qtbot.keyClick(window.canvas, Qt.Key.Key_Return)
+    (drawn,) = window.model.lines
+    path = tmp_path / "utm.geojson"
+    assert window.export_geojson(str(path), "source")
+    document = json.loads(path.read_text())
+    assert document["coordinate_space"] == "source"
+    assert document["crs"]["properties"]["name"] == "urn:ogc:def:crs:EPSG::32654"
+    coordinates = np.array(document["features"][0]["geometry"]["coordinates"])
+    np.testing.assert_allclose(coordinates, window.raster.georef.pixel_to_map(drawn.polyline),
+                               atol=1e-3)
+    window.controller.select(drawn.id)
+    window.lines_panel.delete_selected()
+    import_and_wait(qtbot, window, path)
+    (imported,) = window.model.lines
+    assert imported.anchors == drawn.anchors
+    np.testing.assert_allclose(imported.polyline, drawn.polyline)
