@@ -143,6 +143,8 @@ class TracingController(QObject):
         self._press_time = 0.0
         self._image_epoch = 0
         self._draw_epoch = 0
+        self._import_epoch = 0  # bumped to drop the imports in progress
+        self._imports_running = 0
         self._editing = False
         self._hover_timer = QTimer(self)
         self._hover_timer.setSingleShot(True)
@@ -157,6 +159,7 @@ class TracingController(QObject):
 
     def set_raster(self, raster: Raster | None) -> None:
         self._image_epoch += 1
+        self._imports_running = 0  # their lines were for the last image
         self.raster = raster
         self._stop_drawing()
         self.select(None)
@@ -379,7 +382,13 @@ class TracingController(QObject):
             self._stop_drawing()
 
     def cancel(self) -> None:
-        """Esc: drop the segment in progress and stop drawing; with nothing drawn, deselect."""
+        """Esc: drop an import in progress; else drop the segment in progress and stop
+        drawing; with nothing drawn, deselect."""
+        if self._imports_running:
+            self._import_epoch += 1
+            self._imports_running = 0
+            self.message.emit("import cancelled: no line added")
+            return
         if self.tail is None:
             self.select(None)
             return
@@ -444,19 +453,27 @@ class TracingController(QObject):
     def import_lines(self, lines, source: str) -> None:
         """Trace imported lines (:class:`core.vectors.ImportedLine`) with the current
         parameters, one job per line; they join the model as one undo step when the last is
-        done (dropped if another image is opened first). Messages report the progress and,
-        at the end, the segments kept straight."""
+        done. Esc (:meth:`cancel`) or opening another image drops the import, and the jobs
+        still waiting return at once. Messages report the progress and, at the end, the
+        segments kept straight."""
         if self.raster is None or not lines:
             return
         self._stop_drawing()
         raster, epoch, params = self.raster, self._image_epoch, self.params
+        token = self._import_epoch
+        self._imports_running += 1
         traced: list[tuple[str, str, tuple[Point, ...], tuple[Segment, ...]]] = []
         problems: list[str] = []
 
+        def live() -> bool:
+            return token == self._import_epoch and epoch == self._image_epoch
+
         def finish_one() -> None:
             if len(traced) < len(lines):
-                self.message.emit(f"importing lines from {source}: {len(traced)}/{len(lines)}")
+                self.message.emit(f"importing lines from {source}: {len(traced)}/{len(lines)} "
+                                  "(Esc cancels)")
                 return
+            self._imports_running -= 1
             with self._own_edit():
                 added = self.model.add_lines(traced)
             segments = sum(len(line.segments) for line in added)
@@ -471,7 +488,7 @@ class TracingController(QObject):
             kind = line.kind if line.kind in LINE_KINDS else self.kind
 
             def done(result, name=line.name, kind=kind, anchors=anchors) -> None:
-                if epoch != self._image_epoch:
+                if not live():
                     return
                 outcome, reasons = result
                 if outcome.fallback is not None:
@@ -481,7 +498,7 @@ class TracingController(QObject):
                 finish_one()
 
             def failed(exc, name=line.name, kind=kind, anchors=anchors) -> None:
-                if epoch != self._image_epoch:
+                if not live():
                     return
                 traced.append((name, kind, anchors, tuple(
                     Segment.straight(a, b) for a, b in zip(anchors[:-1], anchors[1:],
@@ -489,9 +506,8 @@ class TracingController(QObject):
                 problems.extend([error_text(exc)] * (len(anchors) - 1))
                 finish_one()
 
-            self.jobs.submit(Job(lambda anchors=anchors: trace_anchors(raster, anchors, params,
-                                                                       self.backend),
-                                 done, failed))
+            self.jobs.submit(Job(lambda anchors=anchors: trace_anchors(
+                raster, anchors, params, self.backend) if live() else None, done, failed))
 
     # -- editing finished lines ------------------------------------------------------------------
     def select(self, line_id: int | None, segment: int | None = None) -> None:

@@ -707,3 +707,22 @@ def test_export_in_the_image_crs_and_import_back(make_window, qtbot, tmp_path):
     (imported,) = window.model.lines
     assert imported.anchors == drawn.anchors
     np.testing.assert_allclose(imported.polyline, drawn.polyline)
+
+
+def test_esc_cancels_an_import(make_window, qtbot, tmp_path):
+    window = make_window()
+    gt = np.array(CASE["gt"])
+    path = tmp_path / "many.geojson"
+    path.write_text(json.dumps({"type": "FeatureCollection", "coordinate_space": "pixel",
+                                "features": [
+        {"type": "Feature", "properties": {},
+         "geometry": {"type": "LineString", "coordinates": (gt[[0, -1]] + k).tolist()}}
+        for k in range(8)]}))
+    assert window.import_lines(str(path))
+    qtbot.keyClick(window.canvas, Qt.Key.Key_Escape)
+    wait_idle(qtbot, window)
+    assert window.model.lines == ()
+    assert window.statusBar().currentMessage() == "import cancelled: no line added"
+    # A later import is not affected.
+    import_and_wait(qtbot, window, path)
+    assert len(window.model.lines) == 8
