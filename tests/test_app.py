@@ -671,9 +671,10 @@ def test_next_and_previous_image_in_folder(make_window, qtbot, tmp_path):
     window = make_window(open_sample=False)
     with qtbot.waitSignal(window.image_loaded, timeout=60_000):
         window.open_image(str(tmp_path / "a.png"))
-    for offset, expected in ((1, "b.jpg"), (1, "c.png"), (-1, "b.jpg")):
+    for key, expected in ((Qt.Key.Key_PageDown, "b.jpg"), (Qt.Key.Key_PageDown, "c.png"),
+                          (Qt.Key.Key_PageUp, "b.jpg")):
         with qtbot.waitSignal(window.image_loaded, timeout=60_000):
-            assert window.step_image(offset)
+            qtbot.keyClick(window.canvas, key)
         assert window.image_path == str(tmp_path / expected)
     window.step_image(-1)
     wait_idle(qtbot, window)
