@@ -12,7 +12,7 @@ from PySide6.QtGui import QColor, QPainter, QPen, QPolygonF
 from PySide6.QtWidgets import QGraphicsItem, QGraphicsScene, QGraphicsView
 
 from app.display import DisplayLevel
-from app.model import Line, LinesModel, Segment
+from app.model import Line, LinesModel, Segment, nearest_on_polyline
 from app.tracing import TracingController
 from core.guides import Corridor, build_corridor
 
@@ -320,6 +320,20 @@ class Canvas(QGraphicsView):
                 return line.id, index
         return None
 
+    def _snap_target(self, x: float, y: float) -> tuple[float, float] | None:
+        """The point of a visible line under the cursor, if any: its vertex there, else the
+        nearest point of its polyline (a T-junction)."""
+        anchor = self._anchor_at(x, y)
+        if anchor is not None:
+            return self.model.line(anchor[0]).anchors[anchor[1]]
+        best, radius = None, self._grab_radius()
+        for line in self.model.lines:
+            if line.visible:
+                point, distance = nearest_on_polyline((x, y), line.polyline)
+                if distance[0] <= radius and (best is None or distance[0] < best[1]):
+                    best = (point[0], distance[0])
+        return None if best is None else (float(best[0][0]), float(best[0][1]))
+
     # -- mouse and keys ------------------------------------------------------------------------
     def mousePressEvent(self, event) -> None:  # noqa: N802 (Qt override)
         button, modifiers = event.button(), event.modifiers()
@@ -339,7 +353,16 @@ class Canvas(QGraphicsView):
             if self._drag is not None:
                 self.controller.select(self._drag[0])
                 return
-        self.controller.press((x, y), _straight(event))
+        self._press(x, y, event)
+
+    def _press(self, x: float, y: float, event) -> None:
+        """A click for the tracing tool; on or near a visible line, exactly on it (a
+        junction), else at the pixel centre under the cursor."""
+        target = self._snap_target(x, y)
+        if target is not None:
+            self.controller.press(target, _straight(event), exact=True)
+        else:
+            self.controller.press((x, y), _straight(event))
 
     def mouseMoveEvent(self, event) -> None:  # noqa: N802 (Qt override)
         if self._pan_from is not None:
@@ -377,13 +400,13 @@ class Canvas(QGraphicsView):
             if line is not None and moved:
                 self.controller.move_anchor(line_id, index, self._scene_xy(event))
             elif line is not None:  # a click on a vertex starts a new line there (a junction)
-                self.controller.press(line.anchors[index], _straight(event))
+                self.controller.press(line.anchors[index], _straight(event), exact=True)
             self._overlay_changed()
 
     def mouseDoubleClickEvent(self, event) -> None:  # noqa: N802 (Qt override)
         """The double-click's point ends the line (platforms that skip its press included)."""
         if event.button() == Qt.MouseButton.LeftButton and self.controller.drawing:
-            self.controller.press(self._scene_xy(event), _straight(event))
+            self._press(*self._scene_xy(event), event)
             self.controller.finish()
 
     def keyPressEvent(self, event) -> None:  # noqa: N802 (Qt override)

@@ -271,14 +271,24 @@ class LinesModel:
         self._commit(tuple(line for line in self._lines if line.id != line_id), "Delete line")
 
 
-def distance_to_polyline(points: np.ndarray, polyline: np.ndarray) -> np.ndarray:
-    """Euclidean distance of each point (n, 2) to the polyline (N, 2); returns shape (n,)."""
+def nearest_on_polyline(points: np.ndarray, polyline: np.ndarray) -> tuple[np.ndarray,
+                                                                           np.ndarray]:
+    """The point of the polyline (N, 2) nearest to each point (n, 2), shape (n, 2), and its
+    Euclidean distance, shape (n,)."""
     points = np.atleast_2d(np.asarray(points, dtype=np.float64))
     polyline = np.asarray(polyline, dtype=np.float64)
     if len(polyline) == 1:
-        return np.hypot(*(points - polyline[0]).T)
+        return np.repeat(polyline, len(points), axis=0), np.hypot(*(points - polyline[0]).T)
     start, delta = polyline[:-1], np.diff(polyline, axis=0)
     along = ((points[:, None, :] - start) * delta).sum(axis=2)
     along = np.clip(along / np.maximum((delta * delta).sum(axis=1), 1e-12), 0.0, 1.0)
-    nearest = start + along[:, :, None] * delta
-    return np.hypot(*(points[:, None, :] - nearest).transpose(2, 0, 1)).min(axis=1)
+    nearest = start + along[:, :, None] * delta  # (n, N - 1, 2): on every segment
+    distances = np.hypot(*(points[:, None, :] - nearest).transpose(2, 0, 1))
+    best = np.argmin(distances, axis=1)
+    rows = np.arange(len(points))
+    return nearest[rows, best], distances[rows, best]
+
+
+def distance_to_polyline(points: np.ndarray, polyline: np.ndarray) -> np.ndarray:
+    """Euclidean distance of each point (n, 2) to the polyline (N, 2); returns shape (n,)."""
+    return nearest_on_polyline(points, polyline)[1]

@@ -225,9 +225,10 @@ class TracingController(QObject):
     def _request(self, a: Point, b: Point, straight: bool) -> TraceRequest:
         return TraceRequest(a, b, None if straight else self.params)
 
-    def _snapped_inside(self, point, name: str) -> Point | None:
-        """The pixel centre nearest to ``point``, or None (and a message) if off the image."""
-        p = snap(point)
+    def _snapped_inside(self, point, name: str, exact: bool = False) -> Point | None:
+        """The pixel centre nearest to ``point`` (``point`` itself if ``exact``), or None (and
+        a message) if off the image."""
+        p = (float(point[0]), float(point[1])) if exact else snap(point)
         try:
             check_point(self.raster, p, name)
         except TraceError as exc:
@@ -236,13 +237,15 @@ class TracingController(QObject):
         return p
 
     # -- drawing --------------------------------------------------------------------------------
-    def press(self, point, straight: bool = False) -> None:
-        """A click on the canvas: start a line, or trace a segment to here from the last anchor."""
+    def press(self, point, straight: bool = False, exact: bool = False) -> None:
+        """A click on the canvas: start a line, or trace a segment to here from the last anchor.
+        The point snaps to the nearest pixel centre unless ``exact`` (a point on another line:
+        a junction)."""
         self._press_time = time.perf_counter()
         if self.raster is None:
             self.message.emit("open an image first")
             return
-        p = self._snapped_inside(point, "click")
+        p = self._snapped_inside(point, "click", exact)
         if p is None:
             return
         if self.tail is None:

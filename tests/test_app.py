@@ -727,3 +727,28 @@ def test_esc_cancels_an_import(make_window, qtbot, tmp_path):
     # A later import is not affected.
     import_and_wait(qtbot, window, path)
     assert len(window.model.lines) == 8
+
+
+def test_clicks_on_a_line_make_exact_junctions(make_window, qtbot):
+    window = make_window()
+    click(qtbot, window, A)
+    click_and_wait(qtbot, window, B)
+    qtbot.keyClick(window.canvas, Qt.Key.Key_Return)
+    (road,) = window.model.lines
+    middle = road.polyline[len(road.polyline) // 2]
+    normal = np.array([1.0, 1.0]) / np.sqrt(2)
+    # A branch from elsewhere that ends a little off the road's middle: it ends on the road.
+    start = (350.0, 300.0)
+    click(qtbot, window, start)
+    click_and_wait(qtbot, window, tuple(middle + 1.5 * normal))
+    qtbot.keyClick(window.canvas, Qt.Key.Key_Return)
+    branch = window.model.lines[-1]
+    assert branch.anchors[0] == start
+    assert distance_to_polyline([branch.anchors[-1]], road.polyline)[0] < 1e-9
+    np.testing.assert_allclose(branch.polyline[-1], branch.anchors[-1])
+    # A line started a little off the road starts on it; one ended near B ends exactly at B.
+    click(qtbot, window, tuple(middle - 1.5 * normal))
+    click_and_wait(qtbot, window, (B[0] + 1.0, B[1] + 1.0))
+    spur = window.model.lines[-1]
+    assert distance_to_polyline([spur.anchors[0]], road.polyline)[0] < 1e-9
+    assert spur.anchors[-1] == B
