@@ -585,6 +585,15 @@ def test_status_names_the_bands_of_a_multispectral_image(make_window, qtbot, tmp
         window.statusBar().currentMessage())
 
 
+def draw_line(qtbot, window, *points):
+    """Click the points (the first starts a line), wait for each trace, finish; the new line."""
+    click(qtbot, window, points[0])
+    for point in points[1:]:
+        click_and_wait(qtbot, window, point)
+    qtbot.keyClick(window.canvas, Qt.Key.Key_Return)
+    return window.model.lines[-1]
+
+
 def import_and_wait(qtbot, window, path) -> None:
     """Import lines from ``path`` and wait until every line has been traced."""
     assert window.import_lines(str(path))
@@ -690,10 +699,7 @@ def test_export_in_the_image_crs_and_import_back(make_window, qtbot, tmp_path):
     window = make_window(open_sample=False)
     with qtbot.waitSignal(window.image_loaded, timeout=60_000):
         window.open_image(str(image))
-    click(qtbot, window, A)
-    click_and_wait(qtbot, window, B)
-    qtbot.keyClick(window.canvas, Qt.Key.Key_Return)
-    (drawn,) = window.model.lines
+    drawn = draw_line(qtbot, window, A, B)
     path = tmp_path / "utm.geojson"
     assert window.export_geojson(str(path), "source")
     document = json.loads(path.read_text())
@@ -731,18 +737,12 @@ def test_esc_cancels_an_import(make_window, qtbot, tmp_path):
 
 def test_clicks_on_a_line_make_exact_junctions(make_window, qtbot):
     window = make_window()
-    click(qtbot, window, A)
-    click_and_wait(qtbot, window, B)
-    qtbot.keyClick(window.canvas, Qt.Key.Key_Return)
-    (road,) = window.model.lines
+    road = draw_line(qtbot, window, A, B)
     middle = road.polyline[len(road.polyline) // 2]
     normal = np.array([1.0, 1.0]) / np.sqrt(2)
     # A branch from elsewhere that ends a little off the road's middle: it ends on the road.
     start = (350.0, 300.0)
-    click(qtbot, window, start)
-    click_and_wait(qtbot, window, tuple(middle + 1.5 * normal))
-    qtbot.keyClick(window.canvas, Qt.Key.Key_Return)
-    branch = window.model.lines[-1]
+    branch = draw_line(qtbot, window, start, tuple(middle + 1.5 * normal))
     assert branch.anchors[0] == start
     assert distance_to_polyline([branch.anchors[-1]], road.polyline)[0] < 1e-9
     np.testing.assert_allclose(branch.polyline[-1], branch.anchors[-1])
