@@ -328,7 +328,9 @@ class Canvas(QGraphicsView):
             return self.model.line(anchor[0]).anchors[anchor[1]]
         best, radius = None, self._grab_radius()
         for line in self.model.lines:
-            if line.visible:
+            low, high = line.bounds
+            if line.visible and low[0] - radius <= x <= high[0] + radius \
+                    and low[1] - radius <= y <= high[1] + radius:
                 point, distance = nearest_on_polyline((x, y), line.polyline)
                 if distance[0] <= radius and (best is None or distance[0] < best[1]):
                     best = (point[0], distance[0])
@@ -383,7 +385,11 @@ class Canvas(QGraphicsView):
                 self._overlay.drag_lines = np.array(band, dtype=np.float64)
                 self._overlay_changed()
             return
-        self.controller.hover((x, y), _straight(event))
+        target = self._snap_target(x, y) if self.controller.drawing else None
+        if target is not None:  # the preview ends where a click would: on the line
+            self.controller.hover(target, _straight(event), exact=True)
+        else:
+            self.controller.hover((x, y), _straight(event))
 
     def mouseReleaseEvent(self, event) -> None:  # noqa: N802 (Qt override)
         if self._pan_from is not None and event.button() in (Qt.MouseButton.MiddleButton,

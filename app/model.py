@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -96,11 +97,16 @@ class Line:
     segments: tuple[Segment, ...]
     visible: bool = True
 
-    @property
+    @cached_property
     def polyline(self) -> np.ndarray:
         """The whole line, shape (N, 2): segments joined, shared anchors kept once."""
         parts = [self.segments[0].polyline] + [s.polyline[1:] for s in self.segments[1:]]
         return np.vstack(parts)
+
+    @cached_property
+    def bounds(self) -> np.ndarray:
+        """Its bounding box [[x_min, y_min], [x_max, y_max]], shape (2, 2)."""
+        return np.array([self.polyline.min(axis=0), self.polyline.max(axis=0)])
 
     @property
     def length(self) -> float:

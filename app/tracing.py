@@ -196,7 +196,7 @@ class TracingController(QObject):
         self._clear_preview()
         self.retrace_selection()
         if self._hover is not None:
-            self.hover(*self._hover)
+            self.hover(*self._hover, exact=True)  # already where the cursor's click lands
 
     # -- jobs -----------------------------------------------------------------------------------
     def _submit(self, requests: tuple[TraceRequest, ...], done, failed, *, drawing: bool,
@@ -316,9 +316,10 @@ class TracingController(QObject):
             self._stop_drawing()
         self.changed.emit()
 
-    def hover(self, point, straight: bool = False) -> None:
-        """The mouse moved: refresh the preview from the last anchor (throttled)."""
-        self._hover = (snap(point), straight)
+    def hover(self, point, straight: bool = False, exact: bool = False) -> None:
+        """The mouse moved: refresh the preview from the last anchor (throttled); ``point``
+        snaps to the nearest pixel centre unless ``exact``."""
+        self._hover = ((float(point[0]), float(point[1])) if exact else snap(point), straight)
         if self.tail is None or self.raster is None:
             return
         if straight:

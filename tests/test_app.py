@@ -740,8 +740,15 @@ def test_clicks_on_a_line_make_exact_junctions(make_window, qtbot):
     road = draw_line(qtbot, window, A, B)
     middle = road.polyline[len(road.polyline) // 2]
     normal = np.array([1.0, 1.0]) / np.sqrt(2)
-    # A branch from elsewhere that ends a little off the road's middle: it ends on the road.
+    # A branch from elsewhere towards a little off the road's middle: the preview and the
+    # line end on the road.
     start = (350.0, 300.0)
+    click(qtbot, window, start)
+    qtbot.mouseMove(window.canvas.viewport(), view_pos(window, tuple(middle + 1.5 * normal)))
+    qtbot.waitUntil(lambda: window.controller.preview is not None, timeout=30_000)
+    end = window.controller.preview.polyline[-1]
+    assert distance_to_polyline([end], road.polyline)[0] < 1e-9
+    qtbot.keyClick(window.canvas, Qt.Key.Key_Escape)
     branch = draw_line(qtbot, window, start, tuple(middle + 1.5 * normal))
     assert branch.anchors[0] == start
     assert distance_to_polyline([branch.anchors[-1]], road.polyline)[0] < 1e-9
