@@ -42,6 +42,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, as_completed
 from dataclasses import asdict, dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 
 import numba
@@ -131,20 +132,20 @@ class ImageTask:
 
     def fingerprint(self) -> str:
         """A digest of what decides this image's output: its seeds (ids, vertices,
-        properties), the tracing parameters, the CRS and band settings (not ``threads``), the size
-        and modification time of every file read for it (the image, its georeferencing
-        sidecars, the evidence raster, the surface model), so that an image, map or model
-        replaced since is traced again."""
+        properties), the tracing parameters, the CRS and band settings (not ``threads``), the
+        size and modification time of every file read for it (the image, its georeferencing
+        sidecars, the evidence raster) and the surface model's content, so that an image, map
+        or model replaced since is traced again. The planner and the worker (on another
+        machine of a cluster, with the same files but its own install) agree on it."""
         files = [self.image, *sidecar_files(self.image), self.params.evidence_path]
-        if self.params.score == "surface":
-            files.append(surface.MODEL_PATH)
         record = {"seeds": [{"id": seed.id, "vertices": np.asarray(seed.vertices).tolist(),
                              "image": seed.image, "properties": seed.properties}
                             for seed in self.seeds],
                   "params": asdict(self.params), "crs": self.crs, "image_crs": self.image_crs,
                   "bands": self.bands,
                   "files": {os.fspath(path): _file_stamp(path) for path in files
-                            if path is not None}}
+                            if path is not None},
+                  "model": _model_digest() if self.params.score == "surface" else None}
         text = json.dumps(record, sort_keys=True, default=str)
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
@@ -156,6 +157,19 @@ def _file_stamp(path) -> list[int] | None:
     except OSError:
         return None
     return [status.st_size, status.st_mtime_ns]
+
+
+def _model_digest() -> str | None:
+    """A digest of the surface model file's content (None if it is missing)."""
+    stamp = _file_stamp(surface.MODEL_PATH)
+    return None if stamp is None else _content_digest(os.fspath(surface.MODEL_PATH), *stamp)
+
+
+@lru_cache(maxsize=4)
+def _content_digest(path: str, size: int, modified_ns: int) -> str:
+    """SHA-256 (16 hex digits) of a file, read once per (path, size, modification time)."""
+    with open(path, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()[:16]
 
 
 @dataclass

@@ -567,3 +567,22 @@ def test_bands_option(tmp_path, capsys):
                for reason in reasons.values())
     with pytest.raises(BadParameter, match="give 1 or 3 band numbers"):
         plan_batch(images, seeds, out, bands=(1, 2))
+
+
+def test_fingerprint_holds_the_model_content_not_its_place(tmp_path, monkeypatch):
+    import core.surface
+
+    task = ImageTask(str(SAMPLE_IMAGE), (), TraceParams())
+    before = task.fingerprint()
+    copy = tmp_path / "elsewhere" / "surface.onnx"  # another install of the same model
+    copy.parent.mkdir()
+    shutil.copy(core.surface.MODEL_PATH, copy)
+    monkeypatch.setattr(core.surface, "MODEL_PATH", copy)
+    assert task.fingerprint() == before
+    copy.write_bytes(copy.read_bytes() + b"\\0")  # another model
+    assert task.fingerprint() != before
+    # Kinds that run no model do not depend on it.
+    centre = ImageTask(str(SAMPLE_IMAGE), (), TraceParams(score="centre"))
+    with_model = centre.fingerprint()
+    monkeypatch.setattr(core.surface, "MODEL_PATH", tmp_path / "missing.onnx")
+    assert centre.fingerprint() == with_model
