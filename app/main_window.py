@@ -267,7 +267,15 @@ class MainWindow(QMainWindow):
 
     # -- images --------------------------------------------------------------------------------
     def open_initial(self, path: str | None) -> None:
-        """Start-up: the given image, else the most recent one, else the bundled sample."""
+        """Start-up: the given image (a folder: its first image, PgDown for the next), else
+        the most recent one, else the bundled sample."""
+        if path and os.path.isdir(path):
+            images = list_images(Path(path))
+            if not images:
+                self.show_error(f"no image (PNG, JPEG, TIFF) in the folder {path}",
+                                "Cannot open image")
+                return
+            path = str(images[0])
         recent = [p for p in self.recent_files() if os.path.exists(p)]
         self.open_image(path or (recent[0] if recent else str(SAMPLE_IMAGE)))
 
@@ -607,7 +615,7 @@ class MainWindow(QMainWindow):
 
 
 def run_app(argv: list[str]) -> int:
-    """Start the application; ``argv`` may hold one image (or session) path."""
+    """Start the application; ``argv`` may hold one image, folder or session path."""
     app = QApplication.instance() or QApplication([sys.argv[0]])
     QCoreApplication.setOrganizationName("roadtracer")
     QCoreApplication.setApplicationName("roadtracer")

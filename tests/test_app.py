@@ -677,9 +677,11 @@ def test_next_and_previous_image_in_folder(make_window, qtbot, tmp_path):
     for name in ("a.png", "b.jpg", "c.png"):
         iio.imwrite(tmp_path / name, rgb)
     (tmp_path / "notes.txt").write_text("not an image")
+    (tmp_path / "notes.txt.d").mkdir()
     window = make_window(open_sample=False)
     with qtbot.waitSignal(window.image_loaded, timeout=60_000):
-        window.open_image(str(tmp_path / "a.png"))
+        window.open_initial(str(tmp_path))  # a folder opens its first image
+    assert window.image_path == str(tmp_path / "a.png")
     for key, expected in ((Qt.Key.Key_PageDown, "b.jpg"), (Qt.Key.Key_PageDown, "c.png"),
                           (Qt.Key.Key_PageUp, "b.jpg")):
         with qtbot.waitSignal(window.image_loaded, timeout=60_000):
@@ -689,6 +691,9 @@ def test_next_and_previous_image_in_folder(make_window, qtbot, tmp_path):
     wait_idle(qtbot, window)
     assert not window.step_image(-1)  # a.png is the first
     assert window.statusBar().currentMessage() == f"no previous image in {tmp_path}"
+    with qtbot.waitSignal(window.error_shown, timeout=10_000):
+        window.open_initial(str(tmp_path / "notes.txt.d"))
+    assert window.last_error == f"no image (PNG, JPEG, TIFF) in the folder {tmp_path}/notes.txt.d"
 
 
 def test_export_in_the_image_crs_and_import_back(make_window, qtbot, tmp_path):
