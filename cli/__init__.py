@@ -32,8 +32,9 @@ def build_parser(command: str) -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     """Run one sub-command; user errors become one line on stderr and exit code 2."""
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        lines = ["usage: python main.py [IMAGE]            start the desktop application",
-                 "       python main.py COMMAND [options]  headless", "", "commands:"]
+        lines = ["usage: python main.py [IMAGE | FOLDER | SESSION.json]  the desktop application",
+                 "       python main.py COMMAND [options]                headless", "",
+                 "commands:"]
         lines += [f"  {name:<7} {summary}" for name, (_, summary) in COMMANDS.items()]
         print("\n".join(lines), file=sys.stdout if argv and argv[0] in ("-h", "--help") else
               sys.stderr)
