@@ -9,6 +9,7 @@ import pytest
 from core.errors import BadParameter
 from core.georef import Georef
 from core.raster import Raster
+from core.tracer import TraceParams
 from core.vectors import read_lines
 from tests.test_georef import TRANSFORM, UTM54
 
@@ -102,3 +103,22 @@ def test_unreadable_documents(tmp_path):
                                  plain, "plain.png")
     assert lines == []
     assert "no georeferencing" in failures[0].reason
+
+
+def test_batch_output_imports_with_its_anchors(tmp_path):
+    """A batch output document (pixel space here) comes back with the traced runs' anchors."""
+    from core.backend import CpuBackend
+    from core.batch import ImageTask, process_image
+    from core.raster import load_image
+    from core.vectors import Seed
+    from tests.conftest import SAMPLE_IMAGE
+
+    anchors = np.array([[430.0, 241.0], [486.0, 172.0], [520.0, 120.0]])
+    task = ImageTask(str(SAMPLE_IMAGE), (Seed("road", anchors, SAMPLE_IMAGE.name),),
+                     TraceParams(score="centre"))
+    report, document = process_image(task, CpuBackend)
+    assert report.status == "ok"
+    raster = load_image(SAMPLE_IMAGE)
+    (line,), failures = read_lines(write(tmp_path, document), raster, SAMPLE_IMAGE.name)
+    assert failures == []
+    np.testing.assert_allclose(line.anchors, anchors)
