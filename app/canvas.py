@@ -308,11 +308,13 @@ class Canvas(QGraphicsView):
     def _grab_radius(self) -> float:
         return GRAB_RADIUS / max(self.transform().m11(), 1e-9)
 
-    def _anchor_at(self, x: float, y: float) -> tuple[int, int] | None:
-        """(line id, anchor index) of the visible vertex under the cursor, if any."""
+    def _anchor_at(self, x: float, y: float,
+                   exclude: int | None = None) -> tuple[int, int] | None:
+        """(line id, anchor index) of the visible vertex under the cursor (not of line
+        ``exclude``), if any."""
         radius = self._grab_radius()
         for line in reversed(self.model.lines):
-            if not line.visible:
+            if not line.visible or line.id == exclude:
                 continue
             distances = np.hypot(*(np.asarray(line.anchors) - (x, y)).T)
             index = int(np.argmin(distances))
@@ -320,16 +322,17 @@ class Canvas(QGraphicsView):
                 return line.id, index
         return None
 
-    def _snap_target(self, x: float, y: float) -> tuple[float, float] | None:
-        """The point of a visible line under the cursor, if any: its vertex there, else the
-        nearest point of its polyline (a T-junction)."""
-        anchor = self._anchor_at(x, y)
+    def _snap_target(self, x: float, y: float,
+                     exclude: int | None = None) -> tuple[float, float] | None:
+        """The point of a visible line (other than ``exclude``) under the cursor, if any: its
+        vertex there, else the nearest point of its polyline (a T-junction)."""
+        anchor = self._anchor_at(x, y, exclude)
         if anchor is not None:
             return self.model.line(anchor[0]).anchors[anchor[1]]
         best, radius = None, self._grab_radius()
         for line in self.model.lines:
             low, high = line.bounds
-            if line.visible and low[0] - radius <= x <= high[0] + radius \
+            if line.visible and line.id != exclude and low[0] - radius <= x <= high[0] + radius \
                     and low[1] - radius <= y <= high[1] + radius:
                 point, distance = nearest_on_polyline((x, y), line.polyline)
                 if distance[0] <= radius and (best is None or distance[0] < best[1]):
@@ -403,8 +406,11 @@ class Canvas(QGraphicsView):
             moved = self._overlay.drag_lines is not None
             self._drag = self._overlay.drag_lines = None
             line = self.model.line(line_id)
-            if line is not None and moved:
-                self.controller.move_anchor(line_id, index, self._scene_xy(event))
+            if line is not None and moved:  # dropped on another line: exactly on it
+                x, y = self._scene_xy(event)
+                target = self._snap_target(x, y, exclude=line_id)
+                self.controller.move_anchor(line_id, index, target or (x, y),
+                                            exact=target is not None)
             elif line is not None:  # a click on a vertex starts a new line there (a junction)
                 self.controller.press(line.anchors[index], _straight(event), exact=True)
             self._overlay_changed()

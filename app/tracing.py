@@ -532,12 +532,13 @@ class TracingController(QObject):
         self.select(best[1], best[2])
         return best[1] is not None
 
-    def move_anchor(self, line_id: int, index: int, point) -> None:
-        """Move a vertex of a line; the one or two segments beside it are re-traced."""
+    def move_anchor(self, line_id: int, index: int, point, exact: bool = False) -> None:
+        """Move a vertex of a line (to the pixel centre nearest to ``point`` unless
+        ``exact``); the one or two segments beside it are re-traced."""
         line = self.model.line(line_id)
         if line is None or self.raster is None:
             return
-        p = self._snapped_inside(point, "vertex")
+        p = self._snapped_inside(point, "vertex", exact)
         if p is None:
             self.lines_stale.emit()
             return

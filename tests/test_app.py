@@ -764,3 +764,13 @@ def test_clicks_on_a_line_make_exact_junctions(make_window, qtbot):
     spur = window.model.lines[-1]
     assert distance_to_polyline([spur.anchors[0]], road.polyline)[0] < 1e-9
     assert spur.anchors[-1] == B
+    qtbot.keyClick(window.canvas, Qt.Key.Key_Return)
+    # A vertex dragged and dropped near the road lands on it.
+    lone = draw_line(qtbot, window, (300.0, 330.0), (360.0, 340.0))
+    viewport, drop = window.canvas.viewport(), tuple(middle + 1.5 * normal)
+    qtbot.mousePress(viewport, Qt.MouseButton.LeftButton, pos=view_pos(window, lone.anchors[-1]))
+    qtbot.mouseMove(viewport, view_pos(window, drop))
+    with qtbot.waitSignal(window.controller.traced, timeout=30_000):
+        qtbot.mouseRelease(viewport, Qt.MouseButton.LeftButton, pos=view_pos(window, drop))
+    moved = window.model.line(lone.id)
+    assert distance_to_polyline([moved.anchors[-1]], road.polyline)[0] < 1e-9
