@@ -34,7 +34,7 @@ def band_numbers(text: str) -> tuple[int, ...]:
 def add_trace_parameters(parser: argparse.ArgumentParser) -> None:
     """Options shared by every command that traces (trace, batch, eval)."""
     from core.scores import SCORE_KINDS
-    from core.tracer import GUIDE_SPACING, HALFWIDTH_PER_LENGTH, POINT_SPACING
+    from core.tracer import GUIDE_SPACING, HALFWIDTH_PER_LENGTH, LINE_KINDS, POINT_SPACING
     from gpu.select import BACKEND_CHOICES
 
     defaults = TraceParams()
@@ -51,6 +51,10 @@ def add_trace_parameters(parser: argparse.ArgumentParser) -> None:
                        help="gradient scale σ, px (default: %(default)s)")
     group.add_argument("--score", default=defaults.score, choices=sorted(SCORE_KINDS),
                        help="link score kind (default: %(default)s)")
+    group.add_argument("--line-kind", default=defaults.line_kind, choices=LINE_KINDS,
+                       help="what is traced: with 'river' the surface kinds run as for water "
+                            "and the line is moved to the middle of the water surface "
+                            "(default: %(default)s)")
     group.add_argument("--backend", default="auto", choices=BACKEND_CHOICES,
                        help="compute backend (default: %(default)s: GPU if available)")
 
@@ -75,7 +79,8 @@ def add_crs_arguments(parser: argparse.ArgumentParser) -> None:
 def params_from_args(args: argparse.Namespace) -> TraceParams:
     return TraceParams(guides=args.guides, points=args.points, halfwidth=args.halfwidth,
                        max_angle=args.max_angle, sigma=args.sigma, score=args.score,
-                       evidence_path=getattr(args, "evidence", None))
+                       evidence_path=getattr(args, "evidence", None),
+                       line_kind=args.line_kind)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

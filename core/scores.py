@@ -49,6 +49,8 @@ class Evidence:
         SCALAR, CROSS or SINE.
     tau : float
         Gradient-magnitude threshold of the SINE sampler.
+    surface : ndarray of shape (rows, cols), float32, or None
+        The clicked surface's membership (:attr:`ScoreKind.with_surface`), when asked for.
     """
 
     planes: np.ndarray
@@ -56,6 +58,7 @@ class Evidence:
     image_size: tuple[int, int]
     sampler: int
     tau: float = 0.0
+    surface: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,10 @@ class ScoreKind:
     """A named way of scoring links: ``planes(inputs) -> (planes (P, rows, cols), tau)``.
 
     ``uses_gradient=False`` lets the tracer skip computing gx, gy (they arrive as None).
+    Kinds that follow the centre of a surface also have ``river(inputs) -> (planes, tau,
+    surface)``: the kind as the tracer's river mode runs it, with ``surface`` (rows, cols) in
+    [0, 1], how likely each pixel lies on the clicked surface, which the traced line is then
+    centred on (core/centring.py).
     """
 
     name: str
@@ -86,6 +93,7 @@ class ScoreKind:
     sampler: int
     planes: Callable[[ScoreInputs], tuple[np.ndarray, float]]
     uses_gradient: bool = True
+    river: Callable[[ScoreInputs], tuple[np.ndarray, float, np.ndarray]] | None = None
 
 
 SCORE_KINDS: dict[str, ScoreKind] = {}
@@ -234,29 +242,45 @@ def _centred_term(membership: np.ndarray, a: np.ndarray, b: np.ndarray):
     return _ridge_term(gaussian_blur(membership, sigma, "symmetric", truncate=3.0))
 
 
+def _centre_river(inputs):
+    """:func:`_centre_planes`, and the colour similarity s as the surface."""
+    similarity = endpoint_similarity(inputs.pixels, inputs.a, inputs.b)
+    return (*_centred_term(similarity, inputs.a, inputs.b), similarity)
+
+
 def _centre_planes(inputs):
     """Centre of the band whose colour matches a or b (:func:`_centred_term` of the
     similarity)."""
-    return _centred_term(endpoint_similarity(inputs.pixels, inputs.a, inputs.b),
-                         inputs.a, inputs.b)
+    return _centre_river(inputs)[:2]
 
 
-def _surface_planes(inputs):
+def _surface_terms(inputs, half_resolution: bool):
     """Centre of the clicked surface: :func:`_centred_term` of √(p' · s), s the endpoint colour
     similarity, p the learned surface model's probability (core/surface.py) and
-    p' = t·p + (1 − t)·s with trust t = min(1, mean p under the endpoint patches / MODEL_TRUST).
+    p' = t·p + (1 − t)·s with trust t = min(1, mean p under the endpoint patches / MODEL_TRUST);
+    returns (planes, tau, p').
 
     The clicks lie on the surface by definition: where the model does not see it there (an
     image unlike its training data), its map is not trusted and the colour match decides.
     """
     similarity = endpoint_similarity(inputs.pixels, inputs.a, inputs.b)
-    probability = surface_probability(inputs.pixels, similarity)
+    probability = surface_probability(inputs.pixels, similarity,
+                                      half_resolution=half_resolution)
     at_clicks = np.vstack([_patch_colours(probability[:, :, None], point, PATCH_RADIUS)
                            for point in (inputs.a, inputs.b)])
     trust = min(1.0, float(at_clicks.mean()) / MODEL_TRUST)
-    return _centred_term(np.sqrt((trust * probability + (1.0 - trust) * similarity)
-                                 * similarity),
-                         inputs.a, inputs.b)
+    surface = trust * probability + (1.0 - trust) * similarity
+    return (*_centred_term(np.sqrt(surface * similarity), inputs.a, inputs.b), surface)
+
+
+def _surface_planes(inputs):
+    return _surface_terms(inputs, half_resolution=False)[:2]
+
+
+def _surface_river(inputs):
+    """:func:`_surface_terms` with the model at half resolution on every window (water: its
+    context matters more than detail, docs/ACCURACY.md exp. 38–39), and p' as the surface."""
+    return _surface_terms(inputs, half_resolution=True)
 
 
 def _evidence_planes(inputs):
@@ -282,10 +306,10 @@ def _evidence_planes(inputs):
 register_score_kind(ScoreKind(
     "surface", "follows the centre of the road or water surface under a and b (colour match "
     "refined by the learned surface model)", SCALAR, _surface_planes,
-    uses_gradient=False))
+    uses_gradient=False, river=_surface_river))
 register_score_kind(ScoreKind(
     "centre", "follows the centre of the band whose colour matches a or b (roads, rivers)",
-    SCALAR, _centre_planes, uses_gradient=False))
+    SCALAR, _centre_planes, uses_gradient=False, river=_centre_river))
 register_score_kind(ScoreKind(
     "evidence", "a probability raster's band 0 (0 = none .. 1 = certain), e.g. a model's "
     "road map: cost 1 - p", SCALAR,

@@ -74,9 +74,11 @@ def model_inputs(pixels: np.ndarray, similarity: np.ndarray) -> np.ndarray:
 
 
 def surface_probability(pixels: np.ndarray, similarity: np.ndarray,
-                        model_path: str | os.PathLike | None = None) -> np.ndarray:
+                        model_path: str | os.PathLike | None = None,
+                        half_resolution: bool = False) -> np.ndarray:
     """Probability that each pixel lies on the clicked surface (windows over
-    ``FULL_RESOLUTION_PIXELS`` run on 2×2 block means and are upsampled bilinearly).
+    ``FULL_RESOLUTION_PIXELS``, or every window with ``half_resolution``, run on 2×2 block
+    means and are upsampled bilinearly).
 
     Parameters
     ----------
@@ -85,6 +87,8 @@ def surface_probability(pixels: np.ndarray, similarity: np.ndarray,
         :func:`core.scores.endpoint_similarity` of the window.
     model_path : optional
         An ONNX model with the same input and output; default: the module's ``MODEL_PATH``.
+    half_resolution : bool
+        Run on 2×2 block means whatever the window's size.
 
     Returns
     -------
@@ -97,7 +101,7 @@ def surface_probability(pixels: np.ndarray, similarity: np.ndarray,
     """
     session = _session(os.fspath(MODEL_PATH if model_path is None else model_path))
     rows, cols = similarity.shape
-    step = 1 if rows * cols <= FULL_RESOLUTION_PIXELS else 2
+    step = 1 if rows * cols <= FULL_RESOLUTION_PIXELS and not half_resolution else 2
     if step > 1:  # 2×2 block means; the model saw scales 0.6..1.6 in training
         pixels = _block_mean(pixels, step)
         similarity = _block_mean(similarity[:, :, None], step)[:, :, 0]

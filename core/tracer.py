@@ -37,11 +37,12 @@ from pathlib import Path
 import numpy as np
 
 from core.backend import CpuBackend, TracerBackend
+from core.centring import centre_on_surface
 from core.errors import BadParameter, ImageReadError, NoAdmissiblePath, PointOutsideImage
 from core.gradient import gradient_margin
 from core.guides import Corridor, admissible_windows, build_corridor, check_max_angle
 from core.raster import IMAGE_SUFFIXES, Raster, has_grid, load_image, on_same_grid
-from core.scores import SCALAR, Evidence, get_score_kind
+from core.scores import SCALAR, Evidence, ScoreInputs, get_score_kind
 
 #: Default corridor half-width per px of click distance.
 HALFWIDTH_PER_LENGTH = 0.25
@@ -53,6 +54,8 @@ POINT_SPACING = 1.5
 CORRIDOR_GROWTH = 1.6
 #: Largest default half-width (px).
 MAX_HALFWIDTH = 150.0
+#: What ``TraceParams.line_kind`` may be.
+LINE_KINDS = ("road", "river")
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,9 @@ class TraceParams:
     """Tracing parameters; ``None`` means "scale with the click distance" (module docstring).
 
     ``evidence_path``: optional raster on the image's grid whose pixels the score kind reads
-    instead of the image's (module docstring).
+    instead of the image's (module docstring). ``line_kind``: "road", or "river": score kinds that
+    follow a surface then run as for water (``ScoreKind.river``) and the traced line is moved
+    to the middle of the water surface (core/centring.py).
     """
 
     guides: int | None = None
@@ -70,6 +75,7 @@ class TraceParams:
     sigma: float = 1.5
     score: str = "surface"
     evidence_path: str | None = None
+    line_kind: str = "road"
 
     def resolve(self, length: float) -> TraceParams:
         """A copy with every ``None`` replaced by its default for click distance ``length``;
@@ -241,19 +247,25 @@ def corridor_evidence(raster: Raster, corridor: Corridor, params: TraceParams,
     col1, row1 = min(want1[0], raster.width), min(want1[1], raster.height)
     pixels = source.read_window(row0, row1, col0, col1)
     origin = np.array([col0, row0], dtype=np.float64)
-    planes, tau = (backend or CpuBackend()).score_planes(
-        kind, pixels, corridor.a - (sx, sy) - origin, corridor.b - (sx, sy) - origin,
-        params.sigma)
+    a, b = corridor.a - (sx, sy) - origin, corridor.b - (sx, sy) - origin
+    surface = None
+    if params.line_kind == "river" and kind.river is not None:
+        planes, tau, surface = kind.river(ScoreInputs(pixels, None, None, a, b))
+    else:
+        planes, tau = (backend or CpuBackend()).score_planes(kind, pixels, a, b, params.sigma)
     planes = np.asarray(planes, dtype=np.float32)
     outside = ((col0 - min(want0[0], col0), max(want1[0], col1) - col1),
                (row0 - min(want0[1], row0), max(want1[1], row1) - row1))
     if any(outside[0]) or any(outside[1]):
         fill = float(planes.min()) if kind.sampler == SCALAR else 0.0
         planes = np.pad(planes, ((0, 0), outside[1], outside[0]), constant_values=fill)
+        if surface is not None:
+            surface = np.pad(surface, (outside[1], outside[0]))
     size = (max(raster.width, want1[0]) + sx, max(raster.height, want1[1]) + sy)
     return Evidence(np.ascontiguousarray(planes), (col0 - outside[0][0] + sx,
                                                    row0 - outside[1][0] + sy),
-                    size, kind.sampler, tau)
+                    size, kind.sampler, tau,
+                    None if surface is None else np.asarray(surface, dtype=np.float32))
 
 
 def trace(raster: Raster, a, b, params: TraceParams | None = None,
@@ -301,6 +313,9 @@ def _trace_once(raster: Raster, a, b, params: TraceParams,
         raise BadParameter(f"halfwidth must be > 0 px, got {params.halfwidth}")
     if not np.isfinite(params.sigma) or params.sigma <= 0:
         raise BadParameter(f"sigma must be > 0 px, got {params.sigma}")
+    if params.line_kind not in LINE_KINDS:
+        raise BadParameter(f"line kind must be one of {', '.join(LINE_KINDS)}, got "
+                           f"{params.line_kind!r}")
     get_score_kind(params.score)
     evidence_source(raster, params)
     max_angle_rad = check_max_angle(params.max_angle)
@@ -322,7 +337,10 @@ def _trace_once(raster: Raster, a, b, params: TraceParams,
     timings = {"geometry": 1e3 * (geometry_done - start),
                "evidence": 1e3 * (evidence_done - geometry_done), **solution.timings_ms}
     timings["total"] = 1e3 * (time.perf_counter() - start)
-    polyline = corridor.polyline(solution.indices) - shift
+    polyline = corridor.polyline(solution.indices)
+    if evidence.surface is not None:  # river mode
+        polyline = centre_on_surface(polyline, evidence.surface, np.asarray(evidence.origin))
+    polyline = polyline - shift
     polyline[0], polyline[-1] = a, b  # exact, whatever the frame shift rounded
     return TraceResult(polyline, solution.indices, solution.score, solution.link_scores, params,
                        backend.name, timings)

@@ -4,7 +4,7 @@ and ``fold<k>.onnx``), then summarised like ``python main.py eval``.
 
 Usage:
 
-    python scripts/crossval_surface.py MODELS_DIR CASES.json [CASES.json ...]
+    python scripts/crossval_surface.py MODELS_DIR CASES.json [CASES.json ...] [--line-kind river]
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("models", help="folder with folds.json and fold<k>.onnx")
     parser.add_argument("cases", nargs="+")
+    parser.add_argument("--line-kind", default="road", choices=("road", "river"))
     args = parser.parse_args()
     with open(os.path.join(args.models, "folds.json"), encoding="utf-8") as handle:
         fold_of = json.load(handle)
@@ -36,7 +37,9 @@ def main() -> int:
         rasters, results = RasterCache(), []
         for image, cases in by_image.items():
             core.surface.MODEL_PATH = Path(args.models) / f"fold{fold_of[image]}.onnx"
-            results += evaluate(cases, OURS, TraceParams(score="surface"), rasters=rasters)
+            results += evaluate(cases, OURS, TraceParams(score="surface",
+                                                          line_kind=args.line_kind),
+                                rasters=rasters)
         nontrivial = [result for result in results if "nontrivial" in result.case.tags]
         print(path)
         print(format_summary(f"{OURS} (cross-validated)", summarise(results)))
