@@ -13,9 +13,8 @@ from functools import cached_property
 
 import numpy as np
 
-from core.tracer import TraceParams, TraceResult
+from core.tracer import LINE_KINDS, TraceParams, TraceResult
 
-LINE_KINDS = ("road", "river")
 Point = tuple[float, float]
 
 
@@ -214,8 +213,7 @@ class LinesModel:
 
     def add_line(self, a: Point, b: Point, segment: Segment, kind: str = "road") -> Line:
         """A new line of one segment a → b, named after its kind ("Road 3")."""
-        if kind not in LINE_KINDS:
-            raise ValueError(f"line kind must be one of {LINE_KINDS}, got {kind!r}")
+        _check_kind(kind)
         line = Line(self._next_id, f"{kind.capitalize()} {self._next_id}", kind, (a, b),
                     (segment,))
         self._next_id += 1
@@ -227,8 +225,7 @@ class LinesModel:
         """New lines from (name, kind, anchors, segments), added as one undo step."""
         added = []
         for name, kind, anchors, segments in lines:
-            if kind not in LINE_KINDS:
-                raise ValueError(f"line kind must be one of {LINE_KINDS}, got {kind!r}")
+            _check_kind(kind)
             if len(anchors) != len(segments) + 1 or not segments:
                 raise ValueError(f"line {name!r}: {len(anchors)} anchors for "
                                  f"{len(segments)} segments")
@@ -252,20 +249,24 @@ class LinesModel:
                                           segments=line.segments[:-1]), "Remove segment")
 
     def replace_segments(self, line_id: int, anchors: tuple[Point, ...],
-                         segments: dict[int, Segment], label: str) -> Line:
-        """New anchors (same count) and new segments at some indices (move vertex, re-trace)."""
+                         segments: dict[int, Segment], label: str,
+                         kind: str | None = None) -> Line:
+        """New anchors (same count) and new segments at some indices (move vertex, re-trace),
+        and a new kind if given."""
         line = self._require(line_id)
         if len(anchors) != len(line.anchors):
             raise ValueError(f"expected {len(line.anchors)} anchors, got {len(anchors)}")
+        if kind is not None:
+            _check_kind(kind)
         merged = tuple(segments.get(i, s) for i, s in enumerate(line.segments))
-        return self._replace_line(replace(line, anchors=tuple(anchors), segments=merged), label)
+        return self._replace_line(replace(line, anchors=tuple(anchors), segments=merged,
+                                          kind=kind or line.kind), label)
 
     def rename(self, line_id: int, name: str) -> Line:
         return self._replace_line(replace(self._require(line_id), name=name), "Rename line")
 
     def set_kind(self, line_id: int, kind: str) -> Line:
-        if kind not in LINE_KINDS:
-            raise ValueError(f"line kind must be one of {LINE_KINDS}, got {kind!r}")
+        _check_kind(kind)
         return self._replace_line(replace(self._require(line_id), kind=kind), "Change kind")
 
     def set_visible(self, line_id: int, visible: bool) -> Line:
@@ -275,6 +276,11 @@ class LinesModel:
     def delete(self, line_id: int) -> None:
         self._require(line_id)
         self._commit(tuple(line for line in self._lines if line.id != line_id), "Delete line")
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in LINE_KINDS:
+        raise ValueError(f"line kind must be one of {LINE_KINDS}, got {kind!r}")
 
 
 def nearest_on_polyline(points: np.ndarray, polyline: np.ndarray) -> tuple[np.ndarray,

@@ -236,7 +236,8 @@ class LinesPanel(QWidget):
         line = self.model.line(self._line_id(row))
         if line is not None and column == 1:
             kinds = LINE_KINDS
-            self.model.set_kind(line.id, kinds[(kinds.index(line.kind) + 1) % len(kinds)])
+            self.controller.set_line_kind(line.id,
+                                          kinds[(kinds.index(line.kind) + 1) % len(kinds)])
 
     def _table_selection_changed(self) -> None:
         rows = self.table.selectionModel().selectedRows()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from PySide6.QtCore import QObject, QTimer, Signal
@@ -222,8 +222,15 @@ class TracingController(QObject):
         self.jobs.submit(Job(lambda: run_requests(raster, requests, self.backend), on_done,
                              on_failed, preview=preview, key=requests))
 
+    def _line_params(self, kind: str) -> TraceParams:
+        """The panel's parameters for a line of ``kind`` (a river is traced as water)."""
+        return replace(self.params, line_kind=kind)
+
     def _request(self, a: Point, b: Point, straight: bool) -> TraceRequest:
-        return TraceRequest(a, b, None if straight else self.params)
+        """A segment of the line being drawn (its kind, or the one chosen for a new line)."""
+        line = self.model.line(self.line_id)
+        kind = line.kind if line is not None else self.kind
+        return TraceRequest(a, b, None if straight else self._line_params(kind))
 
     def _snapped_inside(self, point, name: str, exact: bool = False) -> Point | None:
         """The pixel centre nearest to ``point`` (``point`` itself if ``exact``), or None (and
@@ -463,7 +470,7 @@ class TracingController(QObject):
         if self.raster is None or not lines:
             return
         self._stop_drawing()
-        raster, epoch, params = self.raster, self._image_epoch, self.params
+        raster, epoch = self.raster, self._image_epoch
         token = self._import_epoch
         self._imports_running += 1
         traced: list[tuple[str, str, tuple[Point, ...], tuple[Segment, ...]]] = []
@@ -490,6 +497,7 @@ class TracingController(QObject):
         for line in lines:
             anchors = tuple((float(x), float(y)) for x, y in line.anchors)
             kind = line.kind if line.kind in LINE_KINDS else self.kind
+            line_params = self._line_params(kind)
 
             def done(result, name=line.name, kind=kind, anchors=anchors) -> None:
                 if not live():
@@ -510,7 +518,7 @@ class TracingController(QObject):
                 problems.extend([error_text(exc)] * (len(anchors) - 1))
                 finish_one()
 
-            self.jobs.submit(Job(lambda anchors=anchors: trace_anchors(
+            self.jobs.submit(Job(lambda anchors=anchors, params=line_params: trace_anchors(
                 raster, anchors, params, self.backend) if live() else None, done, failed))
 
     # -- editing finished lines ------------------------------------------------------------------
@@ -558,10 +566,26 @@ class TracingController(QObject):
         indices = [i for i in indices if not line.segments[i].is_straight]
         if indices:
             self._retrace(line, line.anchors, indices, "Re-trace",
-                          dict.fromkeys(indices, self.params))
+                          dict.fromkeys(indices, self._line_params(line.kind)))
+
+    def set_line_kind(self, line_id: int, kind: str) -> None:
+        """Make a line a road or a river; its traced segments are traced again as such (one
+        undo step)."""
+        line = self.model.line(line_id)
+        if line is None or kind == line.kind:
+            return
+        indices = [i for i, segment in enumerate(line.segments) if not segment.is_straight]
+        if not indices or self.raster is None:
+            self.model.set_kind(line_id, kind)
+            return
+        self._retrace(line, line.anchors, indices, "Change kind",
+                      {i: replace(line.segments[i].request, line_kind=kind) for i in indices},
+                      kind)
 
     def _retrace(self, line, anchors: tuple[Point, ...], indices: list[int], label: str,
-                 params: dict[int, TraceParams | None]) -> None:
+                 params: dict[int, TraceParams | None], kind: str | None = None) -> None:
+        """Trace segments ``indices`` of ``line`` again between ``anchors`` (and make it of
+        ``kind``, if given), as one undo step."""
         requests = tuple(TraceRequest(anchors[i], anchors[i + 1], params[i]) for i in indices)
 
         def done(outcome: TraceOutcome) -> None:
@@ -571,7 +595,8 @@ class TracingController(QObject):
                 return
             with self._own_edit():
                 self.model.replace_segments(line.id, anchors, dict(zip(indices, outcome.segments,
-                                                                       strict=True)), label)
+                                                                       strict=True)), label,
+                                            kind)
             if self.drawing and self.line_id == line.id:
                 self.tail = anchors[-1]
                 self._clear_preview()

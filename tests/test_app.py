@@ -411,8 +411,12 @@ def test_lines_panel_rename_hide_kind_delete_with_undo(make_window, qtbot):
     table.item(0, 0).setCheckState(Qt.CheckState.Unchecked)
     assert not window.model.line(line_id).visible
     assert window.canvas._line_items == []
-    window.lines_panel._cell_double_clicked(0, 1)
+    assert window.model.line(line_id).segments[0].request.line_kind == "road"
+    with qtbot.waitSignal(window.controller.traced, timeout=30_000):  # traced again, as water
+        window.lines_panel._cell_double_clicked(0, 1)
     assert window.model.line(line_id).kind == "river"
+    assert window.model.line(line_id).segments[0].request.line_kind == "river"
+    assert window.model.undo_label == "Change kind"
     assert table.item(0, 1).text() == "river"
     table.selectRow(0)
     assert window.controller.selection[0] == line_id
@@ -642,6 +646,7 @@ def test_foreign_lines_snap_to_the_road(make_window, qtbot, tmp_path):
     import_and_wait(qtbot, window, path)
     (line,) = window.model.lines
     assert (line.name, line.kind, len(line.anchors)) == ("old survey", "river", 3)
+    assert {segment.request.line_kind for segment in line.segments} == {"river"}
     distances = distance_to_polyline(line.polyline, gt)
     assert distances.mean() < 3.0, distances
     message = window.statusBar().currentMessage()
@@ -774,3 +779,14 @@ def test_clicks_on_a_line_make_exact_junctions(make_window, qtbot):
         qtbot.mouseRelease(viewport, Qt.MouseButton.LeftButton, pos=view_pos(window, drop))
     moved = window.model.line(lone.id)
     assert distance_to_polyline([moved.anchors[-1]], road.polyline)[0] < 1e-9
+
+
+def test_a_river_is_traced_as_water(make_window, qtbot):
+    window = make_window()
+    window.lines_panel.new_kind.setCurrentText("river")
+    river = draw_line(qtbot, window, A, B)
+    assert river.kind == "river"
+    assert river.segments[0].request.line_kind == "river"
+    window.lines_panel.new_kind.setCurrentText("road")
+    road = draw_line(qtbot, window, (350.0, 300.0), (400.0, 330.0))
+    assert road.segments[0].request.line_kind == "road"

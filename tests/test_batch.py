@@ -29,7 +29,14 @@ from core.batch import (
 from core.errors import BadParameter
 from core.georef import Georef
 from core.tracer import TraceParams
-from core.vectors import Failure, clip_segment, lines_in_image, read_seeds, without_close_vertices
+from core.vectors import (
+    Failure,
+    Seed,
+    clip_segment,
+    lines_in_image,
+    read_seeds,
+    without_close_vertices,
+)
 from tests.conftest import SAMPLE_CASES, SAMPLE_IMAGE
 from tests.synthetic import distance_to_polyline, road_image
 from tests.test_georef import TRANSFORM, sample_pixels, write_geotiff, write_world_file
@@ -586,3 +593,15 @@ def test_fingerprint_holds_the_model_content_not_its_place(tmp_path, monkeypatch
     with_model = centre.fingerprint()
     monkeypatch.setattr(core.surface, "MODEL_PATH", tmp_path / "missing.onnx")
     assert centre.fingerprint() == with_model
+
+
+def test_a_seed_of_kind_river_is_traced_as_water():
+    seeds = tuple(Seed(name, seed_vertices(CASES[0]), SAMPLE_IMAGE.name, properties)
+                  for name, properties in (("stream", {"kind": "river"}),
+                                           ("track", {"kind": "road"}), ("plain", {})))
+    report, document = process_image(ImageTask(str(SAMPLE_IMAGE), seeds, TraceParams()),
+                                     CpuBackend)
+    assert report.status == "ok"
+    kinds = {feature["properties"]["seed"]: feature["properties"]["params"]["line_kind"]
+             for feature in document["features"]}
+    assert kinds == {"stream": "river", "track": "road", "plain": "road"}
