@@ -4,7 +4,9 @@ Everything slow (opening an image, choosing a backend, tracing) runs as a :class
 single worker thread, which also keeps the compiled tracer from ever running twice at once.
 Jobs run in submission order; a preview job waits behind them and is replaced by a newer
 preview while it waits, so moving the mouse never piles up work: at most one job runs and one
-preview waits. Results and exceptions come back to the GUI thread through queued signals.
+preview waits. *Bulk* jobs (an import of many lines) wait behind both, so a click or a preview
+made meanwhile runs next. Results and exceptions come back to the GUI thread through queued
+signals.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ class Job:
     failed: Callable[[BaseException], None]
     preview: bool = False
     key: object = None
+    bulk: bool = False
 
 
 class _Relay(QObject):
@@ -67,6 +70,7 @@ class JobQueue(QObject):
         self._relay = _Relay(self)
         self._relay.finished.connect(self._on_finished)
         self._queue: deque[Job] = deque()
+        self._bulk: deque[Job] = deque()
         self._preview: Job | None = None
         self._running: Job | None = None
         self._closed = False
@@ -77,8 +81,8 @@ class JobQueue(QObject):
 
     @property
     def pending(self) -> int:
-        """Jobs waiting (not running), the pending preview included."""
-        return len(self._queue) + (self._preview is not None)
+        """Jobs waiting (not running), the pending preview and bulk jobs included."""
+        return len(self._queue) + len(self._bulk) + (self._preview is not None)
 
     def submit(self, job: Job) -> None:
         """Queue a job; a preview replaces the preview that is still waiting, if any."""
@@ -86,6 +90,8 @@ class JobQueue(QObject):
             return
         if job.preview:
             self._preview = job
+        elif job.bulk:
+            self._bulk.append(job)
         else:
             self._queue.append(job)
         self._start_next()
@@ -100,6 +106,8 @@ class JobQueue(QObject):
             job = self._queue.popleft()
         elif self._preview is not None:
             job, self._preview = self._preview, None
+        elif self._bulk:
+            job = self._bulk.popleft()
         else:
             self.idle.emit()
             return
@@ -124,5 +132,6 @@ class JobQueue(QObject):
         """Drop waiting jobs, wait for the running one; True if the worker stopped in time."""
         self._closed = True
         self._queue.clear()
+        self._bulk.clear()
         self._preview = None
         return self._pool.waitForDone(timeout_ms)

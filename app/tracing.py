@@ -519,7 +519,8 @@ class TracingController(QObject):
                 finish_one()
 
             self.jobs.submit(Job(lambda anchors=anchors, params=line_params: trace_anchors(
-                raster, anchors, params, self.backend) if live() else None, done, failed))
+                raster, anchors, params, self.backend) if live() else None, done, failed,
+                bulk=True))
 
     # -- editing finished lines ------------------------------------------------------------------
     def select(self, line_id: int | None, segment: int | None = None) -> None:

@@ -790,3 +790,21 @@ def test_a_river_is_traced_as_water(make_window, qtbot):
     window.lines_panel.new_kind.setCurrentText("road")
     road = draw_line(qtbot, window, (350.0, 300.0), (400.0, 330.0))
     assert road.segments[0].request.line_kind == "road"
+
+
+def test_bulk_jobs_wait_behind_clicks_and_previews(qtbot):
+    from app.jobs import Job, JobQueue
+
+    queue = JobQueue()
+    order = []
+
+    def job(name, **kind):
+        return Job(lambda: time.sleep(0.02) or name, order.append, lambda exc: None, **kind)
+
+    with qtbot.waitSignal(queue.idle, timeout=10_000):
+        for name in ("bulk 1", "bulk 2", "bulk 3"):
+            queue.submit(job(name, bulk=True))  # bulk 1 starts at once
+        queue.submit(job("preview", preview=True))
+        queue.submit(job("click"))
+    assert order == ["bulk 1", "click", "preview", "bulk 2", "bulk 3"]
+    assert queue.shutdown(1000)
