@@ -98,9 +98,11 @@ class TraceParams:
 class TraceResult:
     """The optimal polyline and how it was found.
 
-    polyline : (m+2, 2) float64, a → guide points → b, pixel (x, y).
+    polyline : (m+2, 2) float64, a → guide points → b, pixel (x, y); in river mode the guide
+        points moved to the middle of the water surface (core/centring.py).
     indices : (m,) chosen point index on each guide.
-    score : total score; link_scores : (m+1,) per link.
+    score : total score; link_scores : (m+1,) per link (of the DP's optimum, before any
+        river-mode move).
     """
 
     polyline: np.ndarray
