@@ -341,7 +341,8 @@ def _trace_once(raster: Raster, a, b, params: TraceParams,
     timings["total"] = 1e3 * (time.perf_counter() - start)
     polyline = corridor.polyline(solution.indices)
     if evidence.surface is not None:  # river mode
-        polyline = centre_on_surface(polyline, evidence.surface, np.asarray(evidence.origin))
+        polyline = centre_on_surface(polyline, evidence.surface, np.asarray(evidence.origin),
+                                     max_angle_rad)
     polyline = polyline - shift
     polyline[0], polyline[-1] = a, b  # exact, whatever the frame shift rounded
     return TraceResult(polyline, solution.indices, solution.score, solution.link_scores, params,

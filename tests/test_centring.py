@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from core.centring import centre_on_surface
+from core.centring import _turns, centre_on_surface
 from core.errors import BadParameter
 from core.tracer import TraceParams, trace
 from tests.synthetic import distance_to_polyline, road_image
@@ -18,29 +18,40 @@ def band(rows=120, cols=200, top=40, bottom=69) -> np.ndarray:
 
 def test_vertices_move_to_the_middle_of_the_surface():
     line = np.column_stack([np.linspace(10, 190, 10), np.full(10, 46.0)])  # 8.5 px off
-    out = centre_on_surface(line, band(), np.zeros(2))
+    out = centre_on_surface(line, band(), np.zeros(2), np.pi)
     np.testing.assert_allclose(out[1:-1, 1], 54.5, atol=0.5)
     np.testing.assert_array_equal(out[[0, -1]], line[[0, -1]])  # the clicks stay
     np.testing.assert_array_equal(out[:, 0], line[:, 0])  # moved along the normal only
     # The same in another frame (the window's origin elsewhere).
-    shifted = centre_on_surface(line + (300, 500), band(), np.array([300.0, 500.0]))
+    shifted = centre_on_surface(line + (300, 500), band(), np.array([300.0, 500.0]), np.pi)
     np.testing.assert_allclose(shifted - (300, 500), out)
 
 
 def test_vertices_stay_where_the_surface_has_no_middle():
     line = np.column_stack([np.linspace(10, 190, 10), np.full(10, 50.0)])
     lake = np.ones((120, 200))  # no bank within reach
-    np.testing.assert_array_equal(centre_on_surface(line, lake, np.zeros(2)), line)
+    np.testing.assert_array_equal(centre_on_surface(line, lake, np.zeros(2), np.pi), line)
     # A wide bay on one side at every vertex: runs wider than 1.5 × the width at the clicks.
     bay = band()
     bay[70:110, 20:180] = 1.0
-    np.testing.assert_array_equal(centre_on_surface(line, bay, np.zeros(2)), line)
+    np.testing.assert_array_equal(centre_on_surface(line, bay, np.zeros(2), np.pi), line)
     # One odd vertex (a jetty across the river) does not kink the line.
     jetty = band()
     jetty[:, 98:103] = 0.0
     out = centre_on_surface(np.column_stack([np.linspace(10, 190, 19), np.full(19, 46.0)]),
-                            jetty, np.zeros(2))
+                            jetty, np.zeros(2), np.pi)
     np.testing.assert_allclose(out[2:-2, 1], 54.5, atol=0.5)
+
+
+def test_moves_keep_the_turning_angle_limit():
+    line = np.column_stack([np.linspace(10, 190, 10), np.full(10, 46.0)])  # 8.5 px off
+    limit = np.deg2rad(10.0)
+    free = centre_on_surface(line, band(), np.zeros(2), np.pi)
+    assert np.rad2deg(_turns(free)).max() > 20  # off the clicks to the middle: 23°
+    held = centre_on_surface(line, band(), np.zeros(2), limit)
+    assert _turns(held).max() <= limit + 1e-9
+    assert np.all(held[1:-1, 1] > 46.0)  # every vertex moved towards the middle,
+    assert np.all(held[3:7, 1] > 52.0)  # most of the way where the limit allows (52.6)
 
 
 def test_river_mode_traces_the_middle_of_a_bend():
