@@ -64,7 +64,6 @@ from core.output import write_text_atomic
 from core.raster import IMAGE_SUFFIXES, TIFF_SUFFIXES, Raster, choose_bands, load_image
 from core.scores import get_score_kind
 from core.tracer import (
-    LINE_KINDS,
     TraceParams,
     TraceResult,
     evidence_folder,
@@ -76,6 +75,7 @@ from core.vectors import (
     MIN_SEGMENT_PX,
     Failure,
     Seed,
+    line_kind_of,
     read_seeds,
     seeds_in_image,
     without_close_vertices,
@@ -198,12 +198,13 @@ class BatchPlan:
 def _trace_line(raster: Raster, seed: Seed, vertices: np.ndarray, params: TraceParams,
                 backend: TracerBackend, crs: str) -> tuple[list[dict], int, list[Failure]]:
     """Trace consecutive vertex pairs; runs of traced segments become features. A seed whose
-    ``kind`` property is a line kind ("road", "river") is traced as such."""
+    properties name a line kind (:func:`core.vectors.line_kind_of`: ``kind``, or OSM's
+    ``waterway`` / ``highway``) is traced as such."""
     vertices = without_close_vertices(vertices)
     if len(vertices) < 2:
         return [], 0, [Failure(f"seed line shorter than {MIN_SEGMENT_PX:g} px", seed.id)]
-    kind = seed.properties.get("kind")
-    if kind in LINE_KINDS:
+    kind = line_kind_of(seed.properties)
+    if kind is not None:
         params = replace(params, line_kind=kind)
     runs: list[list[tuple[int, TraceResult]]] = [[]]
     failures = []

@@ -34,6 +34,7 @@ from core.errors import BadParameter
 from core.georef import parse_crs, transform_points
 from core.output import read_json
 from core.raster import Raster
+from core.tracer import LINE_KINDS
 
 
 @dataclass(frozen=True)
@@ -284,6 +285,20 @@ def without_close_vertices(vertices: np.ndarray) -> np.ndarray:
     return np.array(kept)
 
 
+def line_kind_of(properties: dict) -> str | None:
+    """"road" or "river" as a feature's properties say: its ``kind`` ("road" or "river"), else
+    OpenStreetMap's tags (``waterway=*``: a river, ``highway=*``: a road); None if they say
+    neither."""
+    kind = properties.get("kind")
+    if kind in LINE_KINDS:
+        return kind
+    if properties.get("waterway"):
+        return "river"
+    if properties.get("highway"):
+        return "road"
+    return None
+
+
 #: Exported anchors are trusted when the geometry's ends lie this close to them (px).
 ANCHOR_TOLERANCE_PX = 2.0
 #: CRS names that mean longitude/latitude in a GeoJSON ``crs`` member.
@@ -300,7 +315,7 @@ class ImportedLine:
     name : str
         The feature's ``name`` property, else its id (``#<index>`` in the file).
     kind : str or None
-        The feature's ``kind`` property (e.g. "road", "river"), if any.
+        "road" or "river" as the feature's properties say (:func:`line_kind_of`), if they do.
     anchors : ndarray of shape (K, 2), K >= 2
         Pixel (x, y), inside the image, consecutive ones at least ``MIN_SEGMENT_PX`` apart.
     """
@@ -352,10 +367,10 @@ def read_lines(path: str | os.PathLike, raster: Raster,
                                         "lies on the image", seed.id))
             name = seed.properties.get("name")
             name = name if isinstance(name, str) and name else seed.id
-            kind = seed.properties.get("kind")
+            kind = line_kind_of(seed.properties)
             for number, piece in enumerate(pieces, 1):
                 lines.append(ImportedLine(name if len(pieces) == 1 else f"{name} ({number})",
-                                          kind if isinstance(kind, str) else None, piece))
+                                          kind, piece))
     return lines, failures
 
 

@@ -598,10 +598,13 @@ def test_fingerprint_holds_the_model_content_not_its_place(tmp_path, monkeypatch
 def test_a_seed_of_kind_river_is_traced_as_water():
     seeds = tuple(Seed(name, seed_vertices(CASES[0]), SAMPLE_IMAGE.name, properties)
                   for name, properties in (("stream", {"kind": "river"}),
-                                           ("track", {"kind": "road"}), ("plain", {})))
+                                           ("track", {"kind": "road"}), ("plain", {}),
+                                           ("osm way", {"waterway": "canal"}),
+                                           ("osm road", {"highway": "residential"})))
     report, document = process_image(ImageTask(str(SAMPLE_IMAGE), seeds, TraceParams()),
                                      CpuBackend)
     assert report.status == "ok"
     kinds = {feature["properties"]["seed"]: feature["properties"]["params"]["line_kind"]
              for feature in document["features"]}
-    assert kinds == {"stream": "river", "track": "road", "plain": "road"}
+    assert kinds == {"stream": "river", "track": "road", "plain": "road", "osm way": "river",
+                     "osm road": "road"}

@@ -62,6 +62,12 @@ def test_exported_anchors_are_kept_when_they_match_the_geometry(tmp_path):
         (line,), _ = read_lines(write(tmp_path, document), raster, "scene.tif")
         np.testing.assert_allclose(line.anchors, PIXELS)
         assert (line.name, line.kind) == ("Road 1", "road")
+    # OpenStreetMap's tags say the kind too.
+    for tags, kind in (({"waterway": "river"}, "river"), ({"highway": "track"}, "road"),
+                       ({"building": "yes"}, None), ({"kind": "lake"}, None)):
+        (line,), _ = read_lines(write(tmp_path, collection(coordinates, tags)), raster,
+                                "scene.tif")
+        assert line.kind == kind
     # Anchors of another image (their ends are not the geometry's): every vertex is an anchor.
     document = collection(coordinates, {"anchors": (PIXELS + 40).tolist()})
     (line,), _ = read_lines(write(tmp_path, document), raster, "scene.tif")
