@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import fields
+from dataclasses import fields, replace
 
 import numpy as np
 
@@ -73,6 +73,10 @@ def line_from_dict(data: dict) -> Line:
                                f"{len(segments)} segments")
     if data["kind"] not in LINE_KINDS:
         raise SessionReadError(f"line {data.get('name')!r}: unknown kind {data['kind']!r}")
+    # A segment is traced as its line's kind (sessions older than river mode stored none).
+    segments = tuple(segment if segment.request is None else
+                     replace(segment, request=replace(segment.request, line_kind=data["kind"]))
+                     for segment in segments)
     return Line(int(data["id"]), str(data["name"]), data["kind"], anchors, segments,
                 bool(data.get("visible", True)))
 
