@@ -49,6 +49,8 @@ OUTPUTS = 2
 CENTRELINE_SIGMA = 2.0
 #: Fraction of training crops turned grey (panchromatic imagery).
 GREY_FRACTION = 0.1
+#: Range of crop scales (crop px per image px), drawn log-uniform.
+SCALES = (0.6, 1.6)
 
 
 class Block(nn.Sequential):
@@ -131,8 +133,8 @@ def load_sets(folders: list[tuple[str, int]]):
 
 def stack(items, device):
     """Images in one zero-padded tensor (I, 6, Hmax, Wmax) (RGB 0..255, mask, centreline,
-    inside), sizes
-    (I, 2) (width, height), labels (I,) and each mask's pixels (x, y)."""
+    inside), sizes (I, 2) (width, height), labels (I,), each mask's pixels (x, y), and the
+    images with 2×2 box means of their RGB (:func:`boxed`)."""
     height = max(item["mask"].shape[0] for item in items)
     width = max(item["mask"].shape[1] for item in items)
     out = torch.zeros(len(items), 6, height, width)
@@ -145,7 +147,8 @@ def stack(items, device):
     sizes = torch.tensor([item["mask"].shape[::-1] for item in items], dtype=torch.float32)
     labels = torch.tensor([item["label"] for item in items])
     surface = [torch.nonzero(item["mask"] > 0.5).flip(1) for item in items]  # (x, y) each
-    return out.to(device), sizes.to(device), labels.to(device), surface
+    out = out.to(device)
+    return out, sizes.to(device), labels.to(device), surface, boxed(out)
 
 
 def similarity(x: torch.Tensor, clicks: torch.Tensor) -> torch.Tensor:
@@ -192,15 +195,27 @@ def random_clicks(target: torch.Tensor, weight: torch.Tensor,
     return torch.stack([chosen % cols, chosen // cols], dim=2)
 
 
-def batch(data, size, generator, device_generator, grey=GREY_FRACTION):
+def boxed(images: torch.Tensor) -> torch.Tensor:
+    """``images`` (I, 6, H, W) with the RGB planes replaced by their 2×2 box means (as
+    ``core.surface`` averages blocks before running the model at half resolution)."""
+    out = images.clone()
+    padded = F.pad(images[:, :3], (0, 1, 0, 1), mode="replicate")
+    out[:, :3] = F.avg_pool2d(padded, 2, stride=1)
+    return out
+
+
+def batch(data, size, generator, device_generator, grey=GREY_FRACTION, scales=SCALES,
+          box_below=0.0):
     """Random rotated, scaled, flipped, recoloured crops centred near the surface, two clicks on
     it: inputs (N, 4, C, C), targets (N, 2, C, C) (surface, centreline), weight (N, 1, C, C)
     (0 outside the image). ``generator`` (CPU) draws the per-crop choices,
     ``device_generator`` (on the images' device) the per-pixel noise and the clicks; a
-    fraction ``grey`` of the crops is made grey.
+    fraction ``grey`` of the crops is made grey. Scales (crop px per image px) are drawn
+    log-uniform in ``scales``; crops at a scale below ``box_below`` sample the 2×2 box means
+    of the image (:func:`boxed`, ``data[4]``), as the half-resolution inference sees it.
 
     Road images give three crops in four (water images the rest), when both are present."""
-    images, sizes, labels, surface = data
+    images, sizes, labels, surface, box_means = data
     device = images.device
     _, _, height, width = images.shape
 
@@ -217,7 +232,7 @@ def batch(data, size, generator, device_generator, grey=GREY_FRACTION):
     centre = torch.stack([surface[int(i)][torch.randint(len(surface[int(i)]), (1,),
                                                         generator=generator)][0] for i in pick])
     pick = pick.to(device)
-    scale = torch.exp(uniform(math.log(0.6), math.log(1.6)))
+    scale = torch.exp(uniform(math.log(scales[0]), math.log(scales[1])))
     half = CROP / 2 / scale
     centre = centre.to(device).float() + (uniform(-0.3, 0.3, (size, 2)) * half[:, None])
     angle = uniform(0, 2 * math.pi)
@@ -230,7 +245,9 @@ def batch(data, size, generator, device_generator, grey=GREY_FRACTION):
         torch.stack([flip * sin * half / sy, cos * half / sy,
                      (centre[:, 1] - (height - 1) / 2) / sy], dim=1)], dim=1)
     grid = F.affine_grid(theta, (size, 1, CROP, CROP), align_corners=False)
-    sampled = F.grid_sample(images[pick], grid, mode="bilinear", padding_mode="zeros",
+    source = torch.where((scale < box_below)[:, None, None, None], box_means[pick],
+                         images[pick])
+    sampled = F.grid_sample(source, grid, mode="bilinear", padding_mode="zeros",
                             align_corners=False)
     weight = (sampled[:, 5:6] > 0.99).float()
     target = (sampled[:, 3:4] > 0.5).float()
@@ -270,7 +287,7 @@ def generators(seed, device):
             torch.Generator(device=device).manual_seed(seed))
 
 
-def train(items, steps, device, seed, log, widths, grey):
+def train(items, steps, device, seed, log, widths, grey, scales=SCALES, box_below=0.0):
     torch.manual_seed(seed)
     draws = generators(seed, device)
     data = stack(items, device)
@@ -281,7 +298,7 @@ def train(items, steps, device, seed, log, widths, grey):
     model.train()
     start = time.time()
     for step in range(steps):
-        x, y, w = batch(data, 16, *draws, grey=grey)
+        x, y, w = batch(data, 16, *draws, grey=grey, scales=scales, box_below=box_below)
         x = x.contiguous(memory_format=torch.channels_last)
         with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda"):
             logits = model(x).float()
@@ -340,11 +357,17 @@ def main():
                              "more: core.surface.SIZE_MULTIPLE must follow)")
     parser.add_argument("--grey", type=float, default=GREY_FRACTION,
                         help="fraction of training crops turned grey")
+    parser.add_argument("--scales", default=",".join(map(str, SCALES)),
+                        help="LOW,HIGH: range of crop scales (crop px per image px)")
+    parser.add_argument("--box-below", type=float, default=0.0,
+                        help="crops at a scale below this sample 2x2 box means of the image "
+                             "(as the half-resolution inference); 0: never")
     parser.add_argument("--folds-only", action="store_true", help="skip the final model")
     parser.add_argument("--fold", type=int, action="append",
                         help="train only these folds (runs in parallel processes)")
     args = parser.parse_args()
     widths = tuple(int(value) for value in args.widths.split(","))
+    scales = tuple(float(value) for value in args.scales.split(","))
     device = "cuda" if torch.cuda.is_available() else "cpu"
     os.makedirs(args.out, exist_ok=True)
     items = load_sets([(f, 0) for f in args.roads] + [(f, 1) for f in args.water])
@@ -363,7 +386,8 @@ def main():
             held = [item for item in items if fold_of[item["id"]] == fold]
             print(f"fold {fold}: leaves out {[item['id'] for item in held]}", flush=True)
             model = train([item for item in items if fold_of[item["id"]] != fold],
-                          args.steps, device, args.seed + fold, print, widths, args.grey)
+                          args.steps, device, args.seed + fold, print, widths, args.grey,
+                          scales, args.box_below)
             for label in (0, 1):
                 chosen = [item for item in held if item["label"] == label]
                 if chosen:
@@ -374,7 +398,8 @@ def main():
     if args.folds_only or args.fold:
         return
     print("final model on every image", flush=True)
-    model = train(items, args.steps, device, args.seed + 100, print, widths, args.grey)
+    model = train(items, args.steps, device, args.seed + 100, print, widths, args.grey,
+                  scales, args.box_below)
     export(model, os.path.join(args.out, "surface.onnx"))
     torch.save(model.state_dict(), os.path.join(args.out, "surface.pt"))
     print("done", flush=True)
