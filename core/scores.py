@@ -283,6 +283,11 @@ def _surface_river(inputs):
     return _surface_terms(inputs, half_resolution=True)
 
 
+def _evidence_river(inputs):
+    """:func:`_evidence_planes`, and the probability p itself as the surface."""
+    return (*_evidence_planes(inputs), inputs.pixels[:, :, 0])
+
+
 def _evidence_planes(inputs):
     """Term −(1 − p + LENGTH_COST) of a probability raster p (band 0, values in [0, 1]).
 
@@ -313,7 +318,7 @@ register_score_kind(ScoreKind(
 register_score_kind(ScoreKind(
     "evidence", "a probability raster's band 0 (0 = none .. 1 = certain), e.g. a model's "
     "road map: cost 1 - p", SCALAR,
-    _evidence_planes, uses_gradient=False))
+    _evidence_planes, uses_gradient=False, river=_evidence_river))
 register_score_kind(ScoreKind(
     "colour", "prefers pixels of the colour found under a and b (road/river surface)",
     SCALAR, _colour_planes, uses_gradient=False))

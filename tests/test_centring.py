@@ -74,3 +74,26 @@ def test_unknown_line_kind():
     image = road_image(np.array([[30.0, 100.0], [230.0, 100.0]]))
     with pytest.raises(BadParameter, match="line kind must be one of road, river, got 'lake'"):
         trace(image, (30, 100), (230, 100), TraceParams(line_kind="lake"))
+
+
+def test_river_mode_centres_on_a_water_probability_map(tmp_path):
+    """Score 'evidence' on a flat map follows any path inside it (here the inner bank);
+    in river mode the line runs down the middle of the map."""
+    import imageio.v3 as iio
+
+    from core.raster import Raster
+
+    xs = np.linspace(20, 240, 45)
+    centreline = np.column_stack([xs, 110 - 40 * np.sin(np.pi * (xs - 20) / 220)])
+    rows, cols = 200, 260
+    y, x = np.mgrid[0:rows, 0:cols]
+    distance = distance_to_polyline(np.stack([x.ravel(), y.ravel()], 1).astype(float),
+                                    centreline).reshape(rows, cols)
+    path = tmp_path / "water.png"
+    iio.imwrite(path, (255 * np.clip(15.5 - distance, 0, 1)).astype(np.uint8))  # 30 px wide
+    image = Raster(np.random.default_rng(0).random((rows, cols, 3), dtype=np.float32))
+    off = {kind: distance_to_polyline(trace(image, centreline[0], centreline[-1], TraceParams(
+        score="evidence", evidence_path=str(path), line_kind=kind)).polyline[1:-1],
+        centreline) for kind in ("road", "river")}
+    assert np.median(off["river"]) < 1.0  # measured 0.3 px
+    assert np.median(off["road"]) > 5.0  # measured 12.4 px: along the inner bank
