@@ -701,7 +701,7 @@ def test_next_and_previous_image_in_folder(make_window, qtbot, tmp_path):
     assert window.last_error == f"no image (PNG, JPEG, TIFF) in the folder {tmp_path}/notes.txt.d"
 
 
-def test_export_in_the_image_crs_and_import_back(make_window, qtbot, tmp_path):
+def test_export_in_the_image_crs_and_import_back(make_window, qtbot, tmp_path, monkeypatch):
     from tests.test_georef import write_geotiff
 
     image = tmp_path / "utm.tif"
@@ -711,7 +711,14 @@ def test_export_in_the_image_crs_and_import_back(make_window, qtbot, tmp_path):
         window.open_image(str(image))
     drawn = draw_line(qtbot, window, A, B)
     path = tmp_path / "utm.geojson"
-    assert window.export_geojson(str(path), "source")
+    # File ▸ Export GeoJSON, the dialog's "image's own CRS" file type chosen.
+    from PySide6.QtWidgets import QFileDialog
+
+    from app.main_window import EXPORT_SOURCE
+
+    monkeypatch.setattr(QFileDialog, "getSaveFileName",
+                        lambda *args, **kwargs: (str(path), EXPORT_SOURCE))
+    window.choose_export()
     document = json.loads(path.read_text())
     assert document["coordinate_space"] == "source"
     assert document["crs"]["properties"]["name"] == "urn:ogc:def:crs:EPSG::32654"
@@ -720,7 +727,14 @@ def test_export_in_the_image_crs_and_import_back(make_window, qtbot, tmp_path):
                                atol=1e-3)
     window.controller.select(drawn.id)
     window.lines_panel.delete_selected()
-    import_and_wait(qtbot, window, path)
+    # File ▸ Import lines: the dialog offers this image's <stem>.geojson.
+    offered = []
+    monkeypatch.setattr(QFileDialog, "getOpenFileName",
+                        lambda parent, caption, start, *rest: offered.append(start)
+                        or (str(path), ""))
+    window.choose_import()
+    wait_idle(qtbot, window)
+    assert offered == [str(path)]
     (imported,) = window.model.lines
     assert imported.anchors == drawn.anchors
     np.testing.assert_allclose(imported.polyline, drawn.polyline)
