@@ -50,7 +50,7 @@ class Evidence:
     tau : float
         Gradient-magnitude threshold of the SINE sampler.
     surface : ndarray of shape (rows, cols), float32, or None
-        The clicked surface's membership (:attr:`ScoreKind.with_surface`), when asked for.
+        The clicked surface's membership (:attr:`ScoreKind.river`), in river mode.
     """
 
     planes: np.ndarray

@@ -338,11 +338,13 @@ def _trace_once(raster: Raster, a, b, params: TraceParams,
     solution = backend.trace(evidence, corridor, windows)
     timings = {"geometry": 1e3 * (geometry_done - start),
                "evidence": 1e3 * (evidence_done - geometry_done), **solution.timings_ms}
-    timings["total"] = 1e3 * (time.perf_counter() - start)
     polyline = corridor.polyline(solution.indices)
     if evidence.surface is not None:  # river mode
+        centring_start = time.perf_counter()
         polyline = centre_on_surface(polyline, evidence.surface, np.asarray(evidence.origin),
                                      max_angle_rad)
+        timings["centring"] = 1e3 * (time.perf_counter() - centring_start)
+    timings["total"] = 1e3 * (time.perf_counter() - start)
     polyline = polyline - shift
     polyline[0], polyline[-1] = a, b  # exact, whatever the frame shift rounded
     return TraceResult(polyline, solution.indices, solution.score, solution.link_scores, params,

@@ -68,6 +68,8 @@ def test_river_mode_traces_the_middle_of_a_bend():
     assert np.median(off["river"]) < 0.5
     assert off["river"].max() < 1.0
     assert np.median(off["river"]) < np.median(off["road"])  # measured: 0.16 vs 1.41 px
+    timings = trace(image, a, b, TraceParams(score="centre", line_kind="river")).timings_ms
+    assert 0 < timings["centring"] < timings["total"]  # the move counts in the click's time
 
 
 def test_unknown_line_kind():
