@@ -27,10 +27,9 @@ from app.model import LinesModel
 from app.panels import LinesPanel, ParamsPanel
 from app.session import read_session, write_session
 from app.tracing import TraceOutcome, TracingController, error_text
-from core.batch import list_images
 from core.errors import TraceError
 from core.geojson import feature_collection, line_feature, write_geojson
-from core.raster import FULL_READ_LIMIT, Raster, load_image
+from core.raster import FULL_READ_LIMIT, Raster, list_images, load_image
 from core.tracer import TraceParams, evidence_source
 from core.vectors import read_lines
 

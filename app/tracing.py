@@ -15,7 +15,7 @@ import numpy as np
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.jobs import Job, JobQueue
-from app.model import LINE_KINDS, LinesModel, Point, Segment, distance_to_polyline
+from app.model import LinesModel, Point, Segment, distance_to_polyline
 from core.errors import BadParameter, NoAdmissiblePath, PointOutsideImage, TraceError
 from core.raster import Raster
 from core.tracer import TraceParams, check_point, trace
@@ -92,8 +92,11 @@ def trace_anchors(raster: Raster, anchors: tuple[Point, ...], params: TraceParam
     return TraceOutcome(tuple(segments), 1e3 * (time.perf_counter() - start), fallback), problems
 
 
-def snap(point) -> Point:
-    """The pixel centre nearest to a canvas point (x, y)."""
+def snap(point, exact: bool = False) -> Point:
+    """The pixel centre nearest to a canvas point (x, y); with ``exact`` (a point on a line:
+    a junction), the point itself."""
+    if exact:
+        return float(point[0]), float(point[1])
     return float(round(point[0])), float(round(point[1]))
 
 
@@ -235,7 +238,7 @@ class TracingController(QObject):
     def _snapped_inside(self, point, name: str, exact: bool = False) -> Point | None:
         """The pixel centre nearest to ``point`` (``point`` itself if ``exact``), or None (and
         a message) if off the image."""
-        p = (float(point[0]), float(point[1])) if exact else snap(point)
+        p = snap(point, exact)
         try:
             check_point(self.raster, p, name)
         except TraceError as exc:
@@ -326,7 +329,7 @@ class TracingController(QObject):
     def hover(self, point, straight: bool = False, exact: bool = False) -> None:
         """The mouse moved: refresh the preview from the last anchor (throttled); ``point``
         snaps to the nearest pixel centre unless ``exact``."""
-        self._hover = ((float(point[0]), float(point[1])) if exact else snap(point), straight)
+        self._hover = (snap(point, exact), straight)
         if self.tail is None or self.raster is None:
             return
         if straight:
@@ -496,7 +499,7 @@ class TracingController(QObject):
 
         for line in lines:
             anchors = tuple((float(x), float(y)) for x, y in line.anchors)
-            kind = line.kind if line.kind in LINE_KINDS else self.kind
+            kind = line.kind or self.kind
             line_params = self._line_params(kind)
 
             def done(result, name=line.name, kind=kind, anchors=anchors) -> None:

@@ -61,7 +61,7 @@ from core.geojson import (
 from core.georef import parse_crs, read_georef, sidecar_files
 from core.guides import build_corridor, check_max_angle
 from core.output import write_text_atomic
-from core.raster import IMAGE_SUFFIXES, TIFF_SUFFIXES, Raster, choose_bands, load_image
+from core.raster import TIFF_SUFFIXES, Raster, choose_bands, list_images, load_image
 from core.scores import get_score_kind
 from core.tracer import (
     TraceParams,
@@ -284,11 +284,6 @@ def process_image(task: ImageTask,
 
 
 # -------------------------------------------------------------------------------- planning
-def list_images(images_dir: Path) -> list[Path]:
-    """Image files (:data:`IMAGE_SUFFIXES`) directly in ``images_dir``, sorted by name."""
-    return sorted(path for path in images_dir.iterdir()
-                  if path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES)
-
 
 def output_names(images: list[Path]) -> dict[str, str]:
     """Output file name per image: ``<stem>.geojson``, ``<name>.geojson`` if stems collide."""
@@ -429,8 +424,8 @@ def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
     check_crs(crs)
     if image_crs is not None:
         parse_crs(image_crs)
-    if bands is not None:
-        bands = choose_bands(max(max(bands), 1), bands)
+    if bands is not None:  # their form (1 or 3 numbers from 1) now; each image's count later
+        bands = choose_bands(max(bands, default=1), bands)
     if not images_dir.is_dir():
         raise BadParameter(f"images folder {images_dir} does not exist or is not a folder")
     if evidence_dir is not None:

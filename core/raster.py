@@ -27,6 +27,7 @@ import os
 import threading
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -37,6 +38,12 @@ from core.georef import Georef, RpcGeoref, read_georef
 TIFF_SUFFIXES = (".tif", ".tiff", ".gtiff")
 #: Image files a folder is searched for (batch images, evidence rasters).
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff")
+
+def list_images(folder: Path) -> list[Path]:
+    """Image files (:data:`IMAGE_SUFFIXES`) directly in ``folder``, sorted by name."""
+    return sorted(path for path in folder.iterdir()
+                  if path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES)
+
 
 #: Largest image (in pixels) a :class:`WindowedRaster` reads whole for ``pixels``.
 FULL_READ_LIMIT = 32 * 2**20
