@@ -113,42 +113,62 @@ def centreline_target(mask: np.ndarray) -> np.ndarray:
     return np.exp(-distance ** 2 / (2 * CENTRELINE_SIGMA ** 2)).astype(np.float32)
 
 
-def load_sets(folders: list[tuple[str, int]]):
-    """[(folder, class index)] → list of dicts with image (3, H, W) float32 0..255, mask and
-    centreline target (H, W)."""
+def unsure_band(mask: np.ndarray, buffered: bool, band: float) -> np.ndarray:
+    """(H, W) float32: 1 where the label cannot say "not surface": pixels outside a buffered
+    centreline mask (narrower than the road it marks) within ``band`` px of it."""
+    if not buffered or band <= 0:
+        return np.zeros(mask.shape, dtype=np.float32)
+    from scipy import ndimage
+
+    distance = ndimage.distance_transform_edt(~mask)
+    return ((distance > 0) & (distance <= band)).astype(np.float32)
+
+
+def load_sets(folders: list[tuple[str, int]], exclude: tuple[str, ...] = (),
+              unsure: float = 0.0):
+    """[(folder, class index)] → list of dicts with image (3, H, W) float32 0..255, mask,
+    centreline target and unsure band (:func:`unsure_band`) (H, W); sources whose id starts
+    with one of ``exclude`` are skipped."""
     items = []
     for folder, label in folders:
         with open(os.path.join(folder, "sources.json"), encoding="utf-8") as handle:
             sources = json.load(handle)
         for source in sources:
+            if exclude and source["id"].startswith(exclude):
+                continue
             image = read_png(os.path.join(folder, source["image"]))[:, :, :3]
             mask = read_png(os.path.join(folder, source["gt"]))
             mask = (mask if mask.ndim == 2 else mask[:, :, 0]) > 127
+            buffered = "buffered" in source.get("label_kind", "")
             items.append({"id": source["id"], "dataset": source["dataset"], "label": label,
                           "image": torch.from_numpy(image.transpose(2, 0, 1).astype(np.float32)),
                           "mask": torch.from_numpy(mask.astype(np.float32)),
-                          "centre": torch.from_numpy(centreline_target(mask))})
+                          "centre": torch.from_numpy(centreline_target(mask)),
+                          "unsure": torch.from_numpy(unsure_band(mask, buffered, unsure))})
     return items
 
 
-def stack(items, device):
-    """Images in one zero-padded tensor (I, 6, Hmax, Wmax) (RGB 0..255, mask, centreline,
-    inside), sizes (I, 2) (width, height), labels (I,), each mask's pixels (x, y), and the
-    images with 2×2 box means of their RGB (:func:`boxed`)."""
+def stack(items, device, box=False):
+    """Images in one zero-padded tensor (I, 7, Hmax, Wmax) (RGB 0..255, mask, centreline,
+    inside, unsure), sizes (I, 2) (width, height), labels (I,), each mask's pixels (x, y), and the
+    images with 2×2 box means of their RGB (:func:`boxed`; only with ``box``, else None)."""
     height = max(item["mask"].shape[0] for item in items)
     width = max(item["mask"].shape[1] for item in items)
-    out = torch.zeros(len(items), 6, height, width)
+    # Half precision: 8-bit pixels and 0/1 planes are exact, and every image is padded to the
+    # largest one's size.
+    out = torch.zeros(len(items), 7, height, width, dtype=torch.float16)
     for i, item in enumerate(items):
         h, w = item["mask"].shape
-        out[i, :3, :h, :w] = item["image"]
+        out[i, :3, :h, :w] = item["image"].half()
         out[i, 3, :h, :w] = item["mask"]
         out[i, 4, :h, :w] = item["centre"]
         out[i, 5, :h, :w] = 1.0
+        out[i, 6, :h, :w] = item["unsure"]
     sizes = torch.tensor([item["mask"].shape[::-1] for item in items], dtype=torch.float32)
     labels = torch.tensor([item["label"] for item in items])
     surface = [torch.nonzero(item["mask"] > 0.5).flip(1) for item in items]  # (x, y) each
     out = out.to(device)
-    return out, sizes.to(device), labels.to(device), surface, boxed(out)
+    return out, sizes.to(device), labels.to(device), surface, boxed(out) if box else None
 
 
 def similarity(x: torch.Tensor, clicks: torch.Tensor) -> torch.Tensor:
@@ -196,11 +216,11 @@ def random_clicks(target: torch.Tensor, weight: torch.Tensor,
 
 
 def boxed(images: torch.Tensor) -> torch.Tensor:
-    """``images`` (I, 6, H, W) with the RGB planes replaced by their 2×2 box means (as
+    """``images`` (I, 7, H, W) with the RGB planes replaced by their 2×2 box means (as
     ``core.surface`` averages blocks before running the model at half resolution)."""
     out = images.clone()
     padded = F.pad(images[:, :3], (0, 1, 0, 1), mode="replicate")
-    out[:, :3] = F.avg_pool2d(padded, 2, stride=1)
+    out[:, :3] = F.avg_pool2d(padded.float(), 2, stride=1).half()
     return out
 
 
@@ -245,11 +265,12 @@ def batch(data, size, generator, device_generator, grey=GREY_FRACTION, scales=SC
         torch.stack([flip * sin * half / sy, cos * half / sy,
                      (centre[:, 1] - (height - 1) / 2) / sy], dim=1)], dim=1)
     grid = F.affine_grid(theta, (size, 1, CROP, CROP), align_corners=False)
-    source = torch.where((scale < box_below)[:, None, None, None], box_means[pick],
-                         images[pick])
+    source = images[pick] if box_means is None else torch.where(
+        (scale < box_below)[:, None, None, None], box_means[pick], images[pick])
+    source = source.float()
     sampled = F.grid_sample(source, grid, mode="bilinear", padding_mode="zeros",
                             align_corners=False)
-    weight = (sampled[:, 5:6] > 0.99).float()
+    weight = ((sampled[:, 5:6] > 0.99) & (sampled[:, 6:7] < 0.5)).float()
     target = (sampled[:, 3:4] > 0.5).float()
     centreline = sampled[:, 4:5].clamp(0, 1)
     x = sampled[:, :3] / 255.0
@@ -290,7 +311,7 @@ def generators(seed, device):
 def train(items, steps, device, seed, log, widths, grey, scales=SCALES, box_below=0.0):
     torch.manual_seed(seed)
     draws = generators(seed, device)
-    data = stack(items, device)
+    data = stack(items, device, box=box_below > 0)
     # Channels-last: bf16 batch norm and convolutions run several times faster on the GPU.
     model = SurfaceNet(widths).to(device, memory_format=torch.channels_last)
     optimiser = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=1e-4)
@@ -362,6 +383,14 @@ def main():
     parser.add_argument("--box-below", type=float, default=0.0,
                         help="crops at a scale below this sample 2x2 box means of the image "
                              "(as the half-resolution inference); 0: never")
+    parser.add_argument("--exclude", action="append", default=[], metavar="PREFIX",
+                        help="leave out the images whose id starts with PREFIX (repeatable)")
+    parser.add_argument("--unsure-band", type=float, default=0.0, metavar="PX",
+                        help="outside a buffered-centreline mask, pixels within PX px of it "
+                             "carry no loss (the road may be wider than its label)")
+    parser.add_argument("--fold-water-only", action="store_true",
+                        help="folds split the water images only; every road image trains "
+                             "every fold model")
     parser.add_argument("--folds-only", action="store_true", help="skip the final model")
     parser.add_argument("--fold", type=int, action="append",
                         help="train only these folds (runs in parallel processes)")
@@ -370,14 +399,15 @@ def main():
     scales = tuple(float(value) for value in args.scales.split(","))
     device = "cuda" if torch.cuda.is_available() else "cpu"
     os.makedirs(args.out, exist_ok=True)
-    items = load_sets([(f, 0) for f in args.roads] + [(f, 1) for f in args.water])
+    items = load_sets([(f, 0) for f in args.roads] + [(f, 1) for f in args.water],
+                      tuple(args.exclude), args.unsure_band)
     print(f"{len(items)} images on {device}", flush=True)
 
     if args.folds:
-        fold_of = {}
-        for dataset in sorted({item["dataset"] for item in items}):
+        fold_of = {item["id"]: -1 for item in items if args.fold_water_only and item["label"] == 0}
+        for dataset in sorted({item["dataset"] for item in items if item["id"] not in fold_of}):
             members = sorted(item["id"] for item in items if item["dataset"] == dataset)
-            offset = len(fold_of)
+            offset = sum(fold >= 0 for fold in fold_of.values())
             for i, name in enumerate(members):
                 fold_of[name] = (i + offset) % args.folds
         with open(os.path.join(args.out, "folds.json"), "w", encoding="utf-8") as handle:
