@@ -20,13 +20,20 @@ is importable (run it from the project's folder or install it).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
+import signal
 import sys
 import time
 from dataclasses import replace
 
-from cli.trace_cmd import add_crs_arguments, add_trace_parameters, params_from_args
+from cli.trace_cmd import (
+    add_crs_arguments,
+    add_trace_parameters,
+    params_from_args,
+    use_memory_budget,
+)
 from core.backend import TracerBackend
 
 #: Failures listed on stderr; the rest are in summary.csv.
@@ -75,8 +82,24 @@ def worker_backend(name: str) -> TracerBackend:
     return choose_backend(name)[0]
 
 
+def check_scheduler_address(address: str) -> None:
+    """BadParameter unless ``address`` reads as a Dask scheduler address
+    (``PROTOCOL://HOST:PORT``, e.g. ``tcp://10.0.0.5:8786``)."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    from core.errors import BadParameter
+
+    try:
+        protocol, location = parse_address(address, strict=True)
+        if protocol in ("tcp", "tls"):
+            parse_host_port(location)
+    except (ValueError, TypeError):
+        raise BadParameter(f"--scheduler {address!r} is not a Dask scheduler address such as "
+                           "tcp://HOST:8786") from None
+
+
 def open_executor(args: argparse.Namespace, tasks: int, gpu: bool):
-    """Where to run ``tasks`` images: ``(executor or None, closer)``."""
+    """Where to run ``tasks`` images: ``(executor or None, closer(interrupted))``."""
     if tasks and args.scheduler:
         from distributed import Client
 
@@ -84,24 +107,49 @@ def open_executor(args: argparse.Namespace, tasks: int, gpu: bool):
 
         try:
             client = Client(args.scheduler, timeout="10s", set_as_default=False)
-        except OSError as exc:
-            raise BadParameter(f"cannot reach Dask scheduler {args.scheduler}: {exc}") from None
-        return client.get_executor(pure=False), client.close
+        except (OSError, ValueError, TypeError) as exc:
+            raise BadParameter(f"cannot reach Dask scheduler {args.scheduler}: "
+                               f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                               ) from None
+        return client.get_executor(pure=False), lambda interrupted: client.close()
     workers = min(args.workers, tasks)
     if gpu:  # one process per GPU: never more workers than devices
         from gpu.select import gpu_device_count
 
         workers = min(workers, max(gpu_device_count(), 1))
     if workers > 1:
-        from core.batch import local_executor
+        from core.batch import local_executor, stop_local_executor
 
         executor = local_executor(workers, gpu=gpu)
-        # On an interrupt, images not started yet are dropped, not run to the end.
-        return executor, functools.partial(executor.shutdown, cancel_futures=True)
-    return None, lambda: None
+        return executor, functools.partial(stop_local_executor, executor)
+    return None, lambda interrupted: None
+
+
+def _interrupt(signum, frame) -> None:
+    """SIGTERM handler: stop as Ctrl-C does (the summary of what is done is written)."""
+    raise KeyboardInterrupt
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the batch, owning the output folder meanwhile; SIGTERM stops it as Ctrl-C does,
+    and stderr closing (``2>&1 | head -1``) does not stop it."""
+    from core.batch import lock_output_folder
+    from core.output import PipeTolerantStream
+
+    use_memory_budget(args)
+    if args.scheduler:
+        check_scheduler_address(args.scheduler)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        with contextlib.redirect_stderr(PipeTolerantStream(sys.stderr)), \
+                lock_output_folder(args.output):
+            return run_batch(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run_batch(args: argparse.Namespace) -> int:
+    """:func:`run` in an output folder this process owns."""
     from tqdm import tqdm
 
     from core.batch import (
@@ -144,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         interrupted = True  # keep what is done: the summary, then a resumable exit
     finally:
-        close()
+        close(interrupted)
     settings = {"seeds": args.seeds, "backend": backend.name, "crs": args.crs,
                 "image_crs": args.image_crs, "bands": args.bands,
                 "evidence_dir": args.evidence_dir,
