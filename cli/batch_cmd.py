@@ -160,6 +160,7 @@ def run_batch(args: argparse.Namespace) -> int:
         write_output,
         write_summary,
     )
+    from core.output import printable
     from gpu.select import choose_backend
 
     start = time.perf_counter()
@@ -177,7 +178,8 @@ def run_batch(args: argparse.Namespace) -> int:
               "(--overwrite traces them again)", file=sys.stderr)
     if plan.changed:
         print(f"note: tracing {len(plan.changed)} image(s) again: their seeds, parameters or "
-              f"files changed since the earlier run ({', '.join(plan.changed)})", file=sys.stderr)
+              f"files changed since the earlier run, or their output has no record of them "
+              f"({', '.join(map(printable, plan.changed))})", file=sys.stderr)
     executor, close = open_executor(args, len(plan.tasks), backend.name == "gpu")
     # One numba thread per task: images run in parallel instead (see the module docstring).
     tasks = [replace(task, threads=1) for task in plan.tasks]
@@ -187,7 +189,8 @@ def run_batch(args: argparse.Namespace) -> int:
         with tqdm(total=len(tasks), unit="image", file=sys.stderr) as progress:
             for report, document in run_tasks(tasks, factory, executor):
                 reports.append(write_output(plan, report, document))
-                progress.set_postfix_str(f"{report.image}: {report.status}", refresh=False)
+                progress.set_postfix_str(f"{printable(report.image)}: {report.status}",
+                                         refresh=False)
                 progress.update()
     except KeyboardInterrupt:
         interrupted = True  # keep what is done: the summary, then a resumable exit
@@ -205,14 +208,14 @@ def run_batch(args: argparse.Namespace) -> int:
         print(f"stopped after {len(reports)} of {len(tasks)} image(s); the same command "
               "resumes", file=sys.stderr)
         raise KeyboardInterrupt
-    pixel = [report.image for report in reports if report.coordinate_space == "pixel"]
+    pixel = [printable(report.image) for report in reports if report.coordinate_space == "pixel"]
     if pixel:
         print(f"note: {len(pixel)} image(s) have no usable georeferencing; their GeoJSON "
               f"coordinates are pixels (x = column, y = row): {', '.join(pixel[:5])}"
               + (" …" if len(pixel) > 5 else ""), file=sys.stderr)
     failures = [(report.image, failure) for report in reports for failure in report.failures]
     for image, failure in failures[:MAX_LISTED_FAILURES]:
-        print(f"failed: {image}: {failure.describe()}", file=sys.stderr)
+        print(f"failed: {printable(image)}: {failure.describe()}", file=sys.stderr)
     if len(failures) > MAX_LISTED_FAILURES:
         print(f"… and {len(failures) - MAX_LISTED_FAILURES} more failure(s)", file=sys.stderr)
     totals = summary["totals"]

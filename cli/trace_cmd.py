@@ -144,6 +144,10 @@ def run(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     use_memory_budget(args)
+    if args.image_crs is not None:  # checked whether or not the image needs it, as batch does
+        from core.georef import parse_crs
+
+        parse_crs(args.image_crs)
     params = params_from_args(args)
     backend, note = choose_backend(args.backend)
     if args.backend == "auto" and backend.name != "gpu":

@@ -78,10 +78,10 @@ def memory_budget() -> tuple[int | None, str]:
 def format_size(size: float) -> str:
     """``size`` bytes in binary units, e.g. ``74.5 GiB``."""
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
+        if size < 1024:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
-    raise AssertionError("unreachable")
+    return f"{size:.3g} PiB"
 
 
 def trace_memory(guides: int, points: int, window_px: float) -> tuple[float, float]:
