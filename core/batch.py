@@ -476,7 +476,7 @@ def check_params(params: TraceParams) -> None:
     get_score_kind(params.score)
     check_max_angle(params.max_angle)
     resolved = params.resolve(100.0)
-    check_trace_plan(params, resolved, 100.0, gradient_margin(params.sigma))
+    check_trace_plan(params, resolved, (100.0, 0.0), gradient_margin(params.sigma))
     build_corridor((0.0, 0.0), (100.0, 0.0), resolved.guides, resolved.points,
                    resolved.halfwidth)
 
