@@ -126,7 +126,9 @@ def open_executor(args: argparse.Namespace, tasks: int, gpu: bool):
 
 
 def _interrupt(signum, frame) -> None:
-    """SIGTERM handler: stop as Ctrl-C does (the summary of what is done is written)."""
+    """SIGTERM handler: stop as Ctrl-C does (the summary of what is done is written); a
+    second SIGTERM, while stopping, is ignored so that the summary is still written."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 

@@ -5,16 +5,17 @@ for m guides of d points, and the evidence planes of its corridor window (the co
 grown by the gradient margin, ~4σ, on every side). :func:`check_trace_plan` estimates both
 and raises :class:`core.errors.BadParameter` naming the parameter to lower when their sum
 exceeds the memory budget: ``ROADTRACER_MEMORY_BUDGET`` (bytes, or with a K, M, G or T suffix,
-binary) when set, else :data:`AVAILABLE_FRACTION` of the memory available now. It runs inside
+binary) when set, else :data:`AVAILABLE_FRACTION` of the memory available now (plans up to
+:data:`ALWAYS_AFFORDABLE` pass it unasked). It runs inside
 :func:`core.tracer.trace`, so the command line, batch workers and the app refuse alike.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
-
-import numpy as np
+from functools import lru_cache
 
 from core.errors import BadParameter
 
@@ -28,9 +29,12 @@ BYTES_PER_STATE = 16
 #: (measured peaks: 62-69 with the colour kinds, 125-138 with the gradient kind ``cross``,
 #: path search included).
 BYTES_PER_WINDOW_PX = 128
+#: Plans up to this size pass the default budget without asking how much memory is available.
+ALWAYS_AFFORDABLE = 256 * 2**20
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
+@lru_cache(maxsize=8)
 def parse_size(text: str, what: str = BUDGET_VARIABLE) -> int:
     """Bytes of a size written ``123``, ``512M``, ``2G``, ``1.5T`` (K/M/G/T: binary units,
     an optional trailing ``B`` or ``iB``).
@@ -43,7 +47,7 @@ def parse_size(text: str, what: str = BUDGET_VARIABLE) -> int:
     match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([KMGT]?)(?:i?B)?\s*", str(text),
                          re.IGNORECASE)
     size = float(match[1]) * _UNITS[match[2].upper()] if match else 0.0
-    if not np.isfinite(size) or size < 1:
+    if not math.isfinite(size) or size < 1:
         raise BadParameter(f"{what} must be a size in bytes such as 4G or 512M, got {text!r}")
     return int(size)
 
@@ -123,12 +127,14 @@ def check_trace_plan(requested, resolved, chord, margin: int) -> None:
     if requested.points is None and resolved.points < 2:
         raise BadParameter(f"halfwidth {resolved.halfwidth:g} px is too narrow: a guide needs "
                            "two points, so give --points or a halfwidth of at least 0.75 px")
-    dx, dy = np.abs(np.asarray(chord, dtype=np.float64))
-    length = float(np.hypot(dx, dy))
+    dx, dy = abs(float(chord[0])), abs(float(chord[1]))
+    length = math.hypot(dx, dy)
     # The corridor's box: the chord, the half-width across it each side, the margin around.
     window_px = ((dx + 2.0 * resolved.halfwidth * dy / length + 2 * margin + 4)
                  * (dy + 2.0 * resolved.halfwidth * dx / length + 2 * margin + 4))
     search, window = trace_memory(resolved.guides, resolved.points, window_px)
+    if search + window <= ALWAYS_AFFORDABLE and not os.environ.get(BUDGET_VARIABLE):
+        return  # the common case, without asking the system (a live preview traces often)
     budget, source = memory_budget()
     if budget is None or search + window <= budget:
         return
