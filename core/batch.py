@@ -288,7 +288,7 @@ def process_image(task: ImageTask,
     except (TraceError, MemoryError) as exc:
         report.status = "failed"
         report.failures.append(Failure(str(exc) if isinstance(exc, TraceError) else
-                                       f"out of memory while tracing ({exc or 'MemoryError'})"))
+                                       "out of memory while tracing this image"))
         report.seconds = time.perf_counter() - start
         return report, None
     report.lines = len(features)
@@ -355,7 +355,8 @@ def lock_output_folder(out_dir: str | os.PathLike) -> Iterator[Path]:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            owner = os.pread(handle, 200, 0).decode("utf-8", "replace").strip() or "unknown"
+            owner = os.pread(handle, 200, 0).decode("utf-8", "replace").strip()
+            owner = owner.splitlines()[0] if owner else "unknown"
             raise BadParameter(f"output folder {out_dir} is in use by another batch run "
                                f"({owner}); wait for it to end or choose another folder") \
                 from None

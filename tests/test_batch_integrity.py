@@ -218,6 +218,21 @@ def test_a_segment_over_the_budget_is_recorded(tmp_path, capsys, monkeypatch):
     assert failures[0]["reason"].endswith("lower halfwidth")
 
 
+def test_running_out_of_memory_is_recorded_per_image(tmp_path, capsys, monkeypatch):
+    images, seeds = make_folder(tmp_path, names=("a.png",))
+
+    def exhausted(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr("core.batch.trace", exhausted)
+    code, _ = batch(capsys, images, seeds, tmp_path / "out")
+    assert code == 1
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["images"][0]["status"] == "failed"
+    assert summary["images"][0]["failures"] == [
+        {"reason": "out of memory while tracing this image", "seed": None, "segment": None}]
+
+
 def test_hostile_seeds(tmp_path, capsys):
     images, _ = make_folder(tmp_path, names=("a.png",))
     seeds = tmp_path / "nested.geojson"
