@@ -7,7 +7,9 @@ the workers must be able to import the project). Every task traces with one numb
 parallel images scale better than parallel loops inside one trace, and do not collapse
 when other programs share the cores (measured: docs/BENCHMARKS.md, "Batch mode").
 
-Exit code 0 when everything traced, 1 when an image, a seed or a segment failed (see
+One run at a time owns OUT_DIR (a second is refused); Ctrl-C or SIGTERM ends the workers,
+writes the summary of what is done and exits with 130 (the same command resumes). Exit code
+0 when everything traced, 1 when an image, a seed or a segment failed (see
 ``OUT_DIR/summary.csv``), 2 for a usage error.
 
 GPU workers: one process per GPU. Locally, ``--backend gpu --workers N`` starts N worker

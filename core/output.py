@@ -69,8 +69,6 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     try:
         with os.fdopen(handle, "wb") as stream:
             stream.write(data)
-            stream.flush()
-            os.fsync(stream.fileno())
         os.chmod(temporary, keep)  # mkstemp makes 0600
         os.replace(temporary, target)
     except BaseException as exc:  # also an interrupt: never leave the temporary file behind
