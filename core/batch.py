@@ -588,7 +588,8 @@ def local_executor(workers: int, gpu: bool = False) -> Executor:
 
 def stop_local_executor(executor: Executor, interrupted: bool) -> None:
     """Shut a :func:`local_executor` down; when ``interrupted``, images not started are
-    dropped and the workers are terminated at once (not left to finish their image)."""
+    dropped and the workers are terminated at once (not left to finish their image): every
+    multiprocessing child of this process is, which in the command line is the pool alone."""
     if interrupted:
         for worker in multiprocessing.active_children():
             worker.terminate()
