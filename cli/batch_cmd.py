@@ -7,7 +7,9 @@ the workers must be able to import the project). Every task traces with one numb
 parallel images scale better than parallel loops inside one trace, and do not collapse
 when other programs share the cores (measured: docs/BENCHMARKS.md, "Batch mode").
 
-Exit code 0 when everything traced, 1 when an image, a seed or a segment failed (see
+One run at a time owns OUT_DIR (a second is refused); Ctrl-C or SIGTERM ends the workers,
+writes the summary of what is done and exits with 130 (the same command resumes). Exit code
+0 when everything traced, 1 when an image, a seed or a segment failed (see
 ``OUT_DIR/summary.csv``), 2 for a usage error.
 
 GPU workers: one process per GPU. Locally, ``--backend gpu --workers N`` starts N worker
@@ -20,13 +22,20 @@ is importable (run it from the project's folder or install it).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
+import signal
 import sys
 import time
 from dataclasses import replace
 
-from cli.trace_cmd import add_crs_arguments, add_trace_parameters, params_from_args
+from cli.trace_cmd import (
+    add_crs_arguments,
+    add_trace_parameters,
+    params_from_args,
+    use_memory_budget,
+)
 from core.backend import TracerBackend
 
 #: Failures listed on stderr; the rest are in summary.csv.
@@ -75,8 +84,24 @@ def worker_backend(name: str) -> TracerBackend:
     return choose_backend(name)[0]
 
 
+def check_scheduler_address(address: str) -> None:
+    """BadParameter unless ``address`` reads as a Dask scheduler address
+    (``PROTOCOL://HOST:PORT``, e.g. ``tcp://10.0.0.5:8786``)."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    from core.errors import BadParameter
+
+    try:
+        protocol, location = parse_address(address, strict=True)
+        if protocol in ("tcp", "tls"):
+            parse_host_port(location)
+    except (ValueError, TypeError):
+        raise BadParameter(f"--scheduler {address!r} is not a Dask scheduler address such as "
+                           "tcp://HOST:8786") from None
+
+
 def open_executor(args: argparse.Namespace, tasks: int, gpu: bool):
-    """Where to run ``tasks`` images: ``(executor or None, closer)``."""
+    """Where to run ``tasks`` images: ``(executor or None, closer(interrupted))``."""
     if tasks and args.scheduler:
         from distributed import Client
 
@@ -84,24 +109,51 @@ def open_executor(args: argparse.Namespace, tasks: int, gpu: bool):
 
         try:
             client = Client(args.scheduler, timeout="10s", set_as_default=False)
-        except OSError as exc:
-            raise BadParameter(f"cannot reach Dask scheduler {args.scheduler}: {exc}") from None
-        return client.get_executor(pure=False), client.close
+        except (OSError, ValueError, TypeError) as exc:
+            raise BadParameter(f"cannot reach Dask scheduler {args.scheduler}: "
+                               f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                               ) from None
+        return client.get_executor(pure=False), lambda interrupted: client.close()
     workers = min(args.workers, tasks)
     if gpu:  # one process per GPU: never more workers than devices
         from gpu.select import gpu_device_count
 
         workers = min(workers, max(gpu_device_count(), 1))
     if workers > 1:
-        from core.batch import local_executor
+        from core.batch import local_executor, stop_local_executor
 
         executor = local_executor(workers, gpu=gpu)
-        # On an interrupt, images not started yet are dropped, not run to the end.
-        return executor, functools.partial(executor.shutdown, cancel_futures=True)
-    return None, lambda: None
+        return executor, functools.partial(stop_local_executor, executor)
+    return None, lambda interrupted: None
+
+
+def _interrupt(signum, frame) -> None:
+    """SIGTERM handler: stop as Ctrl-C does (the summary of what is done is written); a
+    second SIGTERM, while stopping, is ignored so that the summary is still written."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the batch, owning the output folder meanwhile; SIGTERM stops it as Ctrl-C does,
+    and stderr closing (``2>&1 | head -1``) does not stop it."""
+    from core.batch import lock_output_folder
+    from core.output import PipeTolerantStream
+
+    use_memory_budget(args)
+    if args.scheduler:
+        check_scheduler_address(args.scheduler)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        with contextlib.redirect_stderr(PipeTolerantStream(sys.stderr)), \
+                lock_output_folder(args.output):
+            return run_batch(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run_batch(args: argparse.Namespace) -> int:
+    """:func:`run` in an output folder this process owns."""
     from tqdm import tqdm
 
     from core.batch import (
@@ -112,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
         write_output,
         write_summary,
     )
+    from core.output import printable
     from gpu.select import choose_backend
 
     start = time.perf_counter()
@@ -129,7 +182,8 @@ def run(args: argparse.Namespace) -> int:
               "(--overwrite traces them again)", file=sys.stderr)
     if plan.changed:
         print(f"note: tracing {len(plan.changed)} image(s) again: their seeds, parameters or "
-              f"files changed since the earlier run ({', '.join(plan.changed)})", file=sys.stderr)
+              f"files changed since the earlier run, or their output has no record of them "
+              f"({', '.join(map(printable, plan.changed))})", file=sys.stderr)
     executor, close = open_executor(args, len(plan.tasks), backend.name == "gpu")
     # One numba thread per task: images run in parallel instead (see the module docstring).
     tasks = [replace(task, threads=1) for task in plan.tasks]
@@ -139,12 +193,13 @@ def run(args: argparse.Namespace) -> int:
         with tqdm(total=len(tasks), unit="image", file=sys.stderr) as progress:
             for report, document in run_tasks(tasks, factory, executor):
                 reports.append(write_output(plan, report, document))
-                progress.set_postfix_str(f"{report.image}: {report.status}", refresh=False)
+                progress.set_postfix_str(f"{printable(report.image)}: {report.status}",
+                                         refresh=False)
                 progress.update()
     except KeyboardInterrupt:
         interrupted = True  # keep what is done: the summary, then a resumable exit
     finally:
-        close()
+        close(interrupted)
     settings = {"seeds": args.seeds, "backend": backend.name, "crs": args.crs,
                 "image_crs": args.image_crs, "bands": args.bands,
                 "evidence_dir": args.evidence_dir,
@@ -157,14 +212,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"stopped after {len(reports)} of {len(tasks)} image(s); the same command "
               "resumes", file=sys.stderr)
         raise KeyboardInterrupt
-    pixel = [report.image for report in reports if report.coordinate_space == "pixel"]
+    pixel = [printable(report.image) for report in reports if report.coordinate_space == "pixel"]
     if pixel:
         print(f"note: {len(pixel)} image(s) have no usable georeferencing; their GeoJSON "
               f"coordinates are pixels (x = column, y = row): {', '.join(pixel[:5])}"
               + (" …" if len(pixel) > 5 else ""), file=sys.stderr)
     failures = [(report.image, failure) for report in reports for failure in report.failures]
     for image, failure in failures[:MAX_LISTED_FAILURES]:
-        print(f"failed: {image}: {failure.describe()}", file=sys.stderr)
+        print(f"failed: {printable(image)}: {failure.describe()}", file=sys.stderr)
     if len(failures) > MAX_LISTED_FAILURES:
         print(f"… and {len(failures) - MAX_LISTED_FAILURES} more failure(s)", file=sys.stderr)
     totals = summary["totals"]

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from cli.trace_cmd import add_trace_parameters, params_from_args
+from cli.trace_cmd import add_trace_parameters, params_from_args, use_memory_budget
 
 METHOD_CHOICES = ("ours", "livewire", "route_flat", "route_edge", "straight", "all")
 
@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     from core.tracer import evidence_folder
     from gpu.select import choose_backend
 
+    use_memory_budget(args)
     if args.limit is not None and args.limit < 1:
         raise BadParameter(f"--limit must be >= 1, got {args.limit}")
     if args.evidence_dir is not None:

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
 from core.tracer import TraceParams
+
+#: Exit status when standard output is a pipe whose reader has gone (128 + SIGPIPE).
+SIGPIPE_EXIT = 141
 
 
 def point(text: str) -> tuple[float, float]:
@@ -57,6 +61,10 @@ def add_trace_parameters(parser: argparse.ArgumentParser) -> None:
                             "(default: %(default)s)")
     group.add_argument("--backend", default="auto", choices=BACKEND_CHOICES,
                        help="compute backend (default: %(default)s: GPU if available)")
+    group.add_argument("--memory-budget", metavar="SIZE",
+                       help="refuse a trace planned to need more memory than this, e.g. 4G "
+                            "(default: $ROADTRACER_MEMORY_BUDGET, else half the available "
+                            "memory)")
 
 
 def add_crs_arguments(parser: argparse.ArgumentParser) -> None:
@@ -74,6 +82,16 @@ def add_crs_arguments(parser: argparse.ArgumentParser) -> None:
                              "(e.g. 8,4,3: a false-colour composite) or one grey band "
                              "(default: the bands tagged red, green, blue, else the first "
                              "three)")
+
+
+def use_memory_budget(args: argparse.Namespace) -> None:
+    """Make ``--memory-budget`` the budget of every trace of this process and of the worker
+    processes it starts (:mod:`core.resources`); BadParameter if it is not a size."""
+    from core.resources import BUDGET_VARIABLE, parse_size
+
+    if args.memory_budget is not None:
+        parse_size(args.memory_budget, "--memory-budget")
+        os.environ[BUDGET_VARIABLE] = args.memory_budget
 
 
 def params_from_args(args: argparse.Namespace) -> TraceParams:
@@ -95,7 +113,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", default="json", choices=("json", "geojson"),
                         help="output format (default: %(default)s)")
     add_crs_arguments(parser)
-    parser.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    parser.add_argument("-o", "--output", metavar="FILE",
+                        help="write here instead of stdout ('-': stdout); a regular file is "
+                             "replaced atomically (a symbolic link: its target), a device or "
+                             "FIFO written in place")
 
 
 def result_record(result, image: str, note: str) -> dict:
@@ -116,12 +137,17 @@ def result_record(result, image: str, note: str) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from core.output import write_text_atomic
+    from core.output import write_text_or_stdout
     from core.raster import load_image
     from core.tracer import trace
     from gpu.select import choose_backend
 
     start = time.perf_counter()
+    use_memory_budget(args)
+    if args.image_crs is not None:  # checked whether or not the image needs it, as batch does
+        from core.georef import parse_crs
+
+        parse_crs(args.image_crs)
     params = params_from_args(args)
     backend, note = choose_backend(args.backend)
     if args.backend == "auto" and backend.name != "gpu":
@@ -141,8 +167,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         document = result_record(result, args.image, note)
     text = json.dumps(document, indent=None if args.format == "geojson" else 1)
-    if args.output:
-        write_text_atomic(args.output, text + "\n")
-    else:
-        print(text)
-    return 0
+    # A closed pipe (trace ... | true) drops the output quietly, with the exit status of a
+    # command ended by SIGPIPE.
+    return 0 if write_text_or_stdout(args.output, text + "\n") else SIGPIPE_EXIT

@@ -17,8 +17,9 @@ client's ``concurrent.futures`` executor): :func:`run_tasks`. Workers return the
 document; the caller writes it atomically to ``OUT_DIR/<image stem>.geojson``
 (``<image name>.geojson`` when two images share a stem), then ``summary.json`` and
 ``summary.csv``. Images whose output exists are skipped unless ``overwrite`` or their
-seeds, parameters or files changed since (``summary.json`` keeps a fingerprint of each image's
-inputs).
+seeds, parameters or files changed since: every output carries the fingerprint of what made
+it (:data:`RECORD_MEMBER`), so resuming needs no summary. One run at a time owns an output
+folder (:func:`lock_output_folder`).
 
 Evidence rasters: with ``evidence_dir``, each image is traced on the raster of that folder
 named like it (``<image name>``, else ``<image stem>`` with any image suffix) instead of its
@@ -36,11 +37,15 @@ import csv
 import hashlib
 import io
 import json
+import multiprocessing.connection
 import os
+import socket
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, as_completed
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -59,9 +64,11 @@ from core.geojson import (
     write_geojson,
 )
 from core.georef import parse_crs, read_georef, sidecar_files
+from core.gradient import gradient_margin
 from core.guides import build_corridor, check_max_angle
-from core.output import write_text_atomic
+from core.output import TEMPORARY_PREFIX, printable, read_json, write_text_atomic
 from core.raster import TIFF_SUFFIXES, Raster, choose_bands, list_images, load_image
+from core.resources import check_trace_plan
 from core.scores import get_score_kind
 from core.tracer import (
     TraceParams,
@@ -85,7 +92,10 @@ SUMMARY_JSON = "summary.json"
 SUMMARY_CSV = "summary.csv"
 CSV_COLUMNS = ("image", "status", "coordinate_space", "lines", "segments", "failures",
                "seconds", "reasons")
-
+#: Lock file of an output folder, held (``flock``) by the one batch run that owns the folder.
+LOCK_FILE = ".roadtracer-batch.lock"
+#: Member of every output document that records what made it (see :func:`write_output`).
+RECORD_MEMBER = "roadtracer_batch"
 
 
 @dataclass
@@ -110,8 +120,11 @@ class ImageReport:
     inputs: str | None = None
 
     def as_dict(self) -> dict:
+        """The summary's record (file names that are not UTF-8 shown with ``\\xNN``)."""
         record = asdict(self)
         record["seconds"] = round(self.seconds, 3)
+        record["image"] = printable(self.image)
+        record["output"] = None if self.output is None else printable(self.output)
         return record
 
 
@@ -179,8 +192,8 @@ class BatchPlan:
 
     ``candidates`` maps every lon/lat seed to the images whose footprint box its box
     meets (the images it may cross; the worker decides exactly). ``changed`` names the
-    images traced again because their inputs (:meth:`ImageTask.fingerprint`) differ from the
-    earlier run's.
+    images traced again because their output's record names other inputs
+    (:meth:`ImageTask.fingerprint`) or none.
     """
 
     images_dir: Path
@@ -269,12 +282,13 @@ def process_image(task: ImageTask,
                 features += found
                 report.segments += segments
                 report.failures += failures
-                if seed.image is None and seed.id not in report.matched_seeds:
+                if seed.id not in report.matched_seeds:
                     report.matched_seeds.append(seed.id)
             document = feature_collection(features, raster, task.crs)
-    except TraceError as exc:
+    except (TraceError, MemoryError) as exc:
         report.status = "failed"
-        report.failures.append(Failure(str(exc)))
+        report.failures.append(Failure(str(exc) if isinstance(exc, TraceError) else
+                                       "out of memory while tracing this image"))
         report.seconds = time.perf_counter() - start
         return report, None
     report.lines = len(features)
@@ -304,12 +318,80 @@ def _check_writable(out_dir: Path) -> None:
                                f"{exc.strerror or exc}") from None
 
 
-def _previous_reports(out_dir: Path) -> dict[str, dict]:
+@contextmanager
+def lock_output_folder(out_dir: str | os.PathLike) -> Iterator[Path]:
+    """Own ``out_dir`` for one batch run (created if missing): hold an exclusive ``flock`` on
+    its :data:`LOCK_FILE` (which names the owner's process id and host), and remove the
+    temporary files that a run killed while writing left there.
+
+    The kernel releases the lock when its holder exits, however it ends, so a lock file left
+    by a killed run is stale and taken over. A folder this call created is removed again if
+    nothing but the lock file is in it at the end (a run refused for a usage error leaves no
+    trace).
+
+    Yields
+    ------
+    Path
+        ``out_dir``.
+
+    Raises
+    ------
+    BadParameter
+        If another run holds the folder (naming its process).
+    OutputWriteError
+        If the folder cannot be created or written to.
+    """
+    import fcntl
+
+    out_dir = Path(out_dir)
+    created = not out_dir.exists()
+    _check_writable(out_dir)
+    path = out_dir / LOCK_FILE
     try:
-        summary = json.loads((out_dir / SUMMARY_JSON).read_text(encoding="utf-8"))
-        return {record["image"]: record for record in summary["images"]}
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
+        handle = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise OutputWriteError(f"cannot write {path}: {exc.strerror or exc}") from None
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = os.pread(handle, 200, 0).decode("utf-8", "replace").strip()
+            owner = owner.splitlines()[0] if owner else "unknown"
+            raise BadParameter(f"output folder {out_dir} is in use by another batch run "
+                               f"({owner}); wait for it to end or choose another folder") \
+                from None
+        os.ftruncate(handle, 0)
+        os.pwrite(handle, f"process {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        for leftover in out_dir.glob(f"{TEMPORARY_PREFIX}*.part"):
+            leftover.unlink(missing_ok=True)
+        yield out_dir
+    finally:
+        if created and [entry.name for entry in out_dir.iterdir()] == [LOCK_FILE]:
+            path.unlink()
+            out_dir.rmdir()
+        os.close(handle)  # releases the lock; the file stays (removing it would race)
+
+
+def earlier_record(output: Path) -> dict | None:
+    """What made an existing output file: its :data:`RECORD_MEMBER` (``inputs``, the
+    fingerprint, and the report's ``status``, ``coordinate_space``, ``lines``, ``segments``
+    and ``matched_seeds``); None when the file is unreadable or holds no valid record (not
+    ours, or from an older version), so that its image is traced again."""
+    try:
+        document = read_json(output, "output")
+    except TraceError:
+        return None
+    record = document.get(RECORD_MEMBER) if isinstance(document, dict) else None
+    if not isinstance(record, dict):
+        return None
+    valid = (isinstance(record.get("inputs"), str)
+             and record.get("status") in ("ok", "partial")
+             and record.get("coordinate_space") in ("lonlat", "source", "pixel")
+             and all(type(record.get(key)) is int and record[key] >= 0
+                     for key in ("lines", "segments"))
+             and isinstance(record.get("matched_seeds"), list)
+             and all(isinstance(seed, str) for seed in record["matched_seeds"]))
+    return record if valid else None
 
 
 def image_footprint(path: Path, image_crs: str | None) -> np.ndarray | None:
@@ -386,14 +468,16 @@ def seed_candidates(seeds: list[Seed], images: list[Path],
 def check_params(params: TraceParams) -> None:
     """Raise :class:`BadParameter` for parameters that every trace would reject.
 
-    The checks are the tracer's own (:func:`core.tracer.trace`), run once before any work
-    so that a bad option is a usage error rather than a failure of every segment.
+    The checks are the tracer's own (:func:`core.tracer.trace`, its resource plan included,
+    for a 100 px segment), run once before any work so that a bad option is a usage error
+    rather than a failure of every segment.
     """
     if not np.isfinite(params.sigma) or params.sigma <= 0:
         raise BadParameter(f"sigma must be > 0 px, got {params.sigma}")
     get_score_kind(params.score)
     check_max_angle(params.max_angle)
     resolved = params.resolve(100.0)
+    check_trace_plan(params, resolved, (100.0, 0.0), gradient_margin(params.sigma))
     build_corridor((0.0, 0.0), (100.0, 0.0), resolved.guides, resolved.points,
                    resolved.halfwidth)
 
@@ -443,7 +527,6 @@ def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
     for image, found in by_image.items():
         for seed_id in found:
             candidates[seed_id].add(image)
-    previous = _previous_reports(out_dir)
     outputs, tasks, skipped, changed_images = {}, [], [], []
     for image, output in output_names(images).items():
         outputs[image] = out_dir / output
@@ -452,16 +535,15 @@ def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
         task = ImageTask(str(images_dir / image), mine,
                          with_evidence_from(params, evidence_dir, image), crs, image_crs,
                          bands)
-        earlier = previous.get(image, {})
-        # An output is kept unless --overwrite, or the earlier summary shows that it came from
-        # other inputs (an output with no summary entry is kept: nothing to compare).
+        # An output is kept unless --overwrite, or the record it carries shows that it came
+        # from other inputs (or it carries none: not ours, or an older version's).
         if not overwrite and outputs[image].exists():
-            if earlier.get("inputs") in (None, task.fingerprint()):
-                known = {key: earlier[key] for key in ("coordinate_space", "lines", "segments",
-                                                       "matched_seeds", "inputs") if key in earlier}
-                report = replace(ImageReport(image, output=output), **known)
-                report.status = "skipped"
-                skipped.append(report)
+            earlier = earlier_record(outputs[image])
+            if earlier is not None and earlier["inputs"] == task.fingerprint():
+                skipped.append(ImageReport(
+                    image, "skipped", earlier["coordinate_space"], earlier["lines"],
+                    earlier["segments"], matched_seeds=earlier["matched_seeds"], output=output,
+                    inputs=earlier["inputs"]))
                 continue
             changed_images.append(image)
         tasks.append(task)
@@ -470,28 +552,48 @@ def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
 
 
 # ------------------------------------------------------------------------------- execution
-def _take_device(devices) -> None:
-    """Process-pool initializer: this worker sees only the next GPU of the queue."""
-    os.environ["CUDA_VISIBLE_DEVICES"] = str(devices.get())
+def _start_worker(devices) -> None:
+    """Process-pool initializer: end this worker as soon as the process that started it is
+    gone (killed, even with SIGKILL), and with ``devices`` see only the next GPU of that
+    queue."""
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        def watch() -> None:
+            multiprocessing.connection.wait([parent.sentinel])  # ready when the parent exits
+            os._exit(1)
+
+        threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+    if devices is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(devices.get())
 
 
 def local_executor(workers: int, gpu: bool = False) -> Executor:
     """A pool of ``workers`` local processes (spawned: no state shared with this one).
 
-    With ``gpu``, worker *i* sees only GPU *i* (``CUDA_VISIBLE_DEVICES=i``, set before the
-    worker imports anything CUDA): one process per GPU. Shut it down when done.
+    Workers end by themselves when this process dies. With ``gpu``, worker *i* sees only
+    GPU *i* (``CUDA_VISIBLE_DEVICES=i``, set before the worker imports anything CUDA): one
+    process per GPU. Shut it down with :func:`stop_local_executor`.
     """
-    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     context = multiprocessing.get_context("spawn")
-    if not gpu:
-        return ProcessPoolExecutor(workers, mp_context=context)
-    devices = context.Queue()
-    for device in range(workers):
-        devices.put(device)
-    return ProcessPoolExecutor(workers, mp_context=context, initializer=_take_device,
+    devices = None
+    if gpu:
+        devices = context.Queue()
+        for device in range(workers):
+            devices.put(device)
+    return ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
                                initargs=(devices,))
+
+
+def stop_local_executor(executor: Executor, interrupted: bool) -> None:
+    """Shut a :func:`local_executor` down; when ``interrupted``, images not started are
+    dropped and the workers are terminated at once (not left to finish their image): every
+    multiprocessing child of this process is, which in the command line is the pool alone."""
+    if interrupted:
+        for worker in multiprocessing.active_children():
+            worker.terminate()
+    executor.shutdown(wait=True, cancel_futures=True)
 
 
 def run_tasks(tasks: list[ImageTask], backend_factory: Callable[[], TracerBackend],
@@ -539,10 +641,15 @@ def _crashed(task: ImageTask, exc: Exception) -> tuple[ImageReport, None]:
 
 
 def write_output(plan: BatchPlan, report: ImageReport, document: dict | None) -> ImageReport:
-    """Write an image's GeoJSON atomically; a write failure fails the image's report."""
+    """Write an image's GeoJSON atomically, with the record of what made it
+    (:data:`RECORD_MEMBER`: the report's ``inputs``, ``status``, ``coordinate_space``,
+    ``lines``, ``segments``, ``matched_seeds`` and ``failures``); a write failure (disk
+    full, …) fails the image's report."""
     if document is None:
         return report
     path = plan.outputs[report.image]
+    document[RECORD_MEMBER] = {key: value for key, value in asdict(report).items()
+                               if key not in ("image", "seconds", "output")}
     try:
         write_geojson(path, document)
     except OutputWriteError as exc:
@@ -557,6 +664,8 @@ def summarize(plan: BatchPlan, reports: list[ImageReport], seconds: float,
               settings: dict) -> dict:
     """The ``summary.json`` document.
 
+    ``not_done`` names the images of the plan that this run did not finish (interrupted):
+    an output of theirs, if any, is from other inputs and the next run traces them.
     A lon/lat seed is reported as crossing no image when no footprint box meets its box,
     or when every image it may cross was traced in this run and none matched it (an image
     skipped or failed may have).
@@ -585,6 +694,9 @@ def summarize(plan: BatchPlan, reports: list[ImageReport], seconds: float,
         },
         "seed_failures": [asdict(failure) for failure in seed_failures],
         "images": [report.as_dict() for report in everything],
+        "not_done": sorted(printable(os.path.basename(task.image)) for task in plan.tasks
+                           if os.path.basename(task.image) not in
+                           {report.image for report in reports}),
     }
 
 
@@ -608,7 +720,7 @@ def summary_csv(summary: dict) -> str:
 def write_summary(out_dir: Path, summary: dict) -> None:
     """Write ``summary.json`` and ``summary.csv`` atomically (raises OutputWriteError)."""
     write_text_atomic(out_dir / SUMMARY_JSON, json.dumps(summary, indent=1) + "\n")
-    write_text_atomic(out_dir / SUMMARY_CSV, summary_csv(summary))
+    write_text_atomic(out_dir / SUMMARY_CSV, printable(summary_csv(summary)))
 
 
 def batch_failed(summary: dict) -> bool:

@@ -56,22 +56,57 @@ class CaseResult:
 
 
 def load_cases(path: str | os.PathLike, limit: int | None = None) -> list[Case]:
-    """Read a cases file; image paths become absolute (relative to the file's folder)."""
+    """Read a cases file; image paths become absolute (relative to the file's folder).
+
+    Raises
+    ------
+    BadParameter
+        If the file is unreadable, not JSON, not a non-empty list of cases, or a case is
+        malformed (one message naming the case and its field).
+    """
     path = os.fspath(path)
     records = read_json(path, "cases file")
+    if not isinstance(records, list) or not records:
+        raise BadParameter(f"cases file {path} must be a non-empty JSON list of cases "
+                           '({"id", "image", "a", "b", "gt", "tags"}), got '
+                           f"{type(records).__name__ if records else 'an empty list'}")
     folder = os.path.dirname(os.path.abspath(path))
-    cases = []
-    for record in records[:limit] if limit is not None else records:
+    return [_case(record, index, folder, path)
+            for index, record in enumerate(records[:limit] if limit is not None else records)]
+
+
+def _case(record, index: int, folder: str, path: str) -> Case:
+    """One checked case of a cases file (``index``: its place in the list)."""
+    def bad(field: str, why: str) -> BadParameter:
+        name = record.get("id") if isinstance(record, dict) else None
+        which = f"case {name!r}" if isinstance(name, (str, int)) else f"case #{index}"
+        return BadParameter(f"{path}: {which}: {field} {why}")
+
+    if not isinstance(record, dict):
+        raise bad("the case", "is not a JSON object")
+    for key in ("id", "image", "a", "b", "gt"):
+        if key not in record:
+            raise bad(key, "is missing")
+    if not isinstance(record["id"], (str, int)) or isinstance(record["id"], bool):
+        raise bad("id", "must be a string or an integer")
+    if not isinstance(record["image"], str) or not record["image"]:
+        raise bad("image", "must be a file name")
+    points = {}
+    for key, shape in (("a", (2,)), ("b", (2,)), ("gt", (-1, 2))):
         try:
-            cases.append(Case(str(record["id"]), os.path.join(folder, record["image"]),
-                              np.asarray(record["a"], dtype=np.float64).reshape(2),
-                              np.asarray(record["b"], dtype=np.float64).reshape(2),
-                              np.asarray(record["gt"], dtype=np.float64).reshape(-1, 2),
-                              tuple(record.get("tags", ()))))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise BadParameter(f"{path}: malformed case {record.get('id', '?')!r}: "
-                               f"{type(exc).__name__}: {exc}") from None
-    return cases
+            points[key] = np.asarray(record[key], dtype=np.float64).reshape(shape)
+        except (TypeError, ValueError, OverflowError):
+            raise bad(key, "must be " + ("an [x, y] pair" if key != "gt" else
+                                         "a list of [x, y] pairs")) from None
+        if not np.all(np.isfinite(points[key])):
+            raise bad(key, "holds a number that is not finite")
+    if len(points["gt"]) < 2:
+        raise bad("gt", "needs at least 2 points")
+    tags = record.get("tags", [])
+    if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
+        raise bad("tags", "must be a list of strings")
+    return Case(str(record["id"]), os.path.join(folder, record["image"]), points["a"],
+                points["b"], points["gt"], tuple(tags))
 
 
 class RasterCache:

@@ -291,6 +291,10 @@ def world_file_candidates(image: str | os.PathLike) -> list[Path]:
     return candidates
 
 
+#: Largest magnitude of a world file's numbers (map units: larger ones are no place on Earth).
+MAX_WORLD_FILE_VALUE = 1e12
+
+
 def read_world_file(path: str | os.PathLike) -> Affine:
     """The corner-based transform of a world file.
 
@@ -315,8 +319,13 @@ def read_world_file(path: str | os.PathLike) -> Affine:
         raise GeorefError(f"world file {path}: expected six numbers one a line, "
                           f"got {lines[:8]!r}") from None
     values = np.array([a, d, b, e, c, f])
-    if not np.all(np.isfinite(values)) or a * e - b * d == 0:
-        raise GeorefError(f"world file {path}: degenerate transform {values.tolist()}")
+    determinant = a * e - b * d
+    if not (np.all(np.abs(values) < MAX_WORLD_FILE_VALUE) and np.isfinite(determinant)
+            and determinant != 0):
+        raise GeorefError(f"world file {path}: not a usable transform ("
+                          + ", ".join(f"{value:g}" for value in values)
+                          + f"): it needs finite values below {MAX_WORLD_FILE_VALUE:g} in "
+                          "magnitude and a pixel size that is not zero")
     _pyproj()  # a world file is of no use without pyproj: say so now
     from affine import Affine
 

@@ -1,10 +1,17 @@
-"""The project's files: JSON read with one clear error, results written atomically (a
-temporary file beside the target, then a rename)."""
+"""The project's files: JSON read with one clear error, results written safely.
+
+Regular files are replaced atomically (a temporary file beside the target, then a rename),
+keeping the mode of the file replaced and writing through a symbolic link to its target; a
+path that is not a regular file (a device such as ``/dev/null``, a FIFO, ``/dev/stdout``) is
+written in place and never replaced.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import stat
+import sys
 import tempfile
 
 from core.errors import BadParameter, OutputWriteError, TraceError
@@ -18,34 +25,174 @@ def _read_umask() -> int:
 
 #: The process's umask, read once at import (reading it means setting it, which is not thread-safe).
 UMASK = _read_umask()
+#: Prefix of the temporary files of atomic writes (``.roadtracer-*.part``).
+TEMPORARY_PREFIX = ".roadtracer-"
+#: Deepest nesting of arrays and objects accepted in a JSON document we read.
+MAX_JSON_DEPTH = 64
+#: Folders whose entries are written in place, never replaced (devices, descriptors).
+SPECIAL_FOLDERS = ("/dev/", "/proc/")
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old file or the whole new one."""
+    """Write ``text`` (UTF-8) to ``path`` so that readers see the old file or the whole new one.
+
+    A symbolic link is followed (its target is replaced, the link stays); an existing file
+    keeps its permission bits (a new one gets those ``open()`` would give); a path that is not
+    a regular file, or lies under ``/dev/`` or ``/proc/``, is written in place.
+
+    Raises
+    ------
+    OutputWriteError
+        Naming the path, when it cannot be written (the target is then left as it was).
+    """
     path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
     try:
-        handle, temporary = tempfile.mkstemp(dir=folder, prefix=".", suffix=".part")
+        data = text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate: a bug upstream, never a torn file
+        raise OutputWriteError(f"cannot write {path}: text is not valid Unicode ({exc})") \
+            from None
+    target = os.path.realpath(path)
+    try:
+        mode = os.stat(target).st_mode
+    except OSError:
+        mode = None
+    if (mode is not None and not stat.S_ISREG(mode)) \
+            or os.path.abspath(path).startswith(SPECIAL_FOLDERS):
+        _write_in_place(path, data)
+        return
+    keep = stat.S_IMODE(mode) if mode is not None else 0o666 & ~UMASK
+    try:
+        handle, temporary = tempfile.mkstemp(dir=os.path.dirname(target),
+                                             prefix=TEMPORARY_PREFIX, suffix=".part")
     except OSError as exc:
         raise OutputWriteError(f"cannot write {path}: {exc.strerror or exc}") from None
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.chmod(temporary, 0o666 & ~UMASK)  # mkstemp makes 0600; give what open() would
-        os.replace(temporary, path)
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
+        os.chmod(temporary, keep)  # mkstemp makes 0600
+        os.replace(temporary, target)
+    except BaseException as exc:  # also an interrupt: never leave the temporary file behind
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        if isinstance(exc, OSError):
+            raise OutputWriteError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise
+
+
+def _write_in_place(path: str, data: bytes) -> None:
+    """Write to a device, FIFO or descriptor path as it is (no temporary file, no rename)."""
+    try:
+        with open(path, "wb") as stream:
+            stream.write(data)
+    except BrokenPipeError:
+        pass  # the reader went away: what it did not read is not wanted
     except OSError as exc:
-        os.unlink(temporary)
         raise OutputWriteError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def write_text_or_stdout(path: str | os.PathLike | None, text: str) -> bool:
+    """Write ``text`` to ``path`` (:func:`write_text_atomic`), or to standard output when
+    ``path`` is None or ``"-"``.
+
+    Returns
+    -------
+    bool
+        False when standard output was a pipe that its reader had closed (``cmd | head``):
+        the text is dropped and standard output is pointed at the null device, so that the
+        interpreter's exit does not fail on it.
+    """
+    if path is not None and os.fspath(path) != "-":
+        write_text_atomic(path, text)
+        return True
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+        return False
+    return True
+
+
+class PipeTolerantStream:
+    """A text stream (stderr) whose writes never fail: once its reader is gone
+    (``2>&1 | head -1``) or its device breaks, further text is dropped."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self._broken = False
+
+    def write(self, text: str) -> int:
+        if not self._broken:
+            try:
+                self._stream.write(text)
+            except (BrokenPipeError, OSError, ValueError):
+                self._broken = True
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._broken:
+            try:
+                self._stream.flush()
+            except (BrokenPipeError, OSError, ValueError):
+                self._broken = True
+
+    def isatty(self) -> bool:
+        return not self._broken and self._stream.isatty()
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def printable(text: str) -> str:
+    """``text`` made writable anywhere: bytes of a file name that are not UTF-8 (kept by
+    Python as lone surrogates) are shown as ``\\xNN``, any other lone surrogate as
+    ``\\udNNN``."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def json_depth_exceeds(document, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether arrays and objects in ``document`` nest deeper than ``limit`` (iterative: no
+    recursion however deep)."""
+    pending = [(document, 1)]
+    while pending:
+        value, depth = pending.pop()
+        if isinstance(value, dict):
+            children = value.values()
+        elif isinstance(value, list):
+            children = value
+        else:
+            continue
+        if depth > limit:
+            return True
+        pending += [(child, depth + 1) for child in children
+                    if isinstance(child, (dict, list))]
+    return False
 
 
 def read_json(path: str | os.PathLike, what: str, error: type[TraceError] = BadParameter):
     """The JSON document in ``path``; ``what`` names the file in the one-line ``error`` raised
-    when it cannot be read or is not JSON (e.g. ``what="seeds file"``)."""
+    when it cannot be read, is not JSON, or nests deeper than :data:`MAX_JSON_DEPTH`
+    (e.g. ``what="seeds file"``)."""
     path = os.fspath(path)
     try:
         with open(path, encoding="utf-8") as stream:
-            return json.load(stream)
+            document = json.load(stream)
     except OSError as exc:
         raise error(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    except RecursionError:
+        too_deep = True
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
         raise error(f"{what} {path} is not JSON: {exc}") from None
+    else:
+        too_deep = json_depth_exceeds(document)
+    if too_deep:
+        raise error(f"{what} {path} nests arrays or objects deeper than {MAX_JSON_DEPTH} "
+                    "levels")
+    return document

@@ -87,6 +87,10 @@ def choose_bands(count: int, requested=None, alpha=(), colours=None) -> tuple[in
     return tuple(kept[:3]) if len(kept) >= 3 else (kept[0],)
 
 
+#: Largest magnitude of a float image's pixels: squared gradients must not overflow float32.
+MAX_FLOAT_VALUE = 1e15
+
+
 def to_float_bands(array: np.ndarray, source: str = "image") -> np.ndarray:
     """Convert a decoded image to float32 of shape ``(rows, cols, bands)``.
 
@@ -108,9 +112,14 @@ def to_float_bands(array: np.ndarray, source: str = "image") -> np.ndarray:
         out *= np.float32(1.0 / np.iinfo(array.dtype).max)  # in place: one full-size copy
         return out
     if np.issubdtype(array.dtype, np.floating):
-        out = array.astype(np.float32)
+        with np.errstate(over="ignore"):  # beyond float32: refused below as too large
+            out = array.astype(np.float32)
         if not np.all(np.isfinite(out)):
             np.nan_to_num(out, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
+        largest = float(np.abs(out).max(initial=0.0))
+        if largest > MAX_FLOAT_VALUE:
+            raise ImageReadError(f"{source}: pixel values reach {largest:.3g}; float images "
+                                 f"must stay within ±{MAX_FLOAT_VALUE:g} (rescale it)")
         return out
     raise ImageReadError(f"{source}: unsupported pixel type {array.dtype}")
 
@@ -445,6 +454,8 @@ def load_image(path: str | os.PathLike, crs=None, bands=None, grid=None) -> Rast
         raise ImageReadError(f"image file not found: {path}")
     if os.path.isdir(path):
         raise ImageReadError(f"expected an image file, got a folder: {path}")
+    if not os.path.isfile(path):  # a FIFO or device would block or never end
+        raise ImageReadError(f"expected an image file, got a special file: {path}")
     if grid is not None or os.path.splitext(path)[1].lower() in TIFF_SUFFIXES:
         return WindowedRaster(path, crs, bands, grid)
     if os.path.getsize(path) == 0:

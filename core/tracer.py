@@ -42,6 +42,7 @@ from core.errors import BadParameter, ImageReadError, NoAdmissiblePath, PointOut
 from core.gradient import gradient_margin
 from core.guides import Corridor, admissible_windows, build_corridor, check_max_angle
 from core.raster import IMAGE_SUFFIXES, Raster, has_grid, load_image, on_same_grid
+from core.resources import check_trace_plan
 from core.scores import SCALAR, Evidence, ScoreInputs, get_score_kind
 
 #: Default corridor half-width per px of click distance.
@@ -325,6 +326,7 @@ def _trace_once(raster: Raster, a, b, params: TraceParams,
     if length < 2:
         raise BadParameter(f"endpoints a=({a[0]:g}, {a[1]:g}) and b=({b[0]:g}, {b[1]:g}) "
                            "must be at least 2 px apart")
+    check_trace_plan(params, params.resolve(length), b - a, gradient_margin(params.sigma))
     params = params.resolve(length)
     corridor = build_corridor(a, b, params.guides, params.points, params.halfwidth)
     shift = border_shift(corridor, params)

@@ -100,13 +100,13 @@ def feature_lines(feature, index: int, lonlat: bool = True) -> tuple[list[Seed],
     for part_id, coords in parts:
         try:
             vertices = np.array([[float(v) for v in vertex[:2]] for vertex in coords])
-        except (TypeError, ValueError, IndexError):
-            failures.append(Failure(f"coordinates {str(coords)[:80]} are not [x, y] "
+        except (TypeError, ValueError, IndexError, OverflowError):
+            failures.append(Failure(f"coordinates {_shorten(coords)} are not [x, y] "
                                     "number pairs", part_id))
             continue
         if vertices.ndim != 2 or vertices.shape[0] < 2 or vertices.shape[1] != 2:
             failures.append(Failure(f"a line needs at least 2 [x, y] vertices, got "
-                                    f"{str(coords)[:80]}", part_id))
+                                    f"{_shorten(coords)}", part_id))
         elif not np.all(np.isfinite(vertices)):
             failures.append(Failure("coordinates are not finite", part_id))
         elif lonlat and image is None and (np.abs(vertices[:, 0]).max() > 180
@@ -118,6 +118,16 @@ def feature_lines(feature, index: int, lonlat: bool = True) -> tuple[list[Seed],
         else:
             seeds.append(Seed(part_id, vertices, image, properties))
     return seeds, failures
+
+
+def _shorten(value, limit: int = 80) -> str:
+    """``value`` as text for a message: at most ``limit`` characters (a number of hundreds of
+    digits, or a long list, is cut short rather than printed whole)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int beyond Python's digit limit for str()
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def read_seeds(path: str | os.PathLike) -> tuple[list[Seed], list[Failure]]:

@@ -122,7 +122,8 @@ def test_batch_with_corrupt_image_and_bad_seeds(tmp_path, capsys):
     assert status == {"corrupt.png": "failed", "geo.tif": "ok", "plain.png": "partial",
                       "world.png": "ok"}
     assert sorted(path.name for path in out.iterdir()) == [
-        "geo.geojson", "plain.geojson", "summary.csv", "summary.json", "world.geojson"]
+        ".roadtracer-batch.lock", "geo.geojson", "plain.geojson", "summary.csv", "summary.json",
+        "world.geojson"]
     bad = {failure["seed"]: failure["reason"] for failure in summary["seed_failures"]}
     assert "Point" in bad["#6"]
     assert "missing.png" in bad["ghost"]
@@ -503,7 +504,7 @@ def test_gpu_workers_never_outnumber_devices(monkeypatch):
     args = argparse.Namespace(scheduler=None, workers=4)
     executor, close = open_executor(args, tasks=3, gpu=True)
     assert executor is None  # one device: the images run in this process
-    close()
+    close(False)
 
 
 def test_evidence_folder_is_vectorised_along_the_seeds(tmp_path, capsys):

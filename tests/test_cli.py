@@ -1,8 +1,11 @@
 """The ``trace`` command: output contract and one-line errors with exit code 2."""
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import imageio.v3 as iio
 import numpy as np
@@ -59,6 +62,14 @@ def test_output_file_and_geojson(capsys, tmp_path):
     ([SAMPLE_IMAGE, "--a", A, "--b", B, "--sigma", "0"], "sigma"),
     ([SAMPLE_IMAGE, "--a", A, "--b", B, "--max-angle", "1", "--points", "2", "--guides", "3",
       "--halfwidth", "30"], "no polyline turns"),
+    ([SAMPLE_IMAGE, "--a", A, "--b", B, "--points", "100000"], "lower points"),
+    ([SAMPLE_IMAGE, "--a", A, "--b", B, "--guides", "1000000"], "lower guides"),
+    ([SAMPLE_IMAGE, "--a", A, "--b", B, "--halfwidth", "1e9"], "lower halfwidth"),
+    ([SAMPLE_IMAGE, "--a", A, "--b", B, "--sigma", "1e4"], "lower sigma"),
+    ([SAMPLE_IMAGE, "--a", A, "--b", B, "--halfwidth", "1e-9"], "halfwidth 1e-09 px is too "
+                                                                 "narrow"),
+    ([SAMPLE_IMAGE, "--a", A, "--b", B, "--memory-budget", "lots"], "--memory-budget must be"),
+    ([SAMPLE_IMAGE, "--a", A, "--b", B, "--image-crs", "nonsense"], "unknown CRS 'nonsense'"),
 ])
 def test_bad_input_gives_one_line_and_exit_code_2(capsys, args, message):
     code, out, err = run_cli(capsys, *args)
@@ -181,3 +192,108 @@ def test_multispectral_geotiff_traces_its_colour_bands(capsys, tmp_path):
     with pytest.raises(SystemExit):
         run_cli(capsys, image, *arguments, "--bands", "4,3")
     assert "expected one band number or three" in capsys.readouterr().err
+
+
+def test_output_paths_are_never_clobbered(capsys, tmp_path):
+    import os
+    import stat
+
+    private = tmp_path / "private.json"
+    private.write_text("")
+    private.chmod(0o600)
+    link = tmp_path / "link.json"
+    link.symlink_to("private.json")
+    code, _, _ = run_cli(capsys, SAMPLE_IMAGE, "--a", A, "--b", B, "--backend", "cpu",
+                         "-o", link)
+    assert code == 0
+    assert link.is_symlink()
+    assert json.loads(private.read_text())["pixels"][0] == [430.0, 241.0]
+    assert stat.S_IMODE(private.stat().st_mode) == 0o600
+    code, out, _ = run_cli(capsys, SAMPLE_IMAGE, "--a", A, "--b", B, "--backend", "cpu",
+                           "-o", "/dev/null")
+    assert (code, out) == (0, "")
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    code, out, _ = run_cli(capsys, SAMPLE_IMAGE, "--a", A, "--b", B, "--backend", "cpu",
+                           "-o", "-")
+    assert code == 0
+    assert json.loads(out)["pixels"][-1] == [486.0, 172.0]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["link.json", "private.json"]
+
+
+def test_a_closed_output_pipe_ends_quietly():
+    process = subprocess.Popen([sys.executable, "main.py", "trace", str(SAMPLE_IMAGE), "--a", A,
+                                "--b", B, "--backend", "cpu", "--score", "centre"], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdout.close()  # as `trace ... | true`
+    err = process.stderr.read().decode()
+    assert process.wait(120) == 141  # as a command ended by SIGPIPE
+    assert err == ""
+
+
+def test_a_fifo_as_the_image_is_refused_at_once(capsys, tmp_path):
+    import os
+
+    fifo = tmp_path / "image.png"
+    os.mkfifo(fifo)
+    code, _, err = run_cli(capsys, fifo, "--a", A, "--b", B, "--backend", "cpu")
+    assert code == 2
+    assert err == f"error: expected an image file, got a special file: {fifo}\n"
+
+
+def test_float_image_beyond_range_is_one_error(capsys, tmp_path):
+    import numpy as np
+    import rasterio
+    from affine import Affine
+
+    pixels = np.full((3, 64, 64), 1e36, np.float32)
+    pixels[:, :, 30:34] = 0
+    path = tmp_path / "huge.tif"
+    with rasterio.open(path, "w", driver="GTiff", width=64, height=64, count=3,
+                       dtype="float32", transform=Affine(1, 0, 0, 0, -1, 64)) as dataset:
+        dataset.write(pixels)
+    code, _, err = run_cli(capsys, path, "--a", "32,5", "--b", "32,60", "--backend", "cpu",
+                           "--score", "centre")
+    assert code == 2
+    assert err == (f"error: {path}: pixel values reach 1e+36; float images must stay within "
+                   "±1e+15 (rescale it)\n")
+
+
+def test_world_file_with_huge_values_is_one_line(capsys, tmp_path):
+    import shutil
+
+    image = tmp_path / "w.png"
+    shutil.copy(SAMPLE_IMAGE, image)
+    (tmp_path / "w.pgw").write_text("1e300\n0\n0\n-1e300\n1e300\n1e300\n")
+    code, _, err = run_cli(capsys, image, "--a", A, "--b", B, "--image-crs", "EPSG:32654",
+                           "--backend", "cpu")
+    assert code == 2
+    assert err == (f"error: world file {tmp_path / 'w.pgw'}: not a usable transform (1e+300, 0, "
+                   "0, -1e+300, 1e+300, 1e+300): it needs finite values below 1e+12 in "
+                   "magnitude and a pixel size that is not zero\n")
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0
+                    or shutil.which("setpriv") is None,
+                    reason="needs root and setpriv to run as a user without a writable HOME")
+def test_tracing_without_a_writable_home_or_source_folder():
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:  # one that other users can enter
+        os.chmod(folder, 0o755)
+        copy = Path(folder) / "project"
+        shutil.copytree(ROOT / "core", copy / "core",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        subprocess.run(["chmod", "-R", "a+rX,a-w", str(copy)], check=True)
+        process = run_as_nobody(copy)
+        subprocess.run(["chmod", "-R", "u+w", str(copy)], check=True)
+    assert (process.returncode, process.stdout, process.stderr) == (0, "ok\n", "")
+
+
+def run_as_nobody(folder: Path) -> subprocess.CompletedProcess:
+    """Compile a numba function of the project in ``folder`` as user nobody, HOME missing."""
+    return subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
+         "from core.guides import build_corridor, admissible_windows\n"
+         "admissible_windows(build_corridor((0, 0), (40, 0), 2, 5, 8.0), 0.5)\nprint('ok')"],
+        cwd=folder, capture_output=True, text=True, timeout=300,
+        env={"HOME": "/nonexistent", "PATH": os.environ.get("PATH", "")})

@@ -49,8 +49,40 @@ def test_load_cases_errors(tmp_path):
     with pytest.raises(BadParameter, match="cases file .* is not JSON"):
         load_cases(bad)
     bad.write_text('[{"id": "x", "image": "i.png"}]')
-    with pytest.raises(BadParameter, match="malformed case 'x'"):
+    with pytest.raises(BadParameter, match="case 'x': a is missing"):
         load_cases(bad)
+
+
+GOOD_CASE = {"id": "c", "image": "i.png", "a": [0, 0], "b": [9, 0], "gt": [[0, 0], [9, 0]]}
+
+
+@pytest.mark.parametrize(("document", "message"), [
+    ({"a": 1}, "must be a non-empty JSON list of cases"),
+    (5, "must be a non-empty JSON list of cases"),
+    ([], "got an empty list"),
+    ([5], r"case #0: the case is not a JSON object"),
+    ([{**GOOD_CASE, "gt": []}], "case 'c': gt needs at least 2 points"),
+    ([{**GOOD_CASE, "gt": [[0, 0], [float("nan"), 1]]}], "case 'c': gt holds a number that is "
+                                                          "not finite"),
+    ([{**GOOD_CASE, "a": [1, 2, 3]}], r"case 'c': a must be an \[x, y\] pair"),
+    ([{**GOOD_CASE, "b": [10**400, 0]}], r"case 'c': b must be an \[x, y\] pair"),
+    ([{**GOOD_CASE, "image": ["x"]}], "case 'c': image must be a file name"),
+    ([{**GOOD_CASE, "tags": "road"}], "case 'c': tags must be a list of strings"),
+    ([{**GOOD_CASE, "id": None}], "case #0: id must be a string or an integer"),
+])
+def test_malformed_cases_are_one_clear_error(tmp_path, document, message):
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps(document))
+    with pytest.raises(BadParameter, match=message):
+        load_cases(path)
+
+
+def test_deeply_nested_cases_file_is_refused(tmp_path, capsys):
+    path = tmp_path / "cases.json"
+    path.write_text("[" * 100000 + "]" * 100000)
+    assert main(["eval", str(path)]) == 2
+    assert capsys.readouterr().err.strip().endswith("nests arrays or objects deeper than 64 "
+                                                    "levels")
 
 
 def test_ours_on_the_test_cases(cases):

@@ -309,7 +309,9 @@ def test_pixel_space_png():
 
 
 @pytest.mark.parametrize(("text", "match"), [("1\n2\n3\n", "six numbers"),
-                                             ("0\n0\n0\n0\n1\n1\n", "degenerate"),
+                                             ("0\n0\n0\n0\n1\n1\n", "not a usable transform"),
+                                             ("1e300\n0\n0\n-1e300\n0\n0\n",
+                                              r"not a usable transform \(1e\+300, 0, 0, "),
                                              ("a\nb\nc\nd\ne\nf\n", "six numbers")])
 def test_bad_world_file(tmp_path, text, match):
     image = tmp_path / "bad.png"

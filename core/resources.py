@@ -1,0 +1,151 @@
+"""Resource plan of a trace: refuse, before any work, a trace that would not fit in memory.
+
+A trace holds the link scores and the DP's argmax tables of every stage, (m + 1)·d² values
+for m guides of d points, and the evidence planes of its corridor window (the corridor's box
+grown by the gradient margin, ~4σ, on every side). :func:`check_trace_plan` estimates both
+and raises :class:`core.errors.BadParameter` naming the parameter to lower when their sum
+exceeds the memory budget: ``ROADTRACER_MEMORY_BUDGET`` (bytes, or with a K, M, G or T suffix,
+binary) when set, else :data:`AVAILABLE_FRACTION` of the memory available now (plans up to
+:data:`ALWAYS_AFFORDABLE` pass it unasked). It runs inside
+:func:`core.tracer.trace`, so the command line, batch workers and the app refuse alike.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from functools import lru_cache
+
+from core.errors import BadParameter
+
+#: Environment variable holding the memory budget of one trace.
+BUDGET_VARIABLE = "ROADTRACER_MEMORY_BUDGET"
+#: Share of the available memory one trace may plan to use when no budget is set.
+AVAILABLE_FRACTION = 0.5
+#: Bytes per DP state: a float64 link score and an int32 argmax entry, plus working copies.
+BYTES_PER_STATE = 16
+#: Bytes per pixel of the corridor window: input bands, evidence planes, integral images
+#: (measured peaks: 62-69 with the colour kinds, 125-138 with the gradient kind ``cross``,
+#: path search included).
+BYTES_PER_WINDOW_PX = 128
+#: Plans up to this size pass the default budget without asking how much memory is available.
+ALWAYS_AFFORDABLE = 256 * 2**20
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+@lru_cache(maxsize=8)
+def parse_size(text: str, what: str = BUDGET_VARIABLE) -> int:
+    """Bytes of a size written ``123``, ``512M``, ``2G``, ``1.5T`` (K/M/G/T: binary units,
+    an optional trailing ``B`` or ``iB``).
+
+    Raises
+    ------
+    BadParameter
+        Naming ``what`` when ``text`` is not such a size, or is not positive.
+    """
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([KMGT]?)(?:i?B)?\s*", str(text),
+                         re.IGNORECASE)
+    size = float(match[1]) * _UNITS[match[2].upper()] if match else 0.0
+    if not math.isfinite(size) or size < 1:
+        raise BadParameter(f"{what} must be a size in bytes such as 4G or 512M, got {text!r}")
+    return int(size)
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to new allocations now (Linux ``MemAvailable``, else free
+    physical pages), None where the system does not say."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as stream:
+            for line in stream:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def memory_budget() -> tuple[int | None, str]:
+    """The budget of one trace in bytes (None: no limit known) and where it comes from."""
+    setting = os.environ.get(BUDGET_VARIABLE)
+    if setting:
+        return parse_size(setting), f"{BUDGET_VARIABLE}={setting}"
+    available = available_memory()
+    if available is None:
+        return None, "no limit"
+    return int(AVAILABLE_FRACTION * available), \
+        f"{AVAILABLE_FRACTION:.0%} of the {format_size(available)} available; set " \
+        f"{BUDGET_VARIABLE} to change it"
+
+
+def format_size(size: float) -> str:
+    """``size`` bytes in binary units, e.g. ``74.5 GiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.3g} PiB"
+
+
+def trace_memory(guides: int, points: int, window_px: float) -> tuple[float, float]:
+    """Estimated bytes of a trace: (path search, corridor window).
+
+    Parameters
+    ----------
+    guides, points : int
+        m and d of the corridor.
+    window_px : float
+        Pixels of the corridor window, gradient margin included.
+    """
+    return (float(BYTES_PER_STATE) * (guides + 1) * float(points) ** 2,
+            float(BYTES_PER_WINDOW_PX) * window_px)
+
+
+def check_trace_plan(requested, resolved, chord, margin: int) -> None:
+    """Refuse a trace whose estimated memory exceeds the budget (module docstring).
+
+    Parameters
+    ----------
+    requested : TraceParams
+        The parameters as given (``None``: scaled with the click distance).
+    resolved : TraceParams
+        The same with every default filled in for the click distance |b - a|.
+    chord : array_like of shape (2,)
+        b - a (px).
+    margin : int
+        Gradient margin of the window on each side (px).
+
+    Raises
+    ------
+    BadParameter
+        Naming the parameter to change: a corridor too narrow for two points per guide,
+        or a plan over the budget.
+    """
+    if requested.points is None and resolved.points < 2:
+        raise BadParameter(f"halfwidth {resolved.halfwidth:g} px is too narrow: a guide needs "
+                           "two points, so give --points or a halfwidth of at least 0.75 px")
+    dx, dy = abs(float(chord[0])), abs(float(chord[1]))
+    length = math.hypot(dx, dy)
+    # The corridor's box: the chord, the half-width across it each side, the margin around.
+    window_px = ((dx + 2.0 * resolved.halfwidth * dy / length + 2 * margin + 4)
+                 * (dy + 2.0 * resolved.halfwidth * dx / length + 2 * margin + 4))
+    search, window = trace_memory(resolved.guides, resolved.points, window_px)
+    if search + window <= ALWAYS_AFFORDABLE and not os.environ.get(BUDGET_VARIABLE):
+        return  # the common case, without asking the system (a live preview traces often)
+    budget, source = memory_budget()
+    if budget is None or search + window <= budget:
+        return
+    if search >= window:
+        given = [name for name in ("points", "guides") if getattr(requested, name) is not None]
+        culprit = " or ".join(given) if given else "halfwidth (it sets the points per guide)"
+        what = (f"{resolved.guides} guides × {resolved.points} points per guide need "
+                f"{format_size(search)} for the path search")
+    else:
+        culprit = "sigma" if margin > resolved.halfwidth else "halfwidth"
+        what = (f"a corridor window of {window_px:.3g} px (halfwidth {resolved.halfwidth:g}, "
+                f"sigma {resolved.sigma:g}) needs {format_size(window)}")
+    raise BadParameter(f"{what}, over the memory budget of {format_size(budget)} ({source}): "
+                       f"lower {culprit}")

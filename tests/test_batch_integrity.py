@@ -1,0 +1,348 @@
+"""Batch integrity: one run per output folder, outputs that carry what made them, resumes and
+interruptions that never leave results disagreeing with their parameters, hostile inputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import imageio.v3 as iio
+import numpy as np
+import pytest
+
+from cli import main as cli_main
+from core.batch import LOCK_FILE, RECORD_MEMBER, lock_output_folder
+from core.resources import BUDGET_VARIABLE
+from tests.conftest import ROOT, SAMPLE_IMAGE
+
+IMAGES = ("a.png", "b.png", "c.png")
+
+
+def road_png(path, row: int = 40) -> None:
+    """A 96 × 96 grey image with a bright horizontal road along ``row``."""
+    pixels = np.full((96, 96), 60, np.uint8)
+    pixels[row - 3:row + 4] = 200
+    iio.imwrite(path, pixels)
+
+
+def make_folder(root, names=IMAGES) -> tuple:
+    """IMAGES_DIR of tiny road images and a seeds file with one pixel seed on each."""
+    images = root / "images"
+    images.mkdir()
+    features = []
+    for name in names:
+        road_png(images / name)
+        features.append({"type": "Feature", "properties": {"image": name},
+                         "geometry": {"type": "LineString",
+                                      "coordinates": [[5, 40], [50, 42], [90, 40]]}})
+    seeds = root / "seeds.geojson"
+    seeds.write_text(json.dumps({"type": "FeatureCollection", "features": features}))
+    return images, seeds
+
+
+def batch(capsys, images, seeds, out, *extra) -> tuple[int, str]:
+    code = cli_main(["batch", str(images), "--seeds", str(seeds), "-o", str(out),
+                     "--backend", "cpu", "--workers", "1", "--score", "centre",
+                     *map(str, extra)])
+    return code, capsys.readouterr().err
+
+
+def output_angles(out) -> dict[str, float]:
+    """max_angle each output's lines were traced with, per output file."""
+    found = {}
+    for path in sorted(out.glob("*.geojson")):
+        document = json.loads(path.read_text())
+        angles = {feature["properties"]["params"]["max_angle"]
+                  for feature in document["features"]}
+        assert len(angles) == 1
+        found[path.name] = angles.pop()
+    return found
+
+
+def test_a_held_output_folder_refuses_a_second_run(tmp_path, capsys):
+    images, seeds = make_folder(tmp_path)
+    out = tmp_path / "out"
+    with lock_output_folder(out):  # as another run would hold it
+        code, err = batch(capsys, images, seeds, out)
+        assert sorted(path.name for path in out.iterdir()) == [LOCK_FILE]  # nothing written
+    assert code == 2
+    assert err.count("\n") == 1
+    assert err.startswith(f"error: output folder {out} is in use by another batch run "
+                          f"(process {os.getpid()} on ")
+    assert not out.exists()  # made for the lock, removed with it
+
+
+def test_a_stale_lock_file_is_taken_over(tmp_path, capsys):
+    images, seeds = make_folder(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / LOCK_FILE).write_text("process 999999 on elsewhere\n")  # its holder is gone
+    (out / ".roadtracer-x1y2.part").write_text("half a file")  # left by a killed write
+    code, err = batch(capsys, images, seeds, out)
+    assert code == 0, err
+    assert sorted(path.name for path in out.iterdir()) == [
+        LOCK_FILE, "a.geojson", "b.geojson", "c.geojson", "summary.csv", "summary.json"]
+
+
+def test_resume_without_a_summary_traces_outputs_of_other_parameters_again(tmp_path, capsys):
+    images, seeds = make_folder(tmp_path)
+    out = tmp_path / "out"
+    assert batch(capsys, images, seeds, out, "--max-angle", "30")[0] == 0
+    (out / "summary.json").unlink()  # as after kill -9: no summary of the first run
+    code, err = batch(capsys, images, seeds, out, "--max-angle", "60")
+    assert code == 0
+    assert "tracing 3 image(s) again" in err
+    assert output_angles(out) == {"a.geojson": 60.0, "b.geojson": 60.0, "c.geojson": 60.0}
+    (out / "summary.json").unlink()
+    code, err = batch(capsys, images, seeds, out, "--max-angle", "60")
+    assert "skipping 3 image(s)" in err
+    summary = json.loads((out / "summary.json").read_text())
+    assert [record["lines"] for record in summary["images"]] == [1, 1, 1]  # from the records
+    assert [record["matched_seeds"] for record in summary["images"]] == [["#0"], ["#1"], ["#2"]]
+
+
+def test_an_interrupted_run_leaves_no_output_disagreeing_with_its_record(tmp_path, capsys,
+                                                                         monkeypatch):
+    images, seeds = make_folder(tmp_path)
+    out = tmp_path / "out"
+    assert batch(capsys, images, seeds, out, "--max-angle", "30")[0] == 0
+    from cli import batch_cmd
+
+    made = []
+    real = batch_cmd.worker_backend
+
+    def interrupted_at_the_second_image(name):
+        made.append(name)
+        if len(made) == 2:
+            raise KeyboardInterrupt
+        return real(name)
+
+    monkeypatch.setattr("cli.batch_cmd.worker_backend", interrupted_at_the_second_image)
+    code, err = batch(capsys, images, seeds, out, "--max-angle", "60")
+    assert code == 130
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["interrupted"] is True
+    assert summary["params"]["max_angle"] == 60.0
+    assert [record["image"] for record in summary["images"]] == ["a.png"]
+    assert summary["not_done"] == ["b.png", "c.png"]
+    assert output_angles(out) == {"a.geojson": 60.0, "b.geojson": 30.0, "c.geojson": 30.0}
+    monkeypatch.setattr("cli.batch_cmd.worker_backend", real)
+    code, err = batch(capsys, images, seeds, out, "--max-angle", "30")
+    assert "tracing 1 image(s) again" in err
+    assert "(a.png)" in err
+    code, err = batch(capsys, images, seeds, out, "--max-angle", "60")
+    assert "tracing 3 image(s) again" in err
+    assert set(output_angles(out).values()) == {60.0}
+
+
+@pytest.mark.parametrize("content", [
+    '{"type": "FeatureCollection", "features": []}',  # not made by a batch: no record
+    '{"type": "FeatureCollection", "features": [], "roadtracer_batch": {"inputs": 5}}',
+    "[" * 100000 + "]" * 100000,  # nested beyond any parser's depth
+    "",  # truncated
+])
+def test_an_output_without_a_valid_record_is_traced_again(tmp_path, capsys, content):
+    images, seeds = make_folder(tmp_path, names=("a.png",))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "a.geojson").write_text(content)
+    (out / "summary.json").write_text("[" * 100000 + "]" * 100000)  # never read
+    code, err = batch(capsys, images, seeds, out)
+    assert code == 0, err
+    assert "tracing 1 image(s) again" in err
+    document = json.loads((out / "a.geojson").read_text())
+    assert document[RECORD_MEMBER]["lines"] == 1
+    assert document[RECORD_MEMBER]["status"] == "ok"
+
+
+def test_a_file_name_that_is_not_utf8(tmp_path, capsys):
+    images, seeds = make_folder(tmp_path, names=("a.png",))
+    odd = os.fsdecode(b"caf\xe9.png")
+    road_png(images / odd)
+    out = tmp_path / "out"
+    code, err = batch(capsys, images, seeds, out)
+    assert code == 0, err
+    assert "caf\\xe9.png: ok" in err
+    summary = json.loads((out / "summary.json").read_text())
+    assert [record["image"] for record in summary["images"]] == ["a.png", "caf\\xe9.png"]
+    assert "caf\\xe9.png,ok,pixel,0,0,0" in (out / "summary.csv").read_text()
+    assert not list(out.glob("*.part"))
+    code, err = batch(capsys, images, seeds, out)
+    assert code == 0
+    assert "skipping 2 image(s)" in err
+
+
+def test_seeds_naming_their_image_are_listed_as_matched(tmp_path, capsys):
+    images, seeds = make_folder(tmp_path, names=("a.png", "b.png"))
+    assert batch(capsys, images, seeds, tmp_path / "out")[0] == 0
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert {record["image"]: record["matched_seeds"] for record in summary["images"]} == {
+        "a.png": ["#0"], "b.png": ["#1"]}
+
+
+@pytest.mark.parametrize(("option", "value", "named"), [
+    ("--points", "100000", "lower points"),
+    ("--guides", "1000000", "lower guides"),
+    ("--halfwidth", "1e9", "lower halfwidth"),
+    ("--sigma", "1e4", "lower sigma"),
+    ("--halfwidth", "1e-9", "halfwidth 1e-09 px is too narrow"),
+])
+def test_plans_over_the_memory_budget_are_usage_errors(tmp_path, capsys, option, value, named):
+    images, seeds = make_folder(tmp_path, names=("a.png",))
+    code, err = batch(capsys, images, seeds, tmp_path / "out", option, value)
+    assert code == 2
+    assert err.count("\n") == 1
+    assert named in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_segment_over_the_budget_is_recorded(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv(BUDGET_VARIABLE, "1G")  # --memory-budget replaces it: undone after
+    images, _ = make_folder(tmp_path, names=("a.png",))
+    seeds = tmp_path / "diagonal.geojson"
+    seeds.write_text(json.dumps({"type": "Feature", "properties": {"image": "a.png"},
+                                 "geometry": {"type": "LineString",
+                                              "coordinates": [[2, 2], [93, 93]]}}))
+    # The planner's 100 px segment fits in 2.6 MiB (2.5 MiB); this 129 px one needs 2.9 MiB.
+    code, err = batch(capsys, images, seeds, tmp_path / "out", "--memory-budget", "2.6M",
+                      "--halfwidth", "40", "--points", "41")
+    assert code == 1
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    failures = summary["images"][0]["failures"]
+    assert len(failures) == 1
+    assert "over the memory budget of 2.6 MiB" in failures[0]["reason"]
+    assert failures[0]["reason"].endswith("lower halfwidth")
+
+
+def test_running_out_of_memory_is_recorded_per_image(tmp_path, capsys, monkeypatch):
+    images, seeds = make_folder(tmp_path, names=("a.png",))
+
+    def exhausted(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr("core.batch.trace", exhausted)
+    code, _ = batch(capsys, images, seeds, tmp_path / "out")
+    assert code == 1
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["images"][0]["status"] == "failed"
+    assert summary["images"][0]["failures"] == [
+        {"reason": "out of memory while tracing this image", "seed": None, "segment": None}]
+
+
+def test_hostile_seeds(tmp_path, capsys):
+    images, _ = make_folder(tmp_path, names=("a.png",))
+    seeds = tmp_path / "nested.geojson"
+    seeds.write_text("[" * 100000 + "]" * 100000)
+    code, err = batch(capsys, images, seeds, tmp_path / "out")
+    assert code == 2
+    assert err.count("\n") == 1
+    assert "nests arrays or objects deeper than 64 levels" in err
+    seeds.write_text(json.dumps({"type": "FeatureCollection", "features": [
+        {"type": "Feature", "properties": {"image": "a.png"},
+         "geometry": {"type": "LineString", "coordinates": [[5, 40], [90, 40]]}},
+        {"type": "Feature", "properties": {},
+         "geometry": {"type": "LineString", "coordinates": [[10**400, 40], [90, 40]]}}]}))
+    code, err = batch(capsys, images, seeds, tmp_path / "out")
+    assert code == 1  # one bad seed; the other traced
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["totals"]["segments"] == 1
+    assert "are not [x, y] number pairs" in summary["seed_failures"][0]["reason"]
+
+
+def test_scheduler_that_is_no_address_is_refused_at_once(tmp_path, capsys):
+    images, seeds = make_folder(tmp_path, names=("a.png",))
+    start = time.perf_counter()
+    code, err = batch(capsys, images, seeds, tmp_path / "out", "--scheduler", "notaurl")
+    assert time.perf_counter() - start < 5
+    assert (code, err) == (2, "error: --scheduler 'notaurl' is not a Dask scheduler address "
+                              "such as tcp://HOST:8786\n")
+
+
+# ----------------------------------------------------------------- separate processes
+def batch_process(images, seeds, out, *extra, **popen) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "main.py"), "batch", str(images), "--seeds", str(seeds),
+         "-o", str(out), "--backend", "cpu", "--score", "centre", *extra], cwd=ROOT,
+        env={name: value for name, value in os.environ.items() if name != BUDGET_VARIABLE},
+        **popen)
+
+
+def children_of(pid: int) -> set[int]:
+    """Process ids whose parent is ``pid`` (Linux /proc)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stream:
+                    fields = stream.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                found.add(int(entry))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stream:
+            return stream.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_for(condition, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return condition()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux /proc")
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL])
+def test_a_stopped_batch_leaves_no_workers(tmp_path, stop):
+    images = tmp_path / "images"
+    images.mkdir()
+    features = []
+    for k in range(8):  # the sample, many long segments: far more work than the test waits
+        name = f"i{k}.png"
+        os.symlink(SAMPLE_IMAGE, images / name)
+        features.append({"type": "Feature", "properties": {"image": name},
+                         "geometry": {"type": "LineString",
+                                      "coordinates": [[20, 20], [550, 550]] * 40}})
+    seeds = tmp_path / "seeds.geojson"
+    seeds.write_text(json.dumps({"type": "FeatureCollection", "features": features}))
+    out = tmp_path / "out"
+    log = tmp_path / "stderr.txt"
+    with open(log, "w") as stream:
+        process = batch_process(images, seeds, out, "--workers", "2", "--points", "301",
+                                stderr=stream)
+    try:
+        assert wait_for(lambda: len(children_of(process.pid)) >= 2, 60), log.read_text()
+        workers = children_of(process.pid)
+        time.sleep(1.0)
+        process.send_signal(stop)
+        code = process.wait(30)
+    finally:
+        process.kill()
+    assert wait_for(lambda: not any(alive(pid) for pid in workers), 10)
+    if stop == signal.SIGTERM:
+        assert code == 130
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["interrupted"] is True
+        assert len(summary["images"]) + len(summary["not_done"]) == 8
+    assert not list(out.glob("*.part"))
+
+
+def test_a_closed_stderr_does_not_stop_the_batch(tmp_path):
+    images, seeds = make_folder(tmp_path, names=("a.png",))
+    out = tmp_path / "out"
+    process = batch_process(images, seeds, out, "--workers", "1", stderr=subprocess.PIPE)
+    process.stderr.close()  # as `2>&1 | head -1` once head has its line
+    assert process.wait(120) == 0
+    assert json.loads((out / "summary.json").read_text())["totals"]["ok"] == 1

@@ -1,0 +1,136 @@
+"""Safe writes and checked reads (core.output), and the resource plan (core.resources)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import threading
+
+import numpy as np
+import pytest
+
+from core.errors import BadParameter, OutputWriteError
+from core.gradient import gradient_margin
+from core.output import (
+    MAX_JSON_DEPTH,
+    json_depth_exceeds,
+    printable,
+    read_json,
+    write_text_atomic,
+)
+from core.resources import BUDGET_VARIABLE, check_trace_plan, memory_budget, parse_size
+from core.tracer import TraceParams
+
+
+def test_an_existing_file_keeps_its_mode(tmp_path):
+    path = tmp_path / "private.json"
+    path.write_text("old")
+    path.chmod(0o600)
+    write_text_atomic(path, "new")
+    assert path.read_text() == "new"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_a_symbolic_link_is_written_through(tmp_path):
+    target = tmp_path / "real.json"
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to("real.json")
+    write_text_atomic(link, "new")
+    assert link.is_symlink()
+    assert target.read_text() == "new"
+    dangling = tmp_path / "dangling.json"
+    dangling.symlink_to("made.json")
+    write_text_atomic(dangling, "made")
+    assert dangling.is_symlink()
+    assert (tmp_path / "made.json").read_text() == "made"
+
+
+def test_special_files_are_written_in_place(tmp_path):
+    write_text_atomic("/dev/null", "nothing")
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_text()))
+    reader.start()
+    write_text_atomic(fifo, "through the pipe")
+    reader.join(10)
+    assert received == ["through the pipe"]
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["fifo"]
+
+
+def test_a_failed_write_leaves_no_temporary_file(tmp_path):
+    with pytest.raises(OutputWriteError, match="not valid Unicode"):
+        write_text_atomic(tmp_path / "x.json", "\ud800")
+    (tmp_path / "folder.json").mkdir()
+    with pytest.raises(OutputWriteError, match="folder.json"):
+        write_text_atomic(tmp_path / "folder.json", "x")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["folder.json"]
+
+
+def test_deep_json_is_one_error(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100000 + "]" * 100000)  # beyond the parser's recursion limit
+    with pytest.raises(BadParameter, match=f"deeper than {MAX_JSON_DEPTH} levels"):
+        read_json(path, "seeds file")
+    path.write_text(json.dumps({"a": [[[[{}]]]]}))
+    assert read_json(path, "seeds file") == {"a": [[[[{}]]]]}
+    nested: list = []
+    for _ in range(MAX_JSON_DEPTH):
+        nested = [nested]
+    assert json_depth_exceeds(nested)
+    assert not json_depth_exceeds(nested[0])
+
+
+def test_printable_names():
+    assert printable(os.fsdecode(b"caf\xe9.png")) == "caf\\xe9.png"
+    assert printable("plain.png") == "plain.png"
+    assert printable("\ud800x") == "\\ud800x"
+
+
+def test_sizes():
+    assert parse_size("512") == 512
+    assert parse_size("4G") == 4 * 2**30
+    assert parse_size("1.5 MiB") == int(1.5 * 2**20)
+    for bad in ("", "-1", "lots", "0", "1e9999"):
+        with pytest.raises(BadParameter, match="must be a size in bytes"):
+            parse_size(bad)
+
+
+def test_budget_from_the_environment(monkeypatch):
+    monkeypatch.setenv(BUDGET_VARIABLE, "3M")
+    assert memory_budget() == (3 * 2**20, f"{BUDGET_VARIABLE}=3M")
+    monkeypatch.delenv(BUDGET_VARIABLE)
+    budget, source = memory_budget()
+    assert budget is None or budget > 0
+    assert source == "no limit" or "of the" in source
+
+
+@pytest.mark.parametrize(("given", "named"), [
+    ({"points": 100000}, "lower points"),
+    ({"guides": 10**6}, "lower guides"),
+    ({"halfwidth": 1e9}, r"lower halfwidth \(it sets the points per guide\)"),
+    ({"halfwidth": 1e9, "points": 11}, "lower halfwidth"),  # the window, not the search
+    ({"sigma": 1e4}, "lower sigma"),
+])
+def test_plans_over_budget_name_their_parameter(monkeypatch, given, named):
+    monkeypatch.setenv(BUDGET_VARIABLE, "1G")
+    requested = TraceParams(**given)
+    with pytest.raises(BadParameter, match=f"over the memory budget of 1.0 GiB .*{named}$"):
+        check_trace_plan(requested, requested.resolve(300.0), (300.0, 0.0),
+                         gradient_margin(requested.sigma))
+
+
+def test_the_window_estimate_follows_the_direction(monkeypatch):
+    requested = TraceParams(score="centre")
+    resolved = requested.resolve(3000.0)
+    monkeypatch.setenv(BUDGET_VARIABLE, "256M")  # a 3000 px click along a row: ~100 MiB
+    check_trace_plan(requested, resolved, (3000.0, 0.0), 7)
+    diagonal = 3000.0 / np.sqrt(2)  # its window is 6× larger: ~750 MiB (measured: 368 MB)
+    with pytest.raises(BadParameter, match="lower halfwidth$"):
+        check_trace_plan(requested, resolved, (diagonal, diagonal), 7)
+    monkeypatch.setenv(BUDGET_VARIABLE, "1G")
+    check_trace_plan(requested, resolved, (diagonal, diagonal), 7)
