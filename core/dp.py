@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
 from core.errors import NoAdmissiblePath
 from core.guides import Corridor, Windows, link_angles, turn_is_admissible
+from core.jit import numba
 
 
 @dataclass(frozen=True)

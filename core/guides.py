@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-import numba
 import numpy as np
 
 from core.errors import BadParameter
+from core.jit import numba
 
 #: Tolerance added to the angle limit: a turn is admissible when turn <= θ + ANGLE_TOLERANCE.
 ANGLE_TOLERANCE = 1e-9
