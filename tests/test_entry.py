@@ -202,3 +202,17 @@ def test_start_app_opens_the_image_where_a_display_exists(qtbot, monkeypatch):
     QTimer.singleShot(0, close_when_loaded)
     assert start_app([str(SAMPLE_IMAGE)]) == 0
     assert opened == [str(SAMPLE_IMAGE)]
+
+
+def test_a_cold_trace_imports_only_what_it_uses():
+    """Start-up time: a trace of a PNG needs none of these (docs/ENGINE.md, "Start-up time")."""
+    unneeded = ["PySide6", "rasterio", "pyproj", "dask", "distributed", "skimage", "cv2", "tqdm",
+                "scipy.linalg", "scipy.ndimage", "scipy.signal"]
+    script = ("import json, sys\n"
+              "from cli import main\n"
+              f"code = main({trace_args('--quiet')!r})\n"
+              f"print(json.dumps([code, sorted(m for m in {unneeded!r} if m in sys.modules)]),"
+              " file=sys.stderr)\n")
+    process = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                             text=True, timeout=300)
+    assert json.loads(process.stderr.splitlines()[-1]) == [0, []], process.stderr
