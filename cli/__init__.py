@@ -108,6 +108,19 @@ def start_app_argument_problem(argv: list[str]) -> str | None:
     return None
 
 
+def flush_output(code: int) -> int:
+    """Flush stdout and stderr; the exit code, 2 where stdout could not be written."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = code or 1  # the reader went away: nothing to say to it
+    except OSError as exc:
+        print(f"error: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
+        code = 2
+    sys.stderr.flush()
+    return code
+
+
 def entry(argv: list[str] | None = None) -> int:
     """The ``roadtracer`` command (and ``python main.py``): the application or a command.
 
@@ -126,9 +139,7 @@ def entry(argv: list[str] | None = None) -> int:
         if argv[0] == "trace":
             # A one-shot trace has written and closed everything by now: skip the
             # interpreter's teardown, where numba's and LLVM's finalisers alone take ~0.2 s.
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
+            os._exit(flush_output(code))
         return code
     problem = start_app_argument_problem(argv)
     if problem:
