@@ -78,9 +78,12 @@ def start_app(argv: list[str]) -> int:
     if problem:
         return fail(problem, "set DISPLAY (or WAYLAND_DISPLAY) to a running display")
     try:
-        import PySide6  # noqa: F401
-    except ImportError:
-        return fail("PySide6 is not installed", 'install it (pip install "roadtracer[app]")')
+        import PySide6.QtWidgets  # noqa: F401
+    except ImportError as exc:
+        if exc.name and exc.name.startswith("PySide6"):
+            return fail("PySide6 is not installed", 'install it (pip install "roadtracer[app]")')
+        return fail(f"Qt cannot be loaded ({exc})",
+                    "install the system libraries Qt needs (the README lists them)")
     create_application()
     from app.main_window import run_app
 

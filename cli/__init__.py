@@ -128,13 +128,10 @@ def entry(argv: list[str] | None = None) -> int:
     subprocess; :func:`main` runs one command in-process.
     """
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in ("-h", "--help"):
-        print(usage())
-        return 0
     if argv and argv[0] == "--version":
         print(f"roadtracer {version()}")
         return 0
-    if argv and argv[0] in COMMANDS:
+    if argv and (argv[0] in COMMANDS or argv[0] in ("-h", "--help")):
         code = main(argv)
         if argv[0] == "trace":
             # A one-shot trace has written and closed everything by now: skip the
