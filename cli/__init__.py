@@ -113,7 +113,7 @@ def flush_output(code: int) -> int:
     try:
         sys.stdout.flush()
     except BrokenPipeError:
-        code = code or 1  # the reader went away: nothing to say to it
+        raise  # handled by entry
     except OSError as exc:
         print(f"error: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
         code = 2
@@ -125,9 +125,19 @@ def entry(argv: list[str] | None = None) -> int:
     """The ``roadtracer`` command (and ``python main.py``): the application or a command.
 
     After a ``trace`` command the process ends here (``os._exit``), so call it in a
-    subprocess; :func:`main` runs one command in-process.
+    subprocess; :func:`main` runs one command in-process. A reader of stdout that goes away
+    (``roadtracer --help | head -1``) ends the run quietly with exit code 1.
     """
-    argv = sys.argv[1:] if argv is None else argv
+    try:
+        return dispatch(sys.argv[1:] if argv is None else argv)
+    except BrokenPipeError:
+        # Nothing can reach the reader; keep Python's final flush from failing once more.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def dispatch(argv: list[str]) -> int:
+    """:func:`entry`'s work: the version, a command, or the application."""
     if argv and argv[0] == "--version":
         print(f"roadtracer {version()}")
         return 0

@@ -216,3 +216,13 @@ def test_a_cold_trace_imports_only_what_it_uses():
     process = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
                              text=True, timeout=300)
     assert json.loads(process.stderr.splitlines()[-1]) == [0, []], process.stderr
+
+
+@pytest.mark.parametrize("argv", [["--help"], trace_args("--quiet")])
+def test_a_reader_that_goes_away_ends_the_run_quietly(argv):
+    process = subprocess.Popen([sys.executable, "main.py", *argv], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process.stdout.close()  # like `| head -0`: the reader is gone before anything is written
+    stderr = process.stderr.read()
+    assert process.wait(timeout=300) == 1
+    assert stderr == ""
