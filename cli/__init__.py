@@ -1,15 +1,22 @@
-"""Headless command line: ``python main.py SUBCOMMAND ...``.
+"""The command line: ``roadtracer`` (installed) or ``python main.py`` (source checkout).
 
-Each sub-command lives in its own module exposing ``add_arguments(parser)`` and
-``run(args) -> int``; modules are imported only when their command runs, so a cold
-``trace`` never pays for Qt or Dask.
+``roadtracer [IMAGE | FOLDER | SESSION.json]`` starts the desktop application;
+``roadtracer COMMAND ...`` runs a headless command. Each command lives in its own module
+exposing ``add_arguments(parser)`` and ``run(args) -> int``; modules are imported only when
+their command runs, so a cold ``trace`` never pays for Qt or Dask.
+
+Messages on stderr: notes (``note: ...``, progress bars) come before the work they describe,
+a user mistake ends the run with one ``error: ...`` line (always the last line) and exit code
+2, and ``--quiet`` silences the notes of the commands that print them.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+from pathlib import Path
 
 from core.errors import TraceError
 
@@ -21,24 +28,49 @@ COMMANDS = {
     "eval": ("cli.eval_cmd", "measure trace accuracy against ground-truth cases"),
 }
 
+#: Commands that print notes, and so take ``--quiet``.
+COMMANDS_WITH_NOTES = ("trace", "batch", "eval")
+
+
+def program_name() -> str:
+    """How the user started us: ``python main.py`` in a checkout, else ``roadtracer``."""
+    return "python main.py" if Path(sys.argv[0]).name == "main.py" else "roadtracer"
+
+
+def usage() -> str:
+    """The top-level usage text (``roadtracer --help``)."""
+    name = program_name()
+    lines = [f"usage: {name} [IMAGE | FOLDER | SESSION.json]   the desktop application",
+             f"       {name} COMMAND [options]                 headless (no display needed)",
+             f"       {name} COMMAND --help                    a command's options", "",
+             "commands:"]
+    lines += [f"  {command:<7} {summary}" for command, (_, summary) in COMMANDS.items()]
+    return "\n".join(lines)
+
 
 def build_parser(command: str) -> argparse.ArgumentParser:
     module_name, summary = COMMANDS[command]
-    parser = argparse.ArgumentParser(prog=f"main.py {command}", description=summary)
+    parser = argparse.ArgumentParser(prog=f"{program_name()} {command}", description=summary)
     importlib.import_module(module_name).add_arguments(parser)
+    if command in COMMANDS_WITH_NOTES:
+        parser.add_argument("-q", "--quiet", action="store_true",
+                            help="print no notes or progress on stderr (errors and failures "
+                                 "still)")
     return parser
+
+
+def note(args: argparse.Namespace, message: str) -> None:
+    """Print ``note: message`` on stderr unless ``--quiet`` was given."""
+    if not getattr(args, "quiet", False):
+        print(f"note: {message}", file=sys.stderr)
 
 
 def main(argv: list[str]) -> int:
     """Run one sub-command; user errors become one line on stderr and exit code 2."""
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        lines = ["usage: python main.py [IMAGE | FOLDER | SESSION.json]  the desktop application",
-                 "       python main.py COMMAND [options]                headless", "",
-                 "commands:"]
-        lines += [f"  {name:<7} {summary}" for name, (_, summary) in COMMANDS.items()]
-        print("\n".join(lines), file=sys.stdout if argv and argv[0] in ("-h", "--help") else
-              sys.stderr)
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
+        wants_help = bool(argv) and argv[0] in ("-h", "--help")
+        print(usage(), file=sys.stdout if wants_help else sys.stderr)
+        return 0 if wants_help else 2
     command = argv[0]
     parser = build_parser(command)
     args = parser.parse_args(argv[1:])
@@ -50,3 +82,76 @@ def main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def version() -> str:
+    """The installed distribution's version (``unknown`` in an uninstalled checkout)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as distribution_version
+
+    try:
+        return distribution_version("roadtracer")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def start_app_argument_problem(argv: list[str]) -> str | None:
+    """Why ``argv`` cannot start the application (a typo, an option), or None."""
+    if len(argv) > 1:
+        return (f"the application opens one image, folder or session file; got {len(argv)} "
+                f"arguments (see {program_name()} --help)")
+    if argv and argv[0].startswith("-"):
+        return f"unknown option {argv[0]} (see {program_name()} --help)"
+    if argv and not os.path.exists(argv[0]):
+        return (f"{argv[0]!r} is neither a command ({', '.join(COMMANDS)}) nor an existing "
+                "image, folder or session file")
+    return None
+
+
+def flush_output(code: int) -> int:
+    """Flush stdout and stderr; the exit code, 2 where stdout could not be written."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise  # handled by entry
+    except OSError as exc:
+        print(f"error: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
+        code = 2
+    sys.stderr.flush()
+    return code
+
+
+def entry(argv: list[str] | None = None) -> int:
+    """The ``roadtracer`` command (and ``python main.py``): the application or a command.
+
+    After a ``trace`` command the process ends here (``os._exit``), so call it in a
+    subprocess; :func:`main` runs one command in-process. A reader of stdout that goes away
+    (``roadtracer --help | head -1``) ends the run quietly with exit code 1.
+    """
+    try:
+        return dispatch(sys.argv[1:] if argv is None else argv)
+    except BrokenPipeError:
+        # Nothing can reach the reader; keep Python's final flush from failing once more.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def dispatch(argv: list[str]) -> int:
+    """:func:`entry`'s work: the version, a command, or the application."""
+    if argv and argv[0] == "--version":
+        print(f"roadtracer {version()}")
+        return 0
+    if argv and (argv[0] in COMMANDS or argv[0] in ("-h", "--help")):
+        code = main(argv)
+        if argv[0] == "trace":
+            # A one-shot trace has written and closed everything by now: skip the
+            # interpreter's teardown, where numba's and LLVM's finalisers alone take ~0.2 s.
+            os._exit(flush_output(code))
+        return code
+    problem = start_app_argument_problem(argv)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    from app.start import start_app
+
+    return start_app(argv)

@@ -30,6 +30,7 @@ import sys
 import time
 from dataclasses import replace
 
+from cli import note
 from cli.trace_cmd import (
     add_crs_arguments,
     add_trace_parameters,
@@ -171,26 +172,27 @@ def run_batch(args: argparse.Namespace) -> int:
     plan = plan_batch(args.images_dir, args.seeds, args.output, params_from_args(args),
                       overwrite=args.overwrite, crs=args.crs, image_crs=args.image_crs,
                       bands=args.bands, evidence_dir=args.evidence_dir)
-    backend, note = choose_backend(args.backend)  # resolve "auto" once, here
+    backend, backend_note = choose_backend(args.backend)  # resolve "auto" once, here
     if args.backend == "auto" and backend.name != "gpu":
-        print(f"note: using {note}", file=sys.stderr)
+        note(args, f"using {backend_note}")
     factory = functools.partial(worker_backend, backend.name)
     for failure in plan.seed_failures:
         print(f"bad seed: {failure.describe()}", file=sys.stderr)
     if plan.skipped:
-        print(f"note: skipping {len(plan.skipped)} image(s) whose output exists "
-              "(--overwrite traces them again)", file=sys.stderr)
+        note(args, f"skipping {len(plan.skipped)} image(s) whose output exists "
+             "(--overwrite traces them again)")
     if plan.changed:
-        print(f"note: tracing {len(plan.changed)} image(s) again: their seeds, parameters or "
-              f"files changed since the earlier run, or their output has no record of them "
-              f"({', '.join(map(printable, plan.changed))})", file=sys.stderr)
+        note(args, f"tracing {len(plan.changed)} image(s) again: their seeds, parameters or "
+             f"files changed since the earlier run, or their output has no record of them "
+             f"({', '.join(map(printable, plan.changed))})")
     executor, close = open_executor(args, len(plan.tasks), backend.name == "gpu")
     # One numba thread per task: images run in parallel instead (see the module docstring).
     tasks = [replace(task, threads=1) for task in plan.tasks]
     reports = []
     interrupted = False
     try:
-        with tqdm(total=len(tasks), unit="image", file=sys.stderr) as progress:
+        with tqdm(total=len(tasks), unit="image", file=sys.stderr,
+                  disable=args.quiet) as progress:
             for report, document in run_tasks(tasks, factory, executor):
                 reports.append(write_output(plan, report, document))
                 progress.set_postfix_str(f"{printable(report.image)}: {report.status}",
@@ -214,17 +216,18 @@ def run_batch(args: argparse.Namespace) -> int:
         raise KeyboardInterrupt
     pixel = [printable(report.image) for report in reports if report.coordinate_space == "pixel"]
     if pixel:
-        print(f"note: {len(pixel)} image(s) have no usable georeferencing; their GeoJSON "
-              f"coordinates are pixels (x = column, y = row): {', '.join(pixel[:5])}"
-              + (" …" if len(pixel) > 5 else ""), file=sys.stderr)
+        note(args, f"{len(pixel)} image(s) have no usable georeferencing; their GeoJSON "
+             f"coordinates are pixels (x = column, y = row): {', '.join(pixel[:5])}"
+             + (" …" if len(pixel) > 5 else ""))
     failures = [(report.image, failure) for report in reports for failure in report.failures]
     for image, failure in failures[:MAX_LISTED_FAILURES]:
         print(f"failed: {printable(image)}: {failure.describe()}", file=sys.stderr)
     if len(failures) > MAX_LISTED_FAILURES:
         print(f"… and {len(failures) - MAX_LISTED_FAILURES} more failure(s)", file=sys.stderr)
     totals = summary["totals"]
-    print(f"{totals['images']} image(s): {totals['ok']} ok, {totals['partial']} partial, "
-          f"{totals['failed']} failed, {totals['skipped']} skipped; {totals['segments']} "
-          f"segment(s) traced in {summary['seconds']:.1f} s; "
-          f"summary in {plan.out_dir / 'summary.csv'}", file=sys.stderr)
+    if not args.quiet:
+        print(f"{totals['images']} image(s): {totals['ok']} ok, {totals['partial']} partial, "
+              f"{totals['failed']} failed, {totals['skipped']} skipped; {totals['segments']} "
+              f"segment(s) traced in {summary['seconds']:.1f} s; "
+              f"summary in {plan.out_dir / 'summary.csv'}", file=sys.stderr)
     return 1 if batch_failed(summary) else 0

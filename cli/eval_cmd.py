@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from cli import note
 from cli.trace_cmd import add_trace_parameters, params_from_args, use_memory_budget
 
 METHOD_CHOICES = ("ours", "livewire", "route_flat", "route_edge", "straight", "all")
@@ -64,12 +65,13 @@ def run(args: argparse.Namespace) -> int:
     methods = [OURS, *PEERS] if args.method == "all" else [args.method]
     backend = None
     if OURS in methods:
-        backend, note = choose_backend(args.backend)
-        print(f"ours: {note}", file=sys.stderr)
+        backend, backend_note = choose_backend(args.backend)
+        note(args, f"ours: {backend_note}")
     rasters = RasterCache()
     runs = {}
     total = len(cases) * (len(methods) + (args.stability is not None))
-    with tqdm(total=total, unit="case", file=sys.stderr, leave=False) as bar:
+    with tqdm(total=total, unit="case", file=sys.stderr, leave=False,
+              disable=args.quiet) as bar:
         for method in methods:
             bar.set_description(method)
             runs[method] = results = evaluate(cases, method, params, backend, rasters,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 
+from cli import note
 from core.tracer import TraceParams
 
 #: Exit status when standard output is a pipe whose reader has gone (128 + SIGPIPE).
@@ -149,12 +149,12 @@ def run(args: argparse.Namespace) -> int:
 
         parse_crs(args.image_crs)
     params = params_from_args(args)
-    backend, note = choose_backend(args.backend)
-    if args.backend == "auto" and backend.name != "gpu":
-        print(f"note: using {note}", file=sys.stderr)
     raster = load_image(args.image, crs=args.image_crs, bands=args.bands)
+    backend, backend_note = choose_backend(args.backend)
+    if args.backend == "auto" and backend.name != "gpu":
+        note(args, f"using {backend_note}")
     if raster.band_note:
-        print(f"note: {args.image}: tracing {raster.band_note}", file=sys.stderr)
+        note(args, f"{args.image}: tracing {raster.band_note}")
     result = trace(raster, args.a, args.b, params, backend)
     result.timings_ms["load"] = 1e3 * (time.perf_counter() - start) - result.timings_ms["total"]
     if args.format == "geojson":
@@ -163,9 +163,9 @@ def run(args: argparse.Namespace) -> int:
         document = feature_collection([trace_feature(result, raster, crs=args.crs)], raster,
                                       args.crs)
         if document["coordinate_space"] == "pixel":
-            print(f"note: {args.image}: GeoJSON {pixel_space_note(raster)}", file=sys.stderr)
+            note(args, f"{args.image}: GeoJSON {pixel_space_note(raster)}")
     else:
-        document = result_record(result, args.image, note)
+        document = result_record(result, args.image, backend_note)
     text = json.dumps(document, indent=None if args.format == "geojson" else 1)
     # A closed pipe (trace ... | true) drops the output quietly, with the exit status of a
     # command ended by SIGPIPE.

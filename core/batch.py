@@ -50,7 +50,6 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
-import numba
 import numpy as np
 
 from core import surface
@@ -66,6 +65,7 @@ from core.geojson import (
 from core.georef import parse_crs, read_georef, sidecar_files
 from core.gradient import gradient_margin
 from core.guides import build_corridor, check_max_angle
+from core.jit import numba
 from core.output import TEMPORARY_PREFIX, printable, read_json, write_text_atomic
 from core.raster import TIFF_SUFFIXES, Raster, choose_bands, list_images, load_image
 from core.resources import check_trace_plan

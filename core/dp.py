@@ -1,4 +1,4 @@
-"""The pair-state dynamic programme (ALGORITHM.md) on the CPU: reference and fast.
+"""The pair-state dynamic programme (docs/ENGINE.md) on the CPU: reference and fast.
 
 Node sets G_0 = {a}, G_1..G_m, G_{m+1} = {b}; links[t] has shape (n_t, n_{t+1}).
 State F_t[j, k] is the best score of a path ending with the link (G_t: j → G_{t+1}: k):
@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
 from core.errors import NoAdmissiblePath
 from core.guides import Corridor, Windows, link_angles, turn_is_admissible
+from core.jit import numba
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,9 @@ it keeps the sign and direction of a real edge, unlike a sum of magnitudes).
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from core.jit import numba
 
 #: Gaussian kernels are cut at this many σ (scipy's ``truncate``).
 TRUNCATE = 4.0

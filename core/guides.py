@@ -1,6 +1,6 @@
 """Guides perpendicular to [a, b] and the turning-angle admissibility windows.
 
-Geometry (ALGORITHM.md): u = (b-a)/|b-a|, n = (-u_y, u_x). Guide t = 1..m is centred at
+Geometry (docs/ENGINE.md): u = (b-a)/|b-a|, n = (-u_y, u_x). Guide t = 1..m is centred at
 c_t = a + t/(m+1)·(b-a) and holds d points p[t, i] = c_t + s_i·n, s_i = -w + 2w·i/(d-1).
 
 The DP runs over *node sets* G_0 = {a}, G_1..G_m (the guides), G_{m+1} = {b}. In the local
@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-import numba
 import numpy as np
 
 from core.errors import BadParameter
+from core.jit import numba
 
 #: Tolerance added to the angle limit: a turn is admissible when turn <= θ + ANGLE_TOLERANCE.
 ANGLE_TOLERANCE = 1e-9

@@ -24,11 +24,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
 from core.errors import BadParameter
 from core.gradient import gaussian_blur
+from core.jit import numba
 from core.surface import surface_probability
 
 SCALAR, CROSS, SINE = 0, 1, 2

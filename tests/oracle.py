@@ -1,4 +1,4 @@
-"""Brute-force oracle (ALGORITHM.md): enumerate all d^m polylines, check turns in float64.
+"""Brute-force oracle (docs/ENGINE.md): enumerate all d^m polylines, check turns in float64.
 
 Turns are measured from the polyline's own (x, y) points with atan2(cross, dot), a formula
 independent of the engine's local-frame angles.
