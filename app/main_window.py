@@ -321,7 +321,7 @@ class MainWindow(QMainWindow):
                     self.show_error(f"{lost}; tracing on the image itself", "Evidence raster")
                     params = replace(params, evidence_path=None)
                 self.params_panel.set_params(params)
-                self.controller.set_params(params)
+                self.controller.set_params(self.params_panel.params())  # what it shows
                 self.model.reset(lines)
             else:
                 self.session_path = None

@@ -49,3 +49,5 @@ def read_json(path: str | os.PathLike, what: str, error: type[TraceError] = BadP
         raise error(f"cannot read {what} {path}: {exc.strerror or exc}") from None
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
         raise error(f"{what} {path} is not JSON: {exc}") from None
+    except RecursionError:
+        raise error(f"{what} {path} is nested too deeply to read") from None
