@@ -67,3 +67,21 @@ def test_fast_equals_reference_on_larger_random_cases():
         expected, got = solve_reference(problem), solve_fast(problem)
         assert got.score == pytest.approx(expected.score, rel=1e-12)
         np.testing.assert_array_equal(got.indices, expected.indices)
+
+
+def test_windows_that_grow_along_k_are_refused(monkeypatch):
+    """The GPU inverts the windows by binary search: admissible_windows refuses any that are
+    not non-increasing along k instead of handing them on."""
+    from core import guides
+
+    rng = np.random.default_rng(5)
+    corridor = random_problem(rng, 3, 6, 30).corridor
+
+    def growing(incoming_by_node, outgoing, max_angle_rad):
+        shape = (incoming_by_node.shape[0], outgoing.shape[1])
+        return np.zeros(shape, np.int32), np.tile(np.arange(shape[1], dtype=np.int32),
+                                                  (shape[0], 1))
+
+    monkeypatch.setattr(guides, "_stage_windows", growing)
+    with pytest.raises(RuntimeError, match="stage 1 are not non-increasing along k"):
+        guides.admissible_windows(corridor, np.deg2rad(30))
