@@ -23,10 +23,11 @@ from PySide6.QtWidgets import (
 from app.canvas import Canvas
 from app.display import display_pyramid
 from app.jobs import Job, JobQueue
-from app.model import LinesModel
+from app.model import LinesModel, ModelChange
 from app.panels import LinesPanel, ParamsPanel
 from app.session import read_session, write_session
-from app.tracing import TraceOutcome, TracingController, error_text
+from app.traces import TraceOutcome, error_text
+from app.tracing import TracingController
 from core.errors import TraceError
 from core.geojson import feature_collection, line_feature, write_geojson
 from core.raster import FULL_READ_LIMIT, Raster, list_images, load_image
@@ -257,7 +258,7 @@ class MainWindow(QMainWindow):
         name = os.path.basename(self.image_path) if self.image_path else "no image"
         self.setWindowTitle(f"{name}{' *' if self.model.dirty else ''} — roadtracer")
 
-    def _model_changed(self) -> None:
+    def _model_changed(self, _change: ModelChange) -> None:
         self._update_title()
         self.undo_action.setText(f"&Undo {self.model.undo_label or ''}".strip())
         self.redo_action.setText(f"&Redo {self.model.redo_label or ''}".strip())

@@ -198,7 +198,7 @@ class LinesPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.addLayout(top)
         layout.addWidget(self.table)
-        model.subscribe(self.refresh)
+        model.subscribe(lambda _change: self.refresh())
         controller.selection_changed.connect(self._show_selection)
 
     def refresh(self) -> None:

@@ -451,7 +451,7 @@ def test_lines_panel_rename_hide_kind_delete_with_undo(make_window, qtbot):
     assert window.model.line(line_id).name == "Access road"
     table.item(0, 0).setCheckState(Qt.CheckState.Unchecked)
     assert not window.model.line(line_id).visible
-    assert window.canvas._line_items == []
+    assert window.canvas.line_items == {}
     assert window.model.line(line_id).segments[0].request.line_kind == "road"
     with qtbot.waitSignal(window.controller.traced, timeout=30_000):  # traced again, as water
         window.lines_panel._cell_double_clicked(0, 1)

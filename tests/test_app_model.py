@@ -27,7 +27,7 @@ def traced(a, b) -> Segment:
 def test_edits_undo_redo_and_dirty():
     model = LinesModel()
     calls = []
-    model.subscribe(lambda: calls.append(len(model.lines)))
+    model.subscribe(lambda change: calls.append(len(model.lines)))
     line = model.add_line((0, 0), (10, 0), traced((0, 0), (10, 0)))
     model.append_segment(line.id, (20, 5), straight((10, 0), (20, 5)))
     assert model.dirty
