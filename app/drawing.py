@@ -173,15 +173,11 @@ class LineDrawing:
     def _segment_landed(self, request: TraceRequest, outcome: TraceOutcome) -> None:
         self._ticket, self.state = None, DrawState.DRAWING
         segment = outcome.segments[0]
-        line = self.model.line(self.line_id)
+        # Another's edit of the line would have dropped the ticket: it still ends at the tail.
         if self.line_id is None:
             line = self.model.add_line(request.a, request.b, segment, self.kind, origin=self)
-        elif line is not None and line.anchors[-1] == request.a:
-            line = self.model.append_segment(line.id, request.b, segment, origin=self)
         else:
-            self.host.tell("the line changed while tracing; segment dropped")
-            self.stop()
-            return
+            line = self.model.append_segment(self.line_id, request.b, segment, origin=self)
         self.line_id, self.tail = line.id, request.b
         self.last_latency_ms = 1e3 * (time.perf_counter() - self._press_time)
         self.host.clear_preview()

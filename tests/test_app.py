@@ -440,6 +440,29 @@ def test_large_image_opens_without_freezing_the_window(make_window, qtbot, tmp_p
     assert gaps.max() < 1.0
 
 
+def test_only_the_changed_line_is_redrawn(make_window, qtbot):
+    """An edit of one line updates that line's item; the others' items are left alone."""
+    window = make_window()
+    click(qtbot, window, A)
+    click(qtbot, window, B, Qt.KeyboardModifier.ShiftModifier)
+    window.controller.finish()
+    click(qtbot, window, C)
+    click(qtbot, window, (C[0] + 30, C[1]), Qt.KeyboardModifier.ShiftModifier)
+    window.controller.finish()
+    first, second = window.model.lines
+    items = dict(window.canvas.line_items)
+    first_line_seen = items[first.id].line
+    window.model.set_kind(second.id, "river")
+    assert window.canvas.line_items == items  # the same item objects
+    assert items[first.id].line is first_line_seen
+    assert items[second.id].line is window.model.line(second.id)
+    assert items[second.id].line.kind == "river"
+    window.controller.select(first.id)
+    assert (items[first.id].selected, items[second.id].selected) == (True, False)
+    window.model.set_visible(first.id, False)
+    assert set(window.canvas.line_items) == {second.id}
+
+
 def test_lines_panel_rename_hide_kind_delete_with_undo(make_window, qtbot):
     window = make_window()
     click(qtbot, window, A)
