@@ -2,17 +2,16 @@
 
 Where a click becomes a polyline::
 
-    IDLE --press--> DRAWING (a tail anchor, no segment yet or some)
-    DRAWING --press elsewhere--> TRACING (the segment tail -> click is traced in the worker;
-                                           a straight one, or one the preview already shows,
-                                           is added at once and the state stays DRAWING)
-    TRACING --segment lands--> DRAWING (added to the model; the click is the new tail)
-    TRACING --press--> TRACING (the click waits in a queue, traced when the segment lands)
-    TRACING --finish--> TRACING, then IDLE once the segment lands
-    TRACING --backspace, or another's edit of the line--> DRAWING (the segment in flight
-                                                              dropped; the tail follows the
-                                                              line's end)
-    DRAWING or TRACING --finish / cancel--> IDLE
+    IDLE --press--> DRAWING             a tail anchor (the line has no segment yet, or some)
+    DRAWING --press elsewhere--> TRACING    the segment tail → click is traced in the worker
+        (a straight segment, or the one the preview shows, is added at once: stays DRAWING)
+    TRACING --segment lands--> DRAWING  added to the model; the click is the new tail
+    TRACING --press--> TRACING          the click waits, traced when the segment lands
+    TRACING --finish--> TRACING         ... and IDLE once the segment lands
+    TRACING --backspace--> DRAWING      the segment in flight is dropped
+    TRACING --another's edit of the line (undo, lines panel)--> DRAWING
+                                        dropped too; the tail follows the line's new end
+    DRAWING --finish--> IDLE; DRAWING or TRACING --cancel--> IDLE
 
 The host (:class:`DrawingHost`, in the app the :class:`app.tracing.TracingController`) runs
 the traces and tells the views; each trace carries a ticket, and a result whose ticket is not

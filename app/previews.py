@@ -57,7 +57,7 @@ class PreviewScheduler(QObject):
         soon."""
         self.cursor = (point, straight)
         tail = self.drawing.tail
-        if tail is None or not self.host.inside_image(tail):
+        if tail is None:  # not drawing (also whenever no image is open)
             return
         if straight:
             self._show(self.drawing.request(tail, point, True), Segment.straight(tail, point))

@@ -3,6 +3,10 @@ commands, imports, and the model's change notices."""
 
 from __future__ import annotations
 
+import os
+
+os.environ["QT_QPA_PLATFORM"] = "offscreen"  # the preview's timer needs a QApplication
+
 from types import SimpleNamespace
 
 import numpy as np
@@ -12,6 +16,7 @@ from app.drawing import DrawState, LineDrawing
 from app.edits import Retrace
 from app.imports import ImportRunner
 from app.model import LinesModel, Segment
+from app.previews import PreviewScheduler
 from app.traces import TraceOutcome, TraceRequest
 from core.errors import NoAdmissiblePath
 from core.tracer import TraceParams
@@ -35,7 +40,8 @@ class FakeHost:
         self.preview: tuple[TraceRequest, Segment] | None = None
 
     def submit(self, requests, done, failed, preview=False) -> None:
-        self.jobs.append(SimpleNamespace(requests=requests, done=done, failed=failed))
+        self.jobs.append(SimpleNamespace(requests=requests, done=done, failed=failed,
+                                         preview=preview))
 
     def submit_anchors(self, anchors, params, done, failed, live) -> None:
         self.jobs.append(SimpleNamespace(anchors=anchors, params=params, done=done,
@@ -43,6 +49,15 @@ class FakeHost:
 
     def follow(self, requests, done, failed) -> bool:
         return False
+
+    def is_running(self, requests) -> bool:
+        return False
+
+    def drop_waiting_preview(self) -> None:
+        pass
+
+    def inside_image(self, point) -> bool:
+        return 0 <= point[0] <= 100 and 0 <= point[1] <= 100
 
     def line_params(self, kind: str) -> TraceParams:
         return TraceParams(line_kind=kind)
@@ -247,3 +262,32 @@ def test_an_import_joins_the_model_as_one_step_or_not_at_all():
     host.jobs[0].failed(RuntimeError("late"))
     assert len(model.lines) == 2
     assert not runner.cancel()
+
+
+def test_mouse_moves_become_at_most_one_preview_per_interval(drawing, qtbot):
+    host = drawing.host
+    previews = PreviewScheduler(drawing, host)
+    previews.hover((50.0, 0.0), False)  # not drawing: nothing
+    qtbot.wait(2 * PreviewScheduler.INTERVAL_MS)
+    assert host.jobs == []
+    drawing.press((0.0, 0.0))
+    for x in range(40, 60):
+        previews.hover((float(x), 0.0), False)
+    qtbot.waitUntil(lambda: len(host.jobs) == 1, timeout=1_000)
+    qtbot.wait(2 * PreviewScheduler.INTERVAL_MS)
+    (job,) = host.jobs
+    assert job.preview
+    assert job.requests[0].b in {(40.0, 0.0), (59.0, 0.0)}  # the first or the latest move
+    host.land()
+    assert previews.segment is not None
+    assert previews.take(previews.request) is previews.segment
+    previews.hover((70.0, 10.0), True)  # straight: shown at once, nothing traced
+    assert previews.segment.is_straight
+    assert host.jobs == []
+    previews.hover((150.0, 0.0), False)  # off the image: the preview goes
+    qtbot.waitUntil(lambda: previews.segment is None, timeout=1_000)
+    assert host.jobs == []
+    drawing.press((60.0, 0.0))  # a segment in flight: no preview meanwhile
+    previews.hover((90.0, 0.0), False)
+    qtbot.wait(3 * PreviewScheduler.INTERVAL_MS)
+    assert [job.preview for job in host.jobs] == [False]
