@@ -291,3 +291,18 @@ def test_mouse_moves_become_at_most_one_preview_per_interval(drawing, qtbot):
     previews.hover((90.0, 0.0), False)
     qtbot.wait(3 * PreviewScheduler.INTERVAL_MS)
     assert [job.preview for job in host.jobs] == [False]
+
+
+def test_the_interaction_logic_imports_no_qt():
+    """The parts named Qt-free in app/__init__.py stay testable without Qt."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    modules = ["model", "drawing", "edits", "imports", "traces", "params", "session", "files"]
+    code = "; ".join([f"import app.{name}" for name in modules]
+                     + ["import sys", "print(sorted(m for m in sys.modules if 'PySide6' in m))"])
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120, check=True)
+    assert result.stdout.strip() == "[]"
