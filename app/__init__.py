@@ -1,6 +1,13 @@
 """The PySide6 desktop application (``python main.py``): click-to-trace on a Qt canvas.
 
-``model`` and ``session`` are Qt-free; the Qt layer (``jobs``, ``tracing``, ``canvas``,
-``panels``, ``main_window``) observes the model and calls into ``core`` (and ``gpu`` only
-through ``gpu.select.choose_backend``).
+Where a click becomes a polyline: ``canvas`` (mouse) → ``tracing.TracingController.press`` →
+``drawing.LineDrawing`` (the state machine of the line being drawn) → a job on ``jobs``
+running ``traces.run_requests`` → a segment in ``model.LinesModel``, whose change notice
+redraws that line's canvas item.
+
+Qt-free: ``model``, ``drawing``, ``edits`` (re-traces as commands), ``imports``, ``traces``,
+``params`` (the accepted parameter ranges), ``session`` and ``files`` (autosave, export). The
+Qt layer (``jobs``, ``previews``, ``tracing``, ``canvas``, ``display``, ``panels``,
+``main_window``) observes the model and calls into ``core`` (and ``gpu`` only through
+``gpu.select.choose_backend``).
 """

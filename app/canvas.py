@@ -92,27 +92,47 @@ class RasterItem(QGraphicsItem):
 
 
 class LineItem(QGraphicsItem):
-    """One traced line: its segments (score-coloured or in its kind's colour) and its anchors."""
+    """One traced line: its segments (score-coloured or in its kind's colour) and its anchors.
 
-    def __init__(self, line: Line, canvas: Canvas) -> None:
+    It paints from its own state only; the canvas sets it when the line, the selection or the
+    colouring changes.
+    """
+
+    def __init__(self, line: Line, colour_by_score: bool) -> None:
         super().__init__()
         self.line = line
-        self.canvas = canvas
+        self.colour_by_score = colour_by_score
+        self.selected = False
+        self.selected_segment: int | None = None  # None with ``selected``: the whole line
         self._bounds = points_rect(line.polyline, 2.0)
         self.setZValue(1)
+
+    def set_line(self, line: Line) -> None:
+        self.prepareGeometryChange()
+        self.line = line
+        self._bounds = points_rect(line.polyline, 2.0)
+        self.update()
+
+    def set_selection(self, selected: bool, segment: int | None = None) -> None:
+        if (selected, segment) != (self.selected, self.selected_segment):
+            self.selected, self.selected_segment = selected, segment
+            self.update()
+
+    def set_colour_by_score(self, on: bool) -> None:
+        self.colour_by_score = on
+        self.update()
 
     def boundingRect(self) -> QRectF:  # noqa: N802 (Qt override)
         return self._bounds
 
     def paint(self, painter: QPainter, option, widget=None) -> None:
-        line_id, segment_index = self.canvas.controller.selection
-        selected = line_id == self.line.id
         colour = KIND_COLOURS[self.line.kind]
-        low_high = score_range(self.line.segments) if self.canvas.colour_by_score else None
+        low_high = score_range(self.line.segments) if self.colour_by_score else None
         for index, segment in enumerate(self.line.segments):
-            width = 4.0 if selected and segment_index in (None, index) else 2.5
-            paint_segment(painter, segment, colour, width, low_high)
-        paint_anchors(painter, self.line.anchors, colour.lighter(150) if selected else colour)
+            thick = self.selected and self.selected_segment in (None, index)
+            paint_segment(painter, segment, colour, 4.0 if thick else 2.5, low_high)
+        paint_anchors(painter, self.line.anchors,
+                      colour.lighter(150) if self.selected else colour)
 
 
 def paint_segment(painter: QPainter, segment: Segment, colour: QColor, width: float,
@@ -144,11 +164,17 @@ def paint_anchors(painter: QPainter, anchors, colour: QColor, radius_px: float =
 
 
 class OverlayItem(QGraphicsItem):
-    """The part that changes as the mouse moves: preview, tail anchor, corridor, dragged vertex."""
+    """The part that changes as the mouse moves: preview, tail anchor, corridor, dragged vertex.
 
-    def __init__(self, canvas: Canvas) -> None:
+    It paints from its own state only; the canvas sets it.
+    """
+
+    def __init__(self) -> None:
         super().__init__()
-        self.canvas = canvas
+        self.preview: Segment | None = None
+        self.tail: tuple[float, float] | None = None
+        self.corridor: Corridor | None = None
+        self.colour_by_score = True
         self.drag_lines: np.ndarray | None = None  # (k, 2) rubber band of a dragged vertex
         self._bounds = QRectF()
         self.setZValue(2)
@@ -161,16 +187,13 @@ class OverlayItem(QGraphicsItem):
         return self._bounds
 
     def paint(self, painter: QPainter, option, widget=None) -> None:
-        controller = self.canvas.controller
-        corridor = self.canvas.overlay_corridor()
-        if corridor is not None:
-            paint_corridor(painter, corridor)
-        if controller.preview is not None:
-            low_high = (score_range([controller.preview]) if self.canvas.colour_by_score
-                        else None)
-            paint_segment(painter, controller.preview, PREVIEW_COLOUR, 2.0, low_high, dashed=True)
-        if controller.tail is not None:
-            paint_anchors(painter, [controller.tail], PREVIEW_COLOUR, 4.5)
+        if self.corridor is not None:
+            paint_corridor(painter, self.corridor)
+        if self.preview is not None:
+            low_high = score_range([self.preview]) if self.colour_by_score else None
+            paint_segment(painter, self.preview, PREVIEW_COLOUR, 2.0, low_high, dashed=True)
+        if self.tail is not None:
+            paint_anchors(painter, [self.tail], PREVIEW_COLOUR, 4.5)
         if self.drag_lines is not None:
             painter.setPen(cosmetic_pen(PREVIEW_COLOUR, 1.5, Qt.PenStyle.DashLine))
             painter.drawPolyline(polygon(self.drag_lines))
@@ -221,16 +244,17 @@ class Canvas(QGraphicsView):
         self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
         self.setAcceptDrops(False)  # the main window takes dropped files
         self._raster_item: RasterItem | None = None
-        self._line_items: list[LineItem] = []
-        self._overlay = OverlayItem(self)
+        self.line_items: dict[int, LineItem] = {}  # by line id, for the visible lines
+        self._selected_id: int | None = None  # the line whose item shows the selection
+        self._overlay = OverlayItem()
         self.scene().addItem(self._overlay)
         self._space_held = False
         self._pan_from: QPointF | None = None
         self._drag: tuple[int, int] | None = None  # line id, anchor index
-        model.subscribe(self.rebuild_lines)
+        model.subscribe(lambda change: self.sync_lines(change.line_ids))
         controller.changed.connect(self._overlay_changed)
-        controller.selection_changed.connect(self._overlay_changed)  # items read the selection
-        controller.lines_stale.connect(self.rebuild_lines)
+        controller.selection_changed.connect(self._selection_changed)
+        controller.lines_stale.connect(self.sync_lines)
 
     # -- content -------------------------------------------------------------------------------
     def set_image(self, levels: list[DisplayLevel], fit: bool = True) -> None:
@@ -243,20 +267,46 @@ class Canvas(QGraphicsView):
         margin = max(bounds.width(), bounds.height())
         self.setSceneRect(bounds.adjusted(-margin, -margin, margin, margin))
         self._overlay.set_bounds(self.sceneRect())
-        self.rebuild_lines()
+        self.sync_lines()
         if fit:
             self.fit()
 
-    def rebuild_lines(self) -> None:
-        for item in self._line_items:
-            self.scene().removeItem(item)
-        self._line_items = [LineItem(line, self) for line in self.model.lines if line.visible]
-        for item in self._line_items:
-            self.scene().addItem(item)
+    def sync_lines(self, line_ids=None) -> None:
+        """Update the items of lines ``line_ids`` (all if None) to the model: new, changed,
+        hidden and removed lines; the others stay as they are."""
+        if line_ids is None:
+            line_ids = {line.id for line in self.model.lines} | set(self.line_items)
+        for line_id in line_ids:
+            line, item = self.model.line(line_id), self.line_items.get(line_id)
+            if line is None or not line.visible:
+                if item is not None:
+                    self.scene().removeItem(self.line_items.pop(line_id))
+            elif item is None:
+                item = self.line_items[line_id] = LineItem(line, self.colour_by_score)
+                self.scene().addItem(item)
+            elif item.line is not line:
+                item.set_line(line)
+        self._selection_changed()
+
+    def _selection_changed(self) -> None:
+        """Show the selection on the line items (the old one and the new one)."""
+        line_id, segment = self.controller.selection
+        old = self.line_items.get(self._selected_id)
+        if old is not None and self._selected_id != line_id:
+            old.set_selection(False)
+        self._selected_id = line_id
+        new = self.line_items.get(line_id)
+        if new is not None:
+            new.set_selection(True, segment)
         self._overlay_changed()
 
     def _overlay_changed(self) -> None:
-        self._overlay.update()
+        """Give the overlay what it shows: the preview, the tail anchor and the corridor."""
+        overlay = self._overlay
+        overlay.preview, overlay.tail = self.controller.preview, self.controller.tail
+        overlay.corridor = self.overlay_corridor()
+        overlay.colour_by_score = self.colour_by_score
+        overlay.update()
         self.viewport().update()
 
     def overlay_corridor(self) -> Corridor | None:
@@ -277,7 +327,9 @@ class Canvas(QGraphicsView):
 
     def set_colour_by_score(self, on: bool) -> None:
         self.colour_by_score = on
-        self.rebuild_lines()
+        for item in self.line_items.values():
+            item.set_colour_by_score(on)
+        self._overlay_changed()
 
     def set_show_corridor(self, on: bool) -> None:
         self.show_corridor = on

@@ -7,10 +7,13 @@ opens; the levels are RGB32, the format Qt draws without converting.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 from PySide6.QtGui import QImage
+
+from core.raster import FULL_READ_LIMIT, Raster, load_image
 
 #: Percentiles mapped to 0 and 255 by the contrast stretch.
 STRETCH_PERCENTILES = (1.0, 99.0)
@@ -75,3 +78,22 @@ def display_pyramid(pixels: np.ndarray, base_factor: int = 1) -> list[DisplayLev
                                        array.strides[0], QImage.Format.Format_RGB32),
                          factor * base_factor)
             for factor, array in zip(factors, arrays, strict=True)]
+
+
+#: Longest side of the display image of a raster too large to read whole.
+OVERVIEW_SIZE = 8192
+
+
+def load_for_display(path: str) -> tuple[Raster, list[DisplayLevel]]:
+    """Worker side of opening an image: the raster and its stretched display pyramid."""
+    raster = load_image(path)
+    return raster, display_levels(raster)
+
+
+def display_levels(raster: Raster) -> list[DisplayLevel]:
+    """The stretched display pyramid of a raster (from an overview when it is too large to
+    read whole)."""
+    if raster.height * raster.width <= FULL_READ_LIMIT:
+        return display_pyramid(raster.pixels)
+    step = math.ceil(max(raster.height, raster.width) / OVERVIEW_SIZE)
+    return display_pyramid(raster.overview(OVERVIEW_SIZE), step)

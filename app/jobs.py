@@ -13,14 +13,15 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal, Slot
 
 
 @dataclass(eq=False)
 class Job:
-    """``work()`` runs in the worker, then ``done(result)`` or ``failed(exc)`` in the GUI thread."""
+    """``work()`` runs in the worker, then ``done(result)`` or ``failed(exc)`` in the GUI thread,
+    then those of every follower (:meth:`JobQueue.follow`)."""
 
     work: Callable[[], object]
     done: Callable[[object], None]
@@ -28,6 +29,8 @@ class Job:
     preview: bool = False
     key: object = None
     bulk: bool = False
+    followers: list[tuple[Callable[[object], None], Callable[[BaseException], None]]] = field(
+        default_factory=list)
 
 
 class _Relay(QObject):
@@ -99,6 +102,16 @@ class JobQueue(QObject):
     def drop_preview(self) -> None:
         self._preview = None
 
+    def follow(self, key: object, done: Callable[[object], None],
+               failed: Callable[[BaseException], None]) -> bool:
+        """If the running job has ``key``, also hand its result to ``done`` (or its error to
+        ``failed``) and return True: a click where the preview being traced ends waits for
+        that preview instead of tracing the segment again."""
+        if key is None or self._running is None or self._running.key != key:
+            return False
+        self._running.followers.append((done, failed))
+        return True
+
     def _start_next(self) -> None:
         if self._running is not None:
             return
@@ -121,10 +134,11 @@ class JobQueue(QObject):
         try:
             if self._closed:
                 return
-            if error is None:
-                job.done(result)
-            else:
-                job.failed(error)
+            for done, failed in [(job.done, job.failed), *job.followers]:
+                if error is None:
+                    done(result)
+                else:
+                    failed(error)
         finally:
             self._start_next()
 

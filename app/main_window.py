@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import sys
@@ -21,15 +20,16 @@ from PySide6.QtWidgets import (
 )
 
 from app.canvas import Canvas
-from app.display import display_pyramid
+from app.display import display_levels, load_for_display
+from app.files import export_lines, read_autosave, remove_autosave, write_autosave
 from app.jobs import Job, JobQueue
-from app.model import LinesModel
+from app.model import LinesModel, ModelChange
 from app.panels import LinesPanel, ParamsPanel
 from app.session import read_session, write_session
-from app.tracing import TraceOutcome, TracingController, error_text
+from app.traces import TraceOutcome, error_text
+from app.tracing import TracingController
 from core.errors import TraceError
-from core.geojson import feature_collection, line_feature, write_geojson
-from core.raster import FULL_READ_LIMIT, Raster, list_images, load_image
+from core.raster import Raster, list_images
 from core.tracer import TraceParams, evidence_source
 from core.vectors import read_lines
 
@@ -40,31 +40,6 @@ EXPORT_LONLAT = "GeoJSON, WGS84 longitude/latitude (*.geojson *.json)"
 EXPORT_SOURCE = "GeoJSON, the image's own CRS (*.geojson *.json)"
 MAX_RECENT = 8
 AUTOSAVE_DELAY_MS = 1000
-
-
-def autosave_path(folder: str, image_path: str) -> str:
-    """The autosave file of an image: one per image, named by a hash of its absolute path."""
-    digest = hashlib.sha1(os.path.abspath(image_path).encode("utf-8")).hexdigest()[:16]
-    return os.path.join(folder, f"{Path(image_path).stem}-{digest}.roadtracer.json")
-
-
-#: Longest side of the display image of a raster too large to read whole.
-OVERVIEW_SIZE = 8192
-
-
-def load_for_display(path: str) -> tuple[Raster, list]:
-    """Worker side of opening an image: the raster and its stretched display pyramid."""
-    raster = load_image(path)
-    return raster, display_levels(raster)
-
-
-def display_levels(raster: Raster) -> list:
-    """The stretched display pyramid of a raster (from an overview when it is too large to
-    read whole)."""
-    if raster.height * raster.width <= FULL_READ_LIMIT:
-        return display_pyramid(raster.pixels)
-    step = math.ceil(max(raster.height, raster.width) / OVERVIEW_SIZE)
-    return display_pyramid(raster.overview(OVERVIEW_SIZE), step)
 
 
 class MainWindow(QMainWindow):
@@ -257,7 +232,7 @@ class MainWindow(QMainWindow):
         name = os.path.basename(self.image_path) if self.image_path else "no image"
         self.setWindowTitle(f"{name}{' *' if self.model.dirty else ''} — roadtracer")
 
-    def _model_changed(self) -> None:
+    def _model_changed(self, _change: ModelChange) -> None:
         self._update_title()
         self.undo_action.setText(f"&Undo {self.model.undo_label or ''}".strip())
         self.redo_action.setText(f"&Redo {self.model.redo_label or ''}".strip())
@@ -321,7 +296,7 @@ class MainWindow(QMainWindow):
                     self.show_error(f"{lost}; tracing on the image itself", "Evidence raster")
                     params = replace(params, evidence_path=None)
                 self.params_panel.set_params(params)
-                self.controller.set_params(params)
+                self.controller.set_params(self.params_panel.params())  # what it shows
                 self.model.reset(lines)
             else:
                 self.session_path = None
@@ -484,11 +459,9 @@ class MainWindow(QMainWindow):
         if self.image_path is None:
             return
         try:
-            os.makedirs(self.autosave_dir, exist_ok=True)
-            write_session(autosave_path(self.autosave_dir, self.image_path), self.image_path,
-                          self.model.lines, self.params_panel.params(),
-                          self.params_panel.backend.currentText())
-        except (OSError, TraceError) as exc:
+            write_autosave(self.autosave_dir, self.image_path, self.model.lines,
+                           self.params_panel.params(), self.params_panel.backend.currentText())
+        except TraceError as exc:
             self.show_status(f"autosave failed: {exc}")
 
     def _flush_autosave(self) -> None:
@@ -497,11 +470,8 @@ class MainWindow(QMainWindow):
             self.autosave()
 
     def _autosaved_lines(self, image_path: str) -> tuple:
-        path = autosave_path(self.autosave_dir, image_path)
-        if not os.path.exists(path):
-            return ()
         try:
-            return read_session(path)[1]
+            return read_autosave(self.autosave_dir, image_path)
         except TraceError as exc:
             self.show_status(f"autosave not restored: {exc}")
             return ()
@@ -521,7 +491,7 @@ class MainWindow(QMainWindow):
             self.model.reset()
             self._autosave_timer.stop()
             if self.image_path is not None:
-                Path(autosave_path(self.autosave_dir, self.image_path)).unlink(missing_ok=True)
+                remove_autosave(self.autosave_dir, self.image_path)
             return True
         return False
 
@@ -572,28 +542,14 @@ class MainWindow(QMainWindow):
             self.export_geojson(path, filters.get(chosen, "wgs84"))
 
     def export_geojson(self, path: str, crs: str = "wgs84") -> bool:
-        """One LineString feature per line, with name, kind, anchors and score; coordinates
-        as :func:`core.geojson.feature_collection` writes them for ``crs`` ("wgs84": RFC 7946
-        lon/lat, "source": the image's CRS; pixels for an image without georeferencing)."""
-        features = []
-        for line in self.model.lines:
-            score = line.score
-            properties = {
-                "name": line.name, "kind": line.kind,
-                "anchors": [list(p) for p in line.anchors],
-                "score": None if math.isnan(score) else round(score, 6),
-                "length_px": round(line.length, 3),
-                "segments": [{"score": None if s.is_straight else round(s.score, 6),
-                              "straight": s.is_straight,
-                              "params": None if s.params is None else s.params.as_dict()}
-                             for s in line.segments]}
-            features.append(line_feature(line.polyline, self.raster, properties, crs))
+        """Export the lines to ``path`` (:func:`app.files.export_lines`); False (and a message
+        box) if that fails."""
         try:
-            write_geojson(path, feature_collection(features, self.raster, crs))
+            export_lines(path, self.model.lines, self.raster, crs)
         except TraceError as exc:
             self.show_error(str(exc), "Cannot export")
             return False
-        self.show_status(f"exported {len(features)} line(s) to {path}")
+        self.show_status(f"exported {len(self.model.lines)} line(s) to {path}")
         return True
 
     # -- closing -------------------------------------------------------------------------------

@@ -125,10 +125,36 @@ class Line:
         return sum(s.score for s in traced) / length if traced and length > 0 else float("nan")
 
 
+@dataclass(frozen=True)
+class ModelChange:
+    """One change of the lines, as subscribers of :class:`LinesModel` receive it.
+
+    Attributes
+    ----------
+    label : str
+        The edit's undo label ("Add segment"), or "Undo", "Redo", "Reset".
+    line_ids : frozenset of int
+        The lines added, replaced or removed (views update only these).
+    origin : object
+        Whoever made the edit (the ``origin`` given to the edit method), so that it can tell
+        its own edits from others'; None for undo, redo and reset.
+    """
+
+    label: str
+    line_ids: frozenset[int]
+    origin: object = None
+
+    @property
+    def is_history(self) -> bool:
+        """An undo, redo or reset: any line may have changed, whoever made it."""
+        return self.label in ("Undo", "Redo", "Reset")
+
+
 class LinesModel:
     """The traced lines, an undo/redo history of edits, and change notification.
 
-    Subscribers are called with no arguments after every change (edit, undo, redo, reset).
+    Subscribers are called with a :class:`ModelChange` after every change (edit, undo, redo,
+    reset). Every edit takes an optional ``origin`` that the change carries.
     """
 
     def __init__(self) -> None:
@@ -136,7 +162,7 @@ class LinesModel:
         self._saved: tuple[Line, ...] = ()
         self._undo: list[tuple[tuple[Line, ...], str]] = []
         self._redo: list[tuple[tuple[Line, ...], str]] = []
-        self._listeners: list[Callable[[], None]] = []
+        self._listeners: list[Callable[[ModelChange], None]] = []
         self._next_id = 1
 
     # -- reading ------------------------------------------------------------------------------
@@ -160,33 +186,38 @@ class LinesModel:
     def redo_label(self) -> str | None:
         return self._redo[-1][1] if self._redo else None
 
-    def subscribe(self, listener: Callable[[], None]) -> None:
+    def subscribe(self, listener: Callable[[ModelChange], None]) -> None:
         self._listeners.append(listener)
 
     # -- history ------------------------------------------------------------------------------
-    def _commit(self, lines: tuple[Line, ...], label: str) -> None:
+    def _commit(self, lines: tuple[Line, ...], label: str, origin: object) -> None:
         self._undo.append((self._lines, label))
         self._redo.clear()
-        self._set(lines)
+        self._set(lines, label, origin)
 
-    def _set(self, lines: tuple[Line, ...]) -> None:
+    def _set(self, lines: tuple[Line, ...], label: str, origin: object = None) -> None:
+        before = {line.id: line for line in self._lines}
+        after = {line.id: line for line in lines}
+        changed = frozenset(i for i in before.keys() | after.keys()
+                            if before.get(i) is not after.get(i))
         self._lines = lines
+        change = ModelChange(label, changed, origin)
         for listener in list(self._listeners):
-            listener()
+            listener(change)
 
     def undo(self) -> bool:
-        return self._step(self._undo, self._redo)
+        return self._step(self._undo, self._redo, "Undo")
 
     def redo(self) -> bool:
-        return self._step(self._redo, self._undo)
+        return self._step(self._redo, self._undo, "Redo")
 
-    def _step(self, source: list, target: list) -> bool:
+    def _step(self, source: list, target: list, label: str) -> bool:
         """Restore the newest state of ``source``, keeping the current one on ``target``."""
         if not source:
             return False
-        lines, label = source.pop()
-        target.append((self._lines, label))
-        self._set(lines)
+        lines, edit_label = source.pop()
+        target.append((self._lines, edit_label))
+        self._set(lines, label)
         return True
 
     def reset(self, lines: tuple[Line, ...] = ()) -> None:
@@ -195,14 +226,15 @@ class LinesModel:
         self._redo.clear()
         self._next_id = max((line.id for line in lines), default=0) + 1
         self._saved = tuple(lines)
-        self._set(self._saved)
+        self._set(self._saved, "Reset")
 
     def mark_saved(self) -> None:
         self._saved = self._lines
 
     # -- edits (each one undo step) -------------------------------------------------------------
-    def _replace_line(self, new: Line, label: str) -> Line:
-        self._commit(tuple(new if line.id == new.id else line for line in self._lines), label)
+    def _replace_line(self, new: Line, label: str, origin: object) -> Line:
+        self._commit(tuple(new if line.id == new.id else line for line in self._lines), label,
+                     origin)
         return new
 
     def _require(self, line_id: int) -> Line:
@@ -211,17 +243,18 @@ class LinesModel:
             raise KeyError(f"no line with id {line_id}")
         return line
 
-    def add_line(self, a: Point, b: Point, segment: Segment, kind: str = "road") -> Line:
+    def add_line(self, a: Point, b: Point, segment: Segment, kind: str = "road",
+                 origin: object = None) -> Line:
         """A new line of one segment a → b, named after its kind ("Road 3")."""
         _check_kind(kind)
         line = Line(self._next_id, f"{kind.capitalize()} {self._next_id}", kind, (a, b),
                     (segment,))
         self._next_id += 1
-        self._commit((*self._lines, line), "Add line")
+        self._commit((*self._lines, line), "Add line", origin)
         return line
 
     def add_lines(self, lines: list[tuple[str, str, tuple[Point, ...], tuple[Segment, ...]]],
-                  label: str = "Import lines") -> tuple[Line, ...]:
+                  label: str = "Import lines", origin: object = None) -> tuple[Line, ...]:
         """New lines from (name, kind, anchors, segments), added as one undo step."""
         added = []
         for name, kind, anchors, segments in lines:
@@ -231,26 +264,28 @@ class LinesModel:
                                  f"{len(segments)} segments")
             added.append(Line(self._next_id, name, kind, tuple(anchors), tuple(segments)))
             self._next_id += 1
-        self._commit((*self._lines, *added), label)
+        self._commit((*self._lines, *added), label, origin)
         return tuple(added)
 
-    def append_segment(self, line_id: int, b: Point, segment: Segment) -> Line:
+    def append_segment(self, line_id: int, b: Point, segment: Segment,
+                       origin: object = None) -> Line:
         line = self._require(line_id)
         return self._replace_line(replace(line, anchors=(*line.anchors, b),
-                                          segments=(*line.segments, segment)), "Add segment")
+                                          segments=(*line.segments, segment)), "Add segment",
+                                  origin)
 
-    def remove_last_segment(self, line_id: int) -> Line | None:
+    def remove_last_segment(self, line_id: int, origin: object = None) -> Line | None:
         """Drop the line's last segment and anchor; a one-segment line is deleted (returns None)."""
         line = self._require(line_id)
         if len(line.segments) == 1:
-            self.delete(line_id)
+            self.delete(line_id, origin)
             return None
         return self._replace_line(replace(line, anchors=line.anchors[:-1],
-                                          segments=line.segments[:-1]), "Remove segment")
+                                          segments=line.segments[:-1]), "Remove segment", origin)
 
     def replace_segments(self, line_id: int, anchors: tuple[Point, ...],
                          segments: dict[int, Segment], label: str,
-                         kind: str | None = None) -> Line:
+                         kind: str | None = None, origin: object = None) -> Line:
         """New anchors (same count) and new segments at some indices (move vertex, re-trace),
         and a new kind if given."""
         line = self._require(line_id)
@@ -260,22 +295,26 @@ class LinesModel:
             _check_kind(kind)
         merged = tuple(segments.get(i, s) for i, s in enumerate(line.segments))
         return self._replace_line(replace(line, anchors=tuple(anchors), segments=merged,
-                                          kind=kind or line.kind), label)
+                                          kind=kind or line.kind), label, origin)
 
-    def rename(self, line_id: int, name: str) -> Line:
-        return self._replace_line(replace(self._require(line_id), name=name), "Rename line")
+    def rename(self, line_id: int, name: str, origin: object = None) -> Line:
+        return self._replace_line(replace(self._require(line_id), name=name), "Rename line",
+                                  origin)
 
-    def set_kind(self, line_id: int, kind: str) -> Line:
+    def set_kind(self, line_id: int, kind: str, origin: object = None) -> Line:
         _check_kind(kind)
-        return self._replace_line(replace(self._require(line_id), kind=kind), "Change kind")
+        return self._replace_line(replace(self._require(line_id), kind=kind), "Change kind",
+                                  origin)
 
-    def set_visible(self, line_id: int, visible: bool) -> Line:
+    def set_visible(self, line_id: int, visible: bool, origin: object = None) -> Line:
         label = "Show line" if visible else "Hide line"
-        return self._replace_line(replace(self._require(line_id), visible=visible), label)
+        return self._replace_line(replace(self._require(line_id), visible=visible), label,
+                                  origin)
 
-    def delete(self, line_id: int) -> None:
+    def delete(self, line_id: int, origin: object = None) -> None:
         self._require(line_id)
-        self._commit(tuple(line for line in self._lines if line.id != line_id), "Delete line")
+        self._commit(tuple(line for line in self._lines if line.id != line_id), "Delete line",
+                     origin)
 
 
 def _check_kind(kind: str) -> None:

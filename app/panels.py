@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QSignalBlocker, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -23,12 +23,25 @@ from PySide6.QtWidgets import (
 )
 
 from app.model import LINE_KINDS, LinesModel
+from app.params import PANEL_BACKENDS, PARAM_RANGES, ParamRange
 from app.tracing import TracingController
 from core.scores import SCORE_KINDS
 from core.tracer import TraceParams
 
-#: Backends offered in the panel (``gpu.select.BACKEND_CHOICES`` without the slow reference).
-PANEL_BACKENDS = ("auto", "cpu", "gpu")
+
+def _spin_box(limits: ParamRange, suffix: str = "", value: float | None = None):
+    """A spin box over ``limits``; a parameter that may be automatic shows 0 as "auto"."""
+    low = 0 if limits.auto else limits.low
+    if limits.decimals == 0:
+        box = QSpinBox(minimum=int(low), maximum=int(limits.high))
+    else:
+        box = QDoubleSpinBox(minimum=low, maximum=limits.high, decimals=limits.decimals)
+    box.setSuffix(suffix)
+    if limits.auto:
+        box.setSpecialValueText("auto")
+    if value is not None:
+        box.setValue(value)
+    return box
 
 
 class ParamsPanel(QWidget):
@@ -50,25 +63,21 @@ class ParamsPanel(QWidget):
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         defaults = TraceParams()
-        self.guides = QSpinBox(minimum=0, maximum=200)
-        self.guides.setSpecialValueText("auto")
+        self.guides = _spin_box(PARAM_RANGES["guides"])
         self.guides.setToolTip("Number of guides m across the segment; more guides follow "
                                "tighter curves but trace slower. Auto: one guide every ~20 px.")
-        self.points = QSpinBox(minimum=0, maximum=1001)
-        self.points.setSpecialValueText("auto")
+        self.points = _spin_box(PARAM_RANGES["points"])
         self.points.setToolTip("Candidate points d on each guide. Auto: 1.5 px apart over the "
                                "whole half-width.")
-        self.halfwidth = QDoubleSpinBox(minimum=0.0, maximum=1000.0, decimals=1, suffix=" px")
-        self.halfwidth.setSpecialValueText("auto")
+        self.halfwidth = _spin_box(PARAM_RANGES["halfwidth"], " px")
         self.halfwidth.setToolTip("How far (px) the path may stray to either side of the straight "
                                   "line between the clicks. Auto: 25 % of the distance, 8–150 px, "
                                   "widened 1.6× where the best path touches the corridor's edge.")
-        self.max_angle = QDoubleSpinBox(minimum=1.0, maximum=180.0, decimals=1, suffix=" °",
-                                        value=defaults.max_angle)
+        self.max_angle = _spin_box(PARAM_RANGES["max_angle"], " °", defaults.max_angle)
         self.max_angle.setToolTip("Largest turn allowed at a guide. Small values give smooth "
                                   "roads; raise it for winding rivers.")
-        self.sigma = QDoubleSpinBox(minimum=0.3, maximum=20.0, decimals=2, singleStep=0.25,
-                                    suffix=" px", value=defaults.sigma)
+        self.sigma = _spin_box(PARAM_RANGES["sigma"], " px", defaults.sigma)
+        self.sigma.setSingleStep(0.25)
         self.sigma.setToolTip("Gaussian scale σ of the image gradient: larger smooths noise and "
                               "fine texture.")
         self.score = QComboBox()
@@ -134,19 +143,20 @@ class ParamsPanel(QWidget):
             self.evidence_changed.emit(path)
 
     def set_params(self, params: TraceParams) -> None:
-        """Show parameters (from a session) without emitting ``params_changed``."""
-        widgets = (self.guides, self.points, self.halfwidth, self.max_angle, self.sigma,
-                   self.score)
-        for widget in widgets:
-            widget.blockSignals(True)
-        self.guides.setValue(params.guides or 0)
-        self.points.setValue(params.points or 0)
-        self.halfwidth.setValue(params.halfwidth or 0.0)
-        self.max_angle.setValue(params.max_angle)
-        self.sigma.setValue(params.sigma)
-        self.score.setCurrentText(params.score)
-        for widget in widgets:
-            widget.blockSignals(False)
+        """Show parameters (from a session, checked by :func:`app.params.params_from_dict`)
+        without emitting ``params_changed``."""
+        blockers = [QSignalBlocker(widget) for widget in (
+            self.guides, self.points, self.halfwidth, self.max_angle, self.sigma, self.score)]
+        try:
+            self.guides.setValue(params.guides or 0)
+            self.points.setValue(params.points or 0)
+            self.halfwidth.setValue(params.halfwidth or 0.0)
+            self.max_angle.setValue(params.max_angle)
+            self.sigma.setValue(params.sigma)
+            self.score.setCurrentText(params.score)
+        finally:
+            for blocker in blockers:
+                blocker.unblock()
         self._show_evidence(params.evidence_path)
 
 
@@ -188,7 +198,7 @@ class LinesPanel(QWidget):
         layout = QVBoxLayout(self)
         layout.addLayout(top)
         layout.addWidget(self.table)
-        model.subscribe(self.refresh)
+        model.subscribe(lambda _change: self.refresh())
         controller.selection_changed.connect(self._show_selection)
 
     def refresh(self) -> None:

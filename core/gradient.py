@@ -1,8 +1,10 @@
 """Gaussian-derivative image gradients (separable, compiled: no scipy import on the
 interactive path, which saves a large share of a cold ``trace``'s start-up).
 
-Kernels and border handling follow ``scipy.ndimage.gaussian_filter`` (``mode="reflect"``,
-``truncate=4``); the tests check the two agree.
+Kernels follow ``scipy.ndimage.gaussian_filter`` (``truncate=4``). Borders: the gradient
+mirrors the image (scipy's ``mode="reflect"``, numpy.pad's ``"symmetric"``); the blur repeats
+the edge pixel by default (scipy's ``"nearest"``, numpy.pad's ``"edge"``). The tests check both
+against scipy.
 
 Colour rule: each band is differentiated separately and, at every pixel, the gradient of the
 band with the largest gradient magnitude is kept (the "strongest channel" colour gradient;

@@ -219,11 +219,21 @@ def _stage_windows(incoming_by_node: np.ndarray, outgoing: np.ndarray, max_angle
                     max_angle_rad + ANGLE_TOLERANCE)
 
 
+def _check_monotone(t: int, lo: np.ndarray, hi: np.ndarray) -> None:
+    """Raise if a stage's windows grow along k: the GPU's backward step inverts them by binary
+    search (gpu/dp.cu, ``reverse_windows``), which needs lo and hi non-increasing along k. The
+    two pointers of :func:`_stage_windows` give that by construction; this guards a change."""
+    if np.any(lo[:, 1:] > lo[:, :-1]) or np.any(hi[:, 1:] > hi[:, :-1]):
+        raise RuntimeError(f"admissible windows of stage {t} are not non-increasing along k")
+
+
 def admissible_windows(corridor: Corridor, max_angle_rad: float) -> Windows:
     """Compute the :class:`Windows` of every stage in float64.
 
     Links between two guides have the same angles at every t, so that matrix is computed once,
-    and so are the windows of the interior stages (t = 2..m-1).
+    and so are the windows of the interior stages (t = 2..m-1). Every stage's lo and hi are
+    checked to be non-increasing along k (``lo[t-1][j, k + 1] <= lo[t-1][j, k]``), which the
+    GPU's backward step relies on.
     """
     m = corridor.guides
     leaving = _guide_to_guide_angles(corridor, transposed=False) if m > 1 else None
@@ -241,6 +251,7 @@ def admissible_windows(corridor: Corridor, max_angle_rad: float) -> Windows:
             stage = interior
         else:
             stage = _stage_windows(angles(t - 1, True), angles(t, False), max_angle_rad)
+            _check_monotone(t, *stage)
             interior = stage if 1 < t < m else None
         lo.append(stage[0])
         hi.append(stage[1])

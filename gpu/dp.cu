@@ -170,7 +170,8 @@ extern "C" __global__ void row_argmax(const double* __restrict__ values, int n_r
 }
 
 // Windows for the backward direction, from the forward ones of the same turn.
-// lo, hi: (n_r, n_q), both non-increasing along q (guides.py asserts this). For every (r, o),
+// lo, hi: (n_r, n_q), both non-increasing along q (core/guides.py's admissible_windows raises
+// otherwise; the binary searches below depend on it). For every (r, o),
 // o in [0, n_o), the q with lo[r, q] <= o <= hi[r, q] form one interval [rlo, rhi] (n_r, n_o).
 extern "C" __global__ void reverse_windows(const int* __restrict__ lo, const int* __restrict__ hi,
                                            int n_r, int n_q, int n_o, int* rlo, int* rhi)

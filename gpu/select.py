@@ -1,7 +1,8 @@
 """The one backend chooser: ``auto`` takes the GPU when pycuda and a device answer, else the CPU.
 
 Returns the backend and a one-line note saying which was chosen and why, e.g.
-``"CPU (numba, 2 threads): GPU unavailable: pycuda is not installed"``.
+``"CPU (numba, 2 threads): GPU unavailable: pycuda cannot be imported (No module named
+'pycuda')"``.
 """
 
 from __future__ import annotations

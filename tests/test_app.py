@@ -19,6 +19,7 @@ from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app.main_window import MainWindow, run_app
 from app.model import distance_to_polyline
+from app.panels import ParamsPanel
 from core.tracer import TraceParams
 from tests.conftest import SAMPLE_CASES, SAMPLE_IMAGE
 from tests.synthetic import BULGE, road_image
@@ -349,8 +350,48 @@ def test_session_save_and_load_round_trip(make_window, qtbot, tmp_path):
         np.testing.assert_array_equal(a.polyline, b.polyline)
         assert a.params == b.params
     assert other.params_panel.params() == TraceParams(halfwidth=20.0, max_angle=25.0)
+    assert other.controller.params == other.params_panel.params()  # traced as shown
     assert other.session_path == str(path)
     assert not other.model.dirty
+
+
+@pytest.mark.parametrize(("field", "value", "named"), [
+    ("image", 12345, "image must be a file path"),
+    ("params", {"max_angle": 500}, "params.max_angle must be a number in [1, 180]"),
+    ("params", {"guides": "many"}, "params.guides must be a whole number"),
+    ("lines", [{"id": 1}], "lines[0].name is missing"),
+])
+def test_hostile_session_is_refused_and_the_app_stays_usable(make_window, qtbot, tmp_path,
+                                                             field, value, named):
+    """A session that fails validation is refused with a message box naming the field; the
+    open image, its lines and the parameter panel stay as they were and keep working."""
+    window = make_window()
+    click(qtbot, window, A)
+    click_and_wait(qtbot, window, B)
+    window.controller.finish()
+    path = tmp_path / "hostile.json"
+    window.write_session(str(path))
+    document = json.loads(path.read_text())
+    document[field] = value
+    path.write_text(json.dumps(document))
+    with qtbot.waitSignal(window.error_shown, timeout=5_000):
+        assert not window.open_session(str(path))
+    assert named in window.last_error
+    assert window.image_path == str(SAMPLE_IMAGE)
+    assert len(window.model.lines) == 1
+    with qtbot.waitSignal(window.controller.traced, timeout=30_000):  # the selected line
+        window.params_panel.max_angle.setValue(20.0)
+    assert window.model.lines[0].segments[0].params.max_angle == 20.0
+
+
+def test_params_panel_signals_survive_a_failing_update(qtbot):
+    """Showing parameters blocks the fields' signals only while it runs, even if it fails."""
+    panel = ParamsPanel()
+    qtbot.addWidget(panel)
+    with pytest.raises(TypeError):
+        panel.set_params(TraceParams(guides="many"))
+    with qtbot.waitSignal(panel.params_changed, timeout=5_000):
+        panel.guides.setValue(7)
 
 
 def test_autosave_brings_lines_back(make_window, qtbot):
@@ -399,6 +440,29 @@ def test_large_image_opens_without_freezing_the_window(make_window, qtbot, tmp_p
     assert gaps.max() < 1.0
 
 
+def test_only_the_changed_line_is_redrawn(make_window, qtbot):
+    """An edit of one line updates that line's item; the others' items are left alone."""
+    window = make_window()
+    click(qtbot, window, A)
+    click(qtbot, window, B, Qt.KeyboardModifier.ShiftModifier)
+    window.controller.finish()
+    click(qtbot, window, C)
+    click(qtbot, window, (C[0] + 30, C[1]), Qt.KeyboardModifier.ShiftModifier)
+    window.controller.finish()
+    first, second = window.model.lines
+    items = dict(window.canvas.line_items)
+    first_line_seen = items[first.id].line
+    window.model.set_kind(second.id, "river")
+    assert window.canvas.line_items == items  # the same item objects
+    assert items[first.id].line is first_line_seen
+    assert items[second.id].line is window.model.line(second.id)
+    assert items[second.id].line.kind == "river"
+    window.controller.select(first.id)
+    assert (items[first.id].selected, items[second.id].selected) == (True, False)
+    window.model.set_visible(first.id, False)
+    assert set(window.canvas.line_items) == {second.id}
+
+
 def test_lines_panel_rename_hide_kind_delete_with_undo(make_window, qtbot):
     window = make_window()
     click(qtbot, window, A)
@@ -410,7 +474,7 @@ def test_lines_panel_rename_hide_kind_delete_with_undo(make_window, qtbot):
     assert window.model.line(line_id).name == "Access road"
     table.item(0, 0).setCheckState(Qt.CheckState.Unchecked)
     assert not window.model.line(line_id).visible
-    assert window.canvas._line_items == []
+    assert window.canvas.line_items == {}
     assert window.model.line(line_id).segments[0].request.line_kind == "road"
     with qtbot.waitSignal(window.controller.traced, timeout=30_000):  # traced again, as water
         window.lines_panel._cell_double_clicked(0, 1)

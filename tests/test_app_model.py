@@ -27,7 +27,7 @@ def traced(a, b) -> Segment:
 def test_edits_undo_redo_and_dirty():
     model = LinesModel()
     calls = []
-    model.subscribe(lambda: calls.append(len(model.lines)))
+    model.subscribe(lambda change: calls.append(len(model.lines)))
     line = model.add_line((0, 0), (10, 0), traced((0, 0), (10, 0)))
     model.append_segment(line.id, (20, 5), straight((10, 0), (20, 5)))
     assert model.dirty
@@ -122,4 +122,99 @@ def test_bad_session_is_named(tmp_path, text):
     path = tmp_path / "bad.json"
     path.write_text(text)
     with pytest.raises(SessionReadError, match="bad.json"):
+        read_session(path)
+
+
+def _valid_session(tmp_path) -> dict:
+    """A session document of one river line: a traced segment and a straight one."""
+    model = LinesModel()
+    line = model.add_line((1, 2), (30, 4), traced((1, 2), (30, 4)), kind="river")
+    model.append_segment(line.id, (40, 40), straight((30, 4), (40, 40)))
+    path = tmp_path / "valid.json"
+    write_session(path, str(tmp_path / "image.png"), model.lines, TraceParams(), "cpu")
+    return json.loads(path.read_text())
+
+
+def _set(document: dict, field: str, value) -> None:
+    """Set a dotted field ("lines.0.segments.1.polyline") of a session document."""
+    *parents, last = field.split(".")
+    for part in parents:
+        document = document[int(part)] if isinstance(document, list) else document[part]
+    document[int(last) if isinstance(document, list) else last] = value
+
+
+HOSTILE_FIELDS = [  # (field, value, what the message names)
+    ("image", 12345, "image must be a file path or null, got 12345"),
+    ("version", 99, "session version 99"),
+    ("backend", "quantum", "backend must be one of auto, cpu, gpu"),
+    ("params", [], "params must be an object, got list"),
+    ("params.max_angle", "30", r"params.max_angle must be a number in \[1, 180\]"),
+    ("params.max_angle", 500, r"params.max_angle must be a number in \[1, 180\]"),
+    ("params.max_angle", 0.5, r"params.max_angle must be a number in \[1, 180\]"),
+    ("params.guides", 3.5, r"params.guides must be a whole number in \[1, 200\]"),
+    ("params.guides", True, r"params.guides must be a whole number"),
+    ("params.points", 5000, r"params.points must be a whole number in \[1, 1001\]"),
+    ("params.halfwidth", -5, r"params.halfwidth must be a number in \[0.1, 1000\]"),
+    ("params.sigma", 22.555, r"params.sigma must be a number in \[0.3, 20\] with at most 2"),
+    ("params.score", "magic", "params.score must be one of surface"),
+    ("params.evidence_path", 7, "params.evidence_path must be a file path or null"),
+    ("params.colour", "red", r"params has unknown tracing parameters \['colour'\]"),
+    ("lines", {}, "lines must be a list of lines, got dict"),
+    ("lines.0", 5, r"lines\[0\] must be an object, got 5"),
+    ("lines.0.id", "1", r"lines\[0\].id must be a whole number, got '1'"),
+    ("lines.0.name", None, r"lines\[0\].name must be a string, got None"),
+    ("lines.0.kind", "canal", r"lines\[0\].kind must be one of road, river, got 'canal'"),
+    ("lines.0.visible", "yes", r"lines\[0\].visible must be true or false"),
+    ("lines.0.anchors", [[1, 2], [30, "x"], [40, 40]], r"lines\[0\].anchors must be a list"),
+    ("lines.0.anchors", [[1, 2], [30, 4], [40, float("nan")]], r"lines\[0\].anchors must be"),
+    ("lines.0.anchors", [[1, 2], [30, 4], [1e300, 40]], r"lines\[0\].anchors must be"),
+    ("lines.0.anchors", [[1, 2], [40, 40]], r"lines\[0\]: 2 anchors for 2 segments"),
+    ("lines.0.segments", "none", r"lines\[0\].segments must be a list of segments"),
+    ("lines.0.segments.0", [], r"lines\[0\].segments\[0\] must be an object, got list"),
+    ("lines.0.segments.0.polyline", [[1, 2]], r"lines\[0\].segments\[0\].polyline must be"),
+    ("lines.0.segments.0.link_scores", [1.0], r"lines\[0\].segments\[0\].link_scores must be "
+                                              "2 numbers"),
+    ("lines.0.segments.0.score", "high", r"lines\[0\].segments\[0\].score must be a number"),
+    ("lines.0.segments.0.request", {"max_angle": 1000},
+     r"lines\[0\].segments\[0\].request.max_angle must be a number in \[1, 180\]"),
+    ("lines.0.segments.0.params", None, r"lines\[0\].segments\[0\].params must be the param"),
+    ("lines.0.segments.0.params.points", 10 ** 9,
+     r"lines\[0\].segments\[0\].params.points must be a whole number in \[1, 1001\]"),
+    ("lines.0.segments.1.backend", 3, r"lines\[0\].segments\[1\].backend must be a string"),
+]
+
+
+@pytest.mark.parametrize(("field", "value", "message"), HOSTILE_FIELDS,
+                         ids=[f"{field}={value!r}"[:40] for field, value, _ in HOSTILE_FIELDS])
+def test_hostile_session_names_the_bad_field(tmp_path, field, value, message):
+    document = _valid_session(tmp_path)
+    path = tmp_path / "hostile.json"
+    _set(document, field, value)
+    path.write_text(json.dumps(document))
+    with pytest.raises(SessionReadError, match=message) as caught:
+        read_session(path)
+    assert str(caught.value).startswith(f"{path}: ")
+
+
+def test_valid_session_document_reads(tmp_path):
+    """The document the hostile cases start from is itself accepted."""
+    path = tmp_path / "valid-again.json"
+    path.write_text(json.dumps(_valid_session(tmp_path)))
+    _, (line,), params, backend = read_session(path)
+    assert (line.kind, len(line.segments), params, backend) == ("river", 2, TraceParams(), "cpu")
+
+
+def test_repeated_line_ids_are_refused(tmp_path):
+    document = _valid_session(tmp_path)
+    document["lines"].append(document["lines"][0])
+    path = tmp_path / "twice.json"
+    path.write_text(json.dumps(document))
+    with pytest.raises(SessionReadError, match=r"line ids repeat \(\[1, 1\]\)"):
+        read_session(path)
+
+
+def test_deeply_nested_session_is_refused(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(SessionReadError, match="deep.json nests arrays or objects deeper than"):
         read_session(path)

@@ -1,19 +1,35 @@
-"""Both CPU DPs against the brute-force oracle on many random tiny cases."""
+"""Every backend's DP against the brute-force oracle on many random tiny cases.
+
+The reference and CPU backends run everywhere; the GPU ones (both DP steps) carry the ``gpu``
+marker and skip without a usable device (``conftest.py``).
+"""
 
 import numpy as np
 import pytest
 
+from core.backend import CpuBackend, ReferenceBackend
 from core.dp import solve_fast, solve_reference
 from core.errors import NoAdmissiblePath
 from tests.oracle import brute_force, random_problem
 
-SOLVERS = {"reference": solve_reference, "fast": solve_fast}
+GPU = pytest.mark.gpu
 
 
-@pytest.mark.parametrize("solver", SOLVERS)
-@pytest.mark.parametrize("max_angle", [10, 30, 60, 180])
+@pytest.fixture(scope="module", params=["reference", "cpu", pytest.param("gpu", marks=GPU),
+                                        pytest.param("gpu-reduce", marks=GPU)])
+def backend(request):
+    """A backend whose ``solve(problem)`` is held to the oracle (the GPU in both DP steps)."""
+    if request.param.startswith("gpu"):
+        from gpu.backend import GpuBackend
+
+        return GpuBackend.create(method="reduce" if request.param == "gpu-reduce" else "auto")
+    return {"reference": ReferenceBackend, "cpu": CpuBackend}[request.param]()
+
+
+@pytest.mark.parametrize("max_angle", [5, 10, 30, 60, 180])
 @pytest.mark.parametrize("m", [1, 2, 3, 4])
-def test_matches_brute_force(solver, max_angle, m):
+def test_matches_brute_force(backend, max_angle, m):
+    """The optimum's score, and a path among the optimal ones; infeasible cases raise."""
     rng = np.random.default_rng(1000 * m + max_angle)
     checked = infeasible = 0
     for d in range(2, 8 if m <= 3 else 6):
@@ -22,14 +38,14 @@ def test_matches_brute_force(solver, max_angle, m):
             best, winners = brute_force(problem.corridor, problem.links, np.deg2rad(max_angle))
             if not winners:
                 with pytest.raises(NoAdmissiblePath):
-                    SOLVERS[solver](problem)
+                    backend.solve(problem)
                 infeasible += 1
                 continue
-            solution = SOLVERS[solver](problem)
+            solution = backend.solve(problem)
             assert solution.score == pytest.approx(best, abs=1e-9)
             assert tuple(solution.indices.tolist()) in winners
             checked += 1
-    assert checked > 0
+    assert checked >= 8, (checked, infeasible)  # fewest feasible cases of a parameter set
 
 
 def test_unconstrained_equals_plain_maximum():
@@ -47,13 +63,25 @@ def test_unconstrained_equals_plain_maximum():
 def test_fast_equals_reference_on_larger_random_cases():
     rng = np.random.default_rng(11)
     for m, d, theta in [(5, 40, 20), (8, 64, 45), (3, 101, 5), (12, 30, 90)]:
-        problem = random_problem(rng, m, d, theta)
-        try:
-            expected = solve_reference(problem)
-        except NoAdmissiblePath:
-            with pytest.raises(NoAdmissiblePath):
-                solve_fast(problem)
-            continue
-        got = solve_fast(problem)
+        problem = random_problem(rng, m, d, theta)  # every one admits a path
+        expected, got = solve_reference(problem), solve_fast(problem)
         assert got.score == pytest.approx(expected.score, rel=1e-12)
         np.testing.assert_array_equal(got.indices, expected.indices)
+
+
+def test_windows_that_grow_along_k_are_refused(monkeypatch):
+    """The GPU inverts the windows by binary search: admissible_windows refuses any that are
+    not non-increasing along k instead of handing them on."""
+    from core import guides
+
+    rng = np.random.default_rng(5)
+    corridor = random_problem(rng, 3, 6, 30).corridor
+
+    def growing(incoming_by_node, outgoing, max_angle_rad):
+        shape = (incoming_by_node.shape[0], outgoing.shape[1])
+        return np.zeros(shape, np.int32), np.tile(np.arange(shape[1], dtype=np.int32),
+                                                  (shape[0], 1))
+
+    monkeypatch.setattr(guides, "_stage_windows", growing)
+    with pytest.raises(RuntimeError, match="stage 1 are not non-increasing along k"):
+        guides.admissible_windows(corridor, np.deg2rad(30))

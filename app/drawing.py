@@ -1,0 +1,222 @@
+"""Drawing one line, click by click: an explicit state machine (Qt-free).
+
+Where a click becomes a polyline::
+
+    IDLE --press--> DRAWING             a tail anchor (the line has no segment yet, or some)
+    DRAWING --press elsewhere--> TRACING    the segment tail → click is traced in the worker
+        (a straight segment, or the one the preview shows, is added at once: stays DRAWING)
+    TRACING --segment lands--> DRAWING  added to the model; the click is the new tail
+    TRACING --press--> TRACING          the click waits, traced when the segment lands
+    TRACING --finish--> TRACING         ... and IDLE once the segment lands
+    TRACING --backspace--> DRAWING      the segment in flight is dropped
+    TRACING --another's edit of the line (undo, lines panel)--> DRAWING
+                                        dropped too; the tail follows the line's new end
+    DRAWING --finish--> IDLE; DRAWING or TRACING --cancel--> IDLE
+
+The host (:class:`DrawingHost`, in the app the :class:`app.tracing.TracingController`) runs
+the traces and tells the views; each trace carries a ticket, and a result whose ticket is not
+the current one (the user moved on) is dropped.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from typing import Protocol
+
+from app.model import LinesModel, ModelChange, Point, Segment
+from app.traces import TraceOutcome, TraceRequest, error_text
+from core.tracer import TraceParams
+
+
+class DrawState(enum.Enum):
+    IDLE = "idle"  # no line being drawn
+    DRAWING = "drawing"  # a tail anchor, waiting for the next click
+    TRACING = "tracing"  # a segment from the tail is being traced; clicks wait
+
+
+class DrawingHost(Protocol):
+    """What :class:`LineDrawing` needs from its surroundings."""
+
+    def submit(self, requests: tuple[TraceRequest, ...], done, failed) -> None:
+        """Trace ``requests`` in the worker; then ``done(TraceOutcome)`` or ``failed(exc)``."""
+
+    def follow(self, requests: tuple[TraceRequest, ...], done, failed) -> bool:
+        """Wait for the running (preview) job of ``requests`` instead, if there is one."""
+
+    def line_params(self, kind: str) -> TraceParams:
+        """The parameters a segment of a line of ``kind`` is traced with."""
+
+    def take_preview(self, request: TraceRequest) -> Segment | None:
+        """Drop the preview waiting to be traced; the preview shown, if it is ``request``'s."""
+
+    def clear_preview(self) -> None: ...
+
+    def select(self, line_id: int | None, segment: int | None = None) -> None: ...
+
+    def drawing_changed(self) -> None:
+        """The tail anchor or the state changed (views redraw the overlay)."""
+
+    def segment_added(self, outcome: TraceOutcome) -> None: ...
+
+    def tell(self, text: str) -> None:
+        """A message for the user (status bar)."""
+
+
+class LineDrawing:
+    """The line being drawn: its state, tail anchor and line id, and the clicks still to trace.
+
+    ``kind`` is the kind of the next new line; a line already started keeps its own.
+    """
+
+    def __init__(self, model: LinesModel, host: DrawingHost) -> None:
+        self.model = model
+        self.host = host
+        self.kind = "road"
+        self.state = DrawState.IDLE
+        self.tail: Point | None = None
+        self.line_id: int | None = None  # the line being drawn, once it has a segment
+        self.last_latency_ms: float | None = None  # click to segment in the model
+        self._ticket: object | None = None  # of the segment in flight
+        self._queued: list[tuple[Point, bool]] = []  # clicks made while tracing
+        self._finish_after = False  # finish once the segment in flight lands
+        self._press_time = 0.0
+        model.subscribe(self._model_changed)
+
+    def request(self, a: Point, b: Point, straight: bool) -> TraceRequest:
+        """A segment of the line being drawn (its kind, or the one chosen for a new line)."""
+        line = self.model.line(self.line_id)
+        kind = line.kind if line is not None else self.kind
+        return TraceRequest(a, b, None if straight else self.host.line_params(kind))
+
+    # -- events ---------------------------------------------------------------------------------
+    def press(self, point: Point, straight: bool = False) -> None:
+        """A click at ``point`` (snapped and inside the image): start a line, or add a segment
+        from the tail to it."""
+        self._press_time = time.perf_counter()
+        if self.state is DrawState.IDLE:
+            self.state, self.tail, self.line_id = DrawState.DRAWING, point, None
+            self.host.drawing_changed()
+        elif self.state is DrawState.TRACING:
+            self._queued.append((point, straight))
+        elif point != self.tail:
+            self._add_segment_to(point, straight)
+
+    def finish(self) -> None:
+        """Enter or double-click: the line is done (after the segment in flight lands)."""
+        if self.state is DrawState.TRACING:
+            self._finish_after = True
+        else:
+            self.stop()
+
+    def cancel(self) -> bool:
+        """Esc: drop the segment in flight and stop drawing; False if nothing was drawn."""
+        if self.state is DrawState.IDLE:
+            return False
+        self.stop()
+        self.host.tell("segment cancelled")
+        return True
+
+    def backspace(self) -> bool:
+        """Drop the segment in flight, else remove the last segment of the line being drawn
+        (back to its start anchor after the first); False when not drawing."""
+        if self.state is DrawState.TRACING:
+            self._back_to_drawing()
+            self.host.drawing_changed()
+            return True
+        if self.state is DrawState.IDLE:
+            return False
+        line = self.model.line(self.line_id)
+        if line is None:
+            self.stop()
+            return True
+        remaining = self.model.remove_last_segment(line.id, origin=self)
+        self.line_id = remaining.id if remaining else None
+        self.tail = remaining.anchors[-1] if remaining else line.anchors[0]
+        self.host.clear_preview()
+        self.host.select(self.line_id)
+        self.host.drawing_changed()
+        return True
+
+    def stop(self) -> None:
+        """Stop drawing (a segment in flight is dropped)."""
+        self._back_to_drawing()
+        self.state, self.tail, self.line_id = DrawState.IDLE, None, None
+        self.host.clear_preview()
+        self.host.drawing_changed()
+
+    # -- segments -------------------------------------------------------------------------------
+    def _add_segment_to(self, b: Point, straight: bool) -> None:
+        request = self.request(self.tail, b, straight)
+        if straight:
+            self._segment_landed(request, TraceOutcome((Segment.straight(request.a, b),), 0.0))
+            return
+        preview = self.host.take_preview(request)
+        if preview is not None:
+            self._segment_landed(request, TraceOutcome((preview,), 0.0))
+            return
+        self.state = DrawState.TRACING
+        ticket = self._ticket = object()
+
+        def done(outcome: TraceOutcome) -> None:
+            if ticket is self._ticket:
+                self._segment_landed(request, outcome)
+
+        def failed(exc: BaseException) -> None:
+            if ticket is self._ticket:
+                self._segment_failed(exc)
+
+        if not self.host.follow((request,), done, failed):
+            self.host.submit((request,), done, failed)
+
+    def _segment_landed(self, request: TraceRequest, outcome: TraceOutcome) -> None:
+        self._ticket, self.state = None, DrawState.DRAWING
+        segment = outcome.segments[0]
+        # Another's edit of the line would have dropped the ticket: it still ends at the tail.
+        if self.line_id is None:
+            line = self.model.add_line(request.a, request.b, segment, self.kind, origin=self)
+        else:
+            line = self.model.append_segment(self.line_id, request.b, segment, origin=self)
+        self.line_id, self.tail = line.id, request.b
+        self.last_latency_ms = 1e3 * (time.perf_counter() - self._press_time)
+        self.host.clear_preview()
+        self.host.segment_added(outcome)
+        self.host.select(line.id, len(line.segments) - 1)
+        if self._finish_after:
+            self.stop()
+        elif self._queued:
+            point, straight = self._queued.pop(0)
+            if point != self.tail:
+                self._add_segment_to(point, straight)
+        self.host.drawing_changed()
+
+    def _segment_failed(self, exc: BaseException) -> None:
+        finish = self._finish_after
+        self._back_to_drawing()
+        self.host.tell(error_text(exc))
+        if finish:
+            self.stop()
+        self.host.drawing_changed()
+
+    def _back_to_drawing(self) -> None:
+        """Forget the segment in flight and the clicks waiting for it."""
+        self._ticket, self._finish_after = None, False
+        self._queued.clear()
+        if self.state is DrawState.TRACING:
+            self.state = DrawState.DRAWING
+
+    def _model_changed(self, change: ModelChange) -> None:
+        """Someone else's edit of the line being drawn (undo, redo, the lines panel): drop
+        the segment in flight and go on from the line's new end (stop if it is gone)."""
+        if self.state is DrawState.IDLE or change.origin is self:
+            return
+        if not (change.is_history or self.line_id in change.line_ids):
+            return
+        self._back_to_drawing()
+        line = self.model.line(self.line_id)
+        if self.line_id is not None and line is None:
+            self.stop()
+        elif line is not None:
+            self.tail = line.anchors[-1]
+            self.host.clear_preview()
+            self.host.drawing_changed()

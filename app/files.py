@@ -1,0 +1,69 @@
+"""The application's files besides sessions (Qt-free): autosaves and GeoJSON exports.
+
+Sessions themselves are :mod:`app.session`'s; images are read by :mod:`core.raster`, imported
+lines by :mod:`core.vectors`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from pathlib import Path
+
+from app.model import Line
+from app.session import read_session, write_session
+from core.errors import OutputWriteError
+from core.geojson import feature_collection, line_feature, write_geojson
+from core.raster import Raster
+from core.tracer import TraceParams
+
+
+def autosave_path(folder: str, image_path: str) -> str:
+    """The autosave file of an image: one per image, named by a hash of its absolute path."""
+    digest = hashlib.sha1(os.path.abspath(image_path).encode("utf-8")).hexdigest()[:16]
+    return os.path.join(folder, f"{Path(image_path).stem}-{digest}.roadtracer.json")
+
+
+def write_autosave(folder: str, image_path: str, lines: tuple[Line, ...], params: TraceParams,
+                   backend: str) -> None:
+    """Write the lines of an image to its autosave file in ``folder`` (a session, written
+    atomically); raises ``OutputWriteError``."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as exc:
+        raise OutputWriteError(f"cannot create the autosave folder {folder}: "
+                               f"{exc.strerror or exc}") from None
+    write_session(autosave_path(folder, image_path), image_path, lines, params, backend)
+
+
+def read_autosave(folder: str, image_path: str) -> tuple[Line, ...]:
+    """The autosaved lines of an image (none if it has no autosave); raises
+    ``SessionReadError`` for an autosave that cannot be read."""
+    path = autosave_path(folder, image_path)
+    return read_session(path)[1] if os.path.exists(path) else ()
+
+
+def remove_autosave(folder: str, image_path: str) -> None:
+    Path(autosave_path(folder, image_path)).unlink(missing_ok=True)
+
+
+def export_lines(path: str, lines: tuple[Line, ...], raster: Raster, crs: str = "wgs84") -> None:
+    """One LineString feature per line, with name, kind, anchors, score, length and every
+    segment's score and parameters; coordinates as :func:`core.geojson.feature_collection`
+    writes them for ``crs`` ("wgs84": RFC 7946 lon/lat, "source": the image's CRS; pixels for
+    an image without georeferencing). Written atomically; raises ``TraceError``."""
+    features = []
+    for line in lines:
+        score = line.score
+        properties = {
+            "name": line.name, "kind": line.kind,
+            "anchors": [list(p) for p in line.anchors],
+            "score": None if math.isnan(score) else round(score, 6),
+            "length_px": round(line.length, 3),
+            "segments": [{"score": None if s.is_straight else round(s.score, 6),
+                          "straight": s.is_straight,
+                          "params": None if s.params is None else s.params.as_dict()}
+                         for s in line.segments]}
+        features.append(line_feature(line.polyline, raster, properties, crs))
+    write_geojson(path, feature_collection(features, raster, crs))
