@@ -73,6 +73,11 @@ def model_inputs(pixels: np.ndarray, similarity: np.ndarray) -> np.ndarray:
     return np.pad(planes, pad, mode="reflect")[None]
 
 
+def model_step(rows: int, cols: int, half_resolution: bool = False) -> int:
+    """1, or 2 where a (rows, cols) window runs on 2×2 block means (:func:`surface_probability`)."""
+    return 1 if rows * cols <= FULL_RESOLUTION_PIXELS and not half_resolution else 2
+
+
 def surface_probability(pixels: np.ndarray, similarity: np.ndarray,
                         model_path: str | os.PathLike | None = None,
                         half_resolution: bool = False) -> np.ndarray:
@@ -101,7 +106,7 @@ def surface_probability(pixels: np.ndarray, similarity: np.ndarray,
     """
     session = _session(os.fspath(MODEL_PATH if model_path is None else model_path))
     rows, cols = similarity.shape
-    step = 1 if rows * cols <= FULL_RESOLUTION_PIXELS and not half_resolution else 2
+    step = model_step(rows, cols, half_resolution)
     if step > 1:  # 2×2 block means; the model saw scales 0.6..1.6 in training
         pixels = _block_mean(pixels, step)
         similarity = _block_mean(similarity[:, :, None], step)[:, :, 0]

@@ -8,17 +8,21 @@ it afterwards, so the backend may be used from any thread (calls are serialised)
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
-from core import scores
+from core import surface
 from core.backend import BackendSolution, TracerBackend
 from core.dp import DPProblem, DPSolution
-from core.errors import BackendUnavailable, NoAdmissiblePath
+from core.errors import BackendUnavailable, ModelUnavailable, NoAdmissiblePath
 from core.guides import Corridor, Windows
 from core.scores import Evidence, ScoreKind
 from gpu.context import GpuContext, open_context
 from gpu.engine import DeviceTracer
 from gpu.evidence import DeviceEvidence, centre_supported
+from gpu.kinds import device_kind
+from gpu.network import DeviceNetwork
 
 
 def _corridor_sizes(corridor: Corridor) -> tuple[int, ...]:
@@ -55,6 +59,11 @@ class GpuBackend(TracerBackend):
             self._tracer = DeviceTracer(context, method)
             self._evidence = DeviceEvidence(self._tracer)
         self._centre_on_device = centre_supported()
+        self._network = None
+        self._network_path = None
+        self._network_note = ""
+        if self.model_note:
+            self.description += f" ({self.model_note})"
 
     @classmethod
     def create(cls, method: str = "auto", device: int = 0) -> GpuBackend:
@@ -74,11 +83,14 @@ class GpuBackend(TracerBackend):
         # current itself on a thread other than the one that opened it (it would leak them).
         tracer = self.__dict__.pop("_tracer", None)
         evidence = self.__dict__.pop("_evidence", None)  # holds the tracer too
+        network = self.__dict__.pop("_network", None)
         if tracer is None:
             return
         try:
             with self.context.active():
-                del evidence, tracer
+                if network is not None:
+                    network.release()
+                del evidence, tracer, network
         except Exception:  # interpreter shutdown: the driver may already be gone
             pass
 
@@ -92,32 +104,55 @@ class GpuBackend(TracerBackend):
         with self.context.active():
             self._evidence.release()
             self._tracer.release()
+            if self._network is not None:
+                self._network.release()
+            self._network_path = None
 
     # -- TracerBackend ----------------------------------------------------------------------
 
     def score_planes(self, kind: ScoreKind, pixels: np.ndarray, a: np.ndarray, b: np.ndarray,
                      sigma: float) -> tuple[np.ndarray, float]:
-        """Planes of ``centre``, ``cross`` and ``sine`` computed on the device (gpu/evidence.py),
-        other kinds on the CPU. The planes stay in the device's evidence buffer too, so the
-        trace that follows uploads nothing."""
-        device = self._evidence
-        if not device.supports(pixels) or kind.planes not in (
-                scores._centre_planes, scores._cross_planes, scores._sine_planes):
-            return super().score_planes(kind, pixels, a, b, sigma)
-        if kind.planes is scores._centre_planes and not self._centre_on_device:
+        """Planes of the kinds of :data:`gpu.kinds.DEVICE_KINDS` computed on the device (the
+        surface model too), other kinds on the CPU. The planes stay in the device's evidence
+        buffer too, so the trace that follows uploads nothing."""
+        implementation, _ = device_kind(kind)
+        if (implementation is None or not self._evidence.supports(pixels)
+                or not self._centre_on_device):
             return super().score_planes(kind, pixels, a, b, sigma)
         a = np.asarray(a, dtype=np.float64)
         b = np.asarray(b, dtype=np.float64)
         with self.context.active():
-            if kind.planes is scores._centre_planes:
-                planes = device.centre(pixels, a, b)
-            else:
-                planes = device.gradient(pixels, float(sigma))
+            network = None
+            if implementation.needs_model:
+                network = self._surface_network()
+                if network is None:
+                    return super().score_planes(kind, pixels, a, b, sigma)
+            planes, tau = implementation.planes(self._evidence, pixels, a, b, sigma, network)
             self._tracer.planes_resident(planes)
-        tau = 0.0
-        if kind.planes is scores._sine_planes:  # core's median of |∇I|, from the planes
-            tau = float(np.median(np.hypot(planes[0], planes[1])))
         return planes, tau
+
+    @property
+    def model_note(self) -> str:
+        """Where the surface model runs: "" on the device, else the one-line reason it runs
+        on the CPU."""
+        with self.context.active():
+            self._surface_network()
+        return self._network_note
+
+    def _surface_network(self):
+        """The device copy of core.surface.MODEL_PATH's network, or None (the reason in
+        ``_network_note``). Call inside ``context.active()``."""
+        path = os.fspath(surface.MODEL_PATH)
+        if self._network_path != path:
+            if self._network is not None:
+                self._network.release()
+            self._network, self._network_path, self._network_note = None, path, ""
+            try:
+                self._network = DeviceNetwork(path, self._tracer.stream,
+                                              self._tracer.kernels.network)
+            except ModelUnavailable as exc:
+                self._network_note = f"surface model on the CPU: {exc}"
+        return self._network
 
     def link_scores(self, evidence: Evidence, corridor: Corridor) -> list[np.ndarray]:
         """links[t] of shape (n_t, n_{t+1}), float64, for t = 0..m, computed on the device."""

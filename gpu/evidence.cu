@@ -299,3 +299,113 @@ extern "C" __global__ void gradient_rows(const double* __restrict__ tmp, int row
     planar[plane + (size_t)r * cols + c] = fy;
     interleaved[(size_t)r * cols + c] = make_float2(fx, fy);
 }
+
+// ---- the `surface` kind: the model's input and output around core/surface.py ----------------
+
+// The planes the model reads before core.surface.model_inputs stretches them: the window's
+// `step` x `step` block means (core.surface._block_mean: edge padding, the strided views summed in
+// float32 in row-major order of the offsets, then divided) of bands 0..2 (band 0 alone when the
+// image has fewer than 3) and of the similarity. out: (4 or 2, out_rows, out_cols) float32, the
+// bands first, the similarity last.
+extern "C" __global__ void model_planes(const float* __restrict__ pix, int rows, int cols,
+                                        int bands, int pitch, const float* __restrict__ sim,
+                                        int step, int out_rows, int out_cols,
+                                        float* __restrict__ out)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    const int r = blockIdx.y * blockDim.y + threadIdx.y;
+    if (c >= out_cols || r >= out_rows) return;
+    const int used = bands >= 3 ? 3 : 1;
+    const size_t plane = (size_t)out_rows * out_cols, at = (size_t)r * out_cols + c;
+    const float divisor = (float)(step * step);
+    for (int k = 0; k <= used; ++k) {
+        float total = 0.0f;
+        for (int i = 0; i < step; ++i)
+            for (int j = 0; j < step; ++j) {
+                const int rr = min(r * step + i, rows - 1), cc = min(c * step + j, cols - 1);
+                const float v = k < used ? pixel(pix, pitch, bands, rr, cc, k)
+                                         : sim[(size_t)rr * cols + cc];
+                total = (i == 0 && j == 0) ? v : __fadd_rn(total, v);
+            }
+        out[k * plane + at] = __fdiv_rn(total, divisor);
+    }
+}
+
+// core.surface.surface_probability from the network's logits (logit_cols wide, the model
+// resolution's rows x cols in its top-left corner): sigmoid, and for step 2 the bilinear
+// upsampling of core.surface._upsample (rows first, then columns, float32 weights).
+__device__ __forceinline__ float probability_at(const float* logits, int logit_cols, int r, int c)
+{
+    return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-logits[(size_t)r * logit_cols + c])));
+}
+
+__device__ __forceinline__ void upsample_tap(int i, int step, int size, int& low, int& high,
+                                             float& weight)
+{
+    const double position = fmin(fmax(((double)i + 0.5) / step - 0.5, 0.0), (double)(size - 1));
+    low = (int)floor(position);
+    high = min(low + 1, size - 1);
+    weight = (float)(position - low);
+}
+
+extern "C" __global__ void surface_probability(const float* __restrict__ logits, int logit_cols,
+                                               int model_rows, int model_cols, int step,
+                                               int rows, int cols, float* __restrict__ out)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    const int r = blockIdx.y * blockDim.y + threadIdx.y;
+    if (c >= cols || r >= rows) return;
+    float value;
+    if (step == 1) {
+        value = probability_at(logits, logit_cols, r, c);
+    } else {
+        int r0, r1, c0, c1;
+        float wr, wc;
+        upsample_tap(r, step, model_rows, r0, r1, wr);
+        upsample_tap(c, step, model_cols, c0, c1, wc);
+        float column[2];
+        for (int k = 0; k < 2; ++k) {
+            const int cc = k == 0 ? c0 : c1;
+            column[k] = __fadd_rn(__fmul_rn(probability_at(logits, logit_cols, r0, cc), __fsub_rn(1.0f, wr)),
+                                  __fmul_rn(probability_at(logits, logit_cols, r1, cc), wr));
+        }
+        value = __fadd_rn(__fmul_rn(column[0], __fsub_rn(1.0f, wc)), __fmul_rn(column[1], wc));
+    }
+    out[(size_t)r * cols + c] = value;
+}
+
+// The model's trust t = min(1, mean probability in the endpoint patches / model_trust): one block.
+// patches: the n pixel indices (row * cols + col) of both patches. trust[0] = t.
+extern "C" __global__ void surface_trust(const float* __restrict__ probability,
+                                         const int* __restrict__ patches, int n,
+                                         double model_trust, double* __restrict__ trust)
+{
+    __shared__ double sums[256];
+    double sum = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) sum += probability[patches[i]];
+    sums[threadIdx.x] = sum;
+    __syncthreads();
+    for (int half = blockDim.x / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) sums[threadIdx.x] += sums[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        const double mean = n ? (double)(float)(sums[0] / n) : 0.0;
+        trust[0] = fmin(1.0, mean / model_trust);
+    }
+}
+
+// The membership the `surface` kind centres on, in place of the similarity:
+// sim <- sqrt((t p + (1 - t) s) s), float32 as core.scores computes it.
+extern "C" __global__ void surface_membership(const float* __restrict__ probability, int n,
+                                              const double* __restrict__ trust,
+                                              float* __restrict__ sim)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float t = (float)trust[0];
+    const float rest = (float)(1.0 - trust[0]);
+    const float s = sim[i];
+    const float surface = __fadd_rn(__fmul_rn(t, probability[i]), __fmul_rn(rest, s));
+    sim[i] = __fsqrt_rn(__fmul_rn(surface, s));
+}

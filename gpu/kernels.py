@@ -14,10 +14,11 @@ from pathlib import Path
 import numpy as np
 
 from core.scores import CROSS, SCALAR, SINE
+from gpu.network import CONV_SIZES
 
 SOURCE_DIR = Path(__file__).resolve().parent
 #: Every CUDA source of the package (tests compile each with nvcc).
-CUDA_SOURCES = ("dp.cu", "evidence.cu", "links.cu")
+CUDA_SOURCES = ("dp.cu", "evidence.cu", "links.cu", "network.cu")
 
 #: ``struct Step`` of dp.cu.
 STEP_DTYPE = np.dtype([
@@ -46,6 +47,24 @@ EVIDENCE_KERNELS = {
     "centre_blur_rows": "PiiPdP",         # tmp, rows, cols, kernel, length_cost, out
     "gradient_columns": "PiiiiPiP",       # pixels, rows, cols, bands, pitch, weights, radius, tmp
     "gradient_rows": "PiiiPiPP",          # tmp, rows, cols, bands, weights, radius, planar, pairs
+    # pixels, rows, cols, bands, pitch, sim, step, out_rows, out_cols, out
+    "model_planes": "PiiiiPiiiP",
+    # logits, logit_cols, model_rows, model_cols, step, rows, cols, out
+    "surface_probability": "PiiiiiiP",
+    "surface_trust": "PPidP",             # probability, patches, n, model_trust, trust
+    "surface_membership": "PiPP",         # probability, n, trust, sim
+}
+
+#: Kernels of network.cu and their argument formats.
+NETWORK_KERNELS = {
+    **{f"conv2d_k{k}": "PPPPiiiii" for k in CONV_SIZES},  # in, w, bias, out, c_in, c_out,
+                                                            # rows, cols, relu
+    "max_pool": "PPiiiiii",               # in, out, channels, rows, cols, k, out_rows, out_cols
+    "resize_linear": "PPiiiiiff",         # in, out, channels, rows, cols, out_rows, out_cols,
+                                          # scale_y, scale_x
+    "copy_floats": "PPq",                 # in, out, n
+    "relu": "PPq",
+    "sigmoid": "PPq",
 }
 
 
@@ -65,6 +84,7 @@ class Kernels:
     finish: object           # (best, best_arg, n_best, merge_arg, args, links, sizes, m, c, result)
     links: dict              # sampler -> (const LinkStage*, Image by value)
     evidence: dict           # evidence.cu kernel name -> function (formats in _load)
+    network: dict            # network.cu kernel name -> function
 
 
 def _compile(name: str):
@@ -77,6 +97,7 @@ def _load():
     dp = _compile("dp.cu")
     links = _compile("links.cu")
     evidence = _compile("evidence.cu")
+    network = _compile("network.cu")
 
     def prepared(module, name, arg_format):
         function = module.get_function(name)
@@ -94,6 +115,8 @@ def _load():
                for sampler, name in LINK_KERNELS.items()},
         evidence={name: prepared(evidence, name, arg_format)
                   for name, arg_format in EVIDENCE_KERNELS.items()},
+        network={name: prepared(network, name, arg_format)
+                 for name, arg_format in NETWORK_KERNELS.items()},
     )
 
 
