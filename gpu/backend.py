@@ -18,7 +18,7 @@ from core.dp import DPProblem, DPSolution
 from core.errors import BackendUnavailable, ModelUnavailable, NoAdmissiblePath
 from core.guides import Corridor, Windows
 from core.scores import Evidence, ScoreKind
-from gpu.context import GpuContext, open_context
+from gpu.context import GpuContext, fast_float64, open_context
 from gpu.engine import DeviceTracer
 from gpu.evidence import DeviceEvidence, centre_supported
 from gpu.kinds import device_kind
@@ -48,15 +48,21 @@ class GpuBackend(TracerBackend):
     method : {"auto", "rmq", "reduce"}
         DP step kernel (see :class:`gpu.engine.DeviceTracer`); ``auto`` picks the sparse-table
         kernel whenever it fits the device.
+    precision : {"auto", "float64", "float32"}
+        Arithmetic of link scores and DP; ``auto``: float64 where the device computes it at
+        full rate or half (:func:`gpu.context.fast_float64`), float32 elsewhere.
     """
 
     name = "gpu"
 
-    def __init__(self, context: GpuContext, method: str = "auto"):
+    def __init__(self, context: GpuContext, method: str = "auto", precision: str = "auto"):
         self.context = context
-        self.description = f"GPU: {context.name}"
+        if precision == "auto":
+            precision = "float64" if fast_float64(context) else "float32"
+        self.description = f"GPU: {context.name}" + ("" if precision == "float64"
+                                                    else ", float32 link scores and DP")
         with context.active():
-            self._tracer = DeviceTracer(context, method)
+            self._tracer = DeviceTracer(context, method, precision)
             self._evidence = DeviceEvidence(self._tracer)
         self._centre_on_device = centre_supported()
         self._network = None
@@ -66,13 +72,14 @@ class GpuBackend(TracerBackend):
             self.description += f" ({self.model_note})"
 
     @classmethod
-    def create(cls, method: str = "auto", device: int = 0) -> GpuBackend:
+    def create(cls, method: str = "auto", device: int = 0,
+               precision: str = "auto") -> GpuBackend:
         """The backend on device ``device``, or :class:`BackendUnavailable` saying why not."""
         context = open_context(device)
         import pycuda.driver as cuda
 
         try:
-            return cls(context, method)
+            return cls(context, method, precision)
         except (cuda.Error, cuda.CompileError, OSError) as exc:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise BackendUnavailable(f"GPU unavailable: the CUDA kernels cannot be built or "
@@ -95,6 +102,11 @@ class GpuBackend(TracerBackend):
             pass
 
     @property
+    def precision(self) -> str:
+        """Arithmetic of link scores and DP on the device: ``float64`` or ``float32``."""
+        return self._tracer.precision
+
+    @property
     def method(self) -> str:
         """The DP step kernel requested (``auto``, ``rmq`` or ``reduce``)."""
         return self._tracer.method
@@ -106,7 +118,7 @@ class GpuBackend(TracerBackend):
             self._tracer.release()
             if self._network is not None:
                 self._network.release()
-            self._network_path = None
+            self._network, self._network_path = None, None
 
     # -- TracerBackend ----------------------------------------------------------------------
 
@@ -117,7 +129,7 @@ class GpuBackend(TracerBackend):
         buffer too, so the trace that follows uploads nothing."""
         implementation, _ = device_kind(kind)
         if (implementation is None or not self._evidence.supports(pixels)
-                or not self._centre_on_device):
+                or (implementation.centred and not self._centre_on_device)):
             return super().score_planes(kind, pixels, a, b, sigma)
         a = np.asarray(a, dtype=np.float64)
         b = np.asarray(b, dtype=np.float64)
@@ -139,6 +151,12 @@ class GpuBackend(TracerBackend):
             self._surface_network()
         return self._network_note
 
+    def surface_network(self):
+        """The surface model as the device runs it (:class:`gpu.network.DeviceNetwork`), or
+        None (``model_note`` says why). Call its methods inside ``context.active()``."""
+        with self.context.active():
+            return self._surface_network()
+
     def _surface_network(self):
         """The device copy of core.surface.MODEL_PATH's network, or None (the reason in
         ``_network_note``). Call inside ``context.active()``."""
@@ -152,10 +170,15 @@ class GpuBackend(TracerBackend):
                                               self._tracer.kernels.network)
             except ModelUnavailable as exc:
                 self._network_note = f"surface model on the CPU: {exc}"
+            except Exception as exc:  # onnx's evaluator, the driver: any failure means the CPU
+                reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                self._network_note = (f"surface model on the CPU: it cannot be prepared on the "
+                                      f"device ({type(exc).__name__}: {reason})")
         return self._network
 
     def link_scores(self, evidence: Evidence, corridor: Corridor) -> list[np.ndarray]:
-        """links[t] of shape (n_t, n_{t+1}), float64, for t = 0..m, computed on the device."""
+        """links[t] of shape (n_t, n_{t+1}), float64, for t = 0..m, computed on the device (in
+        the backend's precision)."""
         tracer = self._tracer
         with self.context.active():
             plan = tracer.plan(_corridor_sizes(corridor))
@@ -166,12 +189,13 @@ class GpuBackend(TracerBackend):
             stored = []
             for t, buffer in enumerate(plan.links):
                 shape = (sizes[t], sizes[t + 1])
-                host = np.empty(shape[::-1] if plan.schedule.transposed(t) else shape)
+                host = np.empty(shape[::-1] if plan.schedule.transposed(t) else shape,
+                                dtype=tracer.real)
                 tracer.cuda.memcpy_dtoh_async(host, buffer, tracer.stream)
                 stored.append(host)
             tracer.stream.synchronize()
-        return [host.T.copy() if plan.schedule.transposed(t) else host
-                for t, host in enumerate(stored)]
+        return [np.ascontiguousarray(host.T if plan.schedule.transposed(t) else host,
+                                     dtype=np.float64) for t, host in enumerate(stored)]
 
     def solve(self, problem: DPProblem) -> DPSolution:
         """The optimal indices (m,) and total score of ``problem`` (links from the host)."""

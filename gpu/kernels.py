@@ -1,9 +1,10 @@
 """The CUDA sources of this package, compiled once per context, and their argument layouts.
 
-``dp.cu``, ``links.cu`` and ``evidence.cu`` sit beside this file; :func:`load_kernels`
-compiles them with pycuda's ``SourceModule`` (nvcc, cached on disk by pycuda) for the current
-context's device, memoised per context (one retained primary context per device), and returns
-the kernels as prepared functions.
+``dp.cu``, ``links.cu``, ``evidence.cu`` and ``network.cu`` sit beside this file;
+:func:`load_kernels` compiles them with pycuda's ``SourceModule`` (nvcc, cached on disk by
+pycuda) for the current context's device, memoised per context (one retained primary context
+per device) and precision (``dp.cu`` and ``links.cu`` are built with ``REAL`` = double or
+float), and returns the kernels as prepared functions.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from gpu.network import CONV_SIZES
 SOURCE_DIR = Path(__file__).resolve().parent
 #: Every CUDA source of the package (tests compile each with nvcc).
 CUDA_SOURCES = ("dp.cu", "evidence.cu", "links.cu", "network.cu")
+
+#: Precisions of the link-score and DP kernels: numpy dtype of their scores, and ``REAL``.
+PRECISIONS = {"float64": "double", "float32": "float"}
 
 #: ``struct Step`` of dp.cu.
 STEP_DTYPE = np.dtype([
@@ -87,17 +91,17 @@ class Kernels:
     network: dict            # network.cu kernel name -> function
 
 
-def _compile(name: str):
+def _compile(name: str, *options: str):
     from pycuda.compiler import SourceModule
 
-    return SourceModule(source(name), no_extern_c=True, options=["-std=c++17"])
+    return SourceModule(source(name), no_extern_c=True, options=["-std=c++17", *options])
 
 
-def _load():
-    dp = _compile("dp.cu")
-    links = _compile("links.cu")
-    evidence = _compile("evidence.cu")
-    network = _compile("network.cu")
+def _load(precision: str, shared: tuple):
+    real = f"-DREAL={PRECISIONS[precision]}"
+    dp = _compile("dp.cu", real)
+    links = _compile("links.cu", real)
+    evidence, network = shared
 
     def prepared(module, name, arg_format):
         function = module.get_function(name)
@@ -120,14 +124,18 @@ def _load():
     )
 
 
-def load_kernels(context) -> Kernels:
-    """The compiled kernels of ``context`` (a :class:`gpu.context.GpuContext`), memoised.
+def load_kernels(context, precision: str = "float64") -> Kernels:
+    """The compiled kernels of ``context`` (a :class:`gpu.context.GpuContext`) with link scores
+    and DP in ``precision`` (a key of :data:`PRECISIONS`), memoised.
 
     Call inside ``context.active()``: the modules are built for, and belong to, that context.
     """
-    if context not in _KERNELS:
-        _KERNELS[context] = _load()
-    return _KERNELS[context]
+    if context not in _SHARED:
+        _SHARED[context] = (_compile("evidence.cu"), _compile("network.cu"))
+    if (context, precision) not in _KERNELS:
+        _KERNELS[context, precision] = _load(precision, _SHARED[context])
+    return _KERNELS[context, precision]
 
 
 _KERNELS: dict = {}
+_SHARED: dict = {}

@@ -31,6 +31,8 @@ class DeviceKind:
         The ``ScoreKind.produces`` this implementation computes.
     needs_model : bool
         Whether it runs the surface model on the device.
+    centred : bool
+        Whether it ends with the centring blur (needs :func:`gpu.evidence.centre_supported`).
     planes : callable
         ``planes(evidence, pixels, a, b, sigma, network) -> (planes (P, rows, cols) float32, tau)``
         with ``evidence`` a :class:`gpu.evidence.DeviceEvidence` and ``network`` the
@@ -40,6 +42,7 @@ class DeviceKind:
     produces: str
     planes: Callable
     needs_model: bool = False
+    centred: bool = False
 
 
 def _centre(evidence, pixels, a, b, sigma, network):
@@ -63,8 +66,8 @@ DEVICE_KINDS: dict[str, DeviceKind] = {
     "surface": DeviceKind(
         _CENTRED + "√(p'·s), s = endpoint_similarity, p' = t·p + (1 − t)·s, p = "
         "surface_probability, t = min(1, mean p in the endpoint patches / MODEL_TRUST)",
-        _surface, needs_model=True),
-    "centre": DeviceKind(_CENTRED + "endpoint_similarity", _centre),
+        _surface, needs_model=True, centred=True),
+    "centre": DeviceKind(_CENTRED + "endpoint_similarity", _centre, centred=True),
     "cross": DeviceKind("2 planes: gx, gy; tau 0", _gradient),
     "sine": DeviceKind("2 planes: gx, gy; tau = median |∇I|", _gradient_median),
 }

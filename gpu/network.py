@@ -202,9 +202,9 @@ def network_program(model, constants: dict, rows: int, cols: int) -> Program:
                 scale = (size[0] / source[1], size[1] / source[2])
             else:
                 raise unsupported(node, "scales or sizes are not constant")
-            if np.size(scales if scales is not None else sizes) and (
-                    (scales is not None and (scales[0] != 1 or scales[1] != 1))
-                    or (sizes is not None and (sizes[0] != 1 or sizes[1] != source[0]))):
+            kept = ((scales[0], scales[1]) == (1, 1) if scales is not None and np.size(scales) == 4
+                    else (sizes[0], sizes[1]) == (1, source[0]))
+            if not kept:
                 raise unsupported(node, "it resizes batch or channels")
             if transform == b"pytorch_half_pixel" and min(size) <= 1:
                 raise unsupported(node, "pytorch_half_pixel to a size of 1")
@@ -278,6 +278,18 @@ class DeviceNetwork:
             self._programs.popitem(last=False)[1].free()
         return prepared
 
+    def run(self, image: np.ndarray) -> np.ndarray:
+        """The network's output (channels, rows, cols) float32 for ``image`` (1, C, rows, cols),
+        host to host (checks and tests; the tracer keeps both on the device)."""
+        prepared = self.prepared(*image.shape[2:])
+        self.cuda.memcpy_htod_async(prepared.input, np.ascontiguousarray(image, np.float32),
+                                    self.stream)
+        prepared.launch(self.stream)
+        out = np.empty(prepared.output_shape, dtype=np.float32)
+        self.cuda.memcpy_dtoh_async(out, prepared.output, self.stream)
+        self.stream.synchronize()
+        return out
+
     def release(self) -> None:
         """Free the weights and every cached program."""
         for prepared in self._programs.values():
@@ -348,7 +360,7 @@ class _Prepared:
         from gpu.graphs import capture
 
         self.runs += 1
-        if self.graph is None and self.runs >= 2:
+        if self.runs == 2:
             self.graph = capture(stream, self._launch_all)
         if self.graph is not None:
             self.graph.launch(stream)
