@@ -409,3 +409,109 @@ extern "C" __global__ void surface_membership(const float* __restrict__ probabil
     const float surface = __fadd_rn(__fmul_rn(t, probability[i]), __fmul_rn(rest, s));
     sim[i] = __fsqrt_rn(__fmul_rn(surface, s));
 }
+
+// numpy.percentile(bands, q) (method "linear") of the model's band planes, without sorting: the
+// two order statistics around each quantile found by a radix select on the values' bits (one
+// block; `repeat` counts every value that many times, for a grey image's band used three times).
+// q: the two quantiles as fractions; out: [value at q0, value at q1] (float64, as numpy returns).
+__device__ __forceinline__ unsigned int order_key(float v)
+{
+    const unsigned int bits = __float_as_uint(v);
+    return (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
+}
+
+__device__ __forceinline__ float key_value(unsigned int key)
+{
+    return __uint_as_float((key & 0x80000000u) ? key & 0x7fffffffu : ~key);
+}
+
+extern "C" __global__ void __launch_bounds__(1024) band_percentiles(
+    const float* __restrict__ values, int n, int repeat, const double* __restrict__ q,
+    double* __restrict__ out)
+{
+    __shared__ unsigned int histogram[4][256];
+    __shared__ unsigned long long rank[4];
+    __shared__ unsigned int prefix[4];
+    __shared__ double gamma[2];
+    const long long total = (long long)n * repeat;
+    if (threadIdx.x < 2) {
+        // numpy: virtual index n q + (1 + q (1 - 1 - 1)) - 1, its floor and the next index.
+        const double index = __dsub_rn(__dadd_rn(__dmul_rn((double)total, q[threadIdx.x]),
+                                                 __dadd_rn(1.0, __dmul_rn(q[threadIdx.x], -1.0))),
+                                       1.0);
+        const double below = floor(index);
+        long long lo = (long long)below;
+        lo = lo < 0 ? 0 : (lo > total - 1 ? total - 1 : lo);
+        rank[2 * threadIdx.x] = lo;
+        rank[2 * threadIdx.x + 1] = lo + 1 > total - 1 ? total - 1 : lo + 1;
+        gamma[threadIdx.x] = __dsub_rn(index, below);
+    }
+    if (threadIdx.x < 4) prefix[threadIdx.x] = 0;
+    unsigned int mask = 0;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int i = threadIdx.x; i < 4 * 256; i += blockDim.x) histogram[i / 256][i % 256] = 0;
+        __syncthreads();
+        for (int base = 0; base < n; base += blockDim.x) {
+            const int i = base + threadIdx.x;
+            const unsigned int key = i < n ? order_key(values[i]) : 0;
+            const unsigned int bin = (key >> shift) & 255u;
+            for (int t = 0; t < 4; ++t) {
+                const bool counts = i < n && (key & mask) == prefix[t];
+                // Lanes with the same bin add together (values of a window share their top bits).
+                const unsigned int voting = __ballot_sync(0xffffffffu, counts);
+                const unsigned int same = __match_any_sync(0xffffffffu, counts ? bin : 256u + t);
+                if (counts && (__ffs(same & voting) - 1) == (int)(threadIdx.x & 31))
+                    atomicAdd(&histogram[t][bin], (unsigned int)(__popc(same & voting) * repeat));
+            }
+        }
+        __syncthreads();
+        if (threadIdx.x < 4) {
+            const int t = threadIdx.x;
+            unsigned long long below = 0;
+            int b = 0;
+            for (; b < 255 && below + histogram[t][b] <= rank[t]; ++b) below += histogram[t][b];
+            rank[t] -= below;
+            prefix[t] |= (unsigned int)b << shift;
+        }
+        mask |= 255u << shift;
+        __syncthreads();
+    }
+    if (threadIdx.x < 2) {
+        // numpy's _lerp: b - a in float32, then in float64 a + d g, or b - d (1 - g) for g >= 0.5.
+        const float a = key_value(prefix[2 * threadIdx.x]), b = key_value(prefix[2 * threadIdx.x + 1]);
+        const double d = (double)__fsub_rn(b, a), g = gamma[threadIdx.x];
+        out[threadIdx.x] = g >= 0.5 ? __dsub_rn((double)b, __dmul_rn(d, __dsub_rn(1.0, g)))
+                                    : __dadd_rn((double)a, __dmul_rn(d, g));
+    }
+}
+
+// core.surface.model_inputs on the device: the band planes stretched by their percentiles
+// (range = [low, high] from band_percentiles, span max(high - low, 1e-6)) and clipped to
+// [clip_low, clip_high], the similarity, all mirrored ("reflect") to out_rows x out_cols.
+// planes: (used + 1, rows, cols), used = 3 or 1 (a grey band taken three times).
+__device__ __forceinline__ int mirror(int i, int n)
+{
+    if (n == 1) return 0;
+    const int period = 2 * (n - 1);
+    i %= period;
+    return i < n ? i : period - i;
+}
+
+extern "C" __global__ void model_input(const float* __restrict__ planes, int used, int rows,
+                                       int cols, const double* __restrict__ range, float clip_low,
+                                       float clip_high, int out_rows, int out_cols,
+                                       float* __restrict__ out)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    const int r = blockIdx.y * blockDim.y + threadIdx.y;
+    if (c >= out_cols || r >= out_rows) return;
+    const size_t plane = (size_t)rows * cols, at = (size_t)mirror(r, rows) * cols + mirror(c, cols);
+    const float low = (float)range[0];
+    const float span = (float)fmax(__dsub_rn(range[1], range[0]), 1e-6);
+    const size_t out_plane = (size_t)out_rows * out_cols, out_at = (size_t)r * out_cols + c;
+    for (int k = 0; k < 3; ++k) {
+        const float v = __fdiv_rn(__fsub_rn(planes[(used == 3 ? k : 0) * plane + at], low), span);
+        out[k * out_plane + out_at] = fminf(fmaxf(v, clip_low), clip_high);
+    }
+    out[3 * out_plane + out_at] = planes[used * plane + at];
+}

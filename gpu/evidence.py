@@ -105,9 +105,9 @@ class DeviceEvidence:
         """``surface`` planes (1, rows, cols), float32, as core's ``surface`` kind makes them,
         the model run by ``network`` (a :class:`gpu.network.DeviceNetwork`).
 
-        The block means the model reads come back to the host for core.surface.model_inputs
-        (their percentile stretch, 4 planes at the model's resolution); the network's input
-        goes up, and the probability stays on the device.
+        Everything stays on the device: block means, the percentile stretch of
+        core.surface.model_inputs, the network, the probability and the centring; only the
+        planes come back.
         """
         tracer, k = self.tracer, self.kernels
         rows, cols, bands = pixels.shape
@@ -121,14 +121,24 @@ class DeviceEvidence:
         k["model_planes"].prepared_async_call(
             _grid(model_rows, model_cols), _BLOCK, stream, pointer, rows, cols, bands, pitch,
             similarity, step, model_rows, model_cols, means)
-        planes = tracer.download(means, (used + 1, model_rows, model_cols), np.float32)
-        inputs = surface.model_inputs(planes[:used].transpose(1, 2, 0), planes[used])
-        prepared = network.prepared(*inputs.shape[2:])
-        tracer.upload(inputs, prepared.input)
+        at_range = tracer.slot("surface_range", 32)
+        quantiles = np.array(surface.STRETCH_PERCENTILES, dtype=np.float64) / 100
+        tracer.upload(quantiles, at_range + 16)
+        k["band_percentiles"].prepared_async_call(
+            (1, 1), (1024, 1, 1), stream, means, used * model_rows * model_cols, 4 - used,
+            at_range + 16, at_range)
+        multiple = surface.SIZE_MULTIPLE
+        input_rows, input_cols = (-(-size // multiple) * multiple
+                                  for size in (model_rows, model_cols))
+        prepared = network.prepared(input_rows, input_cols)
+        k["model_input"].prepared_async_call(
+            _grid(input_rows, input_cols), _BLOCK, stream, means, used, model_rows, model_cols,
+            at_range, *(np.float32(v) for v in surface.STRETCH_CLIP), input_rows, input_cols,
+            prepared.input)
         prepared.launch(stream)
         probability = tracer.slot("surface_probability", 4 * rows * cols)
         k["surface_probability"].prepared_async_call(
-            _grid(rows, cols), _BLOCK, stream, prepared.output, inputs.shape[3], model_rows,
+            _grid(rows, cols), _BLOCK, stream, prepared.output, input_cols, model_rows,
             model_cols, step, rows, cols, probability)
         pixel_index = np.arange(rows * cols, dtype=np.int32).reshape(rows, cols, 1)
         patches = np.concatenate([scores.patch_colours(pixel_index, point, scores.PATCH_RADIUS)

@@ -79,9 +79,14 @@ def _attributes(node) -> dict:
 
 
 def _evaluate(node, constants: dict) -> list[np.ndarray]:
-    """Outputs of a node whose inputs are all constant, by ONNX's reference evaluator."""
+    """Outputs of a node whose inputs are all constant (ONNX's reference evaluator; a
+    ``Constant`` holding a tensor is read directly)."""
     import onnx
     from onnx.reference import ReferenceEvaluator
+
+    value = _attributes(node).get("value")
+    if node.op_type == "Constant" and isinstance(value, onnx.TensorProto):
+        return [onnx.numpy_helper.to_array(value)]
 
     names = [name for name in node.input if name]
     graph = onnx.helper.make_graph(
@@ -107,6 +112,19 @@ def load_model(path: str):
         raise ModelUnavailable(f"surface model {path} cannot be read: {exc}") from None
     constants = {tensor.name: numpy_helper.to_array(tensor) for tensor in model.graph.initializer}
     return model, constants
+
+
+def fold_constants(model, constants: dict) -> dict:
+    """``constants`` and the outputs of every node computable from constants alone, whatever
+    the input size (``Constant`` nodes, arithmetic on weights), evaluated once."""
+    constants = dict(constants)
+    for node in model.graph.node:
+        names = [name for name in node.input if name]
+        if node.op_type != "Shape" and all(name in constants for name in names) and (
+                names or node.op_type == "Constant"):
+            for name, value in zip(node.output, _evaluate(node, constants), strict=True):
+                constants[name] = np.asarray(value)
+    return constants
 
 
 def network_program(model, constants: dict, rows: int, cols: int) -> Program:
@@ -139,6 +157,8 @@ def network_program(model, constants: dict, rows: int, cols: int) -> Program:
                                 f"surface model ({why})")
 
     for node in graph.node:
+        if all(name in constants for name in node.output):  # folded already (fold_constants)
+            continue
         names = [fused.get(name, name) for name in node.input]
         if all(not name or name in constants for name in names):
             if node.op_type == "Constant" or names:
@@ -250,7 +270,8 @@ class DeviceNetwork:
         self.path = path
         self.stream = stream
         self.kernels = kernels
-        self.model, self.constants = load_model(path)
+        model, constants = load_model(path)
+        self.model, self.constants = model, fold_constants(model, constants)
         self._weights: dict[str, object] = {}
         self._programs: OrderedDict = OrderedDict()
         network_program(self.model, self.constants, 8, 8)  # UnsupportedModel now, not later

@@ -97,12 +97,21 @@ def test_float32_matches_cpu_on_random_scores(backend, m, d, max_angle):
 
 @pytest.mark.parametrize("sampler", [SCALAR, CROSS, SINE])
 def test_float32_link_scores_match_cpu(backend, sampler):
+    """Within float32 rounding; ``sine``'s threshold |∇I| > τ may flip for a sample whose
+    magnitude lies within rounding of τ: each flip moves a score by at most one sample's
+    weight L/K ≤ 1, and few links have one."""
     rng = np.random.default_rng(sampler)
-    planes = rng.normal(size=(1 if sampler == SCALAR else 2, 120, 150)).astype(np.float32)
-    evidence = Evidence(planes, (10, 20), (400, 300), sampler, tau=0.5)
-    corridor = build_corridor(np.array([15.0, 30.0]), np.array([150.0, 120.0]), 6, 41, 30.0)
+    planes = rng.normal(size=(1 if sampler == SCALAR else 2, 200, 260)).astype(np.float32)
+    evidence = Evidence(planes, (0, 0), (260, 200), sampler, tau=0.5)
+    corridor = build_corridor(np.array([40.0, 50.0]), np.array([200.0, 150.0]), 6, 41, 30.0)
     got = backend.link_scores(evidence, corridor)
     expected = CpuBackend().link_scores(evidence, corridor)
     for g, e in zip(got, expected, strict=True):
         assert g.dtype == np.float64
-        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4 * np.abs(e).max())
+        assert np.isfinite(e).all()
+        close = np.isclose(g, e, rtol=1e-4, atol=1e-4 * np.abs(e).max())
+        if sampler == SINE:
+            assert close.mean() >= 0.99
+            assert np.abs(g - e).max() <= 1.0 + 1e-3
+        else:
+            assert close.all(), np.abs(g - e).max()
