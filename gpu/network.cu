@@ -6,7 +6,8 @@
 //           (zero outside), then max(0, .) when `relu`; stride 1, dilation 1, one group, square
 //           odd kernel K (template). A block computes a 16 x 16 tile of CO_TILE output channels:
 //           the input tile (with its halo) and the tile's weights of CI_TILE input channels at a
-//           time sit in shared memory.
+//           time sit in shared memory, the weights of one tap for the CO_TILE channels side by
+//           side so that a thread reads them as two float4.
 // max_pool: K x K windows with stride K, no padding (floor of the size).
 // resize_linear: bilinear, half-pixel coordinates (ONNX Resize mode "linear",
 //           coordinate_transformation_mode "half_pixel"), source coordinates clamped at 0 and at
@@ -15,7 +16,7 @@
 // relu, sigmoid: elementwise, in place allowed.
 
 #define TILE 16
-#define CO_TILE 8
+#define CO_TILE 8  // the inner loop reads a tap's CO_TILE weights as two float4
 #define CI_TILE 4
 
 template <int K>
@@ -26,7 +27,7 @@ __device__ __forceinline__ void conv2d(const float* __restrict__ in, const float
     constexpr int PAD = K / 2;
     constexpr int SPAN = TILE + K - 1;
     __shared__ float tile[CI_TILE][SPAN][SPAN];
-    __shared__ float weights[CI_TILE][CO_TILE][K * K];
+    __shared__ __align__(16) float weights[CI_TILE][K * K][CO_TILE];
     const int x0 = blockIdx.x * TILE, y0 = blockIdx.y * TILE;
     const int co0 = blockIdx.z * CO_TILE;
     const int tx = threadIdx.x, ty = threadIdx.y, t = ty * TILE + tx;
@@ -51,7 +52,7 @@ __device__ __forceinline__ void conv2d(const float* __restrict__ in, const float
             float v = 0.0f;
             if (ci0 + c < c_in && co0 + o < c_out)
                 v = __ldg(w + ((size_t)(co0 + o) * c_in + ci0 + c) * K * K + tap);
-            weights[c][o][tap] = v;
+            weights[c][tap][o] = v;
         }
         __syncthreads();
 #pragma unroll
@@ -61,8 +62,16 @@ __device__ __forceinline__ void conv2d(const float* __restrict__ in, const float
 #pragma unroll
                 for (int j = 0; j < K; ++j) {
                     const float v = tile[c][ty + i][tx + j];
-#pragma unroll
-                    for (int o = 0; o < CO_TILE; ++o) acc[o] = fmaf(weights[c][o][i * K + j], v, acc[o]);
+                    const float4* w4 = reinterpret_cast<const float4*>(weights[c][i * K + j]);
+                    const float4 low = w4[0], high = w4[1];
+                    acc[0] = fmaf(low.x, v, acc[0]);
+                    acc[1] = fmaf(low.y, v, acc[1]);
+                    acc[2] = fmaf(low.z, v, acc[2]);
+                    acc[3] = fmaf(low.w, v, acc[3]);
+                    acc[4] = fmaf(high.x, v, acc[4]);
+                    acc[5] = fmaf(high.y, v, acc[5]);
+                    acc[6] = fmaf(high.z, v, acc[6]);
+                    acc[7] = fmaf(high.w, v, acc[7]);
                 }
             }
         }
