@@ -1,6 +1,9 @@
-// Evidence planes of the score kinds `centre`, `cross` and `sine` on the device, by the rules of
-// core/scores.py and core/gradient.py (gpu/evidence.py is the host side):
+// Evidence planes of the score kinds `surface`, `centre`, `cross` and `sine` on the device, by the
+// rules of core/scores.py, core/surface.py and core/gradient.py (gpu/evidence.py is the host side):
 //
+// * surface: the model's input planes (block means, percentile stretch, mirror padding of
+//   core.surface.model_inputs), then (after the network, network.cu) the probability, the
+//   model's trust at the clicks and the membership sqrt(p' s), centred as for `centre`;
 // * centre: per-endpoint colour similarity exp(-|x - c|^2 / 2s^2) in float32 (the larger of the
 //   two models), the band mask (similarity blurred with sigma = 1 > 0.5) walked across [a, b] near
 //   a and b for the band width, and the similarity blurred with sigma = CENTRE_BLUR x width

@@ -1,4 +1,4 @@
-"""Evidence planes on the device: the score kinds ``centre``, ``cross`` and ``sine``.
+"""Evidence planes on the device: the score kinds ``surface``, ``centre``, ``cross`` and ``sine``.
 
 :class:`DeviceEvidence` runs the kernels of ``evidence.cu`` on a :class:`~gpu.engine.DeviceTracer`'s
 stream and buffers. The planes are written straight into the tracer's evidence buffer in the
@@ -12,7 +12,9 @@ array is alive, and windows are read from it in place; the image's pixels are tr
 read-only while it is resident. Other windows are uploaded on every call.
 
 Host-side arithmetic (the colour models of a and b, the σ = 1 mask kernel, the gradient kernels,
-the ``sine`` threshold) is core's own code, so constants and rounding are the CPU's.
+the ``sine`` threshold) is core's own code, so constants and rounding are the CPU's. ``surface``
+runs the learned model on the device too (:class:`gpu.network.DeviceNetwork`): its input planes,
+the network, the probability, the model's trust and the centring never leave the device.
 
 Call every method inside ``context.active()``.
 """
