@@ -8,8 +8,11 @@ Geometry as ``main.py bench`` (cli/bench_cmd.py): the sample image, a horizontal
   the paper's reduction kernel (``reduce``); the CPU backend's DP beside them.
 * End-to-end: evidence (``cross``: the gradient) resident on the device; link scores + DP +
   backtracking + result copy (``GpuBackend.time_trace``).
+* Both in float64 and float32 (``GpuBackend(precision=...)``): what a GPU with a low float64
+  rate runs by default.
 * Interactive: a 300 px pair on the sample with default ``TraceParams``: device time, the
-  backend's wall time with uploads, and the whole ``core.tracer.trace`` call (CPU evidence too).
+  surface model on the device, the backend's wall time with uploads, and the whole
+  ``core.tracer.trace`` call (evidence on the device too), in both precisions.
 
 Usage: ``python benchmarks/gpu_bench.py [--repeats N] [--markdown FILE] [--json FILE]``.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -28,6 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cli.bench_cmd import PAPER_TABLE2_MS, POINTS, table2_case  # noqa: E402
+from core import surface  # noqa: E402
 from core.backend import CpuBackend  # noqa: E402
 from core.guides import admissible_windows, build_corridor, check_max_angle  # noqa: E402
 from core.raster import load_image  # noqa: E402
@@ -69,13 +74,33 @@ def grid(backends: dict, raster, repeats: int, angles, divisions, points) -> lis
                     row[f"dp_{name}_ms"] = median(backend.time_dp(problem, repeats))
                 row["dp_cpu_ms"] = median(cpu.time_dp(problem, max(3, repeats // 5)))
                 evidence = corridor_evidence(raster, corridor, params)
-                row["e2e_ms"] = median(backends["rmq"].time_trace(evidence, corridor, windows,
-                                                                  repeats))
-                fused = backends["rmq"].trace(evidence, corridor, windows).timings_ms
-                row["e2e_links_ms"] = fused["link_scores"]
+                for name, suffix in (("rmq", ""), ("rmq32", "32")):
+                    row[f"e2e{suffix}_ms"] = median(backends[name].time_trace(
+                        evidence, corridor, windows, repeats))
+                    fused = backends[name].trace(evidence, corridor, windows).timings_ms
+                    row[f"e2e{suffix}_links_ms"] = fused["link_scores"]
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
     return rows
+
+
+def model_ms(backend: GpuBackend, rows: int, cols: int, repeats: int) -> float:
+    """CUDA-event median of the device's surface model on a (1, 4, rows, cols) input."""
+    import pycuda.driver as cuda
+
+    network = backend.surface_network()
+    with backend.context.active():
+        network.run(np.zeros((1, 4, rows, cols), np.float32))  # program, then graph
+        prepared = network.prepared(rows, cols)
+        start, end = cuda.Event(), cuda.Event()
+        times = []
+        for _ in range(repeats + 1):
+            start.record(network.stream)
+            prepared.launch(network.stream)
+            end.record(network.stream)
+            end.synchronize()
+            times.append(start.time_till(end))
+    return median(times[1:])
 
 
 def interactive(backend: GpuBackend, raster, repeats: int, profile: bool = False) -> dict:
@@ -87,6 +112,10 @@ def interactive(backend: GpuBackend, raster, repeats: int, profile: bool = False
     corridor = build_corridor(a, b, params.guides, params.points, params.halfwidth)
     windows = admissible_windows(corridor, check_max_angle(params.max_angle))
     evidence = corridor_evidence(raster, corridor, params)
+    rows, cols = evidence.planes.shape[1:]
+    step = surface.model_step(rows, cols)
+    multiple = surface.SIZE_MULTIPLE
+    model_shape = [-(-math.ceil(size / step) // multiple) * multiple for size in (rows, cols)]
     cpu = CpuBackend()
     result = trace(raster, a, b, TraceParams(), backend)
     expected = trace(raster, a, b, TraceParams(), cpu)
@@ -116,8 +145,12 @@ def interactive(backend: GpuBackend, raster, repeats: int, profile: bool = False
     return {
         "a": a.tolist(), "b": b.round(2).tolist(), "guides": params.guides,
         "points": params.points, "halfwidth": params.halfwidth, "max_angle": params.max_angle,
-        "score": params.score,
-        "same_path_as_cpu": bool(np.array_equal(result.indices, expected.indices)),
+        "score": params.score, "precision": backend.precision, "window": [rows, cols],
+        "model_input": model_shape, "model_note": backend.model_note,
+        "same_path_as_cpu": bool(np.allclose(result.polyline, expected.polyline, atol=1e-9)),
+        "model_device_ms": model_ms(backend, *model_shape, repeats),
+        "gpu_evidence_wall_ms": median(wall_ms(
+            lambda: corridor_evidence(raster, corridor, params, backend=backend), repeats)),
         "device_ms": median(backend.time_trace(evidence, corridor, windows, repeats)),
         "backend_wall_ms": median(backend_wall),
         "evidence_wall_ms": median(wall_ms(lambda: corridor_evidence(raster, corridor, params),
@@ -131,28 +164,50 @@ def interactive(backend: GpuBackend, raster, repeats: int, profile: bool = False
     }
 
 
-def markdown(device: str, rows: list[dict], live: dict, repeats: int) -> str:
+def markdown(device: str, rows: list[dict], lives: list[dict], repeats: int) -> str:
     lines = [f"Device: {device}. Medians of {repeats} runs, CUDA events. Sizes as the paper: "
-             "n division points (m = n - 2 guides), d points per guide.", "",
-             "| θ | n (m) | d | DP sparse-table, ms | DP paper-style reduction, ms | "
-             "DP CPU backend, ms | end-to-end, ms | of which link scores, ms | "
-             "paper GTX 750 Ti DP, ms |",
+             "n division points (m = n - 2 guides), d points per guide; f64 / f32: float64 / "
+             "float32 link scores and DP.", "",
+             "| θ | n (m) | d | DP sparse-table f64 / f32, ms | DP paper-style reduction "
+             "f64, ms | DP CPU backend, ms | end-to-end f64 / f32, ms | of which link scores "
+             "f64 / f32, ms | paper GTX 750 Ti DP, ms |",
              "|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         lines.append(f"| {row['theta']:g}° | {row['n']} ({row['m']}) | {row['d']} | "
-                     f"{row['dp_rmq_ms']:.3f} | {row['dp_reduce_ms']:.3f} | "
-                     f"{row['dp_cpu_ms']:.2f} | {row['e2e_ms']:.3f} | "
-                     f"{row['e2e_links_ms']:.3f} | {row['paper_ms']} |")
-    lines += ["", f"Interactive default: a = {live['a']}, b = {live['b']} (300 px), "
+                     f"{row['dp_rmq_ms']:.3f} / {row['dp_rmq32_ms']:.3f} | "
+                     f"{row['dp_reduce_ms']:.3f} | {row['dp_cpu_ms']:.2f} | "
+                     f"{row['e2e_ms']:.3f} / {row['e2e32_ms']:.3f} | "
+                     f"{row['e2e_links_ms']:.3f} / {row['e2e32_links_ms']:.3f} | "
+                     f"{row['paper_ms']} |")
+    lines += ["", "Share of float64 in the float64 kernels' time, 1 − t(f32) / t(f64), at "
+              "n = 8 (what a GPU with a 1/32–1/64 float64 rate would pay many times over):", "",
+              "| θ | d | link scores | DP sparse-table |", "|---|---|---|---|"]
+    for row in rows:
+        if row["n"] == 8:
+            lines.append(f"| {row['theta']:g}° | {row['d']} | "
+                         f"{1 - row['e2e32_links_ms'] / row['e2e_links_ms']:.2f} | "
+                         f"{1 - row['dp_rmq32_ms'] / row['dp_rmq_ms']:.2f} |")
+    for live in lives:
+        lines += _interactive_lines(live)
+    return "\n".join(lines)
+
+
+def _interactive_lines(live: dict) -> list[str]:
+    lines = ["", f"Interactive default ({live['precision']}): a = {live['a']}, b = {live['b']} "
+             f"(300 px), "
               f"m = {live['guides']}, d = {live['points']}, w = {live['halfwidth']:g} px, "
-              f"θ = {live['max_angle']:g}°, score {live['score']}; "
-              f"same path as the CPU backend: {live['same_path_as_cpu']}.", "",
+              f"θ = {live['max_angle']:g}°, score {live['score']}, window {live['window']}, "
+              f"model input {live['model_input']} {live['model_note']}; "
+              f"same polyline as the CPU backend: {live['same_path_as_cpu']}.", "",
               "| what | ms |", "|---|---|",
+              f"| device: surface model (one CUDA graph) | {live['model_device_ms']:.3f} |",
+              f"| evidence planes on the device (corridor_evidence, wall) | "
+              f"{live['gpu_evidence_wall_ms']:.3f} |",
               f"| device: link scores + DP + backtrack + result copy (evidence resident) | "
               f"{live['device_ms']:.3f} |",
               f"| GpuBackend.trace wall time: fresh evidence and windows uploaded, launches, "
               f"result copy | {live['backend_wall_ms']:.3f} |",
-              f"| CPU evidence for the corridor (corridor_evidence) | "
+              f"| evidence on the CPU (corridor_evidence, CPU backend, wall) | "
               f"{live['evidence_wall_ms']:.3f} |",
               f"| core.tracer.trace total, GPU backend | {live['trace_wall_ms']:.3f} |",
               f"| core.tracer.trace total, CPU backend | {live['cpu_trace_wall_ms']:.3f} |",
@@ -160,7 +215,7 @@ def markdown(device: str, rows: list[dict], live: dict, repeats: int) -> str:
               + ", ".join(f"{k} {v:.3f}" for k, v in live["gpu_trace_timings_ms"].items())
               + "; CPU backend: "
               + ", ".join(f"{k} {v:.3f}" for k, v in live["cpu_trace_timings_ms"].items()) + "."]
-    return "\n".join(lines)
+    return lines
 
 
 def main(argv=None) -> int:
@@ -174,20 +229,23 @@ def main(argv=None) -> int:
     parser.add_argument("--profile", action="store_true",
                         help="print a profile of GpuBackend.trace host time to stderr")
     args = parser.parse_args(argv)
-    backends = {"rmq": GpuBackend.create(method="rmq"),
-                "reduce": GpuBackend.create(method="reduce")}
+    backends = {"rmq": GpuBackend.create(method="rmq", precision="float64"),
+                "reduce": GpuBackend.create(method="reduce", precision="float64"),
+                "rmq32": GpuBackend.create(method="rmq", precision="float32")}
     raster = load_image(SAMPLE)
     rows = grid(backends, raster, args.repeats, [float(v) for v in args.angles.split(",")],
                 [int(v) for v in args.divisions.split(",")],
                 [int(v) for v in args.points.split(",")])
-    live = interactive(backends["rmq"], raster, args.repeats, args.profile)
-    text = markdown(backends["rmq"].description.removeprefix("GPU: "), rows, live, args.repeats)
+    lives = [interactive(backends[name], raster, args.repeats, args.profile)
+             for name in ("rmq", "rmq32")]
+    text = markdown(backends["rmq"].description.removeprefix("GPU: "), rows, lives,
+                    args.repeats)
     print(text)
     if args.markdown:
         Path(args.markdown).write_text(text + "\n")
     if args.json:
         Path(args.json).write_text(json.dumps({"device": backends["rmq"].description,
-                                               "grid": rows, "interactive": live}, indent=1))
+                                               "grid": rows, "interactive": lives}, indent=1))
     return 0
 
 

@@ -82,6 +82,11 @@ class ScoreKind:
     """A named way of scoring links: ``planes(inputs) -> (planes (P, rows, cols), tau)``.
 
     ``uses_gradient=False`` lets the tracer skip computing gx, gy (they arrive as None).
+    ``needs`` names what ``planes`` reads (of "pixels", "gradient", "endpoints", "surface
+    model") and ``produces`` says, in one line, which planes it makes from them: a device
+    implementation of the kind (gpu/kinds.py) names the ``produces`` it computes, so a kind whose
+    planes change must change ``produces``, and the device then uses these host planes until
+    it is updated.
     Kinds that follow the centre of a surface also have ``river(inputs) -> (planes, tau,
     surface)``: the kind as the tracer's river mode runs it, with ``surface`` (rows, cols) in
     [0, 1], how likely each pixel lies on the clicked surface, which the traced line is then
@@ -94,6 +99,8 @@ class ScoreKind:
     planes: Callable[[ScoreInputs], tuple[np.ndarray, float]]
     uses_gradient: bool = True
     river: Callable[[ScoreInputs], tuple[np.ndarray, float, np.ndarray]] | None = None
+    needs: tuple[str, ...] = ("pixels",)
+    produces: str = ""
 
 
 SCORE_KINDS: dict[str, ScoreKind] = {}
@@ -121,8 +128,9 @@ def _magnitude(inputs: ScoreInputs) -> np.ndarray:
     return np.hypot(inputs.gx, inputs.gy)
 
 
-def _patch_colours(pixels: np.ndarray, point: np.ndarray, radius: int = 2) -> np.ndarray:
-    """Pixels of the (2r+1)² patch around a point, shape (n, bands)."""
+def patch_colours(pixels: np.ndarray, point: np.ndarray, radius: int = 2) -> np.ndarray:
+    """Pixels of the (2r+1)² patch around a point (x, y), shape (n, bands); the patch is cut
+    at the window's edges."""
     col, row = int(round(point[0])), int(round(point[1]))
     patch = pixels[max(row - radius, 0):row + radius + 1, max(col - radius, 0):col + radius + 1]
     return patch.reshape(-1, pixels.shape[2])
@@ -149,8 +157,8 @@ COLOUR_CENTRING_SIGMA = 1.5
 def _colour_planes(inputs):
     """Similarity to the median colour under a and b (robust to patches overlapping the
     verge), blurred so that the middle of a uniform road or river scores highest."""
-    samples = np.vstack([_patch_colours(inputs.pixels, inputs.a),
-                         _patch_colours(inputs.pixels, inputs.b)])
+    samples = np.vstack([patch_colours(inputs.pixels, inputs.a),
+                         patch_colours(inputs.pixels, inputs.b)])
     centre = np.median(samples, axis=0)
     bands = samples.shape[1]
     deviation = np.sqrt(bands) * 1.4826 * float(np.median(np.abs(samples - centre), axis=0).mean())
@@ -195,7 +203,7 @@ def endpoint_similarity(pixels: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.
     floor = SPREAD_FLOOR * float(np.ptp(pixels)) + 1e-6
     best = np.zeros(pixels.shape[:2], dtype=np.float32)
     for point in (a, b):
-        patch = _patch_colours(pixels, point, PATCH_RADIUS)
+        patch = patch_colours(pixels, point, PATCH_RADIUS)
         spread = max(float(patch.std(axis=0).mean()), floor)
         distance2 = np.zeros_like(best)
         for band, mean in enumerate(patch.mean(axis=0)):
@@ -266,7 +274,7 @@ def _surface_terms(inputs, half_resolution: bool):
     similarity = endpoint_similarity(inputs.pixels, inputs.a, inputs.b)
     probability = surface_probability(inputs.pixels, similarity,
                                       half_resolution=half_resolution)
-    at_clicks = np.vstack([_patch_colours(probability[:, :, None], point, PATCH_RADIUS)
+    at_clicks = np.vstack([patch_colours(probability[:, :, None], point, PATCH_RADIUS)
                            for point in (inputs.a, inputs.b)])
     trust = min(1.0, float(at_clicks.mean()) / MODEL_TRUST)
     surface = trust * probability + (1.0 - trust) * similarity
@@ -308,27 +316,40 @@ def _evidence_planes(inputs):
     return _ridge_term(probability)
 
 
+#: What the ``centre`` and ``surface`` kinds' planes are made of (ScoreKind.produces).
+_CENTRED = ("1 plane: -(1 - G_w * m + LENGTH_COST), G_w a Gaussian of σ = CENTRE_BLUR × the width "
+            "of m > 0.5 across a and b (≥ 1 px, truncate 3), m = ")
+
 register_score_kind(ScoreKind(
     "surface", "follows the centre of the road or water surface under a and b (colour match "
     "refined by the learned surface model)", SCALAR, _surface_planes,
-    uses_gradient=False, river=_surface_river))
+    uses_gradient=False, river=_surface_river,
+    needs=("pixels", "endpoints", "surface model"),
+    produces=_CENTRED + "√(p'·s), s = endpoint_similarity, p' = t·p + (1 − t)·s, p = "
+    "surface_probability, t = min(1, mean p in the endpoint patches / MODEL_TRUST)"))
 register_score_kind(ScoreKind(
     "centre", "follows the centre of the band whose colour matches a or b (roads, rivers)",
-    SCALAR, _centre_planes, uses_gradient=False, river=_centre_river))
+    SCALAR, _centre_planes, uses_gradient=False, river=_centre_river,
+    needs=("pixels", "endpoints"), produces=_CENTRED + "endpoint_similarity"))
 register_score_kind(ScoreKind(
     "evidence", "a probability raster's band 0 (0 = none .. 1 = certain), e.g. a model's "
     "road map: cost 1 - p", SCALAR,
-    _evidence_planes, uses_gradient=False, river=_evidence_river))
+    _evidence_planes, uses_gradient=False, river=_evidence_river,
+    produces="1 plane: -(1 - p + LENGTH_COST), p = band 0 checked to lie in [0, 1]"))
 register_score_kind(ScoreKind(
     "colour", "prefers pixels of the colour found under a and b (road/river surface)",
-    SCALAR, _colour_planes, uses_gradient=False))
+    SCALAR, _colour_planes, uses_gradient=False, needs=("pixels", "endpoints"),
+    produces="1 plane: G_1.5 * -(1 - exp(-d² / 2s²) + 0.05), d the distance to the median "
+    "colour of the endpoint patches"))
 register_score_kind(ScoreKind(
-    "cross", "gradient magnitude across the link, |∇I × v| (edge following)", CROSS, _cross_planes))
+    "cross", "gradient magnitude across the link, |∇I × v| (edge following)", CROSS, _cross_planes,
+    needs=("gradient",), produces="2 planes: gx, gy; tau 0"))
 register_score_kind(ScoreKind(
     "sine", "the paper's |sin φ| between gradient and link where |∇I| > median", SINE,
-    _sine_planes))
+    _sine_planes, needs=("gradient",), produces="2 planes: gx, gy; tau = median |∇I|"))
 register_score_kind(ScoreKind(
-    "flat", "prefers low gradient (homogeneous surface)", SCALAR, _flat_planes))
+    "flat", "prefers low gradient (homogeneous surface)", SCALAR, _flat_planes,
+    needs=("gradient",), produces="1 plane: -(|∇I| / (g0 + |∇I|) + 0.05), g0 = 3·median |∇I|"))
 
 
 # ---------------------------------------------------------------------------------------------

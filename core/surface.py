@@ -27,6 +27,10 @@ MODEL_PATH = Path(__file__).resolve().parent.parent / "resources" / "models" / "
 SIZE_MULTIPLE = 8
 #: Windows larger than this (px) run at half resolution (interactive latency).
 FULL_RESOLUTION_PIXELS = 160 * 160
+#: The model's band planes are stretched so that these percentiles of the window map to 0 and 1,
+#: then clipped to ``STRETCH_CLIP``.
+STRETCH_PERCENTILES = (1.0, 99.0)
+STRETCH_CLIP = (-0.5, 1.5)
 #: What a user can do without the model.
 NO_MODEL_HINT = "score kind 'centre' traces without it"
 
@@ -64,13 +68,18 @@ def model_inputs(pixels: np.ndarray, similarity: np.ndarray) -> np.ndarray:
     multiples of ``SIZE_MULTIPLE`` (mirror padding).
     """
     bands = pixels[:, :, :3] if pixels.shape[2] >= 3 else np.repeat(pixels[:, :, :1], 3, axis=2)
-    low, high = np.percentile(bands, [1.0, 99.0])
+    low, high = np.percentile(bands, STRETCH_PERCENTILES)
     span = max(float(high - low), 1e-6)
-    stretched = np.clip((bands - np.float32(low)) / np.float32(span), -0.5, 1.5)
+    stretched = np.clip((bands - np.float32(low)) / np.float32(span), *STRETCH_CLIP)
     planes = np.concatenate([stretched.transpose(2, 0, 1), similarity[None]]).astype(np.float32)
     rows, cols = similarity.shape
     pad = ((0, 0), (0, (-rows) % SIZE_MULTIPLE), (0, (-cols) % SIZE_MULTIPLE))
     return np.pad(planes, pad, mode="reflect")[None]
+
+
+def model_step(rows: int, cols: int, half_resolution: bool = False) -> int:
+    """1, or 2 where a (rows, cols) window runs on 2×2 block means (:func:`surface_probability`)."""
+    return 1 if rows * cols <= FULL_RESOLUTION_PIXELS and not half_resolution else 2
 
 
 def surface_probability(pixels: np.ndarray, similarity: np.ndarray,
@@ -101,7 +110,7 @@ def surface_probability(pixels: np.ndarray, similarity: np.ndarray,
     """
     session = _session(os.fspath(MODEL_PATH if model_path is None else model_path))
     rows, cols = similarity.shape
-    step = 1 if rows * cols <= FULL_RESOLUTION_PIXELS and not half_resolution else 2
+    step = model_step(rows, cols, half_resolution)
     if step > 1:  # 2×2 block means; the model saw scales 0.6..1.6 in training
         pixels = _block_mean(pixels, step)
         similarity = _block_mean(similarity[:, :, None], step)[:, :, 0]

@@ -8,17 +8,21 @@ it afterwards, so the backend may be used from any thread (calls are serialised)
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
-from core import scores
+from core import surface
 from core.backend import BackendSolution, TracerBackend
 from core.dp import DPProblem, DPSolution
-from core.errors import BackendUnavailable, NoAdmissiblePath
+from core.errors import BackendUnavailable, ModelUnavailable, NoAdmissiblePath
 from core.guides import Corridor, Windows
 from core.scores import Evidence, ScoreKind
-from gpu.context import GpuContext, open_context
+from gpu.context import GpuContext, fast_float64, open_context
 from gpu.engine import DeviceTracer
 from gpu.evidence import DeviceEvidence, centre_supported
+from gpu.kinds import device_kind
+from gpu.network import DeviceNetwork
 
 
 def _corridor_sizes(corridor: Corridor) -> tuple[int, ...]:
@@ -44,26 +48,38 @@ class GpuBackend(TracerBackend):
     method : {"auto", "rmq", "reduce"}
         DP step kernel (see :class:`gpu.engine.DeviceTracer`); ``auto`` picks the sparse-table
         kernel whenever it fits the device.
+    precision : {"auto", "float64", "float32"}
+        Arithmetic of link scores and DP; ``auto``: float64 where the device computes it at
+        full rate or half (:func:`gpu.context.fast_float64`), float32 elsewhere.
     """
 
     name = "gpu"
 
-    def __init__(self, context: GpuContext, method: str = "auto"):
+    def __init__(self, context: GpuContext, method: str = "auto", precision: str = "auto"):
         self.context = context
-        self.description = f"GPU: {context.name}"
+        if precision == "auto":
+            precision = "float64" if fast_float64(context) else "float32"
+        self.description = f"GPU: {context.name}" + ("" if precision == "float64"
+                                                    else ", float32 link scores and DP")
         with context.active():
-            self._tracer = DeviceTracer(context, method)
+            self._tracer = DeviceTracer(context, method, precision)
             self._evidence = DeviceEvidence(self._tracer)
         self._centre_on_device = centre_supported()
+        self._network = None
+        self._network_path = None
+        self._network_note = ""
+        if self.model_note:
+            self.description += f" ({self.model_note})"
 
     @classmethod
-    def create(cls, method: str = "auto", device: int = 0) -> GpuBackend:
+    def create(cls, method: str = "auto", device: int = 0,
+               precision: str = "auto") -> GpuBackend:
         """The backend on device ``device``, or :class:`BackendUnavailable` saying why not."""
         context = open_context(device)
         import pycuda.driver as cuda
 
         try:
-            return cls(context, method)
+            return cls(context, method, precision)
         except (cuda.Error, cuda.CompileError, OSError) as exc:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise BackendUnavailable(f"GPU unavailable: the CUDA kernels cannot be built or "
@@ -74,13 +90,21 @@ class GpuBackend(TracerBackend):
         # current itself on a thread other than the one that opened it (it would leak them).
         tracer = self.__dict__.pop("_tracer", None)
         evidence = self.__dict__.pop("_evidence", None)  # holds the tracer too
+        network = self.__dict__.pop("_network", None)
         if tracer is None:
             return
         try:
             with self.context.active():
-                del evidence, tracer
+                if network is not None:
+                    network.release()
+                del evidence, tracer, network
         except Exception:  # interpreter shutdown: the driver may already be gone
             pass
+
+    @property
+    def precision(self) -> str:
+        """Arithmetic of link scores and DP on the device: ``float64`` or ``float32``."""
+        return self._tracer.precision
 
     @property
     def method(self) -> str:
@@ -92,35 +116,69 @@ class GpuBackend(TracerBackend):
         with self.context.active():
             self._evidence.release()
             self._tracer.release()
+            if self._network is not None:
+                self._network.release()
+            self._network, self._network_path = None, None
 
     # -- TracerBackend ----------------------------------------------------------------------
 
     def score_planes(self, kind: ScoreKind, pixels: np.ndarray, a: np.ndarray, b: np.ndarray,
                      sigma: float) -> tuple[np.ndarray, float]:
-        """Planes of ``centre``, ``cross`` and ``sine`` computed on the device (gpu/evidence.py),
-        other kinds on the CPU. The planes stay in the device's evidence buffer too, so the
-        trace that follows uploads nothing."""
-        device = self._evidence
-        if not device.supports(pixels) or kind.planes not in (
-                scores._centre_planes, scores._cross_planes, scores._sine_planes):
-            return super().score_planes(kind, pixels, a, b, sigma)
-        if kind.planes is scores._centre_planes and not self._centre_on_device:
+        """Planes of the kinds of :data:`gpu.kinds.DEVICE_KINDS` computed on the device (the
+        surface model too), other kinds on the CPU. The planes stay in the device's evidence
+        buffer too, so the trace that follows uploads nothing."""
+        implementation, _ = device_kind(kind)
+        if (implementation is None or not self._evidence.supports(pixels)
+                or (implementation.centred and not self._centre_on_device)):
             return super().score_planes(kind, pixels, a, b, sigma)
         a = np.asarray(a, dtype=np.float64)
         b = np.asarray(b, dtype=np.float64)
         with self.context.active():
-            if kind.planes is scores._centre_planes:
-                planes = device.centre(pixels, a, b)
-            else:
-                planes = device.gradient(pixels, float(sigma))
+            network = None
+            if implementation.needs_model:
+                network = self._surface_network()
+                if network is None:
+                    return super().score_planes(kind, pixels, a, b, sigma)
+            planes, tau = implementation.planes(self._evidence, pixels, a, b, sigma, network)
             self._tracer.planes_resident(planes)
-        tau = 0.0
-        if kind.planes is scores._sine_planes:  # core's median of |∇I|, from the planes
-            tau = float(np.median(np.hypot(planes[0], planes[1])))
         return planes, tau
 
+    @property
+    def model_note(self) -> str:
+        """Where the surface model runs: "" on the device, else the one-line reason it runs
+        on the CPU."""
+        with self.context.active():
+            self._surface_network()
+        return self._network_note
+
+    def surface_network(self):
+        """The surface model as the device runs it (:class:`gpu.network.DeviceNetwork`), or
+        None (``model_note`` says why). Call its methods inside ``context.active()``."""
+        with self.context.active():
+            return self._surface_network()
+
+    def _surface_network(self):
+        """The device copy of core.surface.MODEL_PATH's network, or None (the reason in
+        ``_network_note``). Call inside ``context.active()``."""
+        path = os.fspath(surface.MODEL_PATH)
+        if self._network_path != path:
+            if self._network is not None:
+                self._network.release()
+            self._network, self._network_path, self._network_note = None, path, ""
+            try:
+                self._network = DeviceNetwork(path, self._tracer.stream,
+                                              self._tracer.kernels.network)
+            except ModelUnavailable as exc:
+                self._network_note = f"surface model on the CPU: {exc}"
+            except Exception as exc:  # onnx's evaluator, the driver: any failure means the CPU
+                reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                self._network_note = (f"surface model on the CPU: it cannot be prepared on the "
+                                      f"device ({type(exc).__name__}: {reason})")
+        return self._network
+
     def link_scores(self, evidence: Evidence, corridor: Corridor) -> list[np.ndarray]:
-        """links[t] of shape (n_t, n_{t+1}), float64, for t = 0..m, computed on the device."""
+        """links[t] of shape (n_t, n_{t+1}), float64, for t = 0..m, computed on the device (in
+        the backend's precision)."""
         tracer = self._tracer
         with self.context.active():
             plan = tracer.plan(_corridor_sizes(corridor))
@@ -131,12 +189,13 @@ class GpuBackend(TracerBackend):
             stored = []
             for t, buffer in enumerate(plan.links):
                 shape = (sizes[t], sizes[t + 1])
-                host = np.empty(shape[::-1] if plan.schedule.transposed(t) else shape)
+                host = np.empty(shape[::-1] if plan.schedule.transposed(t) else shape,
+                                dtype=tracer.real)
                 tracer.cuda.memcpy_dtoh_async(host, buffer, tracer.stream)
                 stored.append(host)
             tracer.stream.synchronize()
-        return [host.T.copy() if plan.schedule.transposed(t) else host
-                for t, host in enumerate(stored)]
+        return [np.ascontiguousarray(host.T if plan.schedule.transposed(t) else host,
+                                     dtype=np.float64) for t, host in enumerate(stored)]
 
     def solve(self, problem: DPProblem) -> DPSolution:
         """The optimal indices (m,) and total score of ``problem`` (links from the host)."""

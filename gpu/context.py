@@ -53,6 +53,17 @@ class GpuContext:
                 self._cuda.Context.pop()
 
 
+#: Compute capabilities whose float64 rate is at least half the float32 rate (data-centre parts:
+#: P100, V100, A100, H100/H200, B200); the others (GeForce, RTX, Jetson, ...) run float64 at
+#: 1/32 to 1/64 of float32.
+FAST_FLOAT64 = {(6, 0), (7, 0), (8, 0), (9, 0), (10, 0)}
+
+
+def fast_float64(context: GpuContext) -> bool:
+    """Whether the device of ``context`` computes float64 at a high rate (:data:`FAST_FLOAT64`)."""
+    return tuple(context.device.compute_capability()) in FAST_FLOAT64
+
+
 def open_context(ordinal: int = 0) -> GpuContext:
     """The :class:`GpuContext` of device ``ordinal``, created on first use.
 

@@ -8,8 +8,9 @@
 // r is the node the two links share, o the node at the far end of the new link and z the node
 // at the far end of the old one. All matrices are row-major; `out` is written with the strides
 // in `Step`, so that a forward step writes its result transposed (the next step reads rows).
-// Scores are float64 so that paths agree with the CPU backend except on exact ties; ties break
-// towards the smallest index.
+// Scores are `real`: float64 by default, so that paths agree with the CPU backend except on exact
+// ties, or float32 when built with -DREAL=float (GPUs with a low float64 rate; gpu/kernels.py).
+// Ties break towards the smallest index.
 //
 // Two kernels compute a step:
 //   dp_step_reduce: the paper's kernel: a 2D grid of blocks over the pairs (o, r), a 1D block of
@@ -21,19 +22,23 @@
 // blockIdx.y (rmq) or blockIdx.z (reduce) picks the Step, so the forward and the backward step of
 // one round run in a single launch.
 
-#include <math_constants.h>
+
+#ifndef REAL
+#define REAL double
+#endif
+typedef REAL real;
 
 #define FULL_MASK 0xffffffffu
 #define NO_INDEX 0x7fffffff
 
 struct Step {
-    const double* prev;  // (n_r, n_p): row r holds the predecessor scores over z
-    const double* link;  // (n_r, n_o): score of the new link
+    const real* prev;    // (n_r, n_p): row r holds the predecessor scores over z
+    const real* link;    // (n_r, n_o): score of the new link
     const int* lo;       // (n_r, n_o): first admissible z
     const int* hi;       // (n_r, n_o): last admissible z (lo > hi: none)
-    double* out;         // out[o * out_o_stride + r * out_r_stride], or null
+    real* out;           // out[o * out_o_stride + r * out_r_stride], or null
     int* arg;            // (n_r, n_o): argmax z, -1 if none
-    double* best;        // (n_r): max over o of out[o, r], or null
+    real* best;          // (n_r): max over o of out[o, r], or null
     int* best_arg;       // (n_r): its o, -1 if none
     int n_r, n_o, n_p;
     int out_o_stride, out_r_stride;
@@ -41,18 +46,18 @@ struct Step {
 };
 
 // (v, i) beats (bv, bi): larger value, then smaller index. NO_INDEX marks "nothing yet".
-__device__ __forceinline__ bool better(double v, int i, double bv, int bi)
+__device__ __forceinline__ bool better(real v, int i, real bv, int bi)
 {
     return v > bv || (v == bv && i < bi);
 }
 
 // Max + argmax over the block (blockDim.x a multiple of 32); the result lands in thread 0.
-__device__ void block_argmax(double& v, int& i)
+__device__ void block_argmax(real& v, int& i)
 {
-    __shared__ double warp_v[32];
+    __shared__ real warp_v[32];
     __shared__ int warp_i[32];
     for (int offset = 16; offset > 0; offset >>= 1) {
-        const double ov = __shfl_down_sync(FULL_MASK, v, offset);
+        const real ov = __shfl_down_sync(FULL_MASK, v, offset);
         const int oi = __shfl_down_sync(FULL_MASK, i, offset);
         if (better(ov, oi, v, i)) { v = ov; i = oi; }
     }
@@ -61,10 +66,10 @@ __device__ void block_argmax(double& v, int& i)
     __syncthreads();
     if (warp == 0) {
         const int warps = blockDim.x >> 5;
-        v = lane < warps ? warp_v[lane] : -CUDART_INF;
+        v = lane < warps ? warp_v[lane] : -INFINITY;
         i = lane < warps ? warp_i[lane] : NO_INDEX;
         for (int offset = 16; offset > 0; offset >>= 1) {
-            const double ov = __shfl_down_sync(FULL_MASK, v, offset);
+            const real ov = __shfl_down_sync(FULL_MASK, v, offset);
             const int oi = __shfl_down_sync(FULL_MASK, i, offset);
             if (better(ov, oi, v, i)) { v = ov; i = oi; }
         }
@@ -82,10 +87,11 @@ extern "C" __global__ void dp_step_rmq(const Step* __restrict__ steps)
     const Step s = steps[blockIdx.y];
     const int r = blockIdx.x;
     if (r >= s.n_r) return;
-    // Dynamic shared memory: row values (n_p doubles), then levels 1.. of the index table.
-    extern __shared__ double row[];
+    // Dynamic shared memory: row values (n_p reals), then levels 1.. of the index table.
+    extern __shared__ __align__(8) unsigned char shared[];
+    real* row = reinterpret_cast<real*>(shared);
     short* table = reinterpret_cast<short*>(row + s.n_p);
-    const double* prev = s.prev + (size_t)r * s.n_p;
+    const real* prev = s.prev + (size_t)r * s.n_p;
     for (int z = threadIdx.x; z < s.n_p; z += blockDim.x) row[z] = prev[z];
     __syncthreads();
     const int levels = 31 - __clz(s.n_p);
@@ -99,12 +105,12 @@ extern "C" __global__ void dp_step_rmq(const Step* __restrict__ steps)
         }
         __syncthreads();
     }
-    double row_best = -CUDART_INF;
+    real row_best = -INFINITY;
     int row_arg = NO_INDEX;
     for (int o = threadIdx.x; o < s.n_o; o += blockDim.x) {
         const size_t q = (size_t)r * s.n_o + o;
         const int lo = s.lo[q], hi = s.hi[q];
-        double value = -CUDART_INF;
+        real value = -INFINITY;
         int arg = -1;
         if (lo <= hi) {
             const int level = 31 - __clz(hi - lo + 1);
@@ -134,16 +140,16 @@ extern "C" __global__ void dp_step_reduce(const Step* __restrict__ steps)
     if (o >= s.n_o || r >= s.n_r) return;
     const size_t q = (size_t)r * s.n_o + o;
     const int lo = s.lo[q], hi = s.hi[q];
-    const double* prev = s.prev + (size_t)r * s.n_p;
-    double value = -CUDART_INF;
+    const real* prev = s.prev + (size_t)r * s.n_p;
+    real value = -INFINITY;
     int arg = NO_INDEX;
     for (int z = lo + threadIdx.x; z <= hi; z += blockDim.x) {
-        const double candidate = prev[z];
+        const real candidate = prev[z];
         if (arg == NO_INDEX || candidate > value) { value = candidate; arg = z; }
     }
     block_argmax(value, arg);
     if (threadIdx.x == 0) {
-        if (arg == NO_INDEX) { value = -CUDART_INF; arg = -1; }
+        if (arg == NO_INDEX) { value = -INFINITY; arg = -1; }
         else value += s.link[q];
         if (s.out) s.out[(size_t)o * s.out_o_stride + (size_t)r * s.out_r_stride] = value;
         s.arg[q] = arg;
@@ -151,15 +157,15 @@ extern "C" __global__ void dp_step_reduce(const Step* __restrict__ steps)
 }
 
 // best[r], best_arg[r] = max and argmax of the row values[r, :] (n_rows, n_cols).
-extern "C" __global__ void row_argmax(const double* __restrict__ values, int n_rows, int n_cols,
-                                      double* best, int* best_arg)
+extern "C" __global__ void row_argmax(const real* __restrict__ values, int n_rows, int n_cols,
+                                      real* best, int* best_arg)
 {
     const int r = blockIdx.x;
     if (r >= n_rows) return;
-    double value = -CUDART_INF;
+    real value = -INFINITY;
     int arg = NO_INDEX;
     for (int c = threadIdx.x; c < n_cols; c += blockDim.x) {
-        const double candidate = values[(size_t)r * n_cols + c];
+        const real candidate = values[(size_t)r * n_cols + c];
         if (better(candidate, c, value, arg)) { value = candidate; arg = c; }
     }
     block_argmax(value, arg);
@@ -201,20 +207,20 @@ extern "C" __global__ void reverse_windows(const int* __restrict__ lo, const int
 // (forward (n_t, n_{t+1}) for t < c, backward (n_{t+1}, n_t) for t >= c). links[t]: link scores
 // of stage t, transposed for t >= c. sizes: n_0 .. n_{m+1}.
 // result (2m + 4 doubles): [total, link score of stage 0..m, node index x_0..x_{m+1}].
-extern "C" __global__ void finish(const double* __restrict__ best, const int* __restrict__ best_arg,
+extern "C" __global__ void finish(const real* __restrict__ best, const int* __restrict__ best_arg,
                                   int n_best, const int* __restrict__ merge_arg,
                                   const unsigned long long* __restrict__ args,
                                   const unsigned long long* __restrict__ links,
                                   const int* __restrict__ sizes, int m, int c, double* result)
 {
-    double value = -CUDART_INF;
+    real value = -INFINITY;
     int j = NO_INDEX;
     for (int r = threadIdx.x; r < n_best; r += blockDim.x)
         if (better(best[r], r, value, j)) { value = best[r]; j = r; }
     block_argmax(value, j);
     if (threadIdx.x != 0) return;
     result[0] = value;
-    if (j == NO_INDEX || !(value > -CUDART_INF)) return;
+    if (j == NO_INDEX || !(value > -INFINITY)) return;
     double* x = result + m + 2;
     x[0] = 0.0;
     x[m + 1] = 0.0;
@@ -230,7 +236,7 @@ extern "C" __global__ void finish(const double* __restrict__ best, const int* __
         x[t + 2] = arg[(size_t)x[t + 1] * sizes[t] + (size_t)x[t]];
     }
     for (int t = 0; t <= m; ++t) {
-        const double* link = reinterpret_cast<const double*>(links[t]);
+        const real* link = reinterpret_cast<const real*>(links[t]);
         const size_t from = (size_t)x[t], to = (size_t)x[t + 1];
         result[1 + t] = t < c ? link[from * sizes[t + 1] + to] : link[to * sizes[t] + from];
     }

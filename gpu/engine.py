@@ -19,7 +19,7 @@ import numpy as np
 
 from core.errors import BadParameter
 from core.scores import SCALAR
-from gpu.kernels import LINK_STAGE_DTYPE, STEP_DTYPE, load_kernels
+from gpu.kernels import LINK_STAGE_DTYPE, PRECISIONS, STEP_DTYPE, load_kernels
 from gpu.schedule import Schedule, StepPlan
 
 METHODS = ("auto", "rmq", "reduce")
@@ -30,10 +30,11 @@ _SHORT_MAX = 32767
 _STATIC_SHARED = 1024
 
 
-def rmq_shared_bytes(n_p: int) -> int:
-    """Shared memory of ``dp_step_rmq`` for rows of ``n_p`` values: row + sparse index table."""
+def rmq_shared_bytes(n_p: int, itemsize: int = 8) -> int:
+    """Shared memory of ``dp_step_rmq`` for rows of ``n_p`` values of ``itemsize`` bytes: row +
+    sparse index table."""
     levels = int(n_p).bit_length() - 1
-    return 8 * n_p + 2 * n_p * levels
+    return itemsize * n_p + 2 * n_p * levels
 
 
 def _align(nbytes: int) -> int:
@@ -54,9 +55,11 @@ class DeviceTracer:
     method : {"auto", "rmq", "reduce"}
         DP step kernel: the sparse-table kernel, the paper's reduction kernel, or ``auto``: the
         sparse-table kernel whenever its shared memory fits the device, else the reduction.
+    precision : {"float64", "float32"}
+        Arithmetic of link scores and DP (gpu/kernels.py); results come back as float64.
     """
 
-    def __init__(self, context, method: str = "auto"):
+    def __init__(self, context, method: str = "auto", precision: str = "float64"):
         if method not in METHODS:
             raise BadParameter(f"unknown GPU DP method {method!r}; choose from "
                                f"{', '.join(METHODS)}")
@@ -65,7 +68,13 @@ class DeviceTracer:
         self.cuda = cuda
         self.context = context
         self.method = method
-        self.kernels = load_kernels(context)
+        if precision not in PRECISIONS:
+            raise BadParameter(f"unknown GPU precision {precision!r}; choose from "
+                               f"{', '.join(PRECISIONS)}")
+        self.precision = precision
+        #: dtype of link scores and DP values on the device.
+        self.real = np.dtype(precision)
+        self.kernels = load_kernels(context, precision)
         self.stream = cuda.Stream()
         #: CUDA events for timing, made once (events, like buffers, belong to this context).
         self.events = [cuda.Event() for _ in range(5)]
@@ -140,7 +149,7 @@ class DeviceTracer:
         if self.method == "reduce":
             return False
         n_p = max(step.n_p for step in [*sum(schedule.rounds, []), schedule.merge])
-        needed = rmq_shared_bytes(n_p)
+        needed = rmq_shared_bytes(n_p, self.real.itemsize)
         fits = n_p <= _SHORT_MAX and needed <= self.max_shared - _STATIC_SHARED
         if not fits:
             if self.method == "rmq":
@@ -214,6 +223,8 @@ class _Plan:
         self.schedule = schedule
         sizes, m = schedule.sizes, schedule.guides
         self.rmq = tracer.use_rmq(schedule)
+        self.real = tracer.real
+        real = self.real.itemsize
         self.groups = [*schedule.rounds, [schedule.merge]]
         self.steps = [step for group in self.groups for step in group]
         self.result_size = 2 * m + 4
@@ -227,16 +238,16 @@ class _Plan:
             total += _align(nbytes)
 
         for t in range(m + 1):
-            place(("link", t), 8 * sizes[t] * sizes[t + 1])
+            place(("link", t), real * sizes[t] * sizes[t + 1])
         for step in self.steps:
             if step.kind != "merge" or not self.rmq:
-                place(("out", step.kind, step.stage), 8 * step.n_r * step.n_o)
+                place(("out", step.kind, step.stage), real * step.n_r * step.n_o)
             place(("arg", step.kind, step.stage), 4 * step.n_r * step.n_o)
         offsets = np.concatenate([[0], np.cumsum(sizes)])
         place("points", 16 * int(offsets[-1]))
         place("link_stages", LINK_STAGE_DTYPE.itemsize * (m + 1))
         place("step_table", STEP_DTYPE.itemsize * len(self.steps))
-        place("best", 8 * schedule.merge.n_r)
+        place("best", real * schedule.merge.n_r)
         place("best_arg", 4 * schedule.merge.n_r)
         place("arg_table", 8 * (m + 1))
         place("link_table", 8 * (m + 1))
@@ -285,7 +296,7 @@ class _Plan:
         """Upload host link scores (links[t] of shape (n_t, n_{t+1})) in the device layout."""
         if self.host_links is not links:
             for t, link in enumerate(links):
-                link = np.asarray(link, dtype=np.float64)
+                link = np.asarray(link, dtype=self.real)
                 if link.shape != (self.schedule.sizes[t], self.schedule.sizes[t + 1]):
                     raise BadParameter(f"link scores of stage {t} have shape {link.shape}, "
                                        f"expected {self.schedule.sizes[t:t + 2]}")
@@ -376,7 +387,7 @@ class _Plan:
             if self.rmq:
                 launches.append((kernels.step_rmq, (n_r, len(group)),
                                  (_threads(max(n_p, n_o), 256), 1, 1),
-                                 rmq_shared_bytes(n_p), (pointer,)))
+                                 rmq_shared_bytes(n_p, self.real.itemsize), (pointer,)))
             else:
                 launches.append((kernels.step_reduce, (n_o, n_r, len(group)),
                                  (_threads(n_p, 128), 1, 1), 0, (pointer,)))

@@ -1,6 +1,9 @@
-// Evidence planes of the score kinds `centre`, `cross` and `sine` on the device, by the rules of
-// core/scores.py and core/gradient.py (gpu/evidence.py is the host side):
+// Evidence planes of the score kinds `surface`, `centre`, `cross` and `sine` on the device, by the
+// rules of core/scores.py, core/surface.py and core/gradient.py (gpu/evidence.py is the host side):
 //
+// * surface: the model's input planes (block means, percentile stretch, mirror padding of
+//   core.surface.model_inputs), then (after the network, network.cu) the probability, the
+//   model's trust at the clicks and the membership sqrt(p' s), centred as for `centre`;
 // * centre: per-endpoint colour similarity exp(-|x - c|^2 / 2s^2) in float32 (the larger of the
 //   two models), the band mask (similarity blurred with sigma = 1 > 0.5) walked across [a, b] near
 //   a and b for the band width, and the similarity blurred with sigma = CENTRE_BLUR x width
@@ -298,4 +301,220 @@ extern "C" __global__ void gradient_rows(const double* __restrict__ tmp, int row
     planar[(size_t)r * cols + c] = fx;
     planar[plane + (size_t)r * cols + c] = fy;
     interleaved[(size_t)r * cols + c] = make_float2(fx, fy);
+}
+
+// ---- the `surface` kind: the model's input and output around core/surface.py ----------------
+
+// The planes the model reads before core.surface.model_inputs stretches them: the window's
+// `step` x `step` block means (core.surface._block_mean: edge padding, the strided views summed in
+// float32 in row-major order of the offsets, then divided) of bands 0..2 (band 0 alone when the
+// image has fewer than 3) and of the similarity. out: (4 or 2, out_rows, out_cols) float32, the
+// bands first, the similarity last.
+extern "C" __global__ void model_planes(const float* __restrict__ pix, int rows, int cols,
+                                        int bands, int pitch, const float* __restrict__ sim,
+                                        int step, int out_rows, int out_cols,
+                                        float* __restrict__ out)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    const int r = blockIdx.y * blockDim.y + threadIdx.y;
+    if (c >= out_cols || r >= out_rows) return;
+    const int used = bands >= 3 ? 3 : 1;
+    const size_t plane = (size_t)out_rows * out_cols, at = (size_t)r * out_cols + c;
+    const float divisor = (float)(step * step);
+    for (int k = 0; k <= used; ++k) {
+        float total = 0.0f;
+        for (int i = 0; i < step; ++i)
+            for (int j = 0; j < step; ++j) {
+                const int rr = min(r * step + i, rows - 1), cc = min(c * step + j, cols - 1);
+                const float v = k < used ? pixel(pix, pitch, bands, rr, cc, k)
+                                         : sim[(size_t)rr * cols + cc];
+                total = (i == 0 && j == 0) ? v : __fadd_rn(total, v);
+            }
+        out[k * plane + at] = __fdiv_rn(total, divisor);
+    }
+}
+
+// core.surface.surface_probability from the network's logits (logit_cols wide, the model
+// resolution's rows x cols in its top-left corner): sigmoid, and for step 2 the bilinear
+// upsampling of core.surface._upsample (rows first, then columns, float32 weights).
+__device__ __forceinline__ float probability_at(const float* logits, int logit_cols, int r, int c)
+{
+    return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-logits[(size_t)r * logit_cols + c])));
+}
+
+__device__ __forceinline__ void upsample_tap(int i, int step, int size, int& low, int& high,
+                                             float& weight)
+{
+    const double position = fmin(fmax(((double)i + 0.5) / step - 0.5, 0.0), (double)(size - 1));
+    low = (int)floor(position);
+    high = min(low + 1, size - 1);
+    weight = (float)(position - low);
+}
+
+extern "C" __global__ void surface_probability(const float* __restrict__ logits, int logit_cols,
+                                               int model_rows, int model_cols, int step,
+                                               int rows, int cols, float* __restrict__ out)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    const int r = blockIdx.y * blockDim.y + threadIdx.y;
+    if (c >= cols || r >= rows) return;
+    float value;
+    if (step == 1) {
+        value = probability_at(logits, logit_cols, r, c);
+    } else {
+        int r0, r1, c0, c1;
+        float wr, wc;
+        upsample_tap(r, step, model_rows, r0, r1, wr);
+        upsample_tap(c, step, model_cols, c0, c1, wc);
+        float column[2];
+        for (int k = 0; k < 2; ++k) {
+            const int cc = k == 0 ? c0 : c1;
+            column[k] = __fadd_rn(__fmul_rn(probability_at(logits, logit_cols, r0, cc), __fsub_rn(1.0f, wr)),
+                                  __fmul_rn(probability_at(logits, logit_cols, r1, cc), wr));
+        }
+        value = __fadd_rn(__fmul_rn(column[0], __fsub_rn(1.0f, wc)), __fmul_rn(column[1], wc));
+    }
+    out[(size_t)r * cols + c] = value;
+}
+
+// The model's trust t = min(1, mean probability in the endpoint patches / model_trust): one block.
+// patches: the n pixel indices (row * cols + col) of both patches. trust[0] = t.
+extern "C" __global__ void surface_trust(const float* __restrict__ probability,
+                                         const int* __restrict__ patches, int n,
+                                         double model_trust, double* __restrict__ trust)
+{
+    __shared__ double sums[256];
+    double sum = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) sum += probability[patches[i]];
+    sums[threadIdx.x] = sum;
+    __syncthreads();
+    for (int half = blockDim.x / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) sums[threadIdx.x] += sums[threadIdx.x + half];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        const double mean = n ? (double)(float)(sums[0] / n) : 0.0;
+        trust[0] = fmin(1.0, mean / model_trust);
+    }
+}
+
+// The membership the `surface` kind centres on, in place of the similarity:
+// sim <- sqrt((t p + (1 - t) s) s), float32 as core.scores computes it.
+extern "C" __global__ void surface_membership(const float* __restrict__ probability, int n,
+                                              const double* __restrict__ trust,
+                                              float* __restrict__ sim)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float t = (float)trust[0];
+    const float rest = (float)(1.0 - trust[0]);
+    const float s = sim[i];
+    const float surface = __fadd_rn(__fmul_rn(t, probability[i]), __fmul_rn(rest, s));
+    sim[i] = __fsqrt_rn(__fmul_rn(surface, s));
+}
+
+// numpy.percentile(bands, q) (method "linear") of the model's band planes, without sorting: the
+// two order statistics around each quantile found by a radix select on the values' bits (one
+// block; `repeat` counts every value that many times, for a grey image's band used three times).
+// q: the two quantiles as fractions; out: [value at q0, value at q1] (float64, as numpy returns).
+__device__ __forceinline__ unsigned int order_key(float v)
+{
+    const unsigned int bits = __float_as_uint(v);
+    return (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
+}
+
+__device__ __forceinline__ float key_value(unsigned int key)
+{
+    return __uint_as_float((key & 0x80000000u) ? key & 0x7fffffffu : ~key);
+}
+
+extern "C" __global__ void __launch_bounds__(1024) band_percentiles(
+    const float* __restrict__ values, int n, int repeat, const double* __restrict__ q,
+    double* __restrict__ out)
+{
+    __shared__ unsigned int histogram[4][256];
+    __shared__ unsigned long long rank[4];
+    __shared__ unsigned int prefix[4];
+    __shared__ double gamma[2];
+    const long long total = (long long)n * repeat;
+    if (threadIdx.x < 2) {
+        // numpy: virtual index n q + (1 + q (1 - 1 - 1)) - 1, its floor and the next index.
+        const double index = __dsub_rn(__dadd_rn(__dmul_rn((double)total, q[threadIdx.x]),
+                                                 __dadd_rn(1.0, __dmul_rn(q[threadIdx.x], -1.0))),
+                                       1.0);
+        const double below = floor(index);
+        long long lo = (long long)below;
+        lo = lo < 0 ? 0 : (lo > total - 1 ? total - 1 : lo);
+        rank[2 * threadIdx.x] = lo;
+        rank[2 * threadIdx.x + 1] = lo + 1 > total - 1 ? total - 1 : lo + 1;
+        gamma[threadIdx.x] = __dsub_rn(index, below);
+    }
+    if (threadIdx.x < 4) prefix[threadIdx.x] = 0;
+    unsigned int mask = 0;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int i = threadIdx.x; i < 4 * 256; i += blockDim.x) histogram[i / 256][i % 256] = 0;
+        __syncthreads();
+        for (int base = 0; base < n; base += blockDim.x) {
+            const int i = base + threadIdx.x;
+            const unsigned int key = i < n ? order_key(values[i]) : 0;
+            const unsigned int bin = (key >> shift) & 255u;
+            for (int t = 0; t < 4; ++t) {
+                const bool counts = i < n && (key & mask) == prefix[t];
+                // Lanes with the same bin add together (values of a window share their top bits).
+                const unsigned int voting = __ballot_sync(0xffffffffu, counts);
+                const unsigned int same = __match_any_sync(0xffffffffu, counts ? bin : 256u + t);
+                if (counts && (__ffs(same & voting) - 1) == (int)(threadIdx.x & 31))
+                    atomicAdd(&histogram[t][bin], (unsigned int)(__popc(same & voting) * repeat));
+            }
+        }
+        __syncthreads();
+        if (threadIdx.x < 4) {
+            const int t = threadIdx.x;
+            unsigned long long below = 0;
+            int b = 0;
+            for (; b < 255 && below + histogram[t][b] <= rank[t]; ++b) below += histogram[t][b];
+            rank[t] -= below;
+            prefix[t] |= (unsigned int)b << shift;
+        }
+        mask |= 255u << shift;
+        __syncthreads();
+    }
+    if (threadIdx.x < 2) {
+        // numpy's _lerp: b - a in float32, then in float64 a + d g, or b - d (1 - g) for g >= 0.5.
+        const float a = key_value(prefix[2 * threadIdx.x]), b = key_value(prefix[2 * threadIdx.x + 1]);
+        const double d = (double)__fsub_rn(b, a), g = gamma[threadIdx.x];
+        out[threadIdx.x] = g >= 0.5 ? __dsub_rn((double)b, __dmul_rn(d, __dsub_rn(1.0, g)))
+                                    : __dadd_rn((double)a, __dmul_rn(d, g));
+    }
+}
+
+// core.surface.model_inputs on the device: the band planes stretched by their percentiles
+// (range = [low, high] from band_percentiles, span max(high - low, 1e-6)) and clipped to
+// [clip_low, clip_high], the similarity, all mirrored ("reflect") to out_rows x out_cols.
+// planes: (used + 1, rows, cols), used = 3 or 1 (a grey band taken three times).
+__device__ __forceinline__ int mirror(int i, int n)
+{
+    if (n == 1) return 0;
+    const int period = 2 * (n - 1);
+    i %= period;
+    return i < n ? i : period - i;
+}
+
+extern "C" __global__ void model_input(const float* __restrict__ planes, int used, int rows,
+                                       int cols, const double* __restrict__ range, float clip_low,
+                                       float clip_high, int out_rows, int out_cols,
+                                       float* __restrict__ out)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    const int r = blockIdx.y * blockDim.y + threadIdx.y;
+    if (c >= out_cols || r >= out_rows) return;
+    const size_t plane = (size_t)rows * cols, at = (size_t)mirror(r, rows) * cols + mirror(c, cols);
+    const float low = (float)range[0];
+    const float span = (float)fmax(__dsub_rn(range[1], range[0]), 1e-6);
+    const size_t out_plane = (size_t)out_rows * out_cols, out_at = (size_t)r * out_cols + c;
+    for (int k = 0; k < 3; ++k) {
+        const float v = __fdiv_rn(__fsub_rn(planes[(used == 3 ? k : 0) * plane + at], low), span);
+        out[k * out_plane + out_at] = fminf(fmaxf(v, clip_low), clip_high);
+    }
+    out[3 * out_plane + out_at] = planes[used * plane + at];
 }

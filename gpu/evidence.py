@@ -1,4 +1,4 @@
-"""Evidence planes on the device: the score kinds ``centre``, ``cross`` and ``sine``.
+"""Evidence planes on the device: the score kinds ``surface``, ``centre``, ``cross`` and ``sine``.
 
 :class:`DeviceEvidence` runs the kernels of ``evidence.cu`` on a :class:`~gpu.engine.DeviceTracer`'s
 stream and buffers. The planes are written straight into the tracer's evidence buffer in the
@@ -12,7 +12,9 @@ array is alive, and windows are read from it in place; the image's pixels are tr
 read-only while it is resident. Other windows are uploaded on every call.
 
 Host-side arithmetic (the colour models of a and b, the σ = 1 mask kernel, the gradient kernels,
-the ``sine`` threshold) is core's own code, so constants and rounding are the CPU's.
+the ``sine`` threshold) is core's own code, so constants and rounding are the CPU's. ``surface``
+runs the learned model on the device too (:class:`gpu.network.DeviceNetwork`): its input planes,
+the network, the probability, the model's trust and the centring never leave the device.
 
 Call every method inside ``context.active()``.
 """
@@ -23,7 +25,7 @@ import weakref
 
 import numpy as np
 
-from core import scores
+from core import scores, surface
 from core.gradient import TRUNCATE, gaussian_kernel
 
 #: Bands the device kernels handle (more fall back to the CPU).
@@ -97,41 +99,108 @@ class DeviceEvidence:
     # -- kinds --------------------------------------------------------------------------------
 
     def centre(self, pixels: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """``centre`` planes (1, rows, cols), float32, as core.scores._centre_planes."""
+        """``centre`` planes (1, rows, cols), float32, as core's ``centre`` kind makes them."""
+        similarity = self._similarity(pixels, *self._bind_pixels(pixels), a, b)
+        return self._centred(similarity, pixels.shape[:2], a, b)
+
+    def surface(self, pixels: np.ndarray, a: np.ndarray, b: np.ndarray, network) -> np.ndarray:
+        """``surface`` planes (1, rows, cols), float32, as core's ``surface`` kind makes them,
+        the model run by ``network`` (a :class:`gpu.network.DeviceNetwork`).
+
+        Everything stays on the device: block means, the percentile stretch of
+        core.surface.model_inputs, the network, the probability and the centring; only the
+        planes come back.
+        """
+        tracer, k = self.tracer, self.kernels
+        rows, cols, bands = pixels.shape
+        pointer, pitch = self._bind_pixels(pixels)
+        similarity = self._similarity(pixels, pointer, pitch, a, b)
+        step = surface.model_step(rows, cols)
+        model_rows, model_cols = -(-rows // step), -(-cols // step)
+        used = 3 if bands >= 3 else 1
+        means = tracer.slot("surface_means", 4 * (used + 1) * model_rows * model_cols)
+        stream = tracer.stream
+        k["model_planes"].prepared_async_call(
+            _grid(model_rows, model_cols), _BLOCK, stream, pointer, rows, cols, bands, pitch,
+            similarity, step, model_rows, model_cols, means)
+        at_range = tracer.slot("surface_range", 32)
+        quantiles = np.array(surface.STRETCH_PERCENTILES, dtype=np.float64) / 100
+        tracer.upload(quantiles, at_range + 16)
+        k["band_percentiles"].prepared_async_call(
+            (1, 1), (1024, 1, 1), stream, means, used * model_rows * model_cols, 4 - used,
+            at_range + 16, at_range)
+        multiple = surface.SIZE_MULTIPLE
+        input_rows, input_cols = (-(-size // multiple) * multiple
+                                  for size in (model_rows, model_cols))
+        prepared = network.prepared(input_rows, input_cols)
+        k["model_input"].prepared_async_call(
+            _grid(input_rows, input_cols), _BLOCK, stream, means, used, model_rows, model_cols,
+            at_range, *(np.float32(v) for v in surface.STRETCH_CLIP), input_rows, input_cols,
+            prepared.input)
+        prepared.launch(stream)
+        probability = tracer.slot("surface_probability", 4 * rows * cols)
+        k["surface_probability"].prepared_async_call(
+            _grid(rows, cols), _BLOCK, stream, prepared.output, input_cols, model_rows,
+            model_cols, step, rows, cols, probability)
+        pixel_index = np.arange(rows * cols, dtype=np.int32).reshape(rows, cols, 1)
+        patches = np.concatenate([scores.patch_colours(pixel_index, point, scores.PATCH_RADIUS)
+                                  for point in (a, b)]).ravel()
+        at_trust = tracer.slot("surface_patches", 8 + patches.nbytes)
+        tracer.upload(patches, at_trust + 8)
+        k["surface_trust"].prepared_async_call((1, 1), (256, 1, 1), stream, probability,
+                                               at_trust + 8, patches.size,
+                                               float(scores.MODEL_TRUST), at_trust)
+        n = rows * cols
+        k["surface_membership"].prepared_async_call((-(-n // 256), 1), (256, 1, 1), stream,
+                                                    probability, n, at_trust, similarity)
+        return self._centred(similarity, (rows, cols), a, b)
+
+    def _similarity(self, pixels: np.ndarray, pointer: int, pitch: int, a: np.ndarray,
+                    b: np.ndarray) -> int:
+        """Device address of core.scores.endpoint_similarity (rows, cols) float32 of the window
+        (the "evidence_sim" slot); ``pointer``, ``pitch``: the window on the device."""
         tracer, k = self.tracer, self.kernels
         rows, cols, bands = pixels.shape
         models = np.empty(2 + 2 * bands)
         for e, point in enumerate((a, b)):
-            patch = scores._patch_colours(pixels, point, scores.PATCH_RADIUS)
+            patch = scores.patch_colours(pixels, point, scores.PATCH_RADIUS)
             models[e] = float(patch.std(axis=0).mean())
             models[2 + e * bands:2 + (e + 1) * bands] = patch.mean(axis=0)
-        unit = (b - a) / np.hypot(*(b - a))
-        normal = np.array([-unit[1], unit[0]])
-        params = np.concatenate([np.asarray(a, np.float64), np.asarray(b, np.float64), normal,
-                                 [scores.WIDTH_REACH, scores.CENTRE_BLUR], self._mask_weights])
-        pointer, pitch = self._bind_pixels(pixels)
-        n = rows * cols
-        small = tracer.slot("evidence_small", 8 * (len(models) + len(params) + 3 + MAX_TAPS)
-                            + 8 * _RANGE_BLOCKS)
-        at_models, at_params = small, small + 8 * len(models)
-        at_kernel = at_params + 8 * len(params)
-        at_range = at_kernel + 8 * (2 + MAX_TAPS)
+        at_models = tracer.slot("evidence_models", 8 * len(models) + 8 * _RANGE_BLOCKS + 8)
+        at_range = at_models + 8 * len(models)
         at_partial = at_range + 8
-        tracer.upload(np.concatenate([models, params]), at_models)
-        sim = tracer.slot("evidence_sim", 4 * n)
-        tmp = tracer.slot("evidence_tmp", 8 * n)
-        out = tracer.planes_slot(4 * n)
-        stream, grid = tracer.stream, _grid(rows, cols)
+        tracer.upload(models, at_models)
+        sim = tracer.slot("evidence_sim", 4 * rows * cols)
+        stream = tracer.stream
         k["value_range"].prepared_async_call((_RANGE_BLOCKS, 1), (256, 1, 1), stream, pointer,
                                              rows, cols, bands, pitch, at_partial)
         k["range_finish"].prepared_async_call((1, 1), (32, 1, 1), stream, at_partial,
                                               _RANGE_BLOCKS, at_range)
-        k["similarity"].prepared_async_call(grid, _BLOCK, stream, pointer, rows, cols, bands,
-                                            pitch, at_models, at_range, sim)
-        k["centre_kernel"].prepared_async_call((1, 1), (256, 1, 1), stream, sim, rows, cols,
-                                               at_params, at_kernel)
-        k["centre_blur_columns"].prepared_async_call(grid, _BLOCK, stream, sim, rows, cols,
-                                                     at_kernel, tmp)
+        k["similarity"].prepared_async_call(_grid(rows, cols), _BLOCK, stream, pointer, rows,
+                                            cols, bands, pitch, at_models, at_range, sim)
+        return sim
+
+    def _centred(self, membership: int, shape: tuple[int, int], a: np.ndarray,
+                 b: np.ndarray) -> np.ndarray:
+        """Planes (1, rows, cols) of core.scores' centred term of the (rows, cols) float32
+        membership at device address ``membership``, written to the evidence slot too."""
+        tracer, k = self.tracer, self.kernels
+        rows, cols = shape
+        unit = (b - a) / np.hypot(*(b - a))
+        normal = np.array([-unit[1], unit[0]])
+        params = np.concatenate([np.asarray(a, np.float64), np.asarray(b, np.float64), normal,
+                                 [scores.WIDTH_REACH, scores.CENTRE_BLUR], self._mask_weights])
+        at_params = tracer.slot("evidence_params", 8 * len(params) + 8 * (2 + MAX_TAPS))
+        at_kernel = at_params + 8 * len(params)
+        tracer.upload(params, at_params)
+        n = rows * cols
+        tmp = tracer.slot("evidence_tmp", 8 * n)
+        out = tracer.planes_slot(4 * n)
+        stream, grid = tracer.stream, _grid(rows, cols)
+        k["centre_kernel"].prepared_async_call((1, 1), (256, 1, 1), stream, membership, rows,
+                                               cols, at_params, at_kernel)
+        k["centre_blur_columns"].prepared_async_call(grid, _BLOCK, stream, membership, rows,
+                                                     cols, at_kernel, tmp)
         k["centre_blur_rows"].prepared_async_call(grid, _BLOCK, stream, tmp, rows, cols,
                                                   at_kernel, float(scores.LENGTH_COST), out)
         return tracer.download(out, (1, rows, cols), np.float32)

@@ -1,9 +1,10 @@
 """The CUDA sources of this package, compiled once per context, and their argument layouts.
 
-``dp.cu``, ``links.cu`` and ``evidence.cu`` sit beside this file; :func:`load_kernels`
-compiles them with pycuda's ``SourceModule`` (nvcc, cached on disk by pycuda) for the current
-context's device, memoised per context (one retained primary context per device), and returns
-the kernels as prepared functions.
+``dp.cu``, ``links.cu``, ``evidence.cu`` and ``network.cu`` sit beside this file;
+:func:`load_kernels` compiles them with pycuda's ``SourceModule`` (nvcc, cached on disk by
+pycuda) for the current context's device, memoised per context (one retained primary context
+per device) and precision (``dp.cu`` and ``links.cu`` are built with ``REAL`` = double or
+float), and returns the kernels as prepared functions.
 """
 
 from __future__ import annotations
@@ -14,10 +15,14 @@ from pathlib import Path
 import numpy as np
 
 from core.scores import CROSS, SCALAR, SINE
+from gpu.network import CONV_SIZES
 
 SOURCE_DIR = Path(__file__).resolve().parent
 #: Every CUDA source of the package (tests compile each with nvcc).
-CUDA_SOURCES = ("dp.cu", "evidence.cu", "links.cu")
+CUDA_SOURCES = ("dp.cu", "evidence.cu", "links.cu", "network.cu")
+
+#: Precisions of the link-score and DP kernels: numpy dtype of their scores, and ``REAL``.
+PRECISIONS = {"float64": "double", "float32": "float"}
 
 #: ``struct Step`` of dp.cu.
 STEP_DTYPE = np.dtype([
@@ -46,6 +51,27 @@ EVIDENCE_KERNELS = {
     "centre_blur_rows": "PiiPdP",         # tmp, rows, cols, kernel, length_cost, out
     "gradient_columns": "PiiiiPiP",       # pixels, rows, cols, bands, pitch, weights, radius, tmp
     "gradient_rows": "PiiiPiPP",          # tmp, rows, cols, bands, weights, radius, planar, pairs
+    # pixels, rows, cols, bands, pitch, sim, step, out_rows, out_cols, out
+    "model_planes": "PiiiiPiiiP",
+    # logits, logit_cols, model_rows, model_cols, step, rows, cols, out
+    "surface_probability": "PiiiiiiP",
+    "band_percentiles": "PiiPP",          # values, n, repeat, quantiles, out
+    # planes, used, rows, cols, range, clip_low, clip_high, out_rows, out_cols, out
+    "model_input": "PiiiPffiiP",
+    "surface_trust": "PPidP",             # probability, patches, n, model_trust, trust
+    "surface_membership": "PiPP",         # probability, n, trust, sim
+}
+
+#: Kernels of network.cu and their argument formats.
+NETWORK_KERNELS = {
+    **{f"conv2d_k{k}": "PPPPiiiii" for k in CONV_SIZES},  # in, w, bias, out, c_in, c_out,
+                                                            # rows, cols, relu
+    "max_pool": "PPiiiiii",               # in, out, channels, rows, cols, k, out_rows, out_cols
+    "resize_linear": "PPiiiiiff",         # in, out, channels, rows, cols, out_rows, out_cols,
+                                          # scale_y, scale_x
+    "copy_floats": "PPq",                 # in, out, n
+    "relu": "PPq",
+    "sigmoid": "PPq",
 }
 
 
@@ -65,18 +91,20 @@ class Kernels:
     finish: object           # (best, best_arg, n_best, merge_arg, args, links, sizes, m, c, result)
     links: dict              # sampler -> (const LinkStage*, Image by value)
     evidence: dict           # evidence.cu kernel name -> function (formats in _load)
+    network: dict            # network.cu kernel name -> function
 
 
-def _compile(name: str):
+def _compile(name: str, *options: str):
     from pycuda.compiler import SourceModule
 
-    return SourceModule(source(name), no_extern_c=True, options=["-std=c++17"])
+    return SourceModule(source(name), no_extern_c=True, options=["-std=c++17", *options])
 
 
-def _load():
-    dp = _compile("dp.cu")
-    links = _compile("links.cu")
-    evidence = _compile("evidence.cu")
+def _load(precision: str, shared: tuple):
+    real = f"-DREAL={PRECISIONS[precision]}"
+    dp = _compile("dp.cu", real)
+    links = _compile("links.cu", real)
+    evidence, network = shared
 
     def prepared(module, name, arg_format):
         function = module.get_function(name)
@@ -94,17 +122,23 @@ def _load():
                for sampler, name in LINK_KERNELS.items()},
         evidence={name: prepared(evidence, name, arg_format)
                   for name, arg_format in EVIDENCE_KERNELS.items()},
+        network={name: prepared(network, name, arg_format)
+                 for name, arg_format in NETWORK_KERNELS.items()},
     )
 
 
-def load_kernels(context) -> Kernels:
-    """The compiled kernels of ``context`` (a :class:`gpu.context.GpuContext`), memoised.
+def load_kernels(context, precision: str = "float64") -> Kernels:
+    """The compiled kernels of ``context`` (a :class:`gpu.context.GpuContext`) with link scores
+    and DP in ``precision`` (a key of :data:`PRECISIONS`), memoised.
 
     Call inside ``context.active()``: the modules are built for, and belong to, that context.
     """
-    if context not in _KERNELS:
-        _KERNELS[context] = _load()
-    return _KERNELS[context]
+    if context not in _SHARED:
+        _SHARED[context] = (_compile("evidence.cu"), _compile("network.cu"))
+    if (context, precision) not in _KERNELS:
+        _KERNELS[context, precision] = _load(precision, _SHARED[context])
+    return _KERNELS[context, precision]
 
 
 _KERNELS: dict = {}
+_SHARED: dict = {}

@@ -1,13 +1,19 @@
 // Link scores of every stage on the device, by the rule of core/scores.py:
 // a link p -> q of length L gets K = max(2, ceil(L)) midpoint samples x_k = p + (k + 1/2)/K (q - p),
 // each a bilinear sample of the evidence planes (0 outside the image) turned into a term by the
-// sampler, and score = L/K * sum_k term(x_k). Positions, interpolation and the sum are float64,
-// in the CPU's order of operations, so scores agree with the CPU backend to rounding. Samples
+// sampler, and score = L/K * sum_k term(x_k). Positions, interpolation and the sum are `real`:
+// float64 by default, in the CPU's order of operations, so scores agree with the CPU backend to
+// rounding; float32 when built with -DREAL=float (GPUs with a low float64 rate). Samples
 // on the window's far edge use its last two pixels with weight 1 (the CPU's zero padding, with
 // weight 0, gives the same value).
 //
 // Evidence planes are interleaved per pixel: (rows, cols, P) float32, P = 1 (SCALAR) or 2
 // (CROSS, SINE: gx, gy). One thread computes one link; blockIdx.y picks the stage.
+
+#ifndef REAL
+#define REAL double
+#endif
+typedef REAL real;
 
 #define SAMPLER_SCALAR 0
 #define SAMPLER_CROSS 1
@@ -16,7 +22,7 @@
 struct LinkStage {
     const double* from;  // (n_from, 2) start points (x, y), image pixels
     const double* to;    // (n_to, 2) end points
-    double* out;         // (n_from, n_to), or (n_to, n_from) when transposed
+    real* out;           // (n_from, n_to), or (n_to, n_from) when transposed
     int n_from, n_to;
     int transposed;
     int pad;
@@ -31,24 +37,23 @@ struct Image {
 };
 
 // Bilinear interpolation as core/scores.py writes it (bilinear_coefficients): c0 + fx·c1 +
-// fy·c2 + fx·fy·c3 with the coefficients taken exactly in float64.
-__device__ __forceinline__ double bilinear(float p00, float p01, float p10, float p11, double fx,
-                                          double fy)
+// fy·c2 + fx·fy·c3 with the coefficients taken exactly in float64 (rounded in float32).
+__device__ __forceinline__ real bilinear(float p00, float p01, float p10, float p11, real fx,
+                                        real fy)
 {
-    const double c0 = p00;
-    const double c1 = (double)p01 - c0, c2 = (double)p10 - c0;
-    const double c3 = c0 - p01 - p10 + p11;
+    const real c0 = p00;
+    const real c1 = (real)p01 - c0, c2 = (real)p10 - c0;
+    const real c3 = c0 - p01 - p10 + p11;
     return c0 + fx * c1 + fy * c2 + fx * fy * c3;
 }
 
 template <int SAMPLER>
-__device__ __forceinline__ double sample_term(const Image& im, double x, double y, double vx,
-                                              double vy)
+__device__ __forceinline__ real sample_term(const Image& im, real x, real y, real vx, real vy)
 {
-    const double lx = x - im.col0, ly = y - im.row0;
+    const real lx = x - im.col0, ly = y - im.row0;
     const int ix = min(max((int)floor(lx), 0), im.cols - 2);
     const int iy = min(max((int)floor(ly), 0), im.rows - 2);
-    const double fx = lx - ix, fy = ly - iy;
+    const real fx = lx - ix, fy = ly - iy;
     const size_t at = (size_t)iy * im.cols + ix;
     if (SAMPLER == SAMPLER_SCALAR) {
         const float* p = im.planes + at;
@@ -57,12 +62,12 @@ __device__ __forceinline__ double sample_term(const Image& im, double x, double 
     const float2* p = reinterpret_cast<const float2*>(im.planes) + at;
     const float2 p00 = __ldg(p), p01 = __ldg(p + 1);
     const float2 p10 = __ldg(p + im.cols), p11 = __ldg(p + im.cols + 1);
-    const double v0 = bilinear(p00.x, p01.x, p10.x, p11.x, fx, fy);
-    const double v1 = bilinear(p00.y, p01.y, p10.y, p11.y, fx, fy);
-    const double cross = fabs(v0 * vy - v1 * vx);
+    const real v0 = bilinear(p00.x, p01.x, p10.x, p11.x, fx, fy);
+    const real v1 = bilinear(p00.y, p01.y, p10.y, p11.y, fx, fy);
+    const real cross = fabs(v0 * vy - v1 * vx);
     if (SAMPLER == SAMPLER_CROSS) return cross;
-    const double magnitude = sqrt(v0 * v0 + v1 * v1);
-    return magnitude > im.tau ? cross / magnitude : 0.0;
+    const real magnitude = sqrt(v0 * v0 + v1 * v1);
+    return magnitude > (real)im.tau ? cross / magnitude : (real)0;
 }
 
 template <int SAMPLER>
@@ -74,17 +79,21 @@ __device__ __forceinline__ void link_scores(const LinkStage* stages, const Image
     int s, e;
     if (st.transposed) { e = (int)(g / st.n_from); s = (int)(g - (long long)e * st.n_from); }
     else { s = (int)(g / st.n_to); e = (int)(g - (long long)s * st.n_to); }
-    const double px = st.from[2 * s], py = st.from[2 * s + 1];
-    const double dx = st.to[2 * e] - px, dy = st.to[2 * e + 1] - py;
-    const double length = sqrt(dx * dx + dy * dy);
-    const int count = max(2, (int)ceil(length));
-    const double vx = dx / length, vy = dy / length;
-    const double step = 1.0 / count;
-    double total = 0.0;
+    // The sample count comes from the float64 length, so both precisions take the same samples.
+    const double px64 = st.from[2 * s], py64 = st.from[2 * s + 1];
+    const double dx64 = st.to[2 * e] - px64, dy64 = st.to[2 * e + 1] - py64;
+    const double length64 = sqrt(dx64 * dx64 + dy64 * dy64);
+    const int count = max(2, (int)ceil(length64));
+    const real px = (real)px64, py = (real)py64, dx = (real)dx64, dy = (real)dy64;
+    const real length = (real)length64;
+    const real vx = dx / length, vy = dy / length;
+    const real step = (real)1 / count;
+    const real right = (real)(im.width - 1), bottom = (real)(im.height - 1);
+    real total = 0;
     for (int k = 0; k < count; ++k) {
-        const double f = (k + 0.5) * step;
-        const double x = px + f * dx, y = py + f * dy;
-        if (x < 0.0 || y < 0.0 || x > im.width - 1 || y > im.height - 1) continue;
+        const real f = (k + (real)0.5) * step;
+        const real x = px + f * dx, y = py + f * dy;
+        if (x < 0 || y < 0 || x > right || y > bottom) continue;
         total += sample_term<SAMPLER>(im, x, y, vx, vy);
     }
     st.out[g] = total * length * step;

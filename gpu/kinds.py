@@ -1,0 +1,91 @@
+"""Which score kinds the device computes, keyed by kind name.
+
+Every kind of :data:`core.scores.SCORE_KINDS` is either in :data:`DEVICE_KINDS`, with the
+``ScoreKind.produces`` text it implements, or in :data:`HOST_ONLY_KINDS`, with the reason its
+planes are made on the host (tests/test_gpu_kinds.py checks this without a GPU). A kind whose
+``produces`` no longer matches its device implementation (its planes were changed in core) gets
+host planes until the device catches up; so does a kind registered later and not listed here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from core.scores import ScoreKind
+
+#: What core's ``centre`` and ``surface`` kinds say they produce (core/scores.py), once here.
+_CENTRED = ("1 plane: -(1 - G_w * m + LENGTH_COST), G_w a Gaussian of σ = CENTRE_BLUR × the width "
+            "of m > 0.5 across a and b (≥ 1 px, truncate 3), m = ")
+
+
+@dataclass(frozen=True)
+class DeviceKind:
+    """A score kind's planes on the device.
+
+    Attributes
+    ----------
+    produces : str
+        The ``ScoreKind.produces`` this implementation computes.
+    needs_model : bool
+        Whether it runs the surface model on the device.
+    centred : bool
+        Whether it ends with the centring blur (needs :func:`gpu.evidence.centre_supported`).
+    planes : callable
+        ``planes(evidence, pixels, a, b, sigma, network) -> (planes (P, rows, cols) float32, tau)``
+        with ``evidence`` a :class:`gpu.evidence.DeviceEvidence` and ``network`` the
+        :class:`gpu.network.DeviceNetwork` (None unless ``needs_model``).
+    """
+
+    produces: str
+    planes: Callable
+    needs_model: bool = False
+    centred: bool = False
+
+
+def _centre(evidence, pixels, a, b, sigma, network):
+    return evidence.centre(pixels, a, b), 0.0
+
+
+def _surface(evidence, pixels, a, b, sigma, network):
+    return evidence.surface(pixels, a, b, network), 0.0
+
+
+def _gradient(evidence, pixels, a, b, sigma, network):
+    return evidence.gradient(pixels, float(sigma)), 0.0
+
+
+def _gradient_median(evidence, pixels, a, b, sigma, network):
+    planes = evidence.gradient(pixels, float(sigma))
+    return planes, float(np.median(np.hypot(planes[0], planes[1])))
+
+
+DEVICE_KINDS: dict[str, DeviceKind] = {
+    "surface": DeviceKind(
+        _CENTRED + "√(p'·s), s = endpoint_similarity, p' = t·p + (1 − t)·s, p = "
+        "surface_probability, t = min(1, mean p in the endpoint patches / MODEL_TRUST)",
+        _surface, needs_model=True, centred=True),
+    "centre": DeviceKind(_CENTRED + "endpoint_similarity", _centre, centred=True),
+    "cross": DeviceKind("2 planes: gx, gy; tau 0", _gradient),
+    "sine": DeviceKind("2 planes: gx, gy; tau = median |∇I|", _gradient_median),
+}
+
+HOST_ONLY_KINDS: dict[str, str] = {
+    "colour": "a median colour and one blur: cheap on the host, rarely used",
+    "flat": "rarely used; its planes are one step from the gradient's",
+    "evidence": "the planes are the user's raster itself, checked on the host",
+}
+
+
+def device_kind(kind: ScoreKind) -> tuple[DeviceKind | None, str]:
+    """The device implementation of ``kind``, or None and why its planes come from the host."""
+    implementation = DEVICE_KINDS.get(kind.name)
+    if implementation is None:
+        return None, HOST_ONLY_KINDS.get(kind.name, f"score kind {kind.name!r} has no device "
+                                                     "implementation")
+    if implementation.produces != kind.produces:
+        return None, (f"score kind {kind.name!r} now produces {kind.produces!r}; the device "
+                      f"implements {implementation.produces!r}")
+    return implementation, ""

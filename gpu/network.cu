@@ -1,0 +1,156 @@
+// Layers of a small convolutional network (gpu/network.py runs an ONNX graph with them), float32,
+// NCHW with N = 1. One launch per layer; gpu/network.py captures the launches of one input size in
+// a CUDA graph.
+//
+// conv2d:   out[co, y, x] = bias[co] + sum_{ci, i, j} w[co, ci, i, j] in[ci, y + i - pad, x + j - pad]
+//           (zero outside), then max(0, .) when `relu`; stride 1, dilation 1, one group, square
+//           odd kernel K (template). A block computes a 16 x 16 tile of CO_TILE output channels:
+//           the input tile (with its halo) and the tile's weights of CI_TILE input channels at a
+//           time sit in shared memory, the weights of one tap for the CO_TILE channels side by
+//           side so that a thread reads them as two float4.
+// max_pool: K x K windows with stride K, no padding (floor of the size).
+// resize_linear: bilinear, half-pixel coordinates (ONNX Resize mode "linear",
+//           coordinate_transformation_mode "half_pixel"), source coordinates clamped at 0 and at
+//           the last pixel, as ONNX Runtime computes it.
+// copy_channels: a concatenation along channels is one copy per input into its channel range.
+// relu, sigmoid: elementwise, in place allowed.
+
+#define TILE 16
+#define CO_TILE 8  // the inner loop reads a tap's CO_TILE weights as two float4
+#define CI_TILE 4
+
+template <int K>
+__device__ __forceinline__ void conv2d(const float* __restrict__ in, const float* __restrict__ w,
+                                       const float* __restrict__ bias, float* __restrict__ out,
+                                       int c_in, int c_out, int rows, int cols, int relu)
+{
+    constexpr int PAD = K / 2;
+    constexpr int SPAN = TILE + K - 1;
+    __shared__ float tile[CI_TILE][SPAN][SPAN];
+    __shared__ __align__(16) float weights[CI_TILE][K * K][CO_TILE];
+    const int x0 = blockIdx.x * TILE, y0 = blockIdx.y * TILE;
+    const int co0 = blockIdx.z * CO_TILE;
+    const int tx = threadIdx.x, ty = threadIdx.y, t = ty * TILE + tx;
+    const int x = x0 + tx, y = y0 + ty;
+    const size_t plane = (size_t)rows * cols;
+    float acc[CO_TILE];
+#pragma unroll
+    for (int c = 0; c < CO_TILE; ++c) acc[c] = 0.0f;
+    for (int ci0 = 0; ci0 < c_in; ci0 += CI_TILE) {
+        for (int i = t; i < CI_TILE * SPAN * SPAN; i += TILE * TILE) {
+            const int c = i / (SPAN * SPAN), rest = i - c * SPAN * SPAN;
+            const int r = rest / SPAN, q = rest - r * SPAN;
+            const int yy = y0 + r - PAD, xx = x0 + q - PAD;
+            float v = 0.0f;
+            if (ci0 + c < c_in && yy >= 0 && yy < rows && xx >= 0 && xx < cols)
+                v = __ldg(in + (size_t)(ci0 + c) * plane + (size_t)yy * cols + xx);
+            tile[c][r][q] = v;
+        }
+        for (int i = t; i < CI_TILE * CO_TILE * K * K; i += TILE * TILE) {
+            const int c = i / (CO_TILE * K * K), rest = i - c * CO_TILE * K * K;
+            const int o = rest / (K * K), tap = rest - o * K * K;
+            float v = 0.0f;
+            if (ci0 + c < c_in && co0 + o < c_out)
+                v = __ldg(w + ((size_t)(co0 + o) * c_in + ci0 + c) * K * K + tap);
+            weights[c][tap][o] = v;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int c = 0; c < CI_TILE; ++c) {
+#pragma unroll
+            for (int i = 0; i < K; ++i) {
+#pragma unroll
+                for (int j = 0; j < K; ++j) {
+                    const float v = tile[c][ty + i][tx + j];
+                    const float4* w4 = reinterpret_cast<const float4*>(weights[c][i * K + j]);
+                    const float4 low = w4[0], high = w4[1];
+                    acc[0] = fmaf(low.x, v, acc[0]);
+                    acc[1] = fmaf(low.y, v, acc[1]);
+                    acc[2] = fmaf(low.z, v, acc[2]);
+                    acc[3] = fmaf(low.w, v, acc[3]);
+                    acc[4] = fmaf(high.x, v, acc[4]);
+                    acc[5] = fmaf(high.y, v, acc[5]);
+                    acc[6] = fmaf(high.z, v, acc[6]);
+                    acc[7] = fmaf(high.w, v, acc[7]);
+                }
+            }
+        }
+        __syncthreads();
+    }
+    if (x >= cols || y >= rows) return;
+#pragma unroll
+    for (int o = 0; o < CO_TILE; ++o) {
+        if (co0 + o >= c_out) break;
+        float v = acc[o] + (bias ? __ldg(bias + co0 + o) : 0.0f);
+        if (relu) v = fmaxf(v, 0.0f);
+        out[(size_t)(co0 + o) * plane + (size_t)y * cols + x] = v;
+    }
+}
+
+#define CONV(K)                                                                                    \
+    extern "C" __global__ void __launch_bounds__(TILE * TILE) conv2d_k##K(                         \
+        const float* __restrict__ in, const float* __restrict__ w, const float* __restrict__ bias, \
+        float* __restrict__ out, int c_in, int c_out, int rows, int cols, int relu)                \
+    {                                                                                              \
+        conv2d<K>(in, w, bias, out, c_in, c_out, rows, cols, relu);                                \
+    }
+
+CONV(1)
+CONV(3)
+CONV(5)
+CONV(7)
+
+extern "C" __global__ void max_pool(const float* __restrict__ in, float* __restrict__ out,
+                                    int channels, int rows, int cols, int k, int out_rows,
+                                    int out_cols)
+{
+    const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= (long long)channels * out_rows * out_cols) return;
+    const int c = (int)(g / ((long long)out_rows * out_cols));
+    const int rest = (int)(g - (long long)c * out_rows * out_cols);
+    const int y = rest / out_cols, x = rest - y * out_cols;
+    const float* p = in + (size_t)c * rows * cols + (size_t)(y * k) * cols + x * k;
+    float best = -INFINITY;
+    for (int i = 0; i < k; ++i)
+        for (int j = 0; j < k; ++j) best = fmaxf(best, __ldg(p + (size_t)i * cols + j));
+    out[g] = best;
+}
+
+extern "C" __global__ void resize_linear(const float* __restrict__ in, float* __restrict__ out,
+                                         int channels, int rows, int cols, int out_rows,
+                                         int out_cols, float scale_y, float scale_x)
+{
+    const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= (long long)channels * out_rows * out_cols) return;
+    const int c = (int)(g / ((long long)out_rows * out_cols));
+    const int rest = (int)(g - (long long)c * out_rows * out_cols);
+    const int y = rest / out_cols, x = rest - y * out_cols;
+    const float sy = fminf(fmaxf((y + 0.5f) / scale_y - 0.5f, 0.0f), (float)(rows - 1));
+    const float sx = fminf(fmaxf((x + 0.5f) / scale_x - 0.5f, 0.0f), (float)(cols - 1));
+    const int y0 = (int)sy, x0 = (int)sx;
+    const int y1 = min(y0 + 1, rows - 1), x1 = min(x0 + 1, cols - 1);
+    const float fy = sy - y0, fx = sx - x0;
+    const float* p = in + (size_t)c * rows * cols;
+    const float top = __ldg(p + (size_t)y0 * cols + x0) * (1.0f - fx) + __ldg(p + (size_t)y0 * cols + x1) * fx;
+    const float bottom = __ldg(p + (size_t)y1 * cols + x0) * (1.0f - fx) + __ldg(p + (size_t)y1 * cols + x1) * fx;
+    out[g] = top * (1.0f - fy) + bottom * fy;
+}
+
+extern "C" __global__ void copy_floats(const float* __restrict__ in, float* __restrict__ out,
+                                       long long n)
+{
+    const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (g < n) out[g] = __ldg(in + g);
+}
+
+extern "C" __global__ void relu(const float* in, float* out, long long n)
+{
+    const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (g < n) out[g] = fmaxf(in[g], 0.0f);
+}
+
+extern "C" __global__ void sigmoid(const float* in, float* out, long long n)
+{
+    const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (g < n) out[g] = 1.0f / (1.0f + expf(-in[g]));
+}

@@ -1,0 +1,393 @@
+"""An ONNX convolutional network run on the device with the kernels of ``network.cu``.
+
+The surface model (core/surface.py) is a small U-Net exported from PyTorch; rather than
+hard-code its architecture, :func:`network_program` reads the ONNX graph and lowers it, for one
+input size, to a list of :class:`Layer` s of the operators below (anything else makes the model
+unsupported on the device, with a one-line reason, and the host runs it):
+
+* ``Conv`` (square odd kernel ≤ 7, stride 1, dilation 1, one group, symmetric padding K // 2;
+  a ``Relu`` that alone reads its output is fused into it), ``Relu``, ``Sigmoid``;
+* ``MaxPool`` (kernel = stride, no padding), ``Resize`` (linear, half-pixel coordinates,
+  constant scales or sizes), ``Concat`` along channels;
+* every node whose inputs are all constant once the input size is known (``Constant``,
+  ``Shape`` and the arithmetic an export adds around it) is evaluated on the host when the
+  program is made (ONNX's reference evaluator).
+
+:class:`DeviceNetwork` owns the weights on the device and, per input size, the activations and
+the launches of one program, captured in a CUDA graph (:mod:`gpu.graphs`) so that a whole
+forward pass is one launch. Call its methods inside ``context.active()``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from core.errors import ModelUnavailable
+
+#: Convolution kernel sizes network.cu is built for.
+CONV_SIZES = (1, 3, 5, 7)
+#: Output tile of the convolution kernel (pixels per side) and output channels per block.
+CONV_TILE, CONV_CHANNELS = 16, 8
+#: Input sizes whose programs (activations, CUDA graph) are kept on the device.
+CACHED_SIZES = 8
+
+
+class UnsupportedModel(ModelUnavailable):
+    """The model uses something ``network.cu`` does not implement (the host runs it)."""
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One launch: ``op`` on tensors named ``inputs`` into ``output``.
+
+    ``shape`` is the output's (channels, rows, cols); ``params`` the op's constants
+    (``weight``/``bias`` names and ``relu`` for conv, ``k`` for max_pool, ``scale`` (y, x) for
+    resize, ``offset`` (channel) for the copies that make a concat).
+    """
+
+    op: str
+    inputs: tuple[str, ...]
+    output: str
+    shape: tuple[int, int, int]
+    params: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Program:
+    """A network lowered for one input size.
+
+    Attributes
+    ----------
+    layers : list of Layer, in execution order
+    shapes : dict name -> (channels, rows, cols) of every runtime tensor (input included)
+    input, output : names of the network's input and output tensors
+    """
+
+    layers: list
+    shapes: dict
+    input: str
+    output: str
+
+
+def _attributes(node) -> dict:
+    import onnx
+
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _evaluate(node, constants: dict) -> list[np.ndarray]:
+    """Outputs of a node whose inputs are all constant (ONNX's reference evaluator; a
+    ``Constant`` holding a tensor is read directly)."""
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+
+    value = _attributes(node).get("value")
+    if node.op_type == "Constant" and isinstance(value, onnx.TensorProto):
+        return [onnx.numpy_helper.to_array(value)]
+
+    names = [name for name in node.input if name]
+    graph = onnx.helper.make_graph(
+        [node], "fold",
+        [onnx.helper.make_tensor_value_info(name, onnx.helper.np_dtype_to_tensor_dtype(
+            constants[name].dtype), constants[name].shape) for name in names],
+        [onnx.helper.make_empty_tensor_value_info(name) for name in node.output])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    return ReferenceEvaluator(model).run(None, {name: constants[name] for name in names})
+
+
+def load_model(path: str):
+    """The ONNX model at ``path`` and its constant tensors (initializers)."""
+    try:
+        import onnx
+        from onnx import numpy_helper
+    except ImportError:
+        raise UnsupportedModel("the device runs the surface model with the onnx package: "
+                               "pip install -e \".[gpu]\"") from None
+    try:
+        model = onnx.load(path)
+    except Exception as exc:  # protobuf and OS errors of a bad file
+        raise ModelUnavailable(f"surface model {path} cannot be read: {exc}") from None
+    constants = {tensor.name: numpy_helper.to_array(tensor) for tensor in model.graph.initializer}
+    return model, constants
+
+
+def fold_constants(model, constants: dict) -> dict:
+    """``constants`` and the outputs of every node computable from constants alone, whatever
+    the input size (``Constant`` nodes, arithmetic on weights), evaluated once."""
+    constants = dict(constants)
+    for node in model.graph.node:
+        names = [name for name in node.input if name]
+        if node.op_type != "Shape" and all(name in constants for name in names) and (
+                names or node.op_type == "Constant"):
+            for name, value in zip(node.output, _evaluate(node, constants), strict=True):
+                constants[name] = np.asarray(value)
+    return constants
+
+
+def network_program(model, constants: dict, rows: int, cols: int) -> Program:
+    """Lower ``model`` (an ``onnx.ModelProto``, one input (1, C, rows, cols)) to layers.
+
+    Raises
+    ------
+    UnsupportedModel
+        Naming the first node the device cannot run.
+    """
+    graph = model.graph
+    inputs = [value for value in graph.input if value.name not in constants]
+    if len(inputs) != 1 or len(graph.output) != 1:
+        raise UnsupportedModel("the device runs networks of one input and one output")
+    dims = inputs[0].type.tensor_type.shape.dim
+    channels = dims[1].dim_value if len(dims) == 4 else 0
+    if channels <= 0:
+        raise UnsupportedModel("the network's input is not (1, C, H, W) with a fixed C")
+    constants = dict(constants)
+    shapes = {inputs[0].name: (channels, rows, cols)}
+    readers: dict[str, int] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers[name] = readers.get(name, 0) + 1
+    layers: list[Layer] = []
+    fused: dict[str, str] = {}  # Relu output -> the conv output it was fused into
+
+    def unsupported(node, why):
+        return UnsupportedModel(f"the device cannot run {node.op_type} node {node.name!r} of the "
+                                f"surface model ({why})")
+
+    for node in graph.node:
+        if all(name in constants for name in node.output):  # folded already (fold_constants)
+            continue
+        names = [fused.get(name, name) for name in node.input]
+        if all(not name or name in constants for name in names):
+            if node.op_type == "Constant" or names:
+                for name, value in zip(node.output, _evaluate(node, constants), strict=True):
+                    constants[name] = np.asarray(value)
+                continue
+        op, attrs = node.op_type, _attributes(node)
+        if op == "Shape":
+            constants[node.output[0]] = np.array([1, *shapes[names[0]]], dtype=np.int64)
+            continue
+        if any(name and name not in shapes and name not in constants for name in names):
+            raise unsupported(node, "an input is neither computed nor constant")
+        source = shapes.get(names[0])
+        if source is None:
+            raise unsupported(node, "its first input is constant")
+        out = node.output[0]
+        if op == "Conv":
+            weight = constants.get(names[1])
+            if weight is None or weight.ndim != 4:
+                raise unsupported(node, "weights are not a constant 4-D tensor")
+            k = weight.shape[2]
+            pads = list(attrs.get("pads", [0, 0, 0, 0]))
+            if (weight.shape[3] != k or k not in CONV_SIZES or attrs.get("group", 1) != 1
+                    or any(s != 1 for s in attrs.get("strides", [1, 1]))
+                    or any(d != 1 for d in attrs.get("dilations", [1, 1]))
+                    or pads != [k // 2] * 4 or attrs.get("auto_pad", b"NOTSET") != b"NOTSET"
+                    or weight.shape[1] != source[0]):
+                raise unsupported(node, f"kernel {weight.shape}, attributes {attrs}")
+            bias = names[2] if len(names) > 2 and names[2] else None
+            layers.append(Layer("conv", (names[0],), out, (weight.shape[0], *source[1:]),
+                                {"weight": names[1], "bias": bias, "k": k, "relu": False}))
+        elif op in ("Relu", "Sigmoid"):
+            producer = layers[-1] if layers else None
+            if (op == "Relu" and producer is not None and producer.op == "conv"
+                    and producer.output == names[0] and readers.get(node.input[0], 0) == 1):
+                layers[-1] = Layer("conv", producer.inputs, out, producer.shape,
+                                   {**producer.params, "relu": True})
+                fused[producer.output] = out
+            else:
+                layers.append(Layer(op.lower(), (names[0],), out, source))
+        elif op == "MaxPool":
+            k = list(attrs.get("kernel_shape", []))
+            if (len(k) != 2 or k[0] != k[1] or list(attrs.get("strides", [1, 1])) != k
+                    or any(attrs.get("pads", [0, 0, 0, 0])) or attrs.get("ceil_mode", 0)
+                    or any(d != 1 for d in attrs.get("dilations", [1, 1]))):
+                raise unsupported(node, f"attributes {attrs}")
+            layers.append(Layer("max_pool", (names[0],), out,
+                                (source[0], source[1] // k[0], source[2] // k[0]), {"k": k[0]}))
+        elif op == "Resize":
+            mode = attrs.get("mode", b"nearest")
+            transform = attrs.get("coordinate_transformation_mode", b"half_pixel")
+            if mode != b"linear" or transform not in (b"half_pixel", b"pytorch_half_pixel"):
+                raise unsupported(node, f"mode {mode!r}, coordinates {transform!r}")
+            scales = constants.get(names[2]) if len(names) > 2 and names[2] else None
+            sizes = constants.get(names[3]) if len(names) > 3 and names[3] else None
+            if scales is not None and np.size(scales) == 4:
+                scale = (float(scales[2]), float(scales[3]))
+                size = (int(np.floor(source[1] * scale[0])), int(np.floor(source[2] * scale[1])))
+            elif sizes is not None and np.size(sizes) == 4:
+                size = (int(sizes[2]), int(sizes[3]))
+                scale = (size[0] / source[1], size[1] / source[2])
+            else:
+                raise unsupported(node, "scales or sizes are not constant")
+            kept = ((scales[0], scales[1]) == (1, 1) if scales is not None and np.size(scales) == 4
+                    else (sizes[0], sizes[1]) == (1, source[0]))
+            if not kept:
+                raise unsupported(node, "it resizes batch or channels")
+            if transform == b"pytorch_half_pixel" and min(size) <= 1:
+                raise unsupported(node, "pytorch_half_pixel to a size of 1")
+            layers.append(Layer("resize", (names[0],), out, (source[0], *size),
+                                {"scale": scale}))
+        elif op == "Concat":
+            if attrs.get("axis") != 1 or any(shapes.get(name) is None for name in names):
+                raise unsupported(node, "only runtime tensors along channels")
+            parts = [shapes[name] for name in names]
+            if any(part[1:] != source[1:] for part in parts):
+                raise unsupported(node, f"sizes differ: {parts}")
+            offset = 0
+            for name, part in zip(names, parts, strict=True):
+                layers.append(Layer("copy", (name,), out, part, {"offset": offset}))
+                offset += part[0]
+            shapes[out] = (offset, *source[1:])
+            continue
+        else:
+            raise unsupported(node, "operator not implemented on the device")
+        shapes[out] = layers[-1].shape
+    output = fused.get(graph.output[0].name, graph.output[0].name)
+    if output not in shapes:
+        raise UnsupportedModel("the network's output is constant")
+    return Program(layers, shapes, inputs[0].name, output)
+
+
+class DeviceNetwork:
+    """The model at ``path`` on the device, run on ``stream`` with ``kernels`` (network.cu).
+
+    Parameters
+    ----------
+    path : str
+        ONNX file.
+    stream : pycuda.driver.Stream
+    kernels : dict
+        network.cu kernel name -> prepared function (gpu/kernels.py).
+    """
+
+    def __init__(self, path: str, stream, kernels: dict):
+        import pycuda.driver as cuda
+
+        self.cuda = cuda
+        self.path = path
+        self.stream = stream
+        self.kernels = kernels
+        model, constants = load_model(path)
+        self.model, self.constants = model, fold_constants(model, constants)
+        self._weights: dict[str, object] = {}
+        self._programs: OrderedDict = OrderedDict()
+        network_program(self.model, self.constants, 8, 8)  # UnsupportedModel now, not later
+
+    def _weight(self, name: str | None) -> int:
+        if name is None:
+            return 0
+        if name not in self._weights:
+            values = np.ascontiguousarray(self.constants[name], dtype=np.float32)
+            allocation = self.cuda.mem_alloc(max(values.nbytes, 4))
+            self.cuda.memcpy_htod(allocation, values)
+            self._weights[name] = allocation
+        return int(self._weights[name])
+
+    def prepared(self, rows: int, cols: int) -> _Prepared:
+        """The program for input (1, C, rows, cols) with its buffers and launches (cached)."""
+        key = (rows, cols)
+        if key in self._programs:
+            self._programs.move_to_end(key)
+            return self._programs[key]
+        program = network_program(self.model, self.constants, rows, cols)
+        prepared = _Prepared(self, program)
+        self._programs[key] = prepared
+        while len(self._programs) > CACHED_SIZES:
+            self._programs.popitem(last=False)[1].free()
+        return prepared
+
+    def run(self, image: np.ndarray) -> np.ndarray:
+        """The network's output (channels, rows, cols) float32 for ``image`` (1, C, rows, cols),
+        host to host (checks and tests; the tracer keeps both on the device)."""
+        prepared = self.prepared(*image.shape[2:])
+        self.cuda.memcpy_htod_async(prepared.input, np.ascontiguousarray(image, np.float32),
+                                    self.stream)
+        prepared.launch(self.stream)
+        out = np.empty(prepared.output_shape, dtype=np.float32)
+        self.cuda.memcpy_dtoh_async(out, prepared.output, self.stream)
+        self.stream.synchronize()
+        return out
+
+    def release(self) -> None:
+        """Free the weights and every cached program."""
+        for prepared in self._programs.values():
+            prepared.free()
+        self._programs.clear()
+        for allocation in self._weights.values():
+            allocation.free()
+        self._weights.clear()
+
+
+def _blocks(n: int, threads: int = 256) -> tuple[int, int]:
+    return (-(-n // threads), 1)
+
+
+class _Prepared:
+    """One program's activations (one allocation) and launches; run by :meth:`launch`."""
+
+    def __init__(self, network: DeviceNetwork, program: Program):
+        self.program = program
+        self.network = network
+        layout, total = {}, 0
+        for name, shape in program.shapes.items():
+            layout[name] = total
+            total += -(-4 * int(np.prod(shape)) // 256) * 256
+        self.allocation = network.cuda.mem_alloc(max(total, 256))
+        base = int(self.allocation)
+        self.address = {name: base + offset for name, offset in layout.items()}
+        self.input = self.address[program.input]
+        self.output = self.address[program.output]
+        self.output_shape = program.shapes[program.output]
+        self.launches = [self._launch(layer) for layer in program.layers]
+        self.graph = None
+        self.runs = 0
+
+    def _launch(self, layer: Layer) -> tuple:
+        kernels, network = self.network.kernels, self.network
+        source = self.program.shapes[layer.inputs[0]]
+        at_in, at_out = self.address[layer.inputs[0]], self.address[layer.output]
+        channels, rows, cols = layer.shape
+        n = channels * rows * cols
+        if layer.op == "conv":
+            grid = (-(-cols // CONV_TILE), -(-rows // CONV_TILE), -(-channels // CONV_CHANNELS))
+            return (kernels[f"conv2d_k{layer.params['k']}"], grid, (CONV_TILE, CONV_TILE, 1),
+                    (at_in, network._weight(layer.params["weight"]),
+                     network._weight(layer.params["bias"]), at_out, source[0], channels, rows,
+                     cols, int(layer.params["relu"])))
+        if layer.op == "max_pool":
+            return (kernels["max_pool"], _blocks(n), (256, 1, 1),
+                    (at_in, at_out, channels, source[1], source[2], layer.params["k"], rows, cols))
+        if layer.op == "resize":
+            scale_y, scale_x = layer.params["scale"]
+            return (kernels["resize_linear"], _blocks(n), (256, 1, 1),
+                    (at_in, at_out, channels, source[1], source[2], rows, cols, scale_y,
+                     scale_x))
+        if layer.op == "copy":
+            at_out += 4 * layer.params["offset"] * rows * cols
+            return (kernels["copy_floats"], _blocks(n), (256, 1, 1), (at_in, at_out, n))
+        return (kernels[layer.op], _blocks(n), (256, 1, 1), (at_in, at_out, n))
+
+    def _launch_all(self, stream) -> None:
+        for function, grid, block, args in self.launches:
+            function.prepared_async_call(grid, block, stream, *args)
+
+    def launch(self, stream) -> None:
+        """Queue the forward pass (input at ``self.input``, output at ``self.output``): layer by
+        layer the first time, as one CUDA graph from the second time on (a drag sees each
+        window size once or twice; a click traced again replays the graph)."""
+        from gpu.graphs import capture
+
+        self.runs += 1
+        if self.runs == 2:
+            self.graph = capture(stream, self._launch_all)
+        if self.graph is not None:
+            self.graph.launch(stream)
+        else:
+            self._launch_all(stream)
+
+    def free(self) -> None:
+        self.graph = None
+        self.allocation.free()

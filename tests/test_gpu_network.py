@@ -1,0 +1,90 @@
+"""The device's lowering of the surface model (gpu/network.py), checked without a GPU: a numpy
+twin of network.cu's layers runs the lowered program and must give ONNX Runtime's logits. On a
+GPU the kernels themselves are checked against ONNX Runtime (``gpu`` tests)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core import surface
+from gpu.network import UnsupportedModel, load_model, network_program
+
+pytest.importorskip("onnx")
+
+
+def _conv(x, weight, bias, relu):
+    k = weight.shape[2]
+    padded = np.pad(x, ((0, 0), (k // 2, k // 2), (k // 2, k // 2)))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (k, k), axis=(1, 2))
+    out = np.einsum("cyxij,ocij->oyx", windows, weight, optimize=True)
+    if bias is not None:
+        out = out + bias[:, None, None]
+    return np.maximum(out, 0) if relu else out
+
+
+def _resize(x, shape, scale):
+    """network.cu's resize_linear: half-pixel source coordinates clamped to the image."""
+    _, rows, cols = x.shape
+    sy = np.clip((np.arange(shape[1]) + 0.5) / scale[0] - 0.5, 0, rows - 1)
+    sx = np.clip((np.arange(shape[2]) + 0.5) / scale[1] - 0.5, 0, cols - 1)
+    y0, x0 = sy.astype(int), sx.astype(int)
+    y1, x1 = np.minimum(y0 + 1, rows - 1), np.minimum(x0 + 1, cols - 1)
+    fy, fx = (sy - y0)[:, None], (sx - x0)[None, :]
+    top = x[:, y0][:, :, x0] * (1 - fx) + x[:, y0][:, :, x1] * fx
+    bottom = x[:, y1][:, :, x0] * (1 - fx) + x[:, y1][:, :, x1] * fx
+    return top * (1 - fy) + bottom * fy
+
+
+def run_program(program, constants, image):
+    """Logits (channels, rows, cols) of ``program`` on ``image`` (channels, rows, cols)."""
+    values = {program.input: image.astype(np.float64)}
+    for layer in program.layers:
+        x = values[layer.inputs[0]]
+        if layer.op == "conv":
+            bias = layer.params["bias"]
+            out = _conv(x, constants[layer.params["weight"]],
+                        None if bias is None else constants[bias], layer.params["relu"])
+        elif layer.op == "max_pool":
+            k = layer.params["k"]
+            c, rows, cols = layer.shape
+            out = x[:, :rows * k, :cols * k].reshape(c, rows, k, cols, k).max(axis=(2, 4))
+        elif layer.op == "resize":
+            out = _resize(x, layer.shape, layer.params["scale"])
+        elif layer.op == "copy":
+            out = values.get(layer.output, np.zeros(program.shapes[layer.output]))
+            offset = layer.params["offset"]
+            out[offset:offset + x.shape[0]] = x
+        elif layer.op == "relu":
+            out = np.maximum(x, 0)
+        else:
+            out = 1 / (1 + np.exp(-x))
+        values[layer.output] = out
+    return values[program.output]
+
+
+@pytest.mark.parametrize(("rows", "cols"), [(88, 232), (64, 40), (8, 16)])
+def test_lowered_surface_model_matches_onnx_runtime(rows, cols):
+    import onnxruntime
+
+    model, constants = load_model(str(surface.MODEL_PATH))
+    program = network_program(model, constants, rows, cols)
+    assert {layer.op for layer in program.layers} <= {"conv", "max_pool", "resize", "copy"}
+    image = np.random.default_rng(rows).uniform(-0.5, 1.5, (1, 4, rows, cols)).astype(np.float32)
+    session = onnxruntime.InferenceSession(str(surface.MODEL_PATH),
+                                           providers=["CPUExecutionProvider"])
+    expected = session.run(None, {"image": image})[0][0]
+    got = run_program(program, constants, image[0])
+    assert got.shape == expected.shape
+    assert np.abs(got - expected).max() <= 1e-3 * max(1.0, np.abs(expected).max())
+
+
+def test_a_model_with_an_unknown_operator_is_refused_with_its_name():
+    import onnx
+
+    model, constants = load_model(str(surface.MODEL_PATH))
+    node = model.graph.node[1]  # the first Relu
+    node.op_type = "Elu"
+    with pytest.raises(UnsupportedModel, match="Elu"):
+        network_program(model, constants, 16, 16)
+    assert isinstance(model, onnx.ModelProto)
