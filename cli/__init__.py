@@ -20,6 +20,9 @@ from pathlib import Path
 
 from core.errors import TraceError
 
+#: Exit status when standard output is a pipe whose reader has gone (128 + SIGPIPE).
+SIGPIPE_EXIT = 141
+
 #: sub-command → (module, one-line help)
 COMMANDS = {
     "trace": ("cli.trace_cmd", "trace the optimal polyline between two points of an image"),
@@ -126,14 +129,15 @@ def entry(argv: list[str] | None = None) -> int:
 
     After a ``trace`` command the process ends here (``os._exit``), so call it in a
     subprocess; :func:`main` runs one command in-process. A reader of stdout that goes away
-    (``roadtracer --help | head -1``) ends the run quietly with exit code 1.
+    (``roadtracer --help | head -1``) ends the run quietly with exit code 141, as a command
+    ended by SIGPIPE.
     """
     try:
         return dispatch(sys.argv[1:] if argv is None else argv)
     except BrokenPipeError:
         # Nothing can reach the reader; keep Python's final flush from failing once more.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
+        return SIGPIPE_EXIT
 
 
 def dispatch(argv: list[str]) -> int:

@@ -7,11 +7,8 @@ import json
 import os
 import time
 
-from cli import note
+from cli import SIGPIPE_EXIT, note
 from core.tracer import TraceParams
-
-#: Exit status when standard output is a pipe whose reader has gone (128 + SIGPIPE).
-SIGPIPE_EXIT = 141
 
 
 def point(text: str) -> tuple[float, float]:
