@@ -29,6 +29,7 @@ import numpy as np
 from core.errors import BadParameter
 from core.gradient import gaussian_blur
 from core.jit import numba
+from core.offset import offset_ridge
 from core.surface import surface_probability
 
 SCALAR, CROSS, SINE = 0, 1, 2
@@ -179,6 +180,8 @@ CENTRE_BLUR = 0.25
 WIDTH_REACH = 60
 #: ``centre`` kind: cost per px even on the band's centre (prefers the shorter of equal paths).
 LENGTH_COST = 0.5
+#: ``surface`` kind: weight of the centre ridge beside the clicked-offset ridge (road lines).
+CENTRE_WEIGHT = 0.85
 #: ``surface`` kind: model probability under the clicks at and above which its map is trusted.
 MODEL_TRUST = 0.2
 
@@ -245,9 +248,33 @@ def _centred_term(membership: np.ndarray, a: np.ndarray, b: np.ndarray):
     The blur turns the flat plateau of a band into a ridge along its centre, so the optimum
     runs down the middle of a road or river instead of along either side.
     """
-    mask = gaussian_blur(membership, 1.0, "symmetric") > 0.5
-    sigma = max(CENTRE_BLUR * band_width(mask, a, b), 1.0)
-    return _ridge_term(gaussian_blur(membership, sigma, "symmetric", truncate=3.0))
+    mask = surface_mask(membership)
+    return _ridge_term(_centre_ridge(membership, band_width(mask, a, b)))
+
+
+def surface_mask(membership: np.ndarray) -> np.ndarray:
+    """The surface: membership (rows, cols) > ½ after a σ = 1 px blur; bool (rows, cols)."""
+    return gaussian_blur(membership, 1.0, "symmetric") > 0.5
+
+
+def _centre_ridge(membership: np.ndarray, width: float) -> np.ndarray:
+    """G_σ * membership, σ = CENTRE_BLUR × ``width`` (≥ 1 px): a ridge along the centre of
+    each band of the (rows, cols) membership."""
+    sigma = max(CENTRE_BLUR * width, 1.0)
+    return gaussian_blur(membership, sigma, "symmetric", truncate=3.0)
+
+
+def _offset_term(membership: np.ndarray, a: np.ndarray, b: np.ndarray):
+    """Planes of the term −(1 − max(O, CENTRE_WEIGHT · C) + LENGTH_COST): O the ridge along
+    the clicked offset across the surface (:func:`core.offset.offset_ridge`), C the centre
+    ridge of :func:`_centred_term`. Where the surface's cross-section is clear, the line keeps
+    the clicks' place on it; elsewhere (a junction, trees over the road, a weak membership)
+    the centre ridge guides it.
+    """
+    mask = surface_mask(membership)
+    width = band_width(mask, a, b)
+    return _ridge_term(np.maximum(offset_ridge(membership, mask, a, b, width),
+                                  CENTRE_WEIGHT * _centre_ridge(membership, width)))
 
 
 def _centre_river(inputs):
@@ -263,7 +290,8 @@ def _centre_planes(inputs):
 
 
 def _surface_terms(inputs, half_resolution: bool):
-    """Centre of the clicked surface: :func:`_centred_term` of √(p' · s), s the endpoint colour
+    """The clicked line on the clicked surface: :func:`_offset_term` (with
+    ``half_resolution``, for water: :func:`_centred_term`) of √(p' · s), s the endpoint colour
     similarity, p the learned surface model's probability (core/surface.py) and
     p' = t·p + (1 − t)·s with trust t = min(1, mean p under the endpoint patches / MODEL_TRUST);
     returns (planes, tau, p').
@@ -278,7 +306,8 @@ def _surface_terms(inputs, half_resolution: bool):
                            for point in (inputs.a, inputs.b)])
     trust = min(1.0, float(at_clicks.mean()) / MODEL_TRUST)
     surface = trust * probability + (1.0 - trust) * similarity
-    return (*_centred_term(np.sqrt(surface * similarity), inputs.a, inputs.b), surface)
+    term = _centred_term if half_resolution else _offset_term
+    return (*term(np.sqrt(surface * similarity), inputs.a, inputs.b), surface)
 
 
 def _surface_planes(inputs):
@@ -321,12 +350,15 @@ _CENTRED = ("1 plane: -(1 - G_w * m + LENGTH_COST), G_w a Gaussian of σ = CENTR
             "of m > 0.5 across a and b (≥ 1 px, truncate 3), m = ")
 
 register_score_kind(ScoreKind(
-    "surface", "follows the centre of the road or water surface under a and b (colour match "
-    "refined by the learned surface model)", SCALAR, _surface_planes,
+    "surface", "follows the road or water surface under a and b at the clicks' place across "
+    "it (colour match refined by the learned surface model)", SCALAR, _surface_planes,
     uses_gradient=False, river=_surface_river,
     needs=("pixels", "endpoints", "surface model"),
-    produces=_CENTRED + "√(p'·s), s = endpoint_similarity, p' = t·p + (1 − t)·s, p = "
-    "surface_probability, t = min(1, mean p in the endpoint patches / MODEL_TRUST)"))
+    produces="1 plane: -(1 - max(O, CENTRE_WEIGHT · G_w * m) + LENGTH_COST), O = offset_ridge "
+    "of m (OPEN_WIDTH, OFFSET_TOLERANCE), G_w a Gaussian of σ = CENTRE_BLUR × the width of "
+    "m > 0.5 across a and b (≥ 1 px, truncate 3), m = √(p'·s), s = endpoint_similarity, "
+    "p' = t·p + (1 − t)·s, p = surface_probability, t = min(1, mean p in the endpoint "
+    "patches / MODEL_TRUST)"))
 register_score_kind(ScoreKind(
     "centre", "follows the centre of the band whose colour matches a or b (roads, rivers)",
     SCALAR, _centre_planes, uses_gradient=False, river=_centre_river,
