@@ -12,7 +12,13 @@ from core.errors import ModelUnavailable
 from core.evaluate import evaluate, load_cases, summarise
 from core.raster import load_image
 from core.scores import endpoint_similarity
-from core.surface import MODEL_PATH, SIZE_MULTIPLE, model_inputs, surface_probability
+from core.surface import (
+    FULL_RESOLUTION_PIXELS,
+    MODEL_PATH,
+    SIZE_MULTIPLE,
+    model_inputs,
+    surface_probability,
+)
 from core.tracer import TraceParams, trace
 from tests.conftest import SAMPLE_CASES, SAMPLE_IMAGE
 from tests.synthetic import distance_to_polyline, road_image
@@ -33,9 +39,9 @@ def _window_around_case(case, margin=30):
 
 
 def test_model_marks_the_clicked_road_and_not_its_surroundings():
-    # Measured: mean p 0.91..1.00 within 2 px of the centreline; beyond 15 px 0.03..0.16 on
-    # the five windows run at full resolution, 0.26 on the one large enough to run at half
-    # resolution.
+    # The shipped model never saw this image. Measured: mean p 0.94..1.00 within 2 px of the
+    # centreline on the five windows run at full resolution, 0.72 on the one large enough to
+    # run at half resolution; beyond 15 px 0.02..0.09.
     for case in json.loads(SAMPLE_CASES.read_text()):
         pixels, a, b, distance = _window_around_case(case)
         probability = surface_probability(pixels, endpoint_similarity(pixels, a, b))
@@ -43,8 +49,9 @@ def test_model_marks_the_clicked_road_and_not_its_surroundings():
         assert probability.dtype == np.float32
         assert 0.0 <= probability.min()
         assert probability.max() <= 1.0
-        assert probability[distance < 2].mean() > 0.85, case["id"]
-        assert probability[distance > 15].mean() < 0.45, case["id"]
+        on_road = 0.62 if probability.size > FULL_RESOLUTION_PIXELS else 0.85
+        assert probability[distance < 2].mean() > on_road, case["id"]
+        assert probability[distance > 15].mean() < 0.15, case["id"]
 
 
 def test_model_inputs_stretch_pad_and_repeat_a_grey_band():
@@ -60,20 +67,20 @@ def test_model_inputs_stretch_pad_and_repeat_a_grey_band():
     np.testing.assert_array_equal(inputs[0, 3, :21, :30], similarity)
 
 
-def test_model_that_does_not_see_the_clicked_surface_is_not_trusted():
-    # A synthetic 3 px road is unlike the model's training imagery: p ≈ 0.01 everywhere,
-    # under the clicks too, so the colour match decides (the line stays on the road); with
-    # p taken at face value (trust 1) the same trace leaves the road.
+def test_model_that_does_not_see_the_clicked_surface_is_not_trusted(monkeypatch):
+    # A model blind to this imagery (p = 0.01 everywhere, under the clicks too): the colour
+    # match decides and the line stays on the road; with p taken at face value (trust 1) the
+    # same trace leaves the road.
     centreline = np.array([[20.0, 100.0], [80.0, 60.0], [150.0, 50.0], [230.0, 80.0]])
     raster = road_image(centreline, width=3.0, noise=0.06)
-    pixels = raster.read_window(0, raster.height, 0, raster.width).astype(np.float32)
     a, b = centreline[0], centreline[-1]
-    assert surface_probability(pixels, endpoint_similarity(pixels, a, b)).max() < 0.2
+    monkeypatch.setattr(scores, "surface_probability",
+                        lambda pixels, similarity, **_: np.full(similarity.shape, 0.01,
+                                                                dtype=np.float32))
     trusted = trace(raster, a, b)
     assert distance_to_polyline(trusted.polyline, centreline).max() <= 1.5
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(scores, "MODEL_TRUST", 1e-9)
-        blind = trace(raster, a, b)
+    monkeypatch.setattr(scores, "MODEL_TRUST", 1e-9)
+    blind = trace(raster, a, b)
     assert distance_to_polyline(blind.polyline, centreline).max() > 3.0
 
 
