@@ -25,34 +25,53 @@ OPEN_WIDTH = 2.5
 OFFSET_TOLERANCE = 0.5
 
 
-@numba.njit(cache=True)
-def _runs(mask, nx, ny, reach):
-    """Distances (px) from every pixel of ``mask`` (rows, cols) bool along +(nx, ny) and
-    −(nx, ny) to the first pixel outside it (nearest-pixel steps of 1 px): two (rows, cols)
-    float32 planes, ``inf`` where the run leaves the window or is longer than ``reach``, 0
-    outside the mask."""
+@numba.njit(cache=True, inline="always")
+def _run(mask, row, col, nx, ny, reach):
+    """Distance (px) from pixel (row, col) of ``mask`` along (nx, ny), in nearest-pixel steps
+    of 1 px, to the first pixel outside it; ``inf`` where the run leaves the window or is
+    longer than ``reach``."""
     rows, cols = mask.shape
-    ahead = np.zeros((rows, cols), np.float32)
-    behind = np.zeros((rows, cols), np.float32)
-    for row in range(rows):
+    for step in range(1, reach + 1):
+        c = int(np.floor(col + step * nx + 0.5))
+        r = int(np.floor(row + step * ny + 0.5))
+        if c < 0 or r < 0 or c >= cols or r >= rows:
+            return np.inf
+        if not mask[r, c]:
+            return step - 0.5
+    return np.inf
+
+
+@numba.njit(cache=True)
+def _position(mask, row, col, nx, ny, reach):
+    """Relative cross-position behind / (behind + ahead) of a mask pixel along (nx, ny), and
+    the cross-section's width; NaN where it is not closed within ``reach``."""
+    ahead = _run(mask, row, col, nx, ny, reach)
+    behind = _run(mask, row, col, -nx, -ny, reach)
+    total = ahead + behind
+    if not np.isfinite(total):
+        return np.nan, total
+    return behind / total, total
+
+
+@numba.njit(cache=True, parallel=True)
+def _tent(membership, mask, nx, ny, reach, widest, a, chord, start, end, tolerance):
+    """membership · max(0, 1 − |t − t*| / tolerance) on closed cross-sections at most
+    ``widest`` wide, else 0; t* runs from ``start`` at a to ``end`` at b along ``chord``."""
+    rows, cols = mask.shape
+    out = np.zeros((rows, cols))
+    length2 = chord[0] * chord[0] + chord[1] * chord[1]
+    for row in numba.prange(rows):
         for col in range(cols):
             if not mask[row, col]:
                 continue
-            for sign in (1.0, -1.0):
-                run = np.inf
-                for step in range(1, reach + 1):
-                    c = int(np.floor(col + sign * step * nx + 0.5))
-                    r = int(np.floor(row + sign * step * ny + 0.5))
-                    if c < 0 or r < 0 or c >= cols or r >= rows:
-                        break
-                    if not mask[r, c]:
-                        run = step - 0.5
-                        break
-                if sign > 0:
-                    ahead[row, col] = run
-                else:
-                    behind[row, col] = run
-    return ahead, behind
+            position, total = _position(mask, row, col, nx, ny, reach)
+            if np.isnan(position) or total > widest:
+                continue
+            along = ((col - a[0]) * chord[0] + (row - a[1]) * chord[1]) / length2
+            along = min(max(along, 0.0), 1.0)
+            error = abs(position - (start + along * (end - start)))
+            out[row, col] = membership[row, col] * max(0.0, 1.0 - error / tolerance)
+    return out
 
 
 def offset_ridge(membership: np.ndarray, mask: np.ndarray, a: np.ndarray, b: np.ndarray,
@@ -77,22 +96,17 @@ def offset_ridge(membership: np.ndarray, mask: np.ndarray, a: np.ndarray, b: np.
         the pixel is closed and at most OPEN_WIDTH × ``click_width`` wide, else 0; t* is the
         clicks' t, interpolated along [a, b] (0.5 for a click off the surface).
     """
+    a = np.asarray(a, dtype=np.float64)
     chord = np.asarray(b, dtype=np.float64) - a
     unit = chord / np.hypot(*chord)
+    nx, ny = -unit[1], unit[0]
     widest = OPEN_WIDTH * max(click_width, 2.0)
-    ahead, behind = _runs(mask, -unit[1], unit[0], int(widest) + 2)
-    total = ahead + behind
+    reach = int(widest) + 2
     clicked = []
     for point in (a, b):
         col = min(max(int(round(point[0])), 0), mask.shape[1] - 1)
         row = min(max(int(round(point[1])), 0), mask.shape[0] - 1)
-        closed = mask[row, col] and np.isfinite(total[row, col])
-        clicked.append(behind[row, col] / total[row, col] if closed else 0.5)
-    rows, cols = np.indices(mask.shape)
-    along = np.clip(((cols - a[0]) * chord[0] + (rows - a[1]) * chord[1]) / (chord @ chord),
-                    0.0, 1.0)
-    target = clicked[0] + along * (clicked[1] - clicked[0])
-    closed = mask & np.isfinite(total) & (total <= widest)
-    position = np.divide(behind, total, out=np.zeros(total.shape), where=closed)
-    tent = np.clip(1.0 - np.abs(position - target) / OFFSET_TOLERANCE, 0.0, 1.0)
-    return np.where(closed, membership * tent, 0.0)
+        position = _position(mask, row, col, nx, ny, reach)[0] if mask[row, col] else np.nan
+        clicked.append(0.5 if np.isnan(position) else position)
+    return _tent(np.asarray(membership, dtype=np.float64), mask, nx, ny, reach, widest, a,
+                 chord, clicked[0], clicked[1], OFFSET_TOLERANCE)
