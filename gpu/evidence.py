@@ -14,7 +14,8 @@ read-only while it is resident. Other windows are uploaded on every call.
 Host-side arithmetic (the colour models of a and b, the σ = 1 mask kernel, the gradient kernels,
 the ``sine`` threshold) is core's own code, so constants and rounding are the CPU's. ``surface``
 runs the learned model on the device too (:class:`gpu.network.DeviceNetwork`): its input planes,
-the network, the probability, the model's trust and the centring never leave the device.
+the network, the probability, the model's trust, the centring and the clicked-offset ridge
+of road lines (core/offset.py) never leave the device.
 
 Call every method inside ``context.active()``.
 """
