@@ -3,7 +3,10 @@
 //
 // * surface: the model's input planes (block means, percentile stretch, mirror padding of
 //   core.surface.model_inputs), then (after the network, network.cu) the probability, the
-//   model's trust at the clicks and the membership sqrt(p' s), centred as for `centre`;
+//   model's trust at the clicks and the membership sqrt(p' s); its ridge is the larger of the
+//   clicked-offset ridge of core/offset.py (runs along the normal of [a, b] to the surface mask's
+//   edge, a tent around the clicks' relative cross-position) and CENTRE_WEIGHT x the centring of
+//   `centre`;
 // * centre: per-endpoint colour similarity exp(-|x - c|^2 / 2s^2) in float32 (the larger of the
 //   two models), the band mask (similarity blurred with sigma = 1 > 0.5) walked across [a, b] near
 //   a and b for the band width, and the similarity blurred with sigma = CENTRE_BLUR x width
@@ -167,7 +170,8 @@ __device__ bool walk_stops(const float* sim, int rows, int cols, const double* w
 
 // Band width at a and b, the centring sigma and its Gaussian kernel: one block.
 // params: [ax, ay, bx, by, nx, ny, width_reach, centre_blur, mask weights (9)].
-// out: [sigma, radius, taps (2 radius + 1), reversed as core.gradient.filter_axis applies them].
+// out: [sigma, radius, width, taps (2 radius + 1), reversed as core.gradient.filter_axis applies
+// them].
 extern "C" __global__ void centre_kernel(const float* __restrict__ sim, int rows, int cols,
                                          const double* __restrict__ params, double* __restrict__ out)
 {
@@ -201,6 +205,7 @@ extern "C" __global__ void centre_kernel(const float* __restrict__ sim, int rows
         radius = r;
         out[0] = sigma;
         out[1] = (double)r;
+        out[2] = width;
     }
     __syncthreads();
     const int taps = 2 * radius + 1;
@@ -211,7 +216,7 @@ extern "C" __global__ void centre_kernel(const float* __restrict__ sim, int rows
     __syncthreads();
     if (threadIdx.x == 0) total = pairwise_sum(phi, taps);
     __syncthreads();
-    for (int i = threadIdx.x; i < taps; i += blockDim.x) out[2 + taps - 1 - i] = __ddiv_rn(phi[i], total);
+    for (int i = threadIdx.x; i < taps; i += blockDim.x) out[3 + taps - 1 - i] = __ddiv_rn(phi[i], total);
 }
 
 // Columns pass of the centring blur: tmp[r, c] = sum_t w[t] sim[reflect(r + t - R), c].
@@ -223,14 +228,32 @@ extern "C" __global__ void centre_blur_columns(const float* __restrict__ sim, in
     const int r = blockIdx.y * blockDim.y + threadIdx.y;
     if (c >= cols || r >= rows) return;
     const int radius = (int)kernel[1];
-    const double* w = kernel + 2;
+    const double* w = kernel + 3;
     double value = 0.0;
     for (int t = 0; t <= 2 * radius; ++t)
         value = fma(w[t], (double)__ldg(sim + (size_t)reflect(r + t - radius, rows) * cols + c), value);
     tmp[(size_t)r * cols + c] = value;
 }
 
-// Rows pass of the centring blur and the term: out[r, c] = -(1 - blurred + length_cost), float32.
+// Rows pass of the centring blur at (r, c): the centre ridge C, float64.
+__device__ __forceinline__ double centre_ridge(const double* tmp, int cols, const double* kernel,
+                                               int r, int c)
+{
+    const int radius = (int)kernel[1];
+    const double* w = kernel + 3;
+    const double* row = tmp + (size_t)r * cols;
+    double value = 0.0;
+    for (int t = 0; t <= 2 * radius; ++t) value = fma(w[t], __ldg(row + reflect(c + t - radius, cols)), value);
+    return value;
+}
+
+// The term -(1 - ridge + length_cost), float32.
+__device__ __forceinline__ float ridge_term(double ridge, double length_cost)
+{
+    return (float)(-__dadd_rn(__dsub_rn(1.0, ridge), length_cost));
+}
+
+// Rows pass of the centring blur and the term: out[r, c] = -(1 - C + length_cost), float32.
 extern "C" __global__ void centre_blur_rows(const double* __restrict__ tmp, int rows, int cols,
                                             const double* __restrict__ kernel, double length_cost,
                                             float* __restrict__ out)
@@ -238,12 +261,111 @@ extern "C" __global__ void centre_blur_rows(const double* __restrict__ tmp, int 
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     const int r = blockIdx.y * blockDim.y + threadIdx.y;
     if (c >= cols || r >= rows) return;
-    const int radius = (int)kernel[1];
-    const double* w = kernel + 2;
-    const double* row = tmp + (size_t)r * cols;
-    double value = 0.0;
-    for (int t = 0; t <= 2 * radius; ++t) value = fma(w[t], __ldg(row + reflect(c + t - radius, cols)), value);
-    out[(size_t)r * cols + c] = (float)(-__dadd_rn(__dsub_rn(1.0, value), length_cost));
+    out[(size_t)r * cols + c] = ridge_term(centre_ridge(tmp, cols, kernel, r, c), length_cost);
+}
+
+// ---- The clicked offset across the surface (core/offset.py) ----------------------------------
+//
+// The surface mask (membership blurred with sigma = 1 > 0.5, as the band width's walks see it),
+// the runs from each surface pixel along +-normal of [a, b] to the mask's edge, and the tent
+// around the clicks' relative cross-position t = behind / (ahead + behind), maxed with
+// CENTRE_WEIGHT x the centre ridge.
+
+// mask[r, c] = 1 where the sigma = 1 blur of the membership is > 0.5 (w: its 9 reversed taps).
+extern "C" __global__ void surface_mask(const float* __restrict__ sim, int rows, int cols,
+                                        const double* __restrict__ w, unsigned char* __restrict__ mask)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    const int r = blockIdx.y * blockDim.y + threadIdx.y;
+    if (c >= cols || r >= rows) return;
+    mask[(size_t)r * cols + c] = mask_value(sim, rows, cols, w, r, c) > 0.5;
+}
+
+// The widest closed cross-section (px): OPEN_WIDTH x max(width, 2), width = kernel[2].
+__device__ __forceinline__ double widest_section(const double* kernel, double open_width)
+{
+    return __dmul_rn(open_width, fmax(kernel[2], 2.0));
+}
+
+// core.offset._runs: ahead / behind = distance (px) from each mask pixel along +(nx, ny) / -(nx,
+// ny) to the first pixel off the mask (nearest-pixel steps, floor(x + 0.5)), inf where the walk
+// leaves the window or is longer than reach = int(widest) + 2; 0 off the mask.
+extern "C" __global__ void offset_runs(const unsigned char* __restrict__ mask, int rows, int cols,
+                                       const double* __restrict__ kernel, double open_width,
+                                       double nx, double ny, float* __restrict__ ahead,
+                                       float* __restrict__ behind)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    const int r = blockIdx.y * blockDim.y + threadIdx.y;
+    if (c >= cols || r >= rows) return;
+    const size_t at = (size_t)r * cols + c;
+    if (!mask[at]) {
+        ahead[at] = 0.0f;
+        behind[at] = 0.0f;
+        return;
+    }
+    const int reach = (int)widest_section(kernel, open_width) + 2;
+    for (int side = 0; side < 2; ++side) {
+        const double sign = side == 0 ? 1.0 : -1.0;
+        float run = INFINITY;
+        for (int step = 1; step <= reach; ++step) {
+            const double along = sign * (double)step;  // exact
+            const int cc = (int)floor(__dadd_rn(__dadd_rn((double)c, __dmul_rn(along, nx)), 0.5));
+            const int rr = (int)floor(__dadd_rn(__dadd_rn((double)r, __dmul_rn(along, ny)), 0.5));
+            if (cc < 0 || rr < 0 || cc >= cols || rr >= rows) break;
+            if (!__ldg(mask + (size_t)rr * cols + cc)) {
+                run = (float)(step - 0.5);
+                break;
+            }
+        }
+        (side == 0 ? ahead : behind)[at] = run;
+    }
+}
+
+// The relative cross-position t of the pixel at ``at`` if its cross-section is closed, else 0.5
+// (core.offset.offset_ridge's t at a click), float32 as numpy computes it.
+__device__ __forceinline__ float click_position(const unsigned char* mask, const float* ahead,
+                                                const float* behind, int at)
+{
+    const float total = __fadd_rn(ahead[at], behind[at]);
+    return (mask[at] && isfinite(total)) ? __fdiv_rn(behind[at], total) : 0.5f;
+}
+
+// Rows pass of the centring blur and the road-line term: out[r, c] = -(1 - max(O, centre_weight
+// x C) + length_cost), O = membership x max(0, 1 - |t - t*| / tolerance) where the cross-section
+// is closed and at most widest px wide (else 0), t* the clicks' t interpolated along [a, b].
+// params: [ax, ay, chord x, chord y, chord . chord, open_width, tolerance, centre_weight,
+// length_cost]; clicks: the flat indices of the pixels under a and b.
+extern "C" __global__ void offset_blur_rows(const double* __restrict__ tmp, int rows, int cols,
+                                            const double* __restrict__ kernel,
+                                            const float* __restrict__ membership,
+                                            const unsigned char* __restrict__ mask,
+                                            const float* __restrict__ ahead,
+                                            const float* __restrict__ behind,
+                                            const double* __restrict__ params, int click_a,
+                                            int click_b, float* __restrict__ out)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    const int r = blockIdx.y * blockDim.y + threadIdx.y;
+    if (c >= cols || r >= rows) return;
+    const size_t at = (size_t)r * cols + c;
+    const double centre = __dmul_rn(params[7], centre_ridge(tmp, cols, kernel, r, c));
+    double offset = 0.0;
+    const float total = __fadd_rn(ahead[at], behind[at]);
+    if (mask[at] && isfinite(total) && (double)total <= widest_section(kernel, params[5])) {
+        const float first = click_position(mask, ahead, behind, click_a);
+        const float change = __fsub_rn(click_position(mask, ahead, behind, click_b), first);
+        double along = __ddiv_rn(__dadd_rn(__dmul_rn(__dsub_rn((double)c, params[0]), params[2]),
+                                           __dmul_rn(__dsub_rn((double)r, params[1]), params[3])),
+                                 params[4]);
+        along = fmin(fmax(along, 0.0), 1.0);
+        const double target = __dadd_rn((double)first, __dmul_rn(along, (double)change));
+        const double position = (double)__fdiv_rn(behind[at], total);
+        double tent = __dsub_rn(1.0, __ddiv_rn(fabs(__dsub_rn(position, target)), params[6]));
+        tent = fmin(fmax(tent, 0.0), 1.0);
+        offset = __dmul_rn((double)membership[at], tent);
+    }
+    out[at] = ridge_term(fmax(offset, centre), params[8]);
 }
 
 // Columns pass of the gradient: per band, the smoothed (tmp[band, 0]) and differentiated

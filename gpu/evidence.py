@@ -14,7 +14,8 @@ read-only while it is resident. Other windows are uploaded on every call.
 Host-side arithmetic (the colour models of a and b, the σ = 1 mask kernel, the gradient kernels,
 the ``sine`` threshold) is core's own code, so constants and rounding are the CPU's. ``surface``
 runs the learned model on the device too (:class:`gpu.network.DeviceNetwork`): its input planes,
-the network, the probability, the model's trust and the centring never leave the device.
+the network, the probability, the model's trust, the centring and the clicked-offset ridge
+of road lines (core/offset.py) never leave the device.
 
 Call every method inside ``context.active()``.
 """
@@ -25,7 +26,7 @@ import weakref
 
 import numpy as np
 
-from core import scores, surface
+from core import offset, scores, surface
 from core.gradient import TRUNCATE, gaussian_kernel
 
 #: Bands the device kernels handle (more fall back to the CPU).
@@ -153,7 +154,17 @@ class DeviceEvidence:
         n = rows * cols
         k["surface_membership"].prepared_async_call((-(-n // 256), 1), (256, 1, 1), stream,
                                                     probability, n, at_trust, similarity)
-        return self._centred(similarity, (rows, cols), a, b)
+        return self._centred(similarity, (rows, cols), a, b, clicked_offset=True)
+
+    def road_term(self, membership: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Planes (1, rows, cols), float32, of core.scores' road-line term of ``surface`` (the
+        larger of the clicked-offset ridge and CENTRE_WEIGHT x the centre ridge) of a
+        (rows, cols) membership in [0, 1] given on the host."""
+        membership = np.ascontiguousarray(membership, dtype=np.float32)
+        at = self.tracer.slot("evidence_sim", membership.nbytes)
+        self.tracer.upload(membership, at)
+        return self._centred(at, membership.shape, np.asarray(a, np.float64),
+                             np.asarray(b, np.float64), clicked_offset=True)
 
     def _similarity(self, pixels: np.ndarray, pointer: int, pitch: int, a: np.ndarray,
                     b: np.ndarray) -> int:
@@ -180,17 +191,19 @@ class DeviceEvidence:
                                             cols, bands, pitch, at_models, at_range, sim)
         return sim
 
-    def _centred(self, membership: int, shape: tuple[int, int], a: np.ndarray,
-                 b: np.ndarray) -> np.ndarray:
+    def _centred(self, membership: int, shape: tuple[int, int], a: np.ndarray, b: np.ndarray,
+                 clicked_offset: bool = False) -> np.ndarray:
         """Planes (1, rows, cols) of core.scores' centred term of the (rows, cols) float32
-        membership at device address ``membership``, written to the evidence slot too."""
+        membership at device address ``membership``, written to the evidence slot too; with
+        ``clicked_offset``, of the road-line term (the ridge is the larger of core.offset's
+        clicked-offset ridge and CENTRE_WEIGHT x the centre ridge)."""
         tracer, k = self.tracer, self.kernels
         rows, cols = shape
         unit = (b - a) / np.hypot(*(b - a))
         normal = np.array([-unit[1], unit[0]])
         params = np.concatenate([np.asarray(a, np.float64), np.asarray(b, np.float64), normal,
                                  [scores.WIDTH_REACH, scores.CENTRE_BLUR], self._mask_weights])
-        at_params = tracer.slot("evidence_params", 8 * len(params) + 8 * (2 + MAX_TAPS))
+        at_params = tracer.slot("evidence_params", 8 * len(params) + 8 * (3 + MAX_TAPS))
         at_kernel = at_params + 8 * len(params)
         tracer.upload(params, at_params)
         n = rows * cols
@@ -201,8 +214,31 @@ class DeviceEvidence:
                                                cols, at_params, at_kernel)
         k["centre_blur_columns"].prepared_async_call(grid, _BLOCK, stream, membership, rows,
                                                      cols, at_kernel, tmp)
-        k["centre_blur_rows"].prepared_async_call(grid, _BLOCK, stream, tmp, rows, cols,
-                                                  at_kernel, float(scores.LENGTH_COST), out)
+        if not clicked_offset:
+            k["centre_blur_rows"].prepared_async_call(grid, _BLOCK, stream, tmp, rows, cols,
+                                                      at_kernel, float(scores.LENGTH_COST), out)
+            return tracer.download(out, (1, rows, cols), np.float32)
+        at_mask = tracer.slot("offset_mask", n)
+        at_ahead = tracer.slot("offset_ahead", 4 * n)
+        at_behind = tracer.slot("offset_behind", 4 * n)
+        at_mask_weights = at_params + 8 * 8  # params' mask weights (the walks' mask)
+        k["surface_mask"].prepared_async_call(grid, _BLOCK, stream, membership, rows, cols,
+                                              at_mask_weights, at_mask)
+        k["offset_runs"].prepared_async_call(grid, _BLOCK, stream, at_mask, rows, cols,
+                                             at_kernel, float(offset.OPEN_WIDTH),
+                                             float(normal[0]), float(normal[1]), at_ahead,
+                                             at_behind)
+        chord = np.asarray(b, np.float64) - a
+        ridge_params = np.array([a[0], a[1], chord[0], chord[1], chord @ chord,
+                                 offset.OPEN_WIDTH, offset.OFFSET_TOLERANCE,
+                                 scores.CENTRE_WEIGHT, scores.LENGTH_COST], dtype=np.float64)
+        at_ridge = tracer.slot("offset_params", ridge_params.nbytes)
+        tracer.upload(ridge_params, at_ridge)
+        clicks = [min(max(int(round(point[1])), 0), rows - 1) * cols
+                  + min(max(int(round(point[0])), 0), cols - 1) for point in (a, b)]
+        k["offset_blur_rows"].prepared_async_call(grid, _BLOCK, stream, tmp, rows, cols,
+                                                  at_kernel, membership, at_mask, at_ahead,
+                                                  at_behind, at_ridge, *clicks, out)
         return tracer.download(out, (1, rows, cols), np.float32)
 
     def gradient(self, pixels: np.ndarray, sigma: float) -> np.ndarray:

@@ -49,6 +49,11 @@ EVIDENCE_KERNELS = {
     "centre_kernel": "PiiPP",             # sim, rows, cols, params, kernel
     "centre_blur_columns": "PiiPP",       # sim, rows, cols, kernel, tmp
     "centre_blur_rows": "PiiPdP",         # tmp, rows, cols, kernel, length_cost, out
+    "surface_mask": "PiiPP",              # sim, rows, cols, mask weights, mask
+    "offset_runs": "PiiPdddPP",           # mask, rows, cols, kernel, open_width, nx, ny, ahead,
+                                          # behind
+    # tmp, rows, cols, kernel, membership, mask, ahead, behind, params, click_a, click_b, out
+    "offset_blur_rows": "PiiPPPPPPiiP",
     "gradient_columns": "PiiiiPiP",       # pixels, rows, cols, bands, pitch, weights, radius, tmp
     "gradient_rows": "PiiiPiPP",          # tmp, rows, cols, bands, weights, radius, planar, pairs
     # pixels, rows, cols, bands, pitch, sim, step, out_rows, out_cols, out

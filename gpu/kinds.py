@@ -16,7 +16,9 @@ import numpy as np
 
 from core.scores import ScoreKind
 
-#: What core's ``centre`` and ``surface`` kinds say they produce (core/scores.py), once here.
+#: What core's ``centre`` kind says it produces (core/scores.py). The texts are copied, not
+#: imported, on purpose: a change of core's text must fail this registry's check until the
+#: device implements it.
 _CENTRED = ("1 plane: -(1 - G_w * m + LENGTH_COST), G_w a Gaussian of σ = CENTRE_BLUR × the width "
             "of m > 0.5 across a and b (≥ 1 px, truncate 3), m = ")
 
@@ -64,8 +66,11 @@ def _gradient_median(evidence, pixels, a, b, sigma, network):
 
 DEVICE_KINDS: dict[str, DeviceKind] = {
     "surface": DeviceKind(
-        _CENTRED + "√(p'·s), s = endpoint_similarity, p' = t·p + (1 − t)·s, p = "
-        "surface_probability, t = min(1, mean p in the endpoint patches / MODEL_TRUST)",
+        "1 plane: -(1 - max(O, CENTRE_WEIGHT · G_w * m) + LENGTH_COST), O = offset_ridge of m "
+        "(OPEN_WIDTH, OFFSET_TOLERANCE), G_w a Gaussian of σ = CENTRE_BLUR × the width of "
+        "m > 0.5 across a and b (≥ 1 px, truncate 3), m = √(p'·s), s = endpoint_similarity, "
+        "p' = t·p + (1 − t)·s, p = surface_probability, t = min(1, mean p in the endpoint "
+        "patches / MODEL_TRUST)",
         _surface, needs_model=True, centred=True),
     "centre": DeviceKind(_CENTRED + "endpoint_similarity", _centre, centred=True),
     "cross": DeviceKind("2 planes: gx, gy; tau 0", _gradient),

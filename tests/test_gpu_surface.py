@@ -8,8 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from core import surface
+from core import scores, surface
 from core.backend import CpuBackend
+from core.gradient import gaussian_blur
+from core.offset import offset_ridge
 from core.raster import load_image
 from core.scores import endpoint_similarity, get_score_kind
 from core.tracer import TraceParams, trace
@@ -72,6 +74,41 @@ def test_device_surface_planes_match_the_cpu(backend, sample):
         assert got.shape == expected.shape
         assert tau == 0.0
         np.testing.assert_allclose(got, expected, atol=2e-3)
+
+
+def _host_road_term(membership, a, b):
+    """core.scores' road-line term of ``surface`` (rows, cols) from its public parts: the
+    larger of the clicked-offset ridge and CENTRE_WEIGHT x the centre ridge, and that ridge."""
+    mask = scores.surface_mask(membership)
+    width = scores.band_width(mask, a, b)
+    centre = gaussian_blur(membership, max(scores.CENTRE_BLUR * width, 1.0), "symmetric",
+                           truncate=3.0)
+    offset = offset_ridge(membership, mask, a, b, width)
+    term = -(1.0 - np.maximum(offset, scores.CENTRE_WEIGHT * centre) + scores.LENGTH_COST)
+    return term.astype(np.float32), offset, scores.CENTRE_WEIGHT * centre
+
+
+def test_device_road_term_equals_the_host_on_real_windows(backend, sample):
+    """The clicked-offset ridge, the centring and their maximum on the device (float64 path)
+    equal the host's on the sample cases' memberships (each case's colour similarity)."""
+    from gpu.engine import DeviceTracer
+    from gpu.evidence import DeviceEvidence
+
+    offset_wins = 0
+    with backend.context.active():
+        tracer = DeviceTracer(backend.context, "auto", "float64")
+        try:
+            evidence = DeviceEvidence(tracer)
+            for pixels, a, b in _windows(sample):
+                membership = endpoint_similarity(pixels, a, b)
+                expected, offset, centre = _host_road_term(membership, a, b)
+                got = evidence.road_term(membership, a, b)
+                assert got.shape == (1, *membership.shape)
+                np.testing.assert_allclose(got[0], expected, rtol=0, atol=1e-5)
+                offset_wins += int((offset > centre + 1e-3).sum())
+        finally:
+            tracer.release()
+    assert offset_wins > 100  # the offset ridge decides the term on many pixels
 
 
 def test_device_surface_traces_match_the_cpu(backend, sample):
