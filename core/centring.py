@@ -2,7 +2,7 @@
 
 The DP follows the ridge of the blurred surface membership (core/scores.py), which leans
 towards the side where the membership is stronger. On water, whose banks are clean, the middle
-of the surface itself is the better centre line (docs/ACCURACY.md, exp. 37 and 39): each
+of the surface itself is the better centre line (measured: docs/ACCURACY.md): each
 interior vertex moves along the normal of the line to the midpoint of the run of surface
 (membership > ½ after a σ = 1 px blur) through it. A vertex stays where the run is open on a
 side within reach, is wider than :data:`MAX_RUN_WIDTH` times the surface's width at the

@@ -316,7 +316,7 @@ def _surface_planes(inputs):
 
 def _surface_river(inputs):
     """:func:`_surface_terms` with the model at half resolution on every window (water: its
-    context matters more than detail, docs/ACCURACY.md exp. 38–39), and p' as the surface."""
+    context matters more than detail), and p' as the surface."""
     return _surface_terms(inputs, half_resolution=True)
 
 

@@ -1,10 +1,11 @@
 """Learned surface model: how likely each pixel belongs to the surface (road or water) that the
 two clicked endpoints lie on.
 
-A small U-Net (scripts/train_surface_model.py, trained on the development imagery; docs/
-ACCURACY.md, experiment 27) runs with ONNX Runtime on the CPU. Its input is four planes over the
-window: the first three bands stretched so that their 1st..99th percentile maps to 0..1 (clipped
-to [-0.5, 1.5]; a one-band image is repeated), and the endpoint colour similarity of
+A small U-Net (scripts/train_surface_model.py; its training data: resources/models/LICENSE.md)
+runs with ONNX Runtime on the CPU (gpu/network.py runs it on the GPU backend). Its input is four
+planes over the window: the first three bands stretched so that their 1st..99th percentile maps
+to 0..1 (clipped to [-0.5, 1.5]; a one-band image is repeated), and the endpoint colour
+similarity of
 :func:`core.scores.endpoint_similarity`. The clicks say *which* surface; the model adds what a
 colour match cannot see: the surface's shape and context (a field of the same grey is not a
 road, a shaded stretch of road still is).

@@ -6,7 +6,7 @@ kind's :func:`core.scores.endpoint_similarity`, re-implemented here in torch). I
 logits per pixel: "this pixel belongs to the same surface (road or water) as the clicks" and "it
 lies on that surface's centreline" (target exp(−d²/2σ²), d the distance to the skeleton of the
 smoothed mask, σ = 2 px). The second is an auxiliary training target (following it in the score
-gained nothing robust: docs/ACCURACY.md, exp. 28); only the first is exported. Training
+gained nothing robust); only the first is exported. Training
 crops (rotated, scaled 0.6–1.6×, recoloured, bands shuffled half the time) come from road images
 (road masks) and water images (water masks), three to one; the two clicks are random pixels
 inside the crop's surface (their 5×5 neighbourhood all surface), as a user's are.
@@ -21,10 +21,13 @@ Folders are laid out like the project's development sets: ``DIR/sources.json`` l
   ``folds.json`` mapping each image id to its fold (for cross-validated evaluation); with
   ``--fold k`` (repeatable) only those folds.
 
-Usage (the GPU machine has PyTorch; see docs/ACCURACY.md):
+Usage (PyTorch; a GPU makes it minutes; the shipped model: resources/models/LICENSE.md):
 
-    python scripts/train_surface_model.py --roads DEV --water RIVERS --out OUT --folds 5
-    python scripts/crossval_surface.py OUT CASES.json   # each case traced by its fold's model
+    python scripts/train_surface_model.py --roads ROADS --water RIVERS --unsure-band 12 \
+        --steps 4500 --out OUT
+    python scripts/train_surface_model.py --roads ROADS --water RIVERS --unsure-band 12 \
+        --folds 3 --fold-water-only --folds-only --out FOLDS
+    python scripts/crossval_surface.py FOLDS CASES.json   # each case traced by its fold's model
 """
 
 from __future__ import annotations
