@@ -42,6 +42,32 @@ def brute_force(corridor, links, max_angle_rad):
     return best, winners
 
 
+def path_score(problem, indices):
+    """Score (float64, from the problem's links) of the path through ``indices`` (m,), and
+    whether its turns are admissible by the problem's windows."""
+    nodes = [0, *np.asarray(indices).tolist(), 0]
+    score = sum(problem.links[t][nodes[t], nodes[t + 1]] for t in range(len(problem.links)))
+    admissible = all(problem.windows.lo[t - 1][nodes[t], nodes[t + 1]] <= nodes[t - 1]
+                     <= problem.windows.hi[t - 1][nodes[t], nodes[t + 1]]
+                     for t in range(1, len(nodes) - 1))
+    return score, admissible
+
+
+#: How far (relative) a float32 answer's float64 score may fall below the optimum: float32 scores
+#: carry ~1e-7 relative rounding, so paths within rounding of the best may win.
+FLOAT32_SLACK = 1e-5
+
+
+def assert_near_optimal(problem, got, best, slack=FLOAT32_SLACK):
+    """``got`` (a DP solution) is admissible, its float64 score lies within ``slack``
+    (relative) below ``best``, and its reported score matches its path's."""
+    score, admissible = path_score(problem, got.indices)
+    assert admissible
+    allowed = slack * max(1.0, abs(best))
+    assert best - allowed <= score <= best + 1e-9 * max(1.0, abs(best))
+    assert abs(got.score - score) <= slack * max(1.0, abs(score))
+
+
 def random_problem(rng, m, d, max_angle_deg):
     """A corridor with random geometry and random link scores, with its windows."""
     from core.dp import DPProblem

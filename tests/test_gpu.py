@@ -22,7 +22,7 @@ from core.scores import CROSS, SCALAR, SINE, Evidence, integrate_links
 from core.tracer import TraceParams, corridor_evidence, trace
 from gpu.schedule import Schedule
 from tests.conftest import SAMPLE_CASES, SAMPLE_IMAGE
-from tests.oracle import random_problem
+from tests.oracle import path_score, random_problem
 
 # -- a numpy twin of dp.cu's steps, for the schedule ----------------------------------------------
 
@@ -122,20 +122,10 @@ def fast_backend():
     return GpuBackend.create()
 
 
-def _path_score(problem, indices):
-    """Score of a path in float64 and whether every turn lies in its window."""
-    nodes = [0, *np.asarray(indices).tolist(), 0]
-    score = sum(problem.links[t][nodes[t], nodes[t + 1]] for t in range(len(problem.links)))
-    admissible = all(problem.windows.lo[t - 1][nodes[t], nodes[t + 1]] <= nodes[t - 1]
-                     <= problem.windows.hi[t - 1][nodes[t], nodes[t + 1]]
-                     for t in range(1, len(nodes) - 1))
-    return score, admissible
-
-
 def _assert_same_optimum(problem, got, expected, rel=1e-9):
     assert got.score == pytest.approx(expected.score, rel=rel, abs=1e-12)
     if not np.array_equal(got.indices, expected.indices):  # only an exact tie may differ
-        score, admissible = _path_score(problem, got.indices)
+        score, admissible = path_score(problem, got.indices)
         assert admissible
         assert score == pytest.approx(expected.score, rel=1e-12, abs=1e-12)
 
