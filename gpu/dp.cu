@@ -1,4 +1,4 @@
-// Pair-state dynamic programme (docs: ../shared/docs/ALGORITHM.md) on the GPU.
+// Pair-state dynamic programme (docs/ENGINE.md) on the GPU.
 //
 // Every DP step has the same shape, forward (from a) or backward (from b):
 //
