@@ -15,14 +15,8 @@ import numpy as np
 from core.dp import DPProblem, DPSolution, solve_fast, solve_reference
 from core.gradient import gaussian_gradient
 from core.guides import Corridor, Windows
-from core.scores import (
-    Evidence,
-    ScoreInputs,
-    ScoreKind,
-    bilinear_coefficients,
-    integrate_links,
-    integrate_links_reference,
-)
+from core.links import bilinear_coefficients, integrate_links, integrate_links_reference
+from core.scores import Evidence, ScoreInputs, ScoreKind
 
 
 @dataclass(frozen=True)

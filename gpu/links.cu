@@ -36,7 +36,7 @@ struct Image {
     double tau;           // SINE: gradient-magnitude threshold
 };
 
-// Bilinear interpolation as core/scores.py writes it (bilinear_coefficients): c0 + fx·c1 +
+// Bilinear interpolation as core/links.py writes it (bilinear_coefficients): c0 + fx·c1 +
 // fy·c2 + fx·fy·c3 with the coefficients taken exactly in float64 (rounded in float32).
 __device__ __forceinline__ real bilinear(float p00, float p01, float p10, float p11, real fx,
                                         real fy)
