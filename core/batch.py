@@ -120,7 +120,7 @@ class ImageReport:
     inputs: str | None = None
 
     def as_dict(self) -> dict:
-        """The summary's record (file names that are not UTF-8 shown with ``\\xNN``)."""
+        r"""The summary's record (file names that are not UTF-8 shown with ``\xNN``)."""
         record = asdict(self)
         record["seconds"] = round(self.seconds, 3)
         record["image"] = printable(self.image)

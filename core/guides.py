@@ -46,6 +46,7 @@ class Corridor:
 
     @cached_property
     def length(self) -> float:
+        """|b − a| (px)."""
         return float(np.hypot(*(self.b - self.a)))
 
     @cached_property

@@ -111,6 +111,13 @@ def register_score_kind(kind: ScoreKind) -> ScoreKind:
 
 
 def get_score_kind(name: str) -> ScoreKind:
+    """The registered kind called ``name``.
+
+    Raises
+    ------
+    BadParameter
+        If no kind of that name is registered (the message lists those that are).
+    """
     try:
         return SCORE_KINDS[name]
     except KeyError:
