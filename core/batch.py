@@ -395,7 +395,7 @@ def earlier_record(output: Path) -> dict | None:
 
 
 def image_footprint(path: Path, image_crs: str | None) -> np.ndarray | None:
-    """The lon/lat box ``[lon_min, lat_min, lon_max, lat_max]`` of an image, read cheaply.
+    """The lon/lat box ``[lon_min, lat_min, lon_max, lat_max]`` (4,) of an image, read cheaply.
 
     Reads only the header (rasterio for TIFFs, Pillow for the others) and the sidecar
     files; the box is that of the image's outline, sampled every 1/16 of a side, grown by

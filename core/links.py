@@ -103,9 +103,11 @@ def integrate_links(evidence: Evidence, starts: np.ndarray, ends: np.ndarray,
 
     Parameters
     ----------
+    evidence : Evidence
     starts : ndarray of shape (n0, 2), or (S, n0, 2) for S stages at once
     ends : ndarray of shape (n1, 2), or (S, n1, 2)
-    coefficients : the evidence's :func:`bilinear_coefficients`, when the caller has them
+    coefficients : ndarray of shape (rows, cols, 4, P), optional
+        The evidence's :func:`bilinear_coefficients`, when the caller has them.
 
     Returns
     -------
@@ -155,7 +157,18 @@ def _bilinear_reference(evidence: Evidence, x: np.ndarray, y: np.ndarray) -> np.
 
 def integrate_links_reference(evidence: Evidence, starts: np.ndarray,
                               ends: np.ndarray) -> np.ndarray:
-    """Plain-numpy twin of :func:`integrate_links` (one link at a time; for tests)."""
+    """Plain-numpy twin of :func:`integrate_links` (one link at a time; for tests).
+
+    Parameters
+    ----------
+    evidence : Evidence
+    starts : ndarray of shape (n0, 2)
+    ends : ndarray of shape (n1, 2)
+
+    Returns
+    -------
+    ndarray of shape (n0, n1), float64
+    """
     out = np.empty((len(starts), len(ends)))
     for i, p in enumerate(np.asarray(starts, dtype=np.float64)):
         for j, q in enumerate(np.asarray(ends, dtype=np.float64)):
