@@ -1,4 +1,4 @@
-// Link scores of every stage on the device, by the rule of core/scores.py:
+// Link scores of every stage on the device, by the rule of core/links.py:
 // a link p -> q of length L gets K = max(2, ceil(L)) midpoint samples x_k = p + (k + 1/2)/K (q - p),
 // each a bilinear sample of the evidence planes (0 outside the image) turned into a term by the
 // sampler, and score = L/K * sum_k term(x_k). Positions, interpolation and the sum are `real`:
