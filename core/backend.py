@@ -15,14 +15,8 @@ import numpy as np
 from core.dp import DPProblem, DPSolution, solve_fast, solve_reference
 from core.gradient import gaussian_gradient
 from core.guides import Corridor, Windows
-from core.scores import (
-    Evidence,
-    ScoreInputs,
-    ScoreKind,
-    bilinear_coefficients,
-    integrate_links,
-    integrate_links_reference,
-)
+from core.links import bilinear_coefficients, integrate_links, integrate_links_reference
+from core.scores import Evidence, ScoreInputs, ScoreKind
 
 
 @dataclass(frozen=True)
@@ -57,6 +51,18 @@ class TracerBackend:
         raise NotImplementedError
 
     def solve(self, problem: DPProblem) -> DPSolution:
+        """The optimal path of a DP problem whose link scores are in place.
+
+        Parameters
+        ----------
+        problem : DPProblem
+            Corridor, admissible windows and link scores (m + 1 arrays (n_t, n_{t+1})).
+
+        Returns
+        -------
+        DPSolution
+            Indices (m,) of the chosen point on each guide and the total score.
+        """
         raise NotImplementedError
 
     def time_dp(self, problem: DPProblem, repeats: int) -> list[float]:
@@ -79,6 +85,22 @@ class TracerBackend:
         return times
 
     def trace(self, evidence: Evidence, corridor: Corridor, windows: Windows) -> BackendSolution:
+        """Link scores, DP and backtracking: the optimal path through a corridor.
+
+        Parameters
+        ----------
+        evidence : Evidence
+            Planes (P, rows, cols) over the corridor's window.
+        corridor : Corridor
+            Endpoints and m guides of n points each.
+        windows : Windows
+            Admissible links between consecutive guides.
+
+        Returns
+        -------
+        BackendSolution
+            Indices (m,), total score, link scores (m + 1,) along the path and timings (ms).
+        """
         start = time.perf_counter()
         links = self.link_scores(evidence, corridor)
         middle = time.perf_counter()
@@ -97,11 +119,13 @@ class CpuBackend(TracerBackend):
 
     @property
     def description(self) -> str:
+        """One line naming the backend and its thread count."""
         import numba
 
         return f"CPU (numba, {numba.get_num_threads()} threads)"
 
     def link_scores(self, evidence, corridor):
+        """links[t] (n_t, n_{t+1}) from :func:`core.links.integrate_links`, all stages at once."""
         coefficients = bilinear_coefficients(evidence)
         guides = corridor.guide_points
         first = integrate_links(evidence, corridor.a[None], guides[0], coefficients)
@@ -110,6 +134,7 @@ class CpuBackend(TracerBackend):
         return [first, *between, last]
 
     def solve(self, problem):
+        """The sliding-window DP (:func:`core.dp.solve_fast`)."""
         return solve_fast(problem)
 
 
@@ -120,9 +145,11 @@ class ReferenceBackend(TracerBackend):
     description = "CPU reference (numpy)"
 
     def link_scores(self, evidence, corridor):
+        """links[t] (n_t, n_{t+1}) from :func:`core.links.integrate_links_reference`."""
         nodes = corridor.node_sets()
         return [integrate_links_reference(evidence, nodes[t], nodes[t + 1])
                 for t in range(len(nodes) - 1)]
 
     def solve(self, problem):
+        """The O(d³)-per-stage DP (:func:`core.dp.solve_reference`)."""
         return solve_reference(problem)

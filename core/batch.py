@@ -120,7 +120,7 @@ class ImageReport:
     inputs: str | None = None
 
     def as_dict(self) -> dict:
-        """The summary's record (file names that are not UTF-8 shown with ``\\xNN``)."""
+        r"""The summary's record (file names that are not UTF-8 shown with ``\xNN``)."""
         record = asdict(self)
         record["seconds"] = round(self.seconds, 3)
         record["image"] = printable(self.image)
@@ -395,7 +395,7 @@ def earlier_record(output: Path) -> dict | None:
 
 
 def image_footprint(path: Path, image_crs: str | None) -> np.ndarray | None:
-    """The lon/lat box ``[lon_min, lat_min, lon_max, lat_max]`` of an image, read cheaply.
+    """The lon/lat box ``[lon_min, lat_min, lon_max, lat_max]`` (4,) of an image, read cheaply.
 
     Reads only the header (rasterio for TIFFs, Pillow for the others) and the sidecar
     files; the box is that of the image's outline, sampled every 1/16 of a side, grown by

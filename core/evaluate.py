@@ -116,6 +116,7 @@ class RasterCache:
         self._rasters: dict[str, Raster] = {}
 
     def get(self, path: str) -> Raster:
+        """The image at ``path``, loaded on first use."""
         if path not in self._rasters:
             self._rasters[path] = load_image(path)
         return self._rasters[path]

@@ -194,10 +194,12 @@ class RpcGeoref:
 
     @property
     def crs(self) -> pyproj.CRS:
+        """WGS 84: RPCs map pixels to longitude and latitude."""
         return wgs84()
 
     @property
     def crs_name(self) -> str:
+        """``"EPSG:4326"``."""
         return "EPSG:4326"
 
     def _transformer(self):

@@ -37,8 +37,9 @@ def gaussian_kernel(sigma: float, order: int, truncate: float = TRUNCATE) -> np.
 
 
 def filter_axis(plane: np.ndarray, kernel: np.ndarray, axis: int, mode: str) -> np.ndarray:
-    """Convolve a 2-D plane with a 1-D kernel along ``axis``; ``mode`` is numpy.pad's
-    ("symmetric" = scipy's "reflect", "edge" = scipy's "nearest")."""
+    """Convolve a (rows, cols) plane with a (2r + 1,) kernel along ``axis``; ``mode`` is
+    numpy.pad's ("symmetric" = scipy's "reflect", "edge" = scipy's "nearest"). Returns the
+    (rows, cols) float64 result."""
     radius = len(kernel) // 2
     pad = [(0, 0), (0, 0)]
     pad[axis] = (radius, radius)

@@ -46,6 +46,7 @@ class Corridor:
 
     @cached_property
     def length(self) -> float:
+        """|b − a| (px)."""
         return float(np.hypot(*(self.b - self.a)))
 
     @cached_property
@@ -139,7 +140,10 @@ def _guide_to_guide_angles(corridor: Corridor, transposed: bool) -> np.ndarray:
 
 
 def turn_is_admissible(turn: np.ndarray, max_angle_rad: float) -> np.ndarray:
-    """The one admissibility rule shared by every backend: turn <= θ + ANGLE_TOLERANCE."""
+    """The one admissibility rule shared by every backend: turn <= θ + ANGLE_TOLERANCE.
+
+    ``turn`` (any shape, radians) gives a bool array of the same shape.
+    """
     return turn <= max_angle_rad + ANGLE_TOLERANCE
 
 

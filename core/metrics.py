@@ -35,6 +35,7 @@ class PathMetrics:
     hausdorff: float
 
     def as_dict(self) -> dict:
+        """The metrics by field name."""
         return asdict(self)
 
 

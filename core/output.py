@@ -126,6 +126,7 @@ class PipeTolerantStream:
         self._broken = False
 
     def write(self, text: str) -> int:
+        """Write ``text`` unless the stream broke; the length of ``text`` either way."""
         if not self._broken:
             try:
                 self._stream.write(text)
@@ -134,6 +135,7 @@ class PipeTolerantStream:
         return len(text)
 
     def flush(self) -> None:
+        """Flush unless the stream broke."""
         if not self._broken:
             try:
                 self._stream.flush()
@@ -141,6 +143,7 @@ class PipeTolerantStream:
                 self._broken = True
 
     def isatty(self) -> bool:
+        """Whether the stream is unbroken and a terminal."""
         return not self._broken and self._stream.isatty()
 
     def __getattr__(self, name):
@@ -148,9 +151,9 @@ class PipeTolerantStream:
 
 
 def printable(text: str) -> str:
-    """``text`` made writable anywhere: bytes of a file name that are not UTF-8 (kept by
-    Python as lone surrogates) are shown as ``\\xNN``, any other lone surrogate as
-    ``\\udNNN``."""
+    r"""``text`` made writable anywhere: bytes of a file name that are not UTF-8 (kept by
+    Python as lone surrogates) are shown as ``\xNN``, any other lone surrogate as
+    ``\udNNN``."""
     try:
         return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     except UnicodeEncodeError:

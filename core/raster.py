@@ -161,14 +161,17 @@ class Raster:
 
     @property
     def height(self) -> int:
+        """Rows of the image (px)."""
         return int(self.pixels.shape[0])
 
     @property
     def width(self) -> int:
+        """Columns of the image (px)."""
         return int(self.pixels.shape[1])
 
     @property
     def bands(self) -> int:
+        """Bands of the image."""
         return int(self.pixels.shape[2])
 
     def read_window(self, row0: int, row1: int, col0: int, col1: int) -> np.ndarray:
@@ -306,14 +309,17 @@ class WindowedRaster(Raster):
 
     @property
     def height(self) -> int:
+        """Rows of the image (px)."""
         return int(self._dataset.height)
 
     @property
     def width(self) -> int:
+        """Columns of the image (px)."""
         return int(self._dataset.width)
 
     @property
     def bands(self) -> int:
+        """Bands of the image."""
         return len(self._indexes)
 
     @property

@@ -2,10 +2,8 @@
 
 A *score kind* is one small function that turns an image window into evidence planes
 (:class:`Evidence`); the link score is the line integral of a per-sample *term* of those
-planes, approximated by the midpoint rule with K = max(2, ceil(L)) samples on a link of length
-L: ``score = L/K · Σ_k term(x_k)``, x_k = p + (k + ½)/K · (q − p). Planes are sampled with
-bilinear interpolation; samples outside the image contribute 0. Every backend follows this
-rule. Three *samplers* turn planes into terms (the GPU implements the same three):
+planes along the link (core/links.py integrates it; every backend follows the same rule).
+Three *samplers* turn planes into terms (the GPU implements the same three):
 
 * ``SCALAR``: term = plane 0 (any direction-free evidence: colour, flatness, user rasters);
 * ``CROSS``: term = |g × v| = |∇I|·|sin φ| from planes (gx, gy) and link direction v;
@@ -28,7 +26,6 @@ import numpy as np
 
 from core.errors import BadParameter
 from core.gradient import gaussian_blur
-from core.jit import numba
 from core.offset import offset_ridge
 from core.surface import surface_probability
 
@@ -114,6 +111,13 @@ def register_score_kind(kind: ScoreKind) -> ScoreKind:
 
 
 def get_score_kind(name: str) -> ScoreKind:
+    """The registered kind called ``name``.
+
+    Raises
+    ------
+    BadParameter
+        If no kind of that name is registered (the message lists those that are).
+    """
     try:
         return SCORE_KINDS[name]
     except KeyError:
@@ -382,170 +386,3 @@ register_score_kind(ScoreKind(
 register_score_kind(ScoreKind(
     "flat", "prefers low gradient (homogeneous surface)", SCALAR, _flat_planes,
     needs=("gradient",), produces="1 plane: -(|∇I| / (g0 + |∇I|) + 0.05), g0 = 3·median |∇I|"))
-
-
-# ---------------------------------------------------------------------------------------------
-# Link integration: compiled (CPU backend) and plain numpy (reference backend).
-
-
-@numba.njit(cache=True, fastmath=True, inline="always")
-def _term(sampler, v0, v1, vx, vy, tau):
-    if sampler == SCALAR:
-        return v0
-    cross = abs(v0 * vy - v1 * vx)
-    if sampler == CROSS:
-        return cross
-    magnitude = np.sqrt(v0 * v0 + v1 * v1)
-    return cross / magnitude if magnitude > tau else 0.0
-
-
-@numba.njit(cache=True, fastmath=True, inline="always")
-def _sample(coefficients, lx, ly, two):
-    """Bilinear sample of planes 0 (and 1) at window point (lx, ly) >= 0 from the per-pixel
-    coefficients (rows, cols, 4, P) of :func:`bilinear_coefficients` (one cache line)."""
-    ix = int(lx)
-    iy = int(ly)
-    fx, fy = lx - ix, ly - iy
-    fxy = fx * fy
-    # Unsigned indices: the compiler drops the negative-index wraparound code.
-    cell = coefficients[numba.uint64(iy), numba.uint64(ix)]
-    v0 = cell[0, 0] + fx * cell[1, 0] + fy * cell[2, 0] + fxy * cell[3, 0]
-    v1 = 0.0
-    if two:
-        v1 = cell[0, 1] + fx * cell[1, 1] + fy * cell[2, 1] + fxy * cell[3, 1]
-    return v0, v1
-
-
-@numba.njit(cache=True, fastmath=True, inline="always")
-def _link_total(coefficients, frame, link, sampler, tau, check):
-    """Σ_k term(x_k) · L/K over one link = (px, py, dx, dy, K); frame = (col0, row0, width,
-    height). ``sampler`` and ``check`` are constants at each call site, so the compiler emits
-    one specialised loop per combination."""
-    col0, row0, width, height = frame
-    px, py, dx, dy, count = link
-    length = np.sqrt(dx * dx + dy * dy)
-    vx, vy = dx / length, dy / length
-    step = 1.0 / count
-    total = 0.0
-    for k in range(count):
-        f = (k + 0.5) * step
-        x, y = px + f * dx, py + f * dy
-        if check and (x < 0.0 or y < 0.0 or x > width - 1 or y > height - 1):
-            continue
-        v0, v1 = _sample(coefficients, x - col0, y - row0, sampler != SCALAR)
-        total += _term(sampler, v0, v1, vx, vy, tau)
-    return total * length * step
-
-
-@numba.njit(cache=True, parallel=True, fastmath=True)
-def _integrate_links(coefficients, frame, sampler, tau, starts, ends):
-    """Link scores of S stages at once: starts (S, n0, 2), ends (S, n1, 2) → (S, n0, n1).
-    ``coefficients`` are the planes' :func:`bilinear_coefficients`, frame = (col0, row0,
-    width, height)."""
-    width, height = frame[2], frame[3]
-    stages, n0, n1 = starts.shape[0], starts.shape[1], ends.shape[1]
-    out = np.empty((stages, n0, n1))
-    for task in numba.prange(stages * n0):
-        s, i = task // n0, task % n0
-        px, py = starts[s, i, 0], starts[s, i, 1]
-        start_inside = 0.0 <= px <= width - 1 and 0.0 <= py <= height - 1
-        for j in range(n1):
-            qx, qy = ends[s, j, 0], ends[s, j, 1]
-            dx, dy = qx - px, qy - py
-            count = max(2, int(np.ceil(np.sqrt(dx * dx + dy * dy))))
-            # A segment with both ends in the (convex) image has every sample inside it.
-            inside = start_inside and 0.0 <= qx <= width - 1 and 0.0 <= qy <= height - 1
-            link = (px, py, dx, dy, count)
-            if sampler == SCALAR:
-                total = (_link_total(coefficients, frame, link, SCALAR, tau, False) if inside
-                         else _link_total(coefficients, frame, link, SCALAR, tau, True))
-            elif sampler == CROSS:
-                total = (_link_total(coefficients, frame, link, CROSS, tau, False) if inside
-                         else _link_total(coefficients, frame, link, CROSS, tau, True))
-            else:
-                total = (_link_total(coefficients, frame, link, SINE, tau, False) if inside
-                         else _link_total(coefficients, frame, link, SINE, tau, True))
-            out[s, i, j] = total
-    return out
-
-
-def integrate_links(evidence: Evidence, starts: np.ndarray, ends: np.ndarray,
-                    coefficients: np.ndarray | None = None) -> np.ndarray:
-    """Scores of all links from ``starts`` to ``ends``.
-
-    Parameters
-    ----------
-    starts : ndarray of shape (n0, 2), or (S, n0, 2) for S stages at once
-    ends : ndarray of shape (n1, 2), or (S, n1, 2)
-    coefficients : the evidence's :func:`bilinear_coefficients`, when the caller has them
-
-    Returns
-    -------
-    ndarray of shape (n0, n1), or (S, n0, n1), float64
-    """
-    starts = np.asarray(starts, dtype=np.float64)
-    ends = np.asarray(ends, dtype=np.float64)
-    batched = starts.ndim == 3
-    if coefficients is None:
-        coefficients = bilinear_coefficients(evidence)
-    frame = (float(evidence.origin[0]), float(evidence.origin[1]),
-             float(evidence.image_size[0]), float(evidence.image_size[1]))
-    out = _integrate_links(coefficients, frame, evidence.sampler, evidence.tau,
-                           np.ascontiguousarray(starts if batched else starts[None]),
-                           np.ascontiguousarray(ends if batched else ends[None]))
-    return out if batched else out[0]
-
-
-def bilinear_coefficients(evidence: Evidence) -> np.ndarray:
-    """Every pixel's bilinear patch of every plane, so that a sample reads one cache line:
-    v(x + fx, y + fy) = c0 + fx·c1 + fy·c2 + fx·fy·c3 with c0 = p(x, y), c1 = p(x+1, y) − c0,
-    c2 = p(x, y+1) − c0, c3 = c0 − p(x+1, y) − p(x, y+1) + p(x+1, y+1). Shape (rows, cols, 4, P),
-    float64 (exact for float32 planes). Beyond the last row and column the plane reads 0 (with
-    weight 0 for samples on the image's far edge)."""
-    planes = evidence.planes
-    padded = np.zeros((planes.shape[1] + 1, planes.shape[2] + 1, planes.shape[0]))
-    padded[:-1, :-1] = planes.transpose(1, 2, 0)
-    here, right = padded[:-1, :-1], padded[:-1, 1:]
-    below, diagonal = padded[1:, :-1], padded[1:, 1:]
-    return np.ascontiguousarray(np.stack(
-        [here, right - here, below - here, here - right - below + diagonal], axis=2))
-
-
-def _bilinear_reference(evidence: Evidence, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Bilinear samples of every plane at image points; 0 outside the image. Shape (P, *x.shape)."""
-    planes = evidence.planes
-    width, height = evidence.image_size
-    inside = (x >= 0) & (y >= 0) & (x <= width - 1) & (y <= height - 1)
-    lx, ly = x - evidence.origin[0], y - evidence.origin[1]
-    ix = np.clip(np.floor(lx).astype(int), 0, planes.shape[2] - 2)
-    iy = np.clip(np.floor(ly).astype(int), 0, planes.shape[1] - 2)
-    fx, fy = lx - ix, ly - iy
-    values = (planes[:, iy, ix] * (1 - fx) * (1 - fy) + planes[:, iy, ix + 1] * fx * (1 - fy)
-              + planes[:, iy + 1, ix] * (1 - fx) * fy + planes[:, iy + 1, ix + 1] * fx * fy)
-    return np.where(inside, values, 0.0)
-
-
-def integrate_links_reference(evidence: Evidence, starts: np.ndarray,
-                              ends: np.ndarray) -> np.ndarray:
-    """Plain-numpy twin of :func:`integrate_links` (one link at a time; for tests)."""
-    out = np.empty((len(starts), len(ends)))
-    for i, p in enumerate(np.asarray(starts, dtype=np.float64)):
-        for j, q in enumerate(np.asarray(ends, dtype=np.float64)):
-            delta = q - p
-            length = float(np.hypot(*delta))
-            count = max(2, int(np.ceil(length)))
-            f = (np.arange(count) + 0.5) / count
-            values = _bilinear_reference(evidence, p[0] + f * delta[0], p[1] + f * delta[1])
-            vx, vy = delta / length
-            if evidence.sampler == SCALAR:
-                terms = values[0]
-            else:
-                cross = np.abs(values[0] * vy - values[1] * vx)
-                if evidence.sampler == CROSS:
-                    terms = cross
-                else:
-                    magnitude = np.hypot(values[0], values[1])
-                    terms = np.where(magnitude > evidence.tau,
-                                     cross / np.maximum(magnitude, 1e-30), 0.0)
-            out[i, j] = terms.sum() * length / count
-    return out

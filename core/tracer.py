@@ -92,6 +92,7 @@ class TraceParams:
         return replace(self, guides=guides, points=points, halfwidth=halfwidth, score=score)
 
     def as_dict(self) -> dict:
+        """The parameters by field name (JSON-ready)."""
         return asdict(self)
 
 

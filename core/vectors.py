@@ -68,6 +68,7 @@ class Failure:
     segment: int | None = None
 
     def describe(self) -> str:
+        """One line: where (seed, segment) and why."""
         where = "" if self.seed is None else f"seed {self.seed}" + (
             "" if self.segment is None else f" segment {self.segment}")
         return f"{where}: {self.reason}" if where else self.reason

@@ -124,8 +124,9 @@ class GpuBackend(TracerBackend):
 
     def score_planes(self, kind: ScoreKind, pixels: np.ndarray, a: np.ndarray, b: np.ndarray,
                      sigma: float) -> tuple[np.ndarray, float]:
-        """Planes of the kinds of :data:`gpu.kinds.DEVICE_KINDS` computed on the device (the
-        surface model too), other kinds on the CPU. The planes stay in the device's evidence
+        """``(planes (P, rows, cols), tau)`` of a (rows, cols, bands) window: the kinds of
+        :data:`gpu.kinds.DEVICE_KINDS` computed on the device (the surface model too), other
+        kinds on the CPU. The planes stay in the device's evidence
         buffer too, so the trace that follows uploads nothing."""
         implementation, _ = device_kind(kind)
         if (implementation is None or not self._evidence.supports(pixels)

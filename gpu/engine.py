@@ -120,7 +120,7 @@ class DeviceTracer:
         return out
 
     def result_host(self, size: int) -> np.ndarray:
-        """The page-locked host buffer results come back to: float64, at least ``size``."""
+        """The page-locked host buffer results come back to: float64, shape (≥ ``size``,)."""
         if self._result_host.size < size:
             self._result_host = self.cuda.pagelocked_empty(2 * size, np.float64)
         return self._result_host
@@ -207,7 +207,8 @@ class DeviceTracer:
             grid, (threads, 1, 1), self.stream, plan.link_stages, *image)
 
     def fetch(self, plan: _Plan) -> np.ndarray:
-        """Queue the copy of the result to the page-locked host buffer; returns that buffer."""
+        """Queue the copy of the result to the page-locked host buffer; returns that buffer
+        (float64, shape (≥ the plan's result size,))."""
         host = self.result_host(plan.result_size)
         self.cuda.memcpy_dtoh_async(host[:plan.result_size], plan.result, self.stream)
         return host

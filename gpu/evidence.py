@@ -68,6 +68,7 @@ class DeviceEvidence:
 
     @staticmethod
     def supports(pixels: np.ndarray) -> bool:
+        """Whether ``pixels`` is a (rows, cols, bands) float32 window the device takes."""
         return (isinstance(pixels, np.ndarray) and pixels.dtype == np.float32
                 and pixels.ndim == 3 and 1 <= pixels.shape[2] <= MAX_BANDS
                 and pixels.shape[0] >= 1 and pixels.shape[1] >= 1)

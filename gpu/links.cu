@@ -1,4 +1,4 @@
-// Link scores of every stage on the device, by the rule of core/scores.py:
+// Link scores of every stage on the device, by the rule of core/links.py:
 // a link p -> q of length L gets K = max(2, ceil(L)) midpoint samples x_k = p + (k + 1/2)/K (q - p),
 // each a bilinear sample of the evidence planes (0 outside the image) turned into a term by the
 // sampler, and score = L/K * sum_k term(x_k). Positions, interpolation and the sum are `real`:
@@ -36,7 +36,7 @@ struct Image {
     double tau;           // SINE: gradient-magnitude threshold
 };
 
-// Bilinear interpolation as core/scores.py writes it (bilinear_coefficients): c0 + fx·c1 +
+// Bilinear interpolation as core/links.py writes it (bilinear_coefficients): c0 + fx·c1 +
 // fy·c2 + fx·fy·c3 with the coefficients taken exactly in float64 (rounded in float32).
 __device__ __forceinline__ real bilinear(float p00, float p01, float p10, float p11, real fx,
                                         real fy)

@@ -66,10 +66,12 @@ class Schedule:
         return stage >= self.middle
 
     def forward(self, t: int) -> StepPlan:
+        """Forward step t: paths ending on node set t extended by link stage t to node set t + 1."""
         n = self.sizes
         return StepPlan("forward", t, t, n[t], n[t + 1], n[t - 1])
 
     def backward(self, t: int) -> StepPlan:
+        """Backward step t: paths starting on node set t + 1 extended back by link stage t."""
         n = self.sizes
         return StepPlan("backward", t, t + 1, n[t + 1], n[t], n[t + 2])
 
@@ -89,6 +91,7 @@ class Schedule:
 
     @cached_property
     def merge(self) -> StepPlan:
+        """The step where the forward and backward halves meet, on node set c."""
         n, c = self.sizes, self.middle
         return StepPlan("merge", c, c, n[c], n[c + 1], n[c - 1])
 

@@ -17,8 +17,9 @@ from core.backend import CpuBackend
 from core.dp import DPProblem, solve_fast
 from core.errors import BackendUnavailable, NoAdmissiblePath
 from core.guides import admissible_windows, build_corridor
+from core.links import integrate_links
 from core.raster import load_image
-from core.scores import CROSS, SCALAR, SINE, Evidence, integrate_links
+from core.scores import CROSS, SCALAR, SINE, Evidence
 from core.tracer import TraceParams, corridor_evidence, trace
 from gpu.schedule import Schedule
 from tests.conftest import SAMPLE_CASES, SAMPLE_IMAGE

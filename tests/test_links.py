@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from core.guides import admissible_windows, build_corridor, link_angles, turn_is_admissible
-from core.scores import CROSS, SCALAR, SINE, Evidence, integrate_links, integrate_links_reference
+from core.links import integrate_links, integrate_links_reference
+from core.scores import CROSS, SCALAR, SINE, Evidence
 
 
 def random_evidence(rng, sampler, width=60, height=50, origin=(3, 5), planes=2):
