@@ -16,15 +16,21 @@ import json
 import numpy as np
 
 
+def read_report(report: str, cases: str) -> tuple[dict, dict]:
+    """The ``methods`` of an ``eval --json`` report, and the cases it measured by id."""
+    with open(report, encoding="utf-8") as handle:
+        methods = json.load(handle)["methods"]
+    with open(cases, encoding="utf-8") as handle:
+        return methods, {case["id"]: case for case in json.load(handle)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("report", help="the JSON written by eval --json")
     parser.add_argument("cases", help="the cases file it measured (for the tags)")
     args = parser.parse_args()
-    with open(args.report, encoding="utf-8") as handle:
-        methods = json.load(handle)["methods"]
-    with open(args.cases, encoding="utf-8") as handle:
-        tags = {case["id"]: case.get("tags", []) for case in json.load(handle)}
+    methods, cases = read_report(args.report, args.cases)
+    tags = {case_id: case.get("tags", []) for case_id, case in cases.items()}
     datasets = sorted({found[0] for found in tags.values() if found})
     for title, wanted in (("nontrivial", True), ("straight line right", False)):
         print(f"\n{title}: median c@3 / c@5 (cases)\n")

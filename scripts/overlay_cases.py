@@ -10,9 +10,9 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
+from accuracy_tables import read_report
 from PIL import Image, ImageDraw
 
 COLOURS = {"truth": (255, 230, 0), "ours": (255, 40, 40), "peer": (0, 230, 255)}
@@ -28,10 +28,7 @@ def main() -> int:
     parser.add_argument("ids", nargs="+")
     parser.add_argument("--peer", default="route_flat")
     args = parser.parse_args()
-    with open(args.report, encoding="utf-8") as handle:
-        methods = json.load(handle)["methods"]
-    with open(args.cases, encoding="utf-8") as handle:
-        cases = {case["id"]: case for case in json.load(handle)}
+    methods, cases = read_report(args.report, args.cases)
     lines = {name: {case["id"]: case["polyline"] for case in methods[method]["cases"]}
              for name, method in (("ours", "ours"), ("peer", args.peer))}
     os.makedirs(args.out, exist_ok=True)

@@ -31,3 +31,24 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if item.get_closest_marker("gpu"):
                 item.add_marker(marker)
+
+
+def close_the_window_once_loaded(opened: list, monkeypatch) -> None:
+    """Once the application's main window shows, record the image it loads in ``opened`` and
+    close the window, discarding any unsaved work (for tests that run the application's event
+    loop; settings in Qt's test locations)."""
+    from PySide6.QtCore import QStandardPaths, QTimer
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    from app.main_window import MainWindow
+
+    def close_when_loaded():
+        (window,) = [widget for widget in QApplication.topLevelWidgets()
+                     if isinstance(widget, MainWindow) and widget.isVisible()]
+        window.image_loaded.connect(opened.append)
+        window.image_loaded.connect(window.close)
+
+    QStandardPaths.setTestModeEnabled(True)
+    monkeypatch.setattr(QMessageBox, "question",
+                        lambda *args, **kwargs: QMessageBox.StandardButton.Discard)
+    QTimer.singleShot(0, close_when_loaded)

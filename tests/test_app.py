@@ -13,7 +13,7 @@ import time
 import imageio.v3 as iio
 import numpy as np
 import pytest
-from PySide6.QtCore import QMimeData, QPoint, QPointF, QSettings, QStandardPaths, Qt, QTimer, QUrl
+from PySide6.QtCore import QMimeData, QPoint, QPointF, QSettings, Qt, QTimer, QUrl
 from PySide6.QtGui import QDropEvent, QWheelEvent
 from PySide6.QtWidgets import QApplication, QMessageBox
 
@@ -21,7 +21,7 @@ from app.main_window import MainWindow, run_app
 from app.model import distance_to_polyline
 from app.panels import ParamsPanel
 from core.tracer import TraceParams
-from tests.conftest import SAMPLE_CASES, SAMPLE_IMAGE
+from tests.conftest import SAMPLE_CASES, SAMPLE_IMAGE, close_the_window_once_loaded
 from tests.synthetic import BULGE, road_image
 
 CASES = {case["id"]: case for case in json.loads(SAMPLE_CASES.read_text())}
@@ -558,18 +558,8 @@ def test_dropping_a_file_opens_it(make_window, qtbot, tmp_path):
 
 
 def test_run_app_opens_the_image_given_and_quits(qtbot, monkeypatch):
-    QStandardPaths.setTestModeEnabled(True)
-    monkeypatch.setattr(QMessageBox, "question",
-                        lambda *args, **kwargs: QMessageBox.StandardButton.Discard)
     opened = []
-
-    def close_when_loaded():
-        (window,) = [w for w in QApplication.topLevelWidgets() if isinstance(w, MainWindow)
-                     and w.isVisible()]
-        window.image_loaded.connect(opened.append)
-        window.image_loaded.connect(window.close)
-
-    QTimer.singleShot(0, close_when_loaded)
+    close_the_window_once_loaded(opened, monkeypatch)
     assert run_app([str(SAMPLE_IMAGE)]) == 0
     assert opened == [str(SAMPLE_IMAGE)]
 

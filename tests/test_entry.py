@@ -16,7 +16,7 @@ import pytest
 from app.start import display_problem
 from cli import COMMANDS, entry
 from cli import main as cli_main
-from tests.conftest import ROOT, SAMPLE_CASES, SAMPLE_IMAGE
+from tests.conftest import ROOT, SAMPLE_CASES, SAMPLE_IMAGE, close_the_window_once_loaded
 
 # pytest-qt creates its QApplication before any test runs: offscreen, as in test_app.py.
 os.environ["QT_QPA_PLATFORM"] = "offscreen"
@@ -182,24 +182,10 @@ def test_eval_quiet_prints_only_the_report(capsys):
 
 
 def test_start_app_opens_the_image_where_a_display_exists(qtbot, monkeypatch):
-    from PySide6.QtCore import QStandardPaths, QTimer
-    from PySide6.QtWidgets import QApplication, QMessageBox
-
-    from app.main_window import MainWindow
     from app.start import start_app
 
-    QStandardPaths.setTestModeEnabled(True)
-    monkeypatch.setattr(QMessageBox, "question",
-                        lambda *args, **kwargs: QMessageBox.StandardButton.Discard)
     opened = []
-
-    def close_when_loaded():
-        (window,) = [widget for widget in QApplication.topLevelWidgets()
-                     if isinstance(widget, MainWindow) and widget.isVisible()]
-        window.image_loaded.connect(opened.append)
-        window.image_loaded.connect(window.close)
-
-    QTimer.singleShot(0, close_when_loaded)
+    close_the_window_once_loaded(opened, monkeypatch)
     assert start_app([str(SAMPLE_IMAGE)]) == 0
     assert opened == [str(SAMPLE_IMAGE)]
 
