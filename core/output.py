@@ -182,8 +182,12 @@ def json_depth_exceeds(document, limit: int = MAX_JSON_DEPTH) -> bool:
 def read_json(path: str | os.PathLike, what: str, error: type[TraceError] = BadParameter):
     """The JSON document in ``path``; ``what`` names the file in the one-line ``error`` raised
     when it cannot be read, is not JSON, or nests deeper than :data:`MAX_JSON_DEPTH`
-    (e.g. ``what="seeds file"``)."""
+    (e.g. ``what="seeds file"``), or is no regular file (a FIFO or device would block or never
+    end)."""
     path = os.fspath(path)
+    if os.path.exists(path) and not os.path.isfile(path):
+        kind = "a folder" if os.path.isdir(path) else "not a regular file"
+        raise error(f"cannot read {what} {path}: it is {kind}")
     try:
         with open(path, encoding="utf-8") as stream:
             document = json.load(stream)

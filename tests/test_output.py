@@ -134,3 +134,14 @@ def test_the_window_estimate_follows_the_direction(monkeypatch):
         check_trace_plan(requested, resolved, (diagonal, diagonal), 7)
     monkeypatch.setenv(BUDGET_VARIABLE, "1G")
     check_trace_plan(requested, resolved, (diagonal, diagonal), 7)
+
+
+def test_a_document_that_is_no_regular_file_is_one_error(tmp_path):
+    """A FIFO would block the reader for good; a folder is a typo."""
+    fifo = tmp_path / "seeds.geojson"
+    os.mkfifo(fifo)
+    with pytest.raises(BadParameter, match=r"cannot read seeds file .*seeds.geojson: it is not "
+                                           "a regular file"):
+        read_json(fifo, "seeds file")
+    with pytest.raises(BadParameter, match="cannot read cases file .*: it is a folder"):
+        read_json(tmp_path, "cases file")
