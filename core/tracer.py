@@ -327,8 +327,9 @@ def _trace_once(raster: Raster, a, b, params: TraceParams,
     if length < 2:
         raise BadParameter(f"endpoints a=({a[0]:g}, {a[1]:g}) and b=({b[0]:g}, {b[1]:g}) "
                            "must be at least 2 px apart")
-    check_trace_plan(params, params.resolve(length), b - a, gradient_margin(params.sigma))
-    params = params.resolve(length)
+    resolved = params.resolve(length)
+    check_trace_plan(params, resolved, b - a, gradient_margin(params.sigma))
+    params = resolved
     corridor = build_corridor(a, b, params.guides, params.points, params.halfwidth)
     shift = border_shift(corridor, params)
     if np.any(shift):

@@ -287,7 +287,7 @@ __device__ __forceinline__ double widest_section(const double* kernel, double op
     return __dmul_rn(open_width, fmax(kernel[2], 2.0));
 }
 
-// core.offset._runs: ahead / behind = distance (px) from each mask pixel along +(nx, ny) / -(nx,
+// core.offset._run: ahead / behind = distance (px) from each mask pixel along +(nx, ny) / -(nx,
 // ny) to the first pixel off the mask (nearest-pixel steps, floor(x + 0.5)), inf where the walk
 // leaves the window or is longer than reach = int(widest) + 2; 0 off the mask.
 extern "C" __global__ void offset_runs(const unsigned char* __restrict__ mask, int rows, int cols,
