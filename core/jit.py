@@ -1,5 +1,9 @@
 """numba for the engine: every module that compiles kernels imports it from here.
 
+numba caches compiled functions beside the sources, else in the user's cache folder; where
+neither is writable (a read-only install, no writable HOME) it refuses to compile at all, so
+this module points it at a private folder of the temporary directory first.
+
 Before numba runs its first compiled function it loads its array library
 (``numba.np.arraymath``), which imports ``scipy.linalg`` only to learn whether BLAS is there
 for ``np.dot`` and its kin inside compiled code. That import costs about 0.3 s of a cold
@@ -8,9 +12,50 @@ for ``np.dot`` and its kin inside compiled code. That import costs about 0.3 s o
 ``scipy.linalg`` imports as usual afterwards for whoever needs it.
 """
 
+import os
 import sys
 
-import numba
+
+def _writable_folder(path: str) -> bool:
+    """Whether a file can be created in ``path`` (made if missing), as numba's cache needs."""
+    import tempfile
+
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            return True
+    except OSError:
+        return False
+
+
+def _private_cache_folder() -> str:
+    """A folder of the temporary directory that only this user can write (numba loads what is
+    cached there, so a folder another user made is never used)."""
+    import stat
+    import tempfile
+
+    path = os.path.join(tempfile.gettempdir(), f"roadtracer-numba-{os.getuid()}")
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return tempfile.mkdtemp(prefix="roadtracer-numba-")
+    status = os.lstat(path)
+    if not stat.S_ISDIR(status.st_mode) or status.st_uid != os.getuid() \
+            or status.st_mode & 0o022:
+        return tempfile.mkdtemp(prefix="roadtracer-numba-")
+    return path
+
+
+if "NUMBA_CACHE_DIR" not in os.environ and not any(
+        _writable_folder(folder) for folder in (
+            os.path.join(os.path.dirname(__file__), "__pycache__"),
+            os.path.join(os.environ.get("XDG_CACHE_HOME")
+                          or os.path.join(os.path.expanduser("~"), ".cache"), "numba"))):
+    os.environ["NUMBA_CACHE_DIR"] = _private_cache_folder()
+
+import numba  # noqa: E402  (after NUMBA_CACHE_DIR is settled)
 
 
 def _load_array_library_without_blas() -> None:
