@@ -136,7 +136,9 @@ def entry(argv: list[str] | None = None) -> int:
         return dispatch(sys.argv[1:] if argv is None else argv)
     except BrokenPipeError:
         # Nothing can reach the reader; keep Python's final flush from failing once more.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
         return SIGPIPE_EXIT
 
 

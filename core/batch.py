@@ -677,6 +677,7 @@ def summarize(plan: BatchPlan, reports: list[ImageReport], seconds: float,
                       for seed, images in plan.candidates.items()
                       if seed not in matched and images <= settled]
     everything = sorted(reports + plan.skipped, key=lambda report: report.image)
+    done = {report.image for report in reports}
     segments = sum(report.segments for report in reports)
     counts = {status: sum(report.status == status for report in everything)
               for status in ("ok", "partial", "failed", "skipped")}
@@ -695,8 +696,7 @@ def summarize(plan: BatchPlan, reports: list[ImageReport], seconds: float,
         "seed_failures": [asdict(failure) for failure in seed_failures],
         "images": [report.as_dict() for report in everything],
         "not_done": sorted(printable(os.path.basename(task.image)) for task in plan.tasks
-                           if os.path.basename(task.image) not in
-                           {report.image for report in reports}),
+                           if os.path.basename(task.image) not in done),
     }
 
 

@@ -92,29 +92,15 @@ def _write_in_place(path: str, data: bytes) -> None:
         raise OutputWriteError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-def write_text_or_stdout(path: str | os.PathLike | None, text: str) -> bool:
+def write_text_or_stdout(path: str | os.PathLike | None, text: str) -> None:
     """Write ``text`` to ``path`` (:func:`write_text_atomic`), or to standard output when
-    ``path`` is None or ``"-"``.
-
-    Returns
-    -------
-    bool
-        False when standard output was a pipe that its reader had closed (``cmd | head``):
-        the text is dropped and standard output is pointed at the null device, so that the
-        interpreter's exit does not fail on it.
-    """
+    ``path`` is None or ``"-"`` (a reader that went away raises ``BrokenPipeError``, which the
+    command line's entry point turns into a quiet exit)."""
     if path is not None and os.fspath(path) != "-":
         write_text_atomic(path, text)
-        return True
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, sys.stdout.fileno())
-        os.close(null)
-        return False
-    return True
+        return
+    sys.stdout.write(text)
+    sys.stdout.flush()
 
 
 class PipeTolerantStream:

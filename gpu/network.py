@@ -82,11 +82,11 @@ def _evaluate(node, constants: dict) -> list[np.ndarray]:
     """Outputs of a node whose inputs are all constant (ONNX's reference evaluator; a
     ``Constant`` holding a tensor is read directly)."""
     import onnx
-    from onnx.reference import ReferenceEvaluator
 
     value = _attributes(node).get("value")
     if node.op_type == "Constant" and isinstance(value, onnx.TensorProto):
         return [onnx.numpy_helper.to_array(value)]
+    from onnx.reference import ReferenceEvaluator
 
     names = [name for name in node.input if name]
     graph = onnx.helper.make_graph(
@@ -114,16 +114,24 @@ def load_model(path: str):
     return model, constants
 
 
+def _fold(node, names: list[str], constants: dict) -> bool:
+    """Evaluate ``node`` into ``constants`` (in place) if every one of its input ``names`` is
+    empty or constant and it has inputs or is a ``Constant``; whether it did."""
+    if not (all(not name or name in constants for name in names)
+            and (names or node.op_type == "Constant")):
+        return False
+    for name, value in zip(node.output, _evaluate(node, constants), strict=True):
+        constants[name] = np.asarray(value)
+    return True
+
+
 def fold_constants(model, constants: dict) -> dict:
     """``constants`` and the outputs of every node computable from constants alone, whatever
     the input size (``Constant`` nodes, arithmetic on weights), evaluated once."""
     constants = dict(constants)
     for node in model.graph.node:
-        names = [name for name in node.input if name]
-        if node.op_type != "Shape" and all(name in constants for name in names) and (
-                names or node.op_type == "Constant"):
-            for name, value in zip(node.output, _evaluate(node, constants), strict=True):
-                constants[name] = np.asarray(value)
+        if node.op_type != "Shape":
+            _fold(node, [name for name in node.input if name], constants)
     return constants
 
 
@@ -160,11 +168,8 @@ def network_program(model, constants: dict, rows: int, cols: int) -> Program:
         if all(name in constants for name in node.output):  # folded already (fold_constants)
             continue
         names = [fused.get(name, name) for name in node.input]
-        if all(not name or name in constants for name in names):
-            if node.op_type == "Constant" or names:
-                for name, value in zip(node.output, _evaluate(node, constants), strict=True):
-                    constants[name] = np.asarray(value)
-                continue
+        if _fold(node, names, constants):
+            continue
         op, attrs = node.op_type, _attributes(node)
         if op == "Shape":
             constants[node.output[0]] = np.array([1, *shapes[names[0]]], dtype=np.int64)
