@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from app.model import Line
-from app.session import read_session, write_session
+from app.session import SessionReadError, read_session, write_session
 from core.errors import OutputWriteError
 from core.geojson import feature_collection, line_feature, write_geojson
 from core.raster import Raster
@@ -38,10 +38,27 @@ def write_autosave(folder: str, image_path: str, lines: tuple[Line, ...], params
 
 
 def read_autosave(folder: str, image_path: str) -> tuple[Line, ...]:
-    """The autosaved lines of an image (none if it has no autosave); raises
-    ``SessionReadError`` for an autosave that cannot be read."""
+    """The autosaved lines of an image (none if it has no autosave).
+
+    Raises
+    ------
+    SessionReadError
+        For an autosave that cannot be read; the file is first moved aside to
+        ``<autosave>.bad`` (named in the message), so that the next autosave does not
+        overwrite what it holds.
+    """
     path = autosave_path(folder, image_path)
-    return read_session(path)[1] if os.path.exists(path) else ()
+    if not os.path.exists(path):
+        return ()
+    try:
+        return read_session(path)[1]
+    except SessionReadError as exc:
+        kept = path + ".bad"
+        try:
+            os.replace(path, kept)
+        except OSError:
+            raise exc from None
+        raise SessionReadError(f"{exc} (the file is kept as {kept})") from None
 
 
 def remove_autosave(folder: str, image_path: str) -> None:

@@ -473,7 +473,7 @@ class MainWindow(QMainWindow):
         try:
             return read_autosave(self.autosave_dir, image_path)
         except TraceError as exc:
-            self.show_status(f"autosave not restored: {exc}")
+            QMessageBox.warning(self, "Autosave not restored", str(exc))
             return ()
 
     def confirm_discard(self) -> bool:

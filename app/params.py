@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 
 from core.errors import BadParameter
 from core.scores import SCORE_KINDS
-from core.tracer import LINE_KINDS, TraceParams
+from core.tracer import LINE_KINDS, POINT_SPACING, TraceParams
 
 #: Backends offered in the panel (``gpu.select.BACKEND_CHOICES`` without the slow reference).
 PANEL_BACKENDS = ("auto", "cpu", "gpu")
@@ -21,25 +21,35 @@ PANEL_BACKENDS = ("auto", "cpu", "gpu")
 class ParamRange:
     """The values a numeric parameter may take: ``low`` to ``high`` with at most ``decimals``
     digits after the point (0: whole numbers); with ``auto``, also None (scale with the click
-    distance; 0 in the panel)."""
+    distance; 0 in the panel). ``traced_high`` bounds the value a trace resolved it to from
+    the panel's settings (default ``high``)."""
 
     low: float
     high: float
     decimals: int = 0
     auto: bool = False
+    traced_high: float | None = None
+
+    def upper(self, rounded: bool = True) -> float:
+        """The largest value: the panel's, or (not ``rounded``) what a trace may resolve."""
+        return self.high if rounded or self.traced_high is None else self.traced_high
 
     def describe(self, rounded: bool = True) -> str:
         kind = "a whole number" if self.decimals == 0 else "a number"
-        text = f"{kind} in [{self.low:g}, {self.high:g}]"
+        text = f"{kind} in [{self.low:g}, {self.upper(rounded):g}]"
         if self.decimals and rounded:
             text += f" with at most {self.decimals} decimal(s)"
         return text + (" or null (auto)" if self.auto else "")
 
 
+_MAX_HALFWIDTH = 1000.0
+
 PARAM_RANGES = {
     "guides": ParamRange(1, 200, auto=True),
-    "points": ParamRange(1, 1001, auto=True),
-    "halfwidth": ParamRange(0.1, 1000.0, decimals=1, auto=True),
+    # Automatic points per guide follow the half-width (core.tracer.TraceParams.resolve).
+    "points": ParamRange(1, 1001, auto=True,
+                         traced_high=2 * round(_MAX_HALFWIDTH / POINT_SPACING) + 1),
+    "halfwidth": ParamRange(0.1, _MAX_HALFWIDTH, decimals=1, auto=True),
     "max_angle": ParamRange(1.0, 180.0, decimals=1),
     "sigma": ParamRange(0.3, 20.0, decimals=2),
 }
@@ -51,7 +61,7 @@ def _check_number(value: object, limits: ParamRange, where: str,
         return None
     is_number = isinstance(value, int | float) and not isinstance(value, bool)
     checks_decimals = rounded or limits.decimals == 0
-    if not is_number or not limits.low <= value <= limits.high \
+    if not is_number or not limits.low <= value <= limits.upper(rounded) \
             or (checks_decimals and round(value, limits.decimals) != value):
         raise BadParameter(f"{where} must be {limits.describe(rounded)}, got {value!r}")
     return float(value) if limits.decimals else int(value)
@@ -75,8 +85,9 @@ def params_from_dict(data: object, where: str = "params", rounded: bool = True) 
         The field's name in the document, used in the error message ("params",
         "lines[0].segments[1].request").
     rounded : bool
-        Whether numbers must have the panel's precision (False for the resolved parameters a
-        trace used: an automatic half-width is any number in range).
+        Whether numbers must have the panel's precision and range (False for the resolved
+        parameters a trace used: an automatic half-width is any number in range, and automatic
+        points per guide may exceed what the panel offers, up to ``traced_high``).
 
     Raises
     ------

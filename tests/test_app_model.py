@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 
 import numpy as np
@@ -179,7 +180,7 @@ HOSTILE_FIELDS = [  # (field, value, what the message names)
      r"lines\[0\].segments\[0\].request.max_angle must be a number in \[1, 180\]"),
     ("lines.0.segments.0.params", None, r"lines\[0\].segments\[0\].params must be the param"),
     ("lines.0.segments.0.params.points", 10 ** 9,
-     r"lines\[0\].segments\[0\].params.points must be a whole number in \[1, 1001\]"),
+     r"lines\[0\].segments\[0\].params.points must be a whole number in \[1, 1335\]"),
     ("lines.0.segments.1.backend", 3, r"lines\[0\].segments\[1\].backend must be a string"),
 ]
 
@@ -218,3 +219,31 @@ def test_deeply_nested_session_is_refused(tmp_path):
     path.write_text("[" * 200_000 + "]" * 200_000)
     with pytest.raises(SessionReadError, match="deep.json nests arrays or objects deeper than"):
         read_session(path)
+
+
+def test_a_session_of_lines_traced_at_the_panels_limits_reads_back(tmp_path):
+    """Automatic points per guide follow the half-width: at the panel's widest half-width a
+    trace uses more points than the panel offers, and its session must still read back."""
+    used = TraceParams(halfwidth=1000.0).resolve(300.0)
+    assert used.points > 1001
+    segment = replace(traced((0, 0), (300, 0)), request=TraceParams(halfwidth=1000.0),
+                      params=used)
+    model = LinesModel()
+    model.add_line((0, 0), (300, 0), segment)
+    path = tmp_path / "wide.json"
+    write_session(path, str(tmp_path / "image.png"), model.lines, TraceParams(), "cpu")
+    assert read_session(path)[1][0].segments[0].params.points == used.points
+
+
+def test_an_unreadable_autosave_is_kept_aside(tmp_path):
+    from app.files import autosave_path, read_autosave
+
+    image = str(tmp_path / "image.png")
+    path = autosave_path(str(tmp_path), image)
+    with open(path, "w") as handle:
+        handle.write("{not json")
+    with pytest.raises(SessionReadError, match=r"the file is kept as .*\.bad"):
+        read_autosave(str(tmp_path), image)
+    assert not os.path.exists(path)
+    assert open(path + ".bad").read() == "{not json"
+    assert read_autosave(str(tmp_path), image) == ()
