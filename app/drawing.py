@@ -182,12 +182,13 @@ class LineDrawing:
         self.host.clear_preview()
         self.host.segment_added(outcome)
         self.host.select(line.id, len(line.segments) - 1)
-        if self._finish_after:
-            self.stop()
-        elif self._queued:
+        # Clicks that waited go first (a double-click's end point among them), then the finish.
+        while self._queued and self.state is DrawState.DRAWING:
             point, straight = self._queued.pop(0)
             if point != self.tail:
                 self._add_segment_to(point, straight)
+        if self._finish_after and self.state is DrawState.DRAWING:
+            self.stop()
         self.host.drawing_changed()
 
     def _segment_failed(self, exc: BaseException) -> None:

@@ -118,6 +118,19 @@ def test_clicks_become_a_line_through_the_states(drawing):
     assert model.undo_label == "Add segment"
 
 
+def test_a_double_click_while_tracing_keeps_its_end_point(drawing):
+    """press, press, press (double-click), finish: the last point is traced before it ends."""
+    drawing.press((0.0, 0.0))
+    drawing.press((10.0, 0.0))
+    drawing.press((20.0, 0.0))
+    drawing.finish()
+    drawing.host.land()
+    assert drawing.state is DrawState.TRACING  # the double-clicked point
+    drawing.host.land()
+    assert drawing.state is DrawState.IDLE
+    assert drawing.model.lines[0].anchors == ((0.0, 0.0), (10.0, 0.0), (20.0, 0.0))
+
+
 def test_finish_while_tracing_waits_for_the_segment(drawing):
     drawing.press((0.0, 0.0))
     drawing.press((10.0, 0.0))
