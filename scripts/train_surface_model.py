@@ -26,7 +26,7 @@ Usage (PyTorch; a GPU makes it minutes; the shipped model: resources/models/LICE
     python scripts/train_surface_model.py --roads ROADS --water RIVERS --unsure-band 12 \
         --steps 4500 --out OUT
     python scripts/train_surface_model.py --roads ROADS --water RIVERS --unsure-band 12 \
-        --folds 3 --fold-water-only --folds-only --out FOLDS
+        --steps 4500 --folds 3 --fold-water-only --folds-only --out FOLDS
     python scripts/crossval_surface.py FOLDS CASES.json   # each case traced by its fold's model
 """
 
@@ -228,14 +228,17 @@ def boxed(images: torch.Tensor) -> torch.Tensor:
 
 
 def batch(data, size, generator, device_generator, grey=GREY_FRACTION, scales=SCALES,
-          box_below=0.0):
+          box_below=0.0, blur=0.0, colour_mix=0.0):
     """Random rotated, scaled, flipped, recoloured crops centred near the surface, two clicks on
     it: inputs (N, 4, C, C), targets (N, 2, C, C) (surface, centreline), weight (N, 1, C, C)
     (0 outside the image). ``generator`` (CPU) draws the per-crop choices,
     ``device_generator`` (on the images' device) the per-pixel noise and the clicks; a
     fraction ``grey`` of the crops is made grey. Scales (crop px per image px) are drawn
     log-uniform in ``scales``; crops at a scale below ``box_below`` sample the 2×2 box means
-    of the image (:func:`boxed`, ``data[4]``), as the half-resolution inference sees it.
+    of the image (:func:`boxed`, ``data[4]``), as the half-resolution inference sees it. A
+    fraction ``blur`` of the crops is blurred (σ 0.5–1.5 px: a softer sensor), and each crop's
+    bands are mixed by I + E, E with entries of spread ``colour_mix`` (another sensor's colour
+    balance).
 
     Road images give three crops in four (water images the rest), when both are present."""
     images, sizes, labels, surface, box_means = data
@@ -280,6 +283,13 @@ def batch(data, size, generator, device_generator, grey=GREY_FRACTION, scales=SC
     gains = uniform(0.85, 1.15, (size, 3)).view(size, 3, 1, 1)
     gamma = torch.exp(uniform(-0.3, 0.3)).view(size, 1, 1, 1)
     x = (x * gains).clamp(0, 1) ** gamma
+    if colour_mix > 0:
+        mix = torch.eye(3, device=device) + colour_mix * torch.randn(
+            (size, 3, 3), generator=device_generator, device=device)
+        x = torch.einsum("nij,njhw->nihw", mix, x).clamp(0, 1)
+    if blur > 0:
+        x = torch.where((uniform(0, 1) < blur).view(size, 1, 1, 1),
+                        gaussian_blur(x, uniform(0.5, 1.5)), x)
     grey = (uniform(0, 1) < grey).view(size, 1, 1, 1)
     x = torch.where(grey, x.mean(dim=1, keepdim=True).expand_as(x), x)
     x = x + 0.02 * torch.randn(x.shape, generator=device_generator, device=device)
@@ -291,6 +301,22 @@ def batch(data, size, generator, device_generator, grey=GREY_FRACTION, scales=SC
     clicks = random_clicks(target, weight, device_generator)
     inputs = torch.cat([stretch(x), similarity(x, clicks.to(device))], dim=1)
     return inputs, torch.cat([target, centreline], dim=1), weight
+
+
+def gaussian_blur(x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+    """(N, C, H, W) blurred with a separable Gaussian of σ ``sigma`` (N,) px each (edges
+    replicated)."""
+    offsets = torch.arange(-4, 5, device=x.device, dtype=x.dtype)
+    kernel = torch.exp(-offsets[None] ** 2 / (2 * sigma[:, None] ** 2))
+    kernel = kernel / kernel.sum(1, keepdim=True)  # (N, 9)
+    count, channels, rows, cols = x.shape
+    out = x.reshape(1, count * channels, rows, cols)
+    weights = kernel.repeat_interleave(channels, 0)  # (N·C, 9)
+    out = F.conv2d(F.pad(out, (4, 4, 0, 0), mode="replicate"),
+                   weights[:, None, None, :], groups=count * channels)
+    out = F.conv2d(F.pad(out, (0, 0, 4, 4), mode="replicate"),
+                   weights[:, None, :, None], groups=count * channels)
+    return out.reshape(count, channels, rows, cols)
 
 
 def loss_terms(logits, targets, weight):
@@ -311,7 +337,10 @@ def generators(seed, device):
             torch.Generator(device=device).manual_seed(seed))
 
 
-def train(items, steps, device, seed, log, widths, grey, scales=SCALES, box_below=0.0):
+def train(items, steps, device, seed, log, widths, grey, scales=SCALES, box_below=0.0,
+          batch_size=16, blur=0.0, colour_mix=0.0, ema=0.0):
+    """The trained model (eval mode); with ``ema`` > 0 the exponential moving average of its
+    weights and batch-norm statistics (that decay per step)."""
     torch.manual_seed(seed)
     draws = generators(seed, device)
     data = stack(items, device, box=box_below > 0)
@@ -319,10 +348,13 @@ def train(items, steps, device, seed, log, widths, grey, scales=SCALES, box_belo
     model = SurfaceNet(widths).to(device, memory_format=torch.channels_last)
     optimiser = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=1e-4)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimiser, max_lr=3e-3, total_steps=steps)
+    average = None if ema <= 0 else torch.optim.swa_utils.AveragedModel(
+        model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(ema), use_buffers=True)
     model.train()
     start = time.time()
     for step in range(steps):
-        x, y, w = batch(data, 16, *draws, grey=grey, scales=scales, box_below=box_below)
+        x, y, w = batch(data, batch_size, *draws, grey=grey, scales=scales,
+                        box_below=box_below, blur=blur, colour_mix=colour_mix)
         x = x.contiguous(memory_format=torch.channels_last)
         with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda"):
             logits = model(x).float()
@@ -331,10 +363,12 @@ def train(items, steps, device, seed, log, widths, grey, scales=SCALES, box_belo
         (loss + dice).backward()
         optimiser.step()
         schedule.step()
+        if average is not None:
+            average.update_parameters(model)
         if step % 500 == 0 or step == steps - 1:
             log(f"  step {step:5d} loss {loss.item():.4f} dice {dice.item():.4f} "
                 f"({time.time() - start:.0f} s)")
-    return model.eval()
+    return (model if average is None else average.module).eval()
 
 
 @torch.no_grad()
@@ -375,6 +409,7 @@ def main():
     parser.add_argument("--out", required=True)
     parser.add_argument("--folds", type=int, default=0)
     parser.add_argument("--steps", type=int, default=1800)
+    parser.add_argument("--batch", type=int, default=16, help="training crops per step")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--widths", default="16,32,64,128",
                         help="channels per U-Net level (one more level halves the input once "
@@ -386,6 +421,13 @@ def main():
     parser.add_argument("--box-below", type=float, default=0.0,
                         help="crops at a scale below this sample 2x2 box means of the image "
                              "(as the half-resolution inference); 0: never")
+    parser.add_argument("--blur", type=float, default=0.0,
+                        help="fraction of training crops blurred (σ 0.5–1.5 px)")
+    parser.add_argument("--colour-mix", type=float, default=0.0,
+                        help="spread of the random band-mixing matrix's entries (I + E)")
+    parser.add_argument("--ema", type=float, default=0.0,
+                        help="keep the exponential moving average of the weights with this "
+                             "decay per step (0: the last weights)")
     parser.add_argument("--exclude", action="append", default=[], metavar="PREFIX",
                         help="leave out the images whose id starts with PREFIX (repeatable)")
     parser.add_argument("--unsure-band", type=float, default=0.0, metavar="PX",
@@ -420,7 +462,7 @@ def main():
             print(f"fold {fold}: leaves out {[item['id'] for item in held]}", flush=True)
             model = train([item for item in items if fold_of[item["id"]] != fold],
                           args.steps, device, args.seed + fold, print, widths, args.grey,
-                          scales, args.box_below)
+                          scales, args.box_below, args.batch, args.blur, args.colour_mix, args.ema)
             for label in (0, 1):
                 chosen = [item for item in held if item["label"] == label]
                 if chosen:
@@ -432,7 +474,7 @@ def main():
         return
     print("final model on every image", flush=True)
     model = train(items, args.steps, device, args.seed + 100, print, widths, args.grey,
-                  scales, args.box_below)
+                  scales, args.box_below, args.batch, args.blur, args.colour_mix, args.ema)
     export(model, os.path.join(args.out, "surface.onnx"))
     torch.save(model.state_dict(), os.path.join(args.out, "surface.pt"))
     print("done", flush=True)
