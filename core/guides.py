@@ -129,11 +129,18 @@ def link_angles(corridor: Corridor, t: int) -> np.ndarray:
     return np.arctan2(s_to[None, :] - s_from[:, None], corridor.spacing)
 
 
+def _guide_angle_table(corridor: Corridor) -> np.ndarray:
+    """Angles of links between two guides by k − j + d − 1 (j on the first, k on the second
+    guide): shape (2d − 1,)."""
+    d = corridor.points
+    step = 2.0 * corridor.halfwidth / (d - 1)
+    return np.arctan2(np.arange(1 - d, d) * step, corridor.spacing)
+
+
 def _guide_to_guide_angles(corridor: Corridor, transposed: bool) -> np.ndarray:
     """Angles of links between two guides, [from, to] (or [to, from] if transposed): (d, d)."""
     d = corridor.points
-    step = 2.0 * corridor.halfwidth / (d - 1)
-    table = np.arctan2(np.arange(1 - d, d) * step, corridor.spacing)
+    table = _guide_angle_table(corridor)
     index = np.arange(d)
     difference = index[:, None] - index[None, :] if transposed else index[None, :] - index[:, None]
     return table[difference + d - 1]
@@ -162,99 +169,128 @@ class Windows:
     max_angle_rad: float
 
 
-def _stage_windows_kernel(incoming_by_node, outgoing, limit, lo, hi, j):
-    """Windows of node j (row j of lo and hi): two pointers, see :func:`_stage_windows`."""
-    n_in = incoming_by_node.shape[1]
-    n_out = outgoing.shape[1]
-    alpha = incoming_by_node[j]  # decreasing in i
-    first, last = 0, -1
-    for k in range(n_out - 1, -1, -1):  # β falls with k: both ends move up in i
-        beta = outgoing[j, k]
-        while first < n_in and beta - alpha[first] < -limit:
-            first += 1
-        while last + 1 < n_in and beta - alpha[last + 1] <= limit:
-            last += 1
-        lo[j, k] = first
-        hi[j, k] = last
+@numba.njit(cache=True)
+def _first_positions(beta, table, limit):
+    """For each β, the first positions p of the non-decreasing ``table`` where
+    β − table[p] < −limit (``below``) and where β − table[p] <= limit (``within``); both
+    conditions, once true, stay true as p grows. Binary search, shapes (n_b,) int64."""
+    n = table.size
+    below = np.empty(beta.size, dtype=np.int64)
+    within = np.empty(beta.size, dtype=np.int64)
+    for b in range(beta.size):
+        low, high = 0, n
+        while low < high:
+            middle = (low + high) // 2
+            if beta[b] - table[middle] < -limit:
+                high = middle
+            else:
+                low = middle + 1
+        below[b] = low
+        low, high = 0, n
+        while low < high:
+            middle = (low + high) // 2
+            if beta[b] - table[middle] <= limit:
+                high = middle
+            else:
+                low = middle + 1
+        within[b] = low
+    return below, within
 
 
-_stage_windows_row = numba.njit(cache=True, inline="always")(_stage_windows_kernel)
+@numba.njit(cache=True)
+def _grows_along_k(array):
+    """Whether any row of a 2-D array increases from one column to the next."""
+    rows, cols = array.shape
+    for j in range(rows):
+        for k in range(1, cols):
+            if array[j, k] > array[j, k - 1]:
+                return True
+    return False
 
 
-@numba.njit(cache=True, parallel=True)
-def _stage_windows_compiled(incoming_by_node, outgoing, limit):
-    n_mid = incoming_by_node.shape[0]
-    n_out = outgoing.shape[1]
-    lo = np.empty((n_mid, n_out), dtype=np.int32)
-    hi = np.empty((n_mid, n_out), dtype=np.int32)
-    for j in numba.prange(n_mid):
-        _stage_windows_row(incoming_by_node, outgoing, limit, lo, hi, j)
+@numba.njit(cache=True)
+def _single_windows(alpha, beta, which, limit):
+    """Windows after a single node (a): lo = [β − α < −limit], hi = [β − α <= limit] − 1."""
+    rows, cols = which.shape
+    lo = np.empty((rows, cols), dtype=np.int32)
+    hi = np.empty((rows, cols), dtype=np.int32)
+    for j in range(rows):
+        for k in range(cols):
+            turn = beta[which[j, k]] - alpha[j]
+            lo[j, k] = 1 if turn < -limit else 0
+            hi[j, k] = 0 if turn <= limit else -1
     return lo, hi
 
 
 @numba.njit(cache=True)
-def _stage_windows_serial(incoming_by_node, outgoing, limit):
-    """:func:`_stage_windows_compiled` on one thread (small stages: no thread-pool wake-up)."""
-    n_mid = incoming_by_node.shape[0]
-    n_out = outgoing.shape[1]
-    lo = np.empty((n_mid, n_out), dtype=np.int32)
-    hi = np.empty((n_mid, n_out), dtype=np.int32)
-    for j in range(n_mid):
-        _stage_windows_row(incoming_by_node, outgoing, limit, lo, hi, j)
+def _guide_windows(below, within, which, d):
+    """Windows after a guide of d points, whose link i → j has the table angle at position
+    j − i + d − 1: that falls with i, so the i below the window are those with
+    j − i + d − 1 >= below(β), i.e. i <= j + d − 1 − below(β) (likewise hi with within)."""
+    rows, cols = which.shape
+    lo = np.empty((rows, cols), dtype=np.int32)
+    hi = np.empty((rows, cols), dtype=np.int32)
+    for j in range(rows):
+        for k in range(cols):
+            lo[j, k] = min(max(j + d - below[which[j, k]], 0), d)
+            hi[j, k] = min(max(j + d - within[which[j, k]], 0), d) - 1
     return lo, hi
 
 
-#: Stages with fewer pointer steps (n_t · (n_{t-1} + n_{t+1})) than this run on one thread.
-SERIAL_STAGE_STEPS = 1 << 17
-
-
-def _stage_windows(incoming_by_node: np.ndarray, outgoing: np.ndarray, max_angle_rad: float):
-    """Windows of one stage from the angles of links arriving at each node, [j, i] of shape
-    (n_t, n_{t-1}), and of links leaving it, [j, k] of shape (n_t, n_{t+1}).
+def _stage_windows(incoming: np.ndarray, beta: np.ndarray, which: np.ndarray,
+                   max_angle_rad: float):
+    """Windows (lo, hi), each (n_t, n_{t+1}) int32, of one stage.
 
     i is admissible iff |β − α_i| <= θ + tolerance, exactly :func:`turn_is_admissible`: i lies
-    below the window iff β − α_i < −limit and above it iff β − α_i > limit. Two pointers walk
-    each column once (O(n_in + n_out) per j), since α falls with i and β with k.
+    below the window iff β − α_i < −limit and above it iff β − α_i > limit, so lo counts the
+    i below and hi + 1 the i not above.
+
+    Parameters
+    ----------
+    incoming : ndarray of shape (n_t, 1), or (2d − 1,)
+        Angle of the link arriving at node j from a (a column), or, between guides, the table
+        of :func:`_guide_angle_table`: the link i → j has angle ``incoming[j − i + d − 1]``.
+    beta, which : ndarrays of shapes (n_b,) and (n_t, n_{t+1}), int
+        The angles of the links leaving node j: β[j, k] = ``beta[which[j, k]]``.
     """
-    n_mid, n_in = incoming_by_node.shape
-    small = n_mid * (n_in + outgoing.shape[1]) < SERIAL_STAGE_STEPS
-    compiled = _stage_windows_serial if small else _stage_windows_compiled
-    return compiled(np.ascontiguousarray(incoming_by_node), np.ascontiguousarray(outgoing),
-                    max_angle_rad + ANGLE_TOLERANCE)
+    limit = max_angle_rad + ANGLE_TOLERANCE
+    if incoming.ndim == 2:  # one node before: compare each turn directly
+        return _single_windows(incoming[:, 0], beta, which, limit)
+    below, within = _first_positions(beta, incoming, limit)
+    return _guide_windows(below, within, which, (incoming.size + 1) // 2)
 
 
 def _check_monotone(t: int, lo: np.ndarray, hi: np.ndarray) -> None:
     """Raise if a stage's windows grow along k: the GPU's backward step inverts them by binary
-    search (gpu/dp.cu, ``reverse_windows``), which needs lo and hi non-increasing along k. The
-    two pointers of :func:`_stage_windows` give that by construction; this guards a change."""
-    if np.any(lo[:, 1:] > lo[:, :-1]) or np.any(hi[:, 1:] > hi[:, :-1]):
+    search (gpu/dp.cu, ``reverse_windows``), which needs lo and hi non-increasing along k.
+    :func:`_stage_windows` gives that by construction (β falls with k); this guards a change."""
+    if _grows_along_k(lo) or _grows_along_k(hi):
         raise RuntimeError(f"admissible windows of stage {t} are not non-increasing along k")
 
 
 def admissible_windows(corridor: Corridor, max_angle_rad: float) -> Windows:
     """Compute the :class:`Windows` of every stage in float64.
 
-    Links between two guides have the same angles at every t, so that matrix is computed once,
-    and so are the windows of the interior stages (t = 2..m-1). Every stage's lo and hi are
-    checked to be non-increasing along k (``lo[t-1][j, k + 1] <= lo[t-1][j, k]``), which the
-    GPU's backward step relies on.
+    Between two guides link angles depend only on k − j, so they come from one table of
+    2d − 1 angles, and the interior stages (t = 2..m-1), which share one geometry, are
+    computed once. Every stage's lo and hi are checked to be non-increasing along k
+    (``lo[t-1][j, k + 1] <= lo[t-1][j, k]``), which the GPU's backward step relies on.
     """
-    m = corridor.guides
-    leaving = _guide_to_guide_angles(corridor, transposed=False) if m > 1 else None
-    arriving = _guide_to_guide_angles(corridor, transposed=True) if m > 1 else None
-
-    def angles(t: int, transposed: bool) -> np.ndarray:
-        if 0 < t < m:
-            return arriving if transposed else leaving
-        return link_angles(corridor, t).T if transposed else link_angles(corridor, t)
-
+    m, d = corridor.guides, corridor.points
+    between = _guide_angle_table(corridor)
+    index = np.arange(d)
+    to_next = index[None, :] - index[:, None] + d - 1  # [j, k]: β = between[k − j + d − 1]
+    to_b = index[:, None]  # [j, 0]: β = (angles of links to b)[j]
     lo, hi = [], []
     interior = None
     for t in range(1, m + 1):
         if 1 < t < m and interior is not None:
             stage = interior
         else:
-            stage = _stage_windows(angles(t - 1, True), angles(t, False), max_angle_rad)
+            incoming = link_angles(corridor, 0).T if t == 1 else between
+            beta, which = ((link_angles(corridor, m)[:, 0], to_b) if t == m
+                           else (between, to_next))
+            stage = _stage_windows(incoming, beta, which, max_angle_rad)
             _check_monotone(t, *stage)
             interior = stage if 1 < t < m else None
         lo.append(stage[0])

@@ -86,10 +86,9 @@ def test_windows_that_grow_along_k_are_refused(monkeypatch):
     rng = np.random.default_rng(5)
     corridor = random_problem(rng, 3, 6, 30).corridor
 
-    def growing(incoming_by_node, outgoing, max_angle_rad):
-        shape = (incoming_by_node.shape[0], outgoing.shape[1])
-        return np.zeros(shape, np.int32), np.tile(np.arange(shape[1], dtype=np.int32),
-                                                  (shape[0], 1))
+    def growing(incoming, beta, which, max_angle_rad):
+        return np.zeros(which.shape, np.int32), np.tile(np.arange(which.shape[1], dtype=np.int32),
+                                                        (which.shape[0], 1))
 
     monkeypatch.setattr(guides, "_stage_windows", growing)
     with pytest.raises(RuntimeError, match="stage 1 are not non-increasing along k"):
