@@ -3,9 +3,14 @@
 // each a bilinear sample of the evidence planes (0 outside the image) turned into a term by the
 // sampler, and score = L/K * sum_k term(x_k). Positions, interpolation and the sum are `real`:
 // float64 by default, in the CPU's order of operations, so scores agree with the CPU backend to
-// rounding; float32 when built with -DREAL=float (GPUs with a low float64 rate). Samples
-// on the window's far edge use its last two pixels with weight 1 (the CPU's zero padding, with
-// weight 0, gives the same value).
+// rounding; float32 when built with -DREAL=float (GPUs with a low float64 rate), which
+// interpolates in the cheaper two-lerp form. Samples on the window's far edge use its last two
+// pixels with weight 1 (the CPU's zero padding, with weight 0, gives the same value).
+//
+// A link whose ends lie at least a pixel inside both the image and the window has every sample
+// inside both (the segment is convex, and a pixel is far more than the rounding of its
+// positions), so its loop skips the per-sample bounds test and clamps: the same samples, fewer
+// instructions.
 //
 // Evidence planes are interleaved per pixel: (rows, cols, P) float32, P = 1 (SCALAR) or 2
 // (CROSS, SINE: gx, gy). One thread computes one link; blockIdx.y picks the stage.
@@ -37,22 +42,32 @@ struct Image {
 };
 
 // Bilinear interpolation as core/links.py writes it (bilinear_coefficients): c0 + fx·c1 +
-// fy·c2 + fx·fy·c3 with the coefficients taken exactly in float64 (rounded in float32).
-__device__ __forceinline__ real bilinear(float p00, float p01, float p10, float p11, real fx,
-                                        real fy)
+// fy·c2 + fx·fy·c3 with the coefficients taken exactly in float64; in float32 as two lerps
+// across and one down (fewer operations, the same value to float32 rounding).
+__device__ __forceinline__ double bilinear(float p00, float p01, float p10, float p11, double fx,
+                                          double fy)
 {
-    const real c0 = p00;
-    const real c1 = (real)p01 - c0, c2 = (real)p10 - c0;
-    const real c3 = c0 - p01 - p10 + p11;
+    const double c0 = p00;
+    const double c1 = (double)p01 - c0, c2 = (double)p10 - c0;
+    const double c3 = c0 - p01 - p10 + p11;
     return c0 + fx * c1 + fy * c2 + fx * fy * c3;
 }
 
-template <int SAMPLER>
-__device__ __forceinline__ real sample_term(const Image& im, real x, real y, real vx, real vy)
+__device__ __forceinline__ float bilinear(float p00, float p01, float p10, float p11, float fx,
+                                         float fy)
 {
-    const real lx = x - im.col0, ly = y - im.row0;
-    const int ix = min(max((int)floor(lx), 0), im.cols - 2);
-    const int iy = min(max((int)floor(ly), 0), im.rows - 2);
+    const float top = fmaf(fx, p01 - p00, p00), bottom = fmaf(fx, p11 - p10, p10);
+    return fmaf(fy, bottom - top, top);
+}
+
+// The term at window point (lx, ly). CHECKED: clamp the sample's pixel to the window; without
+// it the caller guarantees that the sample lies inside the window, at least a pixel from its
+// edges (so truncation is the floor).
+template <int SAMPLER, bool CHECKED>
+__device__ __forceinline__ real sample_term(const Image& im, real lx, real ly, real vx, real vy)
+{
+    const int ix = CHECKED ? min(max((int)floor(lx), 0), im.cols - 2) : (int)lx;
+    const int iy = CHECKED ? min(max((int)floor(ly), 0), im.rows - 2) : (int)ly;
     const real fx = lx - ix, fy = ly - iy;
     const size_t at = (size_t)iy * im.cols + ix;
     if (SAMPLER == SAMPLER_SCALAR) {
@@ -68,6 +83,15 @@ __device__ __forceinline__ real sample_term(const Image& im, real x, real y, rea
     if (SAMPLER == SAMPLER_CROSS) return cross;
     const real magnitude = sqrt(v0 * v0 + v1 * v1);
     return magnitude > (real)im.tau ? cross / magnitude : (real)0;
+}
+
+// Whether image point (x, y) lies at least a pixel inside the image and inside the window
+// (window column/row >= 1 and <= cols - 3 / rows - 3, so its pixel and the next are in).
+__device__ __forceinline__ bool inside(const Image& im, double x, double y)
+{
+    const double lx = x - im.col0, ly = y - im.row0;
+    return x >= 1 && y >= 1 && x <= im.width - 2 && y <= im.height - 2 && lx >= 1 && ly >= 1
+           && lx <= im.cols - 3 && ly <= im.rows - 3;
 }
 
 template <int SAMPLER>
@@ -90,11 +114,29 @@ __device__ __forceinline__ void link_scores(const LinkStage* stages, const Image
     const real step = (real)1 / count;
     const real right = (real)(im.width - 1), bottom = (real)(im.height - 1);
     real total = 0;
-    for (int k = 0; k < count; ++k) {
-        const real f = (k + (real)0.5) * step;
-        const real x = px + f * dx, y = py + f * dy;
-        if (x < 0 || y < 0 || x > right || y > bottom) continue;
-        total += sample_term<SAMPLER>(im, x, y, vx, vy);
+    if (inside(im, px64, py64) && inside(im, px64 + dx64, py64 + dy64)) {
+        if constexpr (sizeof(real) == sizeof(float)) {
+            // float32: positions in window coordinates, stepped from the float64 first sample
+            // (fewer operations per sample; they drift by float32 rounding, far below 0.01 px).
+            const real sx = (real)(dx64 / count), sy = (real)(dy64 / count);
+            real lx = (real)(px64 - im.col0 + 0.5 * dx64 / count);
+            real ly = (real)(py64 - im.row0 + 0.5 * dy64 / count);
+            for (int k = 0; k < count; ++k, lx += sx, ly += sy)
+                total += sample_term<SAMPLER, false>(im, lx, ly, vx, vy);
+        } else {
+            for (int k = 0; k < count; ++k) {
+                const real f = (k + (real)0.5) * step;
+                total += sample_term<SAMPLER, false>(im, (px + f * dx) - im.col0,
+                                                     (py + f * dy) - im.row0, vx, vy);
+            }
+        }
+    } else {
+        for (int k = 0; k < count; ++k) {
+            const real f = (k + (real)0.5) * step;
+            const real x = px + f * dx, y = py + f * dy;
+            if (x < 0 || y < 0 || x > right || y > bottom) continue;
+            total += sample_term<SAMPLER, true>(im, x - im.col0, y - im.row0, vx, vy);
+        }
     }
     st.out[g] = total * length * step;
 }
