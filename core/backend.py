@@ -8,7 +8,6 @@ interface and the CPU implementations; ``gpu`` adds the CUDA one; callers pick o
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -46,13 +45,6 @@ class TracerBackend:
         """
         gx, gy = gaussian_gradient(pixels, sigma) if kind.uses_gradient else (None, None)
         return kind.planes(ScoreInputs(pixels, gx, gy, a, b))
-
-    def start_score_planes(self, kind: ScoreKind, pixels: np.ndarray, a: np.ndarray,
-                           b: np.ndarray, sigma: float) -> Callable[[], tuple[np.ndarray, float]]:
-        """:meth:`score_planes` begun; the returned function gives its result. A backend with
-        a device starts the work there and returns at once; here it is done before returning."""
-        result = self.score_planes(kind, pixels, a, b, sigma)
-        return lambda: result
 
     def link_scores(self, evidence: Evidence, corridor: Corridor) -> list[np.ndarray]:
         """links[t] of shape (n_t, n_{t+1}) for t = 0..m."""

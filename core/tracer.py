@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -221,8 +220,7 @@ def border_shift(corridor: Corridor, params: TraceParams) -> np.ndarray:
 
 def corridor_evidence(raster: Raster, corridor: Corridor, params: TraceParams,
                       shift=(0.0, 0.0), backend: TracerBackend | None = None) -> Evidence:
-    """Read the corridor window (with gradient margin) and build the score kind's evidence
-    (:func:`start_corridor_evidence`, waited for).
+    """Read the corridor window (with gradient margin) and build the score kind's evidence.
 
     Parameters
     ----------
@@ -245,15 +243,6 @@ def corridor_evidence(raster: Raster, corridor: Corridor, params: TraceParams,
         value and gradient planes with 0, and ``image_size`` is enlarged to match, so a path
         never gains score by leaving the image.
     """
-    return start_corridor_evidence(raster, corridor, params, shift, backend)()
-
-
-def start_corridor_evidence(raster: Raster, corridor: Corridor, params: TraceParams,
-                            shift=(0.0, 0.0),
-                            backend: TracerBackend | None = None) -> Callable[[], Evidence]:
-    """:func:`corridor_evidence` begun: the window is read and the planes started
-    (:meth:`TracerBackend.start_score_planes`); the returned function waits for them and gives
-    the Evidence. A device backend computes meanwhile, so host work can go in between."""
     kind = get_score_kind(params.score)
     source = evidence_source(raster, params)
     sx, sy = (int(value) for value in shift)
@@ -266,35 +255,24 @@ def start_corridor_evidence(raster: Raster, corridor: Corridor, params: TracePar
     pixels = source.read_window(row0, row1, col0, col1)
     origin = np.array([col0, row0], dtype=np.float64)
     a, b = corridor.a - (sx, sy) - origin, corridor.b - (sx, sy) - origin
+    surface = None
     if params.line_kind == "river" and kind.river is not None:
-        river = kind.river(ScoreInputs(pixels, None, None, a, b))
-
-        def planes_done():
-            return river
+        planes, tau, surface = kind.river(ScoreInputs(pixels, None, None, a, b))
     else:
-        pending = (backend or CpuBackend()).start_score_planes(kind, pixels, a, b,
-                                                               params.sigma)
-
-        def planes_done():
-            return (*pending(), None)
-
-    def finish() -> Evidence:
-        planes, tau, surface = planes_done()
-        planes = np.asarray(planes, dtype=np.float32)
-        outside = ((col0 - min(want0[0], col0), max(want1[0], col1) - col1),
-                   (row0 - min(want0[1], row0), max(want1[1], row1) - row1))
-        if any(outside[0]) or any(outside[1]):
-            fill = float(planes.min()) if kind.sampler == SCALAR else 0.0
-            planes = np.pad(planes, ((0, 0), outside[1], outside[0]), constant_values=fill)
-            if surface is not None:
-                surface = np.pad(surface, (outside[1], outside[0]))
-        size = (max(raster.width, want1[0]) + sx, max(raster.height, want1[1]) + sy)
-        return Evidence(np.ascontiguousarray(planes), (col0 - outside[0][0] + sx,
-                                                       row0 - outside[1][0] + sy),
-                        size, kind.sampler, tau,
-                        None if surface is None else np.asarray(surface, dtype=np.float32))
-
-    return finish
+        planes, tau = (backend or CpuBackend()).score_planes(kind, pixels, a, b, params.sigma)
+    planes = np.asarray(planes, dtype=np.float32)
+    outside = ((col0 - min(want0[0], col0), max(want1[0], col1) - col1),
+               (row0 - min(want0[1], row0), max(want1[1], row1) - row1))
+    if any(outside[0]) or any(outside[1]):
+        fill = float(planes.min()) if kind.sampler == SCALAR else 0.0
+        planes = np.pad(planes, ((0, 0), outside[1], outside[0]), constant_values=fill)
+        if surface is not None:
+            surface = np.pad(surface, (outside[1], outside[0]))
+    size = (max(raster.width, want1[0]) + sx, max(raster.height, want1[1]) + sy)
+    return Evidence(np.ascontiguousarray(planes), (col0 - outside[0][0] + sx,
+                                                   row0 - outside[1][0] + sy),
+                    size, kind.sampler, tau,
+                    None if surface is None else np.asarray(surface, dtype=np.float32))
 
 
 def trace(raster: Raster, a, b, params: TraceParams | None = None,
@@ -360,11 +338,9 @@ def _trace_once(raster: Raster, a, b, params: TraceParams,
     if np.any(shift):
         corridor = build_corridor(a + shift, b + shift, params.guides, params.points,
                                   params.halfwidth)
-    # The evidence starts first: a device backend computes it while the host finds the windows.
-    finish_evidence = start_corridor_evidence(raster, corridor, params, shift, backend)
     windows = admissible_windows(corridor, max_angle_rad)
     geometry_done = time.perf_counter()
-    evidence = finish_evidence()
+    evidence = corridor_evidence(raster, corridor, params, shift, backend)
     evidence_done = time.perf_counter()
     solution = backend.trace(evidence, corridor, windows)
     timings = {"geometry": 1e3 * (geometry_done - start),

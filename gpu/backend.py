@@ -9,7 +9,6 @@ it afterwards, so the backend may be used from any thread (calls are serialised)
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 
 import numpy as np
 
@@ -129,15 +128,10 @@ class GpuBackend(TracerBackend):
         :data:`gpu.kinds.DEVICE_KINDS` computed on the device (the surface model too), other
         kinds on the CPU. The planes stay in the device's evidence
         buffer too, so the trace that follows uploads nothing."""
-        return self.start_score_planes(kind, pixels, a, b, sigma)()
-
-    def start_score_planes(self, kind: ScoreKind, pixels: np.ndarray, a: np.ndarray,
-                           b: np.ndarray, sigma: float) -> Callable[[], tuple[np.ndarray, float]]:
-        """:meth:`score_planes` queued on the device; the returned function waits for it."""
         implementation, _ = device_kind(kind)
         if (implementation is None or not self._evidence.supports(pixels)
                 or (implementation.centred and not self._centre_on_device)):
-            return super().start_score_planes(kind, pixels, a, b, sigma)
+            return super().score_planes(kind, pixels, a, b, sigma)
         a = np.asarray(a, dtype=np.float64)
         b = np.asarray(b, dtype=np.float64)
         with self.context.active():
@@ -145,16 +139,10 @@ class GpuBackend(TracerBackend):
             if implementation.needs_model:
                 network = self._surface_network()
                 if network is None:
-                    return super().start_score_planes(kind, pixels, a, b, sigma)
-            pending = implementation.planes(self._evidence, pixels, a, b, sigma, network)
-
-        def finish() -> tuple[np.ndarray, float]:
-            with self.context.active():
-                planes, tau = pending()
-                self._tracer.planes_resident(planes)
-            return planes, tau
-
-        return finish
+                    return super().score_planes(kind, pixels, a, b, sigma)
+            planes, tau = implementation.planes(self._evidence, pixels, a, b, sigma, network)
+            self._tracer.planes_resident(planes)
+        return planes, tau
 
     @property
     def model_note(self) -> str:

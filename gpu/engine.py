@@ -15,8 +15,6 @@ context is current (garbage collection on another thread, interpreter exit) abor
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from core.errors import BadParameter
@@ -109,23 +107,17 @@ class DeviceTracer:
         """Queue the copy of ``array`` to device address ``pointer`` on the stream."""
         self.cuda.memcpy_htod_async(pointer, np.ascontiguousarray(array), self.stream)
 
-    def download_later(self, pointer: int, shape: tuple, dtype) -> Callable[[], np.ndarray]:
-        """Queue the copy of ``shape`` and ``dtype`` from device address ``pointer`` after the
-        work queued so far; the returned function waits for it (synchronises the stream) and
-        gives a new host array. One pending copy at a time (they share a page-locked buffer)."""
-        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
-        if nbytes > self._download_host.size:
-            self._download_host = self.cuda.pagelocked_empty(2 * nbytes, np.uint8)
-        staged = self._download_host[:nbytes]
+    def download(self, pointer: int, shape: tuple, dtype) -> np.ndarray:
+        """A new host array of ``shape`` and ``dtype`` copied from device address ``pointer``
+        after the work queued so far (synchronises the stream)."""
+        out = np.empty(shape, dtype=dtype)
+        if out.nbytes > self._download_host.size:
+            self._download_host = self.cuda.pagelocked_empty(2 * out.nbytes, np.uint8)
+        staged = self._download_host[:out.nbytes]
         self.cuda.memcpy_dtoh_async(staged, pointer, self.stream)
-
-        def wait() -> np.ndarray:
-            self.stream.synchronize()
-            out = np.empty(shape, dtype=dtype)
-            out.reshape(-1).view(np.uint8)[:] = staged
-            return out
-
-        return wait
+        self.stream.synchronize()
+        out.reshape(-1).view(np.uint8)[:] = staged
+        return out
 
     def result_host(self, size: int) -> np.ndarray:
         """The page-locked host buffer results come back to: float64, shape (≥ ``size``,)."""

@@ -23,7 +23,6 @@ Call every method inside ``context.active()``.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
 
 import numpy as np
 
@@ -101,17 +100,14 @@ class DeviceEvidence:
 
     # -- kinds --------------------------------------------------------------------------------
 
-    def centre(self, pixels: np.ndarray, a: np.ndarray, b: np.ndarray) -> Callable[[], np.ndarray]:
-        """``centre`` planes (1, rows, cols), float32, as core's ``centre`` kind makes them:
-        queued; the returned function waits for them."""
+    def centre(self, pixels: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """``centre`` planes (1, rows, cols), float32, as core's ``centre`` kind makes them."""
         similarity = self._similarity(pixels, *self._bind_pixels(pixels), a, b)
         return self._centred(similarity, pixels.shape[:2], a, b)
 
-    def surface(self, pixels: np.ndarray, a: np.ndarray, b: np.ndarray,
-                network) -> Callable[[], np.ndarray]:
+    def surface(self, pixels: np.ndarray, a: np.ndarray, b: np.ndarray, network) -> np.ndarray:
         """``surface`` planes (1, rows, cols), float32, as core's ``surface`` kind makes them,
-        the model run by ``network`` (a :class:`gpu.network.DeviceNetwork`): queued; the
-        returned function waits for them.
+        the model run by ``network`` (a :class:`gpu.network.DeviceNetwork`).
 
         Everything stays on the device: block means, the percentile stretch of
         core.surface.model_inputs, the network, the probability and the centring; only the
@@ -169,7 +165,7 @@ class DeviceEvidence:
         at = self.tracer.slot("evidence_sim", membership.nbytes)
         self.tracer.upload(membership, at)
         return self._centred(at, membership.shape, np.asarray(a, np.float64),
-                             np.asarray(b, np.float64), clicked_offset=True)()
+                             np.asarray(b, np.float64), clicked_offset=True)
 
     def _similarity(self, pixels: np.ndarray, pointer: int, pitch: int, a: np.ndarray,
                     b: np.ndarray) -> int:
@@ -197,10 +193,9 @@ class DeviceEvidence:
         return sim
 
     def _centred(self, membership: int, shape: tuple[int, int], a: np.ndarray, b: np.ndarray,
-                 clicked_offset: bool = False) -> Callable[[], np.ndarray]:
+                 clicked_offset: bool = False) -> np.ndarray:
         """Planes (1, rows, cols) of core.scores' centred term of the (rows, cols) float32
-        membership at device address ``membership`` (queued: the returned function waits for
-        them), written to the evidence slot too; with
+        membership at device address ``membership``, written to the evidence slot too; with
         ``clicked_offset``, of the road-line term (the ridge is the larger of core.offset's
         clicked-offset ridge and CENTRE_WEIGHT x the centre ridge)."""
         tracer, k = self.tracer, self.kernels
@@ -223,7 +218,7 @@ class DeviceEvidence:
         if not clicked_offset:
             k["centre_blur_rows"].prepared_async_call(grid, _BLOCK, stream, tmp, rows, cols,
                                                       at_kernel, float(scores.LENGTH_COST), out)
-            return tracer.download_later(out, (1, rows, cols), np.float32)
+            return tracer.download(out, (1, rows, cols), np.float32)
         at_mask = tracer.slot("offset_mask", n)
         at_ahead = tracer.slot("offset_ahead", 4 * n)
         at_behind = tracer.slot("offset_behind", 4 * n)
@@ -245,11 +240,10 @@ class DeviceEvidence:
         k["offset_blur_rows"].prepared_async_call(grid, _BLOCK, stream, tmp, rows, cols,
                                                   at_kernel, membership, at_mask, at_ahead,
                                                   at_behind, at_ridge, *clicks, out)
-        return tracer.download_later(out, (1, rows, cols), np.float32)
+        return tracer.download(out, (1, rows, cols), np.float32)
 
-    def gradient(self, pixels: np.ndarray, sigma: float) -> Callable[[], np.ndarray]:
-        """Gradient planes (2, rows, cols) (gx, gy), float32, as core.gradient.gaussian_gradient:
-        queued; the returned function waits for them."""
+    def gradient(self, pixels: np.ndarray, sigma: float) -> np.ndarray:
+        """Gradient planes (2, rows, cols) (gx, gy), float32, as core.gradient.gaussian_gradient."""
         tracer, k = self.tracer, self.kernels
         rows, cols, bands = pixels.shape
         smooth, derivative = gaussian_kernel(sigma, 0), gaussian_kernel(sigma, 1)
@@ -267,4 +261,4 @@ class DeviceEvidence:
                                                   bands, pitch, at_weights, radius, tmp)
         k["gradient_rows"].prepared_async_call(grid, _BLOCK, stream, tmp, rows, cols, bands,
                                                at_weights, radius, planar, out)
-        return tracer.download_later(planar, (2, rows, cols), np.float32)
+        return tracer.download(planar, (2, rows, cols), np.float32)

@@ -36,9 +36,8 @@ class DeviceKind:
     centred : bool
         Whether it ends with the centring blur (needs :func:`gpu.evidence.centre_supported`).
     planes : callable
-        ``planes(evidence, pixels, a, b, sigma, network) -> finish`` queues the work, and
-        ``finish() -> (planes (P, rows, cols) float32, tau)`` waits for it; ``evidence`` is a
-        :class:`gpu.evidence.DeviceEvidence` and ``network`` the
+        ``planes(evidence, pixels, a, b, sigma, network) -> (planes (P, rows, cols) float32, tau)``
+        with ``evidence`` a :class:`gpu.evidence.DeviceEvidence` and ``network`` the
         :class:`gpu.network.DeviceNetwork` (None unless ``needs_model``).
     """
 
@@ -48,30 +47,21 @@ class DeviceKind:
     centred: bool = False
 
 
-def _with_tau(planes_done: Callable[[], np.ndarray], tau: float = 0.0):
-    return lambda: (planes_done(), tau)
-
-
 def _centre(evidence, pixels, a, b, sigma, network):
-    return _with_tau(evidence.centre(pixels, a, b))
+    return evidence.centre(pixels, a, b), 0.0
 
 
 def _surface(evidence, pixels, a, b, sigma, network):
-    return _with_tau(evidence.surface(pixels, a, b, network))
+    return evidence.surface(pixels, a, b, network), 0.0
 
 
 def _gradient(evidence, pixels, a, b, sigma, network):
-    return _with_tau(evidence.gradient(pixels, float(sigma)))
+    return evidence.gradient(pixels, float(sigma)), 0.0
 
 
 def _gradient_median(evidence, pixels, a, b, sigma, network):
-    planes_done = evidence.gradient(pixels, float(sigma))
-
-    def finish():
-        planes = planes_done()
-        return planes, float(np.median(np.hypot(planes[0], planes[1])))
-
-    return finish
+    planes = evidence.gradient(pixels, float(sigma))
+    return planes, float(np.median(np.hypot(planes[0], planes[1])))
 
 
 DEVICE_KINDS: dict[str, DeviceKind] = {
