@@ -200,10 +200,9 @@ def corridor_bounds(corridor: Corridor) -> tuple[np.ndarray, np.ndarray]:
     low, high : ndarrays of shape (2,), int
     """
     points = corridor.guide_points.reshape(-1, 2)
-    ends = np.vstack([corridor.a, corridor.b])
     # Extremes first, rounded after: rounding is monotone, so this equals rounding every point.
-    low = [min(points[:, axis].min(), ends[:, axis].min()) for axis in (0, 1)]
-    high = [max(points[:, axis].max(), ends[:, axis].max()) for axis in (0, 1)]
+    low = [min(points[:, axis].min(), corridor.a[axis], corridor.b[axis]) for axis in (0, 1)]
+    high = [max(points[:, axis].max(), corridor.a[axis], corridor.b[axis]) for axis in (0, 1)]
     return (np.floor(np.round(low, 6)).astype(int), np.ceil(np.round(high, 6)).astype(int))
 
 

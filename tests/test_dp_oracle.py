@@ -93,3 +93,30 @@ def test_windows_that_grow_along_k_are_refused(monkeypatch):
     monkeypatch.setattr(guides, "_stage_windows", growing)
     with pytest.raises(RuntimeError, match="stage 1 are not non-increasing along k"):
         guides.admissible_windows(corridor, np.deg2rad(30))
+
+
+@pytest.mark.parametrize("max_angle_deg", [5.0, 30.0, 90.0, 180.0])
+def test_windows_are_exactly_the_admissible_turns(max_angle_deg):
+    """lo..hi of every (j, k) is the set of predecessors i whose turn passes
+    turn_is_admissible, computed here from the link angles directly (lo > hi when none)."""
+    from core.guides import admissible_windows, build_corridor, link_angles, turn_is_admissible
+
+    rng = np.random.default_rng(int(max_angle_deg))
+    theta = np.deg2rad(max_angle_deg)
+    for _ in range(20):
+        m, d = int(rng.integers(1, 5)), int(rng.integers(2, 25))
+        corridor = build_corridor(rng.uniform(0, 50, 2), rng.uniform(60, 200, 2), m, d,
+                                  float(rng.uniform(0.5, 80)))
+        windows = admissible_windows(corridor, theta)
+        for t in range(1, m + 1):
+            incoming, outgoing = link_angles(corridor, t - 1), link_angles(corridor, t)
+            lo, hi = windows.lo[t - 1], windows.hi[t - 1]
+            for j in range(outgoing.shape[0]):
+                for k in range(outgoing.shape[1]):
+                    allowed = np.flatnonzero(turn_is_admissible(
+                        np.abs(outgoing[j, k] - incoming[:, j]), theta))
+                    if allowed.size:
+                        assert (lo[j, k], hi[j, k]) == (allowed[0], allowed[-1])
+                        assert allowed.size == allowed[-1] - allowed[0] + 1
+                    else:
+                        assert lo[j, k] > hi[j, k]
