@@ -12,11 +12,13 @@ writes the summary of what is done and exits with 130 (the same command resumes)
 0 when everything traced, 1 when an image, a seed or a segment failed (see
 ``OUT_DIR/summary.csv``), 2 for a usage error.
 
-GPU workers: one process per GPU. Locally, ``--backend gpu --workers N`` starts N worker
-processes, worker *i* seeing only GPU *i* (``CUDA_VISIBLE_DEVICES=i``). On a cluster, start
-one single-threaded worker per GPU, e.g. ``CUDA_VISIBLE_DEVICES=0 dask worker
-tcp://HOST:8786 --nworkers 1 --nthreads 1`` (and so on for each GPU), where the project
-is importable (run it from the project's folder or install it).
+GPU workers: locally, ``--backend gpu --workers N`` starts N worker processes, worker *i*
+seeing only GPU *i* mod the number of GPUs (``CUDA_VISIBLE_DEVICES``); by default
+``GPU_WORKERS_PER_DEVICE`` per GPU (at most one per core): a trace of a short segment is
+mostly host work, so several processes keep one GPU busy. On a cluster, start
+single-threaded workers with ``CUDA_VISIBLE_DEVICES`` set, e.g. ``CUDA_VISIBLE_DEVICES=0
+dask worker tcp://HOST:8786 --nworkers 4 --nthreads 1`` (and so on for each GPU), where the
+project is importable (run it from the project's folder or install it).
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ from core.backend import TracerBackend
 
 #: Failures listed on stderr; the rest are in summary.csv.
 MAX_LISTED_FAILURES = 20
+#: Cores of this machine: the default number of local CPU workers.
+CORES = os.cpu_count() or 1
+#: Default local worker processes per GPU (measured: docs/BENCHMARKS.md, "Batch on the GPU").
+GPU_WORKERS_PER_DEVICE = 4
 
 
 def positive_int(text: str) -> int:
@@ -63,9 +69,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="folder for <image stem>.geojson, summary.json and summary.csv")
     parser.add_argument("--overwrite", action="store_true",
                         help="trace images again whose output exists (default: skip them)")
-    parser.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
-                        help="local worker processes (default: %(default)s, the cores; 1 runs "
-                             "in this process)")
+    parser.add_argument("--workers", type=positive_int,
+                        help=f"local worker processes (default: one per core, {CORES} here; "
+                             f"with the GPU backend {GPU_WORKERS_PER_DEVICE} per GPU, at most "
+                             "one per core; 1 runs in this process)")
     parser.add_argument("--scheduler", metavar="ADDRESS",
                         help="run on this Dask scheduler (tcp://HOST:PORT) instead of locally")
     parser.add_argument("--evidence-dir", metavar="DIR",
@@ -101,8 +108,18 @@ def check_scheduler_address(address: str) -> None:
                            "tcp://HOST:8786") from None
 
 
+def local_workers(requested: int | None, tasks: int, gpus: int) -> int:
+    """Local worker processes for ``tasks`` images: ``requested`` (None: one per core, or with
+    ``gpus`` > 0 GPUs ``GPU_WORKERS_PER_DEVICE`` per GPU, at most one per core), never more
+    than the images."""
+    if requested is None:
+        requested = min(GPU_WORKERS_PER_DEVICE * gpus, CORES) if gpus else CORES
+    return max(min(requested, tasks), 1)
+
+
 def open_executor(args: argparse.Namespace, tasks: int, gpu: bool):
-    """Where to run ``tasks`` images: ``(executor or None, closer(interrupted))``."""
+    """Where to run ``tasks`` images: ``(executor or None, closer(interrupted), local
+    workers or None on a cluster)``."""
     if tasks and args.scheduler:
         from distributed import Client
 
@@ -114,18 +131,19 @@ def open_executor(args: argparse.Namespace, tasks: int, gpu: bool):
             raise BadParameter(f"cannot reach Dask scheduler {args.scheduler}: "
                                f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
                                ) from None
-        return client.get_executor(pure=False), lambda interrupted: client.close()
-    workers = min(args.workers, tasks)
-    if gpu:  # one process per GPU: never more workers than devices
+        return client.get_executor(pure=False), lambda interrupted: client.close(), None
+    gpus = 0
+    if gpu:
         from gpu.select import gpu_device_count
 
-        workers = min(workers, max(gpu_device_count(), 1))
+        gpus = max(gpu_device_count(), 1)
+    workers = local_workers(args.workers, tasks, gpus)
     if workers > 1:
         from core.batch import local_executor, stop_local_executor
 
-        executor = local_executor(workers, gpu=gpu)
-        return executor, functools.partial(stop_local_executor, executor)
-    return None, lambda interrupted: None
+        executor = local_executor(workers, gpus=gpus)
+        return executor, functools.partial(stop_local_executor, executor), workers
+    return None, lambda interrupted: None, 1
 
 
 def _interrupt(signum, frame) -> None:
@@ -185,7 +203,7 @@ def run_batch(args: argparse.Namespace) -> int:
         note(args, f"tracing {len(plan.changed)} image(s) again: their seeds, parameters or "
              f"files changed since the earlier run, or their output has no record of them "
              f"({', '.join(map(printable, plan.changed))})")
-    executor, close = open_executor(args, len(plan.tasks), backend.name == "gpu")
+    executor, close, workers = open_executor(args, len(plan.tasks), backend.name == "gpu")
     # One numba thread per task: images run in parallel instead (see the module docstring).
     tasks = [replace(task, threads=1) for task in plan.tasks]
     reports = []
@@ -206,7 +224,7 @@ def run_batch(args: argparse.Namespace) -> int:
                 "image_crs": args.image_crs, "bands": args.bands,
                 "evidence_dir": args.evidence_dir,
                 "params": params_from_args(args).as_dict(),
-                "workers": None if args.scheduler else (args.workers if executor else 1),
+                "workers": workers,
                 "scheduler": args.scheduler, "interrupted": interrupted}
     summary = summarize(plan, reports, time.perf_counter() - start, settings)
     write_summary(plan.out_dir, summary)

@@ -567,21 +567,23 @@ def _start_worker(devices) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(devices.get())
 
 
-def local_executor(workers: int, gpu: bool = False) -> Executor:
+def local_executor(workers: int, gpus: int = 0) -> Executor:
     """A pool of ``workers`` local processes (spawned: no state shared with this one).
 
-    Workers end by themselves when this process dies. With ``gpu``, worker *i* sees only
-    GPU *i* (``CUDA_VISIBLE_DEVICES=i``, set before the worker imports anything CUDA): one
-    process per GPU. Shut it down with :func:`stop_local_executor`.
+    Workers end by themselves when this process dies. With ``gpus`` > 0, worker *i* sees only
+    GPU *i* mod ``gpus`` (``CUDA_VISIBLE_DEVICES``, set before the worker imports anything
+    CUDA): with more workers than GPUs, several processes share a GPU, each doing its host
+    work while the device runs the others' kernels. Shut it down with
+    :func:`stop_local_executor`.
     """
     from concurrent.futures import ProcessPoolExecutor
 
     context = multiprocessing.get_context("spawn")
     devices = None
-    if gpu:
+    if gpus:
         devices = context.Queue()
-        for device in range(workers):
-            devices.put(device)
+        for worker in range(workers):
+            devices.put(worker % gpus)
     return ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
                                initargs=(devices,))
 

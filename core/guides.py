@@ -66,15 +66,19 @@ class Corridor:
 
     @cached_property
     def offsets(self) -> np.ndarray:
-        """s_i, shape (d,): across-offsets of the points on every guide."""
-        return np.linspace(-self.halfwidth, self.halfwidth, self.points)
+        """s_i, shape (d,): across-offsets of the points on every guide (the values of
+        ``np.linspace(-w, w, d)``, computed as it does, without its overhead)."""
+        offsets = np.arange(self.points) * (2.0 * self.halfwidth / (self.points - 1))
+        offsets -= self.halfwidth
+        offsets[-1] = self.halfwidth
+        return offsets
 
     @cached_property
     def guide_points(self) -> np.ndarray:
         """p[t, i], shape (m, d, 2): guide points (x, y); guide t-1 in row t-1."""
-        t = np.arange(1, self.guides + 1)[:, None, None]
-        centres = self.a + (t / (self.guides + 1)) * (self.b - self.a)
-        return centres + self.offsets[None, :, None] * self.normal
+        along = np.arange(1, self.guides + 1) / (self.guides + 1)
+        centres = self.a + along[:, None] * (self.b - self.a)
+        return centres[:, None, :] + self.offsets[:, None] * self.normal
 
     def node_sets(self) -> list[np.ndarray]:
         """G_0..G_{m+1}: ``[a (1, 2), guide 1 (d, 2), ..., guide m (d, 2), b (1, 2)]``."""
@@ -198,48 +202,40 @@ def _first_positions(beta, table, limit):
 
 
 @numba.njit(cache=True)
-def _grows_along_k(array):
-    """Whether any row of a 2-D array increases from one column to the next."""
-    rows, cols = array.shape
-    for j in range(rows):
-        for k in range(1, cols):
-            if array[j, k] > array[j, k - 1]:
-                return True
-    return False
-
-
-@numba.njit(cache=True)
-def _single_windows(alpha, beta, which, limit):
-    """Windows after a single node (a): lo = [β − α < −limit], hi = [β − α <= limit] − 1."""
-    rows, cols = which.shape
-    lo = np.empty((rows, cols), dtype=np.int32)
-    hi = np.empty((rows, cols), dtype=np.int32)
-    for j in range(rows):
+def _single_windows(alpha, beta, to_b, limit):
+    """Windows after a single node (a): lo = [β − α < −limit], hi = [β − α <= limit] − 1;
+    β of link j → k is ``beta[j]`` when ``to_b`` (one k), else ``beta[k − j + d − 1]``."""
+    d = alpha.size
+    cols = 1 if to_b else d
+    lo = np.empty((d, cols), dtype=np.int32)
+    hi = np.empty((d, cols), dtype=np.int32)
+    for j in range(d):
         for k in range(cols):
-            turn = beta[which[j, k]] - alpha[j]
+            turn = (beta[j] if to_b else beta[k - j + d - 1]) - alpha[j]
             lo[j, k] = 1 if turn < -limit else 0
             hi[j, k] = 0 if turn <= limit else -1
     return lo, hi
 
 
 @numba.njit(cache=True)
-def _guide_windows(below, within, which, d):
+def _guide_windows(below, within, to_b, d):
     """Windows after a guide of d points, whose link i → j has the table angle at position
     j − i + d − 1: that falls with i, so the i below the window are those with
-    j − i + d − 1 >= below(β), i.e. i <= j + d − 1 − below(β) (likewise hi with within)."""
-    rows, cols = which.shape
-    lo = np.empty((rows, cols), dtype=np.int32)
-    hi = np.empty((rows, cols), dtype=np.int32)
-    for j in range(rows):
+    j − i + d − 1 >= below(β), i.e. i <= j + d − 1 − below(β) (likewise hi with within).
+    β of link j → k is entry j of ``below``/``within`` when ``to_b``, else entry k − j + d − 1."""
+    cols = 1 if to_b else d
+    lo = np.empty((d, cols), dtype=np.int32)
+    hi = np.empty((d, cols), dtype=np.int32)
+    for j in range(d):
         for k in range(cols):
-            lo[j, k] = min(max(j + d - below[which[j, k]], 0), d)
-            hi[j, k] = min(max(j + d - within[which[j, k]], 0), d) - 1
+            at = j if to_b else k - j + d - 1
+            lo[j, k] = min(max(j + d - below[at], 0), d)
+            hi[j, k] = min(max(j + d - within[at], 0), d) - 1
     return lo, hi
 
 
-def _stage_windows(incoming: np.ndarray, beta: np.ndarray, which: np.ndarray,
-                   max_angle_rad: float):
-    """Windows (lo, hi), each (n_t, n_{t+1}) int32, of one stage.
+def _stage_windows(incoming: np.ndarray, beta: np.ndarray, to_b: bool, max_angle_rad: float):
+    """Windows (lo, hi), each (d, d) int32 ((d, 1) when ``to_b``), of one stage.
 
     i is admissible iff |β − α_i| <= θ + tolerance, exactly :func:`turn_is_admissible`: i lies
     below the window iff β − α_i < −limit and above it iff β − α_i > limit, so lo counts the
@@ -247,25 +243,43 @@ def _stage_windows(incoming: np.ndarray, beta: np.ndarray, which: np.ndarray,
 
     Parameters
     ----------
-    incoming : ndarray of shape (n_t, 1), or (2d − 1,)
+    incoming : ndarray of shape (d, 1), or (2d − 1,)
         Angle of the link arriving at node j from a (a column), or, between guides, the table
         of :func:`_guide_angle_table`: the link i → j has angle ``incoming[j − i + d − 1]``.
-    beta, which : ndarrays of shapes (n_b,) and (n_t, n_{t+1}), int
-        The angles of the links leaving node j: β[j, k] = ``beta[which[j, k]]``.
+    beta : ndarray of shape (d,) when ``to_b``, else (2d − 1,)
+        The angles of the links leaving node j: to b, ``beta[j]``; to the next guide's node k,
+        the table entry ``beta[k − j + d − 1]``.
+
+    Raises
+    ------
+    RuntimeError
+        If the windows would grow along k (their bounds must not increase with β; below).
     """
     limit = max_angle_rad + ANGLE_TOLERANCE
+    if not to_b and _falls(beta):
+        _not_monotone()
     if incoming.ndim == 2:  # one node before: compare each turn directly
-        return _single_windows(incoming[:, 0], beta, which, limit)
+        return _single_windows(incoming[:, 0], beta, to_b, limit)
     below, within = _first_positions(beta, incoming, limit)
-    return _guide_windows(below, within, which, (incoming.size + 1) // 2)
+    if not to_b and (_falls(below) or _falls(within)):
+        _not_monotone()
+    return _guide_windows(below, within, to_b, (incoming.size + 1) // 2)
 
 
-def _check_monotone(t: int, lo: np.ndarray, hi: np.ndarray) -> None:
-    """Raise if a stage's windows grow along k: the GPU's backward step inverts them by binary
-    search (gpu/dp.cu, ``reverse_windows``), which needs lo and hi non-increasing along k.
-    :func:`_stage_windows` gives that by construction (β falls with k); this guards a change."""
-    if _grows_along_k(lo) or _grows_along_k(hi):
-        raise RuntimeError(f"admissible windows of stage {t} are not non-increasing along k")
+@numba.njit(cache=True)
+def _falls(values):
+    """Whether any entry of a 1-D array is smaller than the one before it."""
+    for p in range(1, values.size):
+        if values[p] < values[p - 1]:
+            return True
+    return False
+
+
+def _not_monotone():
+    """The GPU's backward step inverts the windows by binary search (gpu/dp.cu,
+    ``reverse_windows``), which needs lo and hi non-increasing along k; they are when β and
+    the positions found for it rise with k, which holds by construction: this guards a change."""
+    raise RuntimeError("admissible windows are not non-increasing along k")
 
 
 def admissible_windows(corridor: Corridor, max_angle_rad: float) -> Windows:
@@ -273,14 +287,12 @@ def admissible_windows(corridor: Corridor, max_angle_rad: float) -> Windows:
 
     Between two guides link angles depend only on k − j, so they come from one table of
     2d − 1 angles, and the interior stages (t = 2..m-1), which share one geometry, are
-    computed once. Every stage's lo and hi are checked to be non-increasing along k
-    (``lo[t-1][j, k + 1] <= lo[t-1][j, k]``), which the GPU's backward step relies on.
+    computed once. Every stage's lo and hi are non-increasing along k
+    (``lo[t-1][j, k + 1] <= lo[t-1][j, k]``), which the GPU's backward step relies on; that
+    is checked on the angles and positions they are made from (:func:`_stage_windows`).
     """
-    m, d = corridor.guides, corridor.points
+    m = corridor.guides
     between = _guide_angle_table(corridor)
-    index = np.arange(d)
-    to_next = index[None, :] - index[:, None] + d - 1  # [j, k]: β = between[k − j + d − 1]
-    to_b = index[:, None]  # [j, 0]: β = (angles of links to b)[j]
     lo, hi = [], []
     interior = None
     for t in range(1, m + 1):
@@ -288,10 +300,8 @@ def admissible_windows(corridor: Corridor, max_angle_rad: float) -> Windows:
             stage = interior
         else:
             incoming = link_angles(corridor, 0).T if t == 1 else between
-            beta, which = ((link_angles(corridor, m)[:, 0], to_b) if t == m
-                           else (between, to_next))
-            stage = _stage_windows(incoming, beta, which, max_angle_rad)
-            _check_monotone(t, *stage)
+            beta = link_angles(corridor, m)[:, 0] if t == m else between
+            stage = _stage_windows(incoming, beta, t == m, max_angle_rad)
             interior = stage if 1 < t < m else None
         lo.append(stage[0])
         hi.append(stage[1])

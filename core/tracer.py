@@ -199,11 +199,14 @@ def corridor_bounds(corridor: Corridor) -> tuple[np.ndarray, np.ndarray]:
     -------
     low, high : ndarrays of shape (2,), int
     """
-    points = corridor.guide_points.reshape(-1, 2)
-    # Extremes first, rounded after: rounding is monotone, so this equals rounding every point.
-    low = [min(points[:, axis].min(), corridor.a[axis], corridor.b[axis]) for axis in (0, 1)]
-    high = [max(points[:, axis].max(), corridor.a[axis], corridor.b[axis]) for axis in (0, 1)]
-    return (np.floor(np.round(low, 6)).astype(int), np.ceil(np.round(high, 6)).astype(int))
+    points = corridor.guide_points
+    # A coordinate of p[t, i] is c(t) + o(i), each term and the sum rounded monotonically, so
+    # its extremes lie at the grid's corners; and extremes first, rounded after, equals
+    # rounding every point (rounding is monotone too).
+    ends = np.array([points[0, 0], points[0, -1], points[-1, 0], points[-1, -1], corridor.a,
+                     corridor.b])
+    return (np.floor(np.round(ends.min(axis=0), 6)).astype(int),
+            np.ceil(np.round(ends.max(axis=0), 6)).astype(int))
 
 
 def border_shift(corridor: Corridor, params: TraceParams) -> np.ndarray:

@@ -194,7 +194,7 @@ class GpuBackend(TracerBackend):
                                 dtype=tracer.real)
                 tracer.cuda.memcpy_dtoh_async(host, buffer, tracer.stream)
                 stored.append(host)
-            tracer.stream.synchronize()
+            tracer.synchronize()
         return [np.ascontiguousarray(host.T if plan.schedule.transposed(t) else host,
                                      dtype=np.float64) for t, host in enumerate(stored)]
 
@@ -204,7 +204,7 @@ class GpuBackend(TracerBackend):
             plan = self._bind_problem(problem)
             plan.launch_dp(self._tracer.stream)
             result = self._tracer.fetch(plan)
-            self._tracer.stream.synchronize()
+            self._tracer.synchronize()
             total, _, indices = plan.solution(result)
         if not np.isfinite(total):
             raise _no_path(problem.windows)
@@ -229,7 +229,7 @@ class GpuBackend(TracerBackend):
             marks[3].record(tracer.stream)
             result = tracer.fetch(plan)
             marks[4].record(tracer.stream)
-            marks[4].synchronize()
+            tracer.synchronize()
             total, along, indices = plan.solution(result)
             spans = [marks[i].time_till(marks[i + 1]) for i in range(4)]
         if not np.isfinite(total):

@@ -23,6 +23,11 @@ from gpu.kernels import LINK_STAGE_DTYPE, PRECISIONS, STEP_DTYPE, load_kernels
 from gpu.schedule import Schedule, StepPlan
 
 METHODS = ("auto", "rmq", "reduce")
+#: Uploads up to this size are staged in page-locked memory, so queuing them does not wait for
+#: the device (a copy from pageable memory may first wait for the stream's earlier work).
+MAX_STAGED_BYTES = 16 * 1024 * 1024
+#: Threads per block of the link-score kernels (one link each).
+LINK_THREADS = 256
 #: Static shared memory a block may use without opting in.
 _DEFAULT_SHARED = 48 * 1024
 _SHORT_MAX = 32767
@@ -82,6 +87,9 @@ class DeviceTracer:
         self._rmq_shared_limit = _DEFAULT_SHARED
         self._slots: dict = {}
         self._result_host = cuda.pagelocked_empty(64, np.float64)
+        #: Page-locked staging for uploads, filled from the start after each synchronisation.
+        self._upload_host = cuda.pagelocked_empty(1 << 20, np.uint8)
+        self._staged_bytes = 0
         #: Page-locked staging for downloads (evidence planes, gpu/evidence.py).
         self._download_host = cuda.pagelocked_empty(4096, np.uint8)
         self._plan: _Plan | None = None
@@ -97,15 +105,39 @@ class DeviceTracer:
         held = self._slots.get(name)
         if held is None or held[1] < nbytes:
             if held is not None:
-                self.stream.synchronize()
+                self.synchronize()
                 held[0].free()
             capacity = max(_align(nbytes * 5 // 4), 4096)
             self._slots[name] = (self.cuda.mem_alloc(capacity), capacity)
         return int(self._slots[name][0])
 
     def upload(self, array: np.ndarray, pointer: int) -> None:
-        """Queue the copy of ``array`` to device address ``pointer`` on the stream."""
-        self.cuda.memcpy_htod_async(pointer, np.ascontiguousarray(array), self.stream)
+        """Queue the copy of ``array`` to device address ``pointer`` on the stream.
+
+        Arrays up to ``MAX_STAGED_BYTES`` are first copied to page-locked staging, so the host
+        goes on queuing work while the device runs; staging is reused only after the stream
+        has been synchronised (:meth:`synchronize`, or here when it is full).
+        """
+        data = np.ascontiguousarray(array)
+        nbytes = data.nbytes
+        if nbytes > MAX_STAGED_BYTES:
+            self.cuda.memcpy_htod_async(pointer, data, self.stream)
+            return
+        start = _align(self._staged_bytes)
+        if start + nbytes > self._upload_host.size:
+            self.synchronize()
+            start = 0
+            if nbytes > self._upload_host.size:
+                self._upload_host = self.cuda.pagelocked_empty(2 * nbytes, np.uint8)
+        staged = self._upload_host[start:start + nbytes]
+        staged[:] = data.reshape(-1).view(np.uint8)
+        self.cuda.memcpy_htod_async(pointer, staged, self.stream)
+        self._staged_bytes = start + nbytes
+
+    def synchronize(self) -> None:
+        """Wait for the stream's queued work; upload staging is free again."""
+        self.stream.synchronize()
+        self._staged_bytes = 0
 
     def download(self, pointer: int, shape: tuple, dtype) -> np.ndarray:
         """A new host array of ``shape`` and ``dtype`` copied from device address ``pointer``
@@ -115,7 +147,7 @@ class DeviceTracer:
             self._download_host = self.cuda.pagelocked_empty(2 * out.nbytes, np.uint8)
         staged = self._download_host[:out.nbytes]
         self.cuda.memcpy_dtoh_async(staged, pointer, self.stream)
-        self.stream.synchronize()
+        self.synchronize()
         out.reshape(-1).view(np.uint8)[:] = staged
         return out
 
@@ -127,7 +159,7 @@ class DeviceTracer:
 
     def release(self) -> None:
         """Free every device buffer (they are made again on the next request)."""
-        self.stream.synchronize()
+        self.synchronize()
         self._plan = None
         self._evidence = None
         self._resident_planes = None
@@ -199,12 +231,9 @@ class DeviceTracer:
 
     def launch_links(self, plan: _Plan, evidence, image: tuple) -> None:
         """All link scores of every stage into the plan's link buffers."""
-        threads = 256
-        sizes = plan.schedule.sizes
-        most = max(sizes[t] * sizes[t + 1] for t in range(len(sizes) - 1))
-        grid = (-(-most // threads), plan.schedule.guides + 1)
         self.kernels.links[evidence.sampler].prepared_async_call(
-            grid, (threads, 1, 1), self.stream, plan.link_stages, *image)
+            (plan.link_blocks, 1), (LINK_THREADS, 1, 1), self.stream, plan.link_stages,
+            plan.schedule.guides + 1, *image)
 
     def fetch(self, plan: _Plan) -> np.ndarray:
         """Queue the copy of the result to the page-locked host buffer; returns that buffer
@@ -269,6 +298,10 @@ class _Plan:
         stages["out"] = self.links
         stages["n_from"], stages["n_to"] = sizes[:-1], sizes[1:]
         stages["transposed"] = [schedule.transposed(t) for t in range(m + 1)]
+        # One grid over every stage's links: stage t's blocks start at first_block[t].
+        blocks = -(-stages["n_from"] * stages["n_to"] // LINK_THREADS)
+        stages["first_block"] = np.concatenate([[0], np.cumsum(blocks)[:-1]])
+        self.link_blocks = int(blocks.sum())
         tracer.upload(stages, self.link_stages)
         arg_table = np.zeros(m + 1, dtype=np.uint64)
         for step in self.steps:

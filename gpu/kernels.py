@@ -34,7 +34,8 @@ STEP_DTYPE = np.dtype([
 #: ``struct LinkStage`` of links.cu.
 LINK_STAGE_DTYPE = np.dtype([
     ("from", np.uint64), ("to", np.uint64), ("out", np.uint64),
-    ("n_from", np.int32), ("n_to", np.int32), ("transposed", np.int32), ("pad", np.int32)])
+    ("n_from", np.int32), ("n_to", np.int32), ("transposed", np.int32),
+    ("first_block", np.int32)])
 
 #: Kernel name of each sampler in links.cu.
 LINK_KERNELS = {SCALAR: "link_scores_scalar", CROSS: "link_scores_cross",
@@ -69,8 +70,9 @@ EVIDENCE_KERNELS = {
 
 #: Kernels of network.cu and their argument formats.
 NETWORK_KERNELS = {
-    **{f"conv2d_k{k}": "PPPPiiiii" for k in CONV_SIZES},  # in, w, bias, out, c_in, c_out,
-                                                            # rows, cols, relu
+    **{f"conv2d_k{k}": "PPPPiiiiii" for k in CONV_SIZES},  # in, w, bias, out, c_in, c_out,
+                                                             # rows, cols, relu, ci_split
+    "conv_sum": "PPPiiqi",                # partial, bias, out, splits, channels, plane, relu
     "max_pool": "PPiiiiii",               # in, out, channels, rows, cols, k, out_rows, out_cols
     "resize_linear": "PPiiiiiff",         # in, out, channels, rows, cols, out_rows, out_cols,
                                           # scale_y, scale_x
@@ -94,7 +96,7 @@ class Kernels:
     row_argmax: object       # (values, n_rows, n_cols, best, best_arg)
     reverse_windows: object  # (lo, hi, n_r, n_q, n_o, rlo, rhi)
     finish: object           # (best, best_arg, n_best, merge_arg, args, links, sizes, m, c, result)
-    links: dict              # sampler -> (const LinkStage*, Image by value)
+    links: dict              # sampler -> (const LinkStage*, n_stages, Image by value)
     evidence: dict           # evidence.cu kernel name -> function (formats in _load)
     network: dict            # network.cu kernel name -> function
 
@@ -122,8 +124,9 @@ def _load(precision: str, shared: tuple):
         row_argmax=prepared(dp, "row_argmax", "PiiPP"),
         reverse_windows=prepared(dp, "reverse_windows", "PPiiiPP"),
         finish=prepared(dp, "finish", "PPiPPPPiiP"),
-        # struct Image {const float* planes; int rows, cols, col0, row0, width, height; double tau}
-        links={sampler: prepared(links, name, "PPiiiiiid")
+        # (stages, n_stages, struct Image {const float* planes; int rows, cols, col0, row0,
+        # width, height; double tau})
+        links={sampler: prepared(links, name, "PiPiiiiiid")
                for sampler, name in LINK_KERNELS.items()},
         evidence={name: prepared(evidence, name, arg_format)
                   for name, arg_format in EVIDENCE_KERNELS.items()},

@@ -13,7 +13,8 @@
 // instructions.
 //
 // Evidence planes are interleaved per pixel: (rows, cols, P) float32, P = 1 (SCALAR) or 2
-// (CROSS, SINE: gx, gy). One thread computes one link; blockIdx.y picks the stage.
+// (CROSS, SINE: gx, gy). One thread computes one link; one 1-D grid covers every stage, stage t
+// owning the blocks from its first_block on (no idle blocks for the short stages at a and b).
 
 #ifndef REAL
 #define REAL double
@@ -30,7 +31,7 @@ struct LinkStage {
     real* out;           // (n_from, n_to), or (n_to, n_from) when transposed
     int n_from, n_to;
     int transposed;
-    int pad;
+    int first_block;     // the stage's first block in the grid
 };
 
 struct Image {
@@ -94,11 +95,28 @@ __device__ __forceinline__ bool inside(const Image& im, double x, double y)
            && lx <= im.cols - 3 && ly <= im.rows - 3;
 }
 
-template <int SAMPLER>
-__device__ __forceinline__ void link_scores(const LinkStage* stages, const Image& im)
+// The stage that owns this block: the last whose first_block is <= blockIdx.x.
+__device__ __forceinline__ int block_stage(const LinkStage* stages, int n_stages)
 {
-    const LinkStage st = stages[blockIdx.y];
-    const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    __shared__ int owner;
+    if (threadIdx.x == 0) {
+        int low = 0, high = n_stages - 1;
+        while (low < high) {
+            const int middle = (low + high + 1) / 2;
+            if (stages[middle].first_block <= (int)blockIdx.x) low = middle;
+            else high = middle - 1;
+        }
+        owner = low;
+    }
+    __syncthreads();
+    return owner;
+}
+
+template <int SAMPLER>
+__device__ __forceinline__ void link_scores(const LinkStage* stages, int n_stages, const Image& im)
+{
+    const LinkStage st = stages[block_stage(stages, n_stages)];
+    const long long g = (long long)((int)blockIdx.x - st.first_block) * blockDim.x + threadIdx.x;
     if (g >= (long long)st.n_from * st.n_to) return;
     int s, e;
     if (st.transposed) { e = (int)(g / st.n_from); s = (int)(g - (long long)e * st.n_from); }
@@ -143,17 +161,20 @@ __device__ __forceinline__ void link_scores(const LinkStage* stages, const Image
     st.out[g] = total * length * step;
 }
 
-extern "C" __global__ void link_scores_scalar(const LinkStage* __restrict__ stages, Image im)
+extern "C" __global__ void link_scores_scalar(const LinkStage* __restrict__ stages,
+                                          int n_stages, Image im)
 {
-    link_scores<SAMPLER_SCALAR>(stages, im);
+    link_scores<SAMPLER_SCALAR>(stages, n_stages, im);
 }
 
-extern "C" __global__ void link_scores_cross(const LinkStage* __restrict__ stages, Image im)
+extern "C" __global__ void link_scores_cross(const LinkStage* __restrict__ stages,
+                                          int n_stages, Image im)
 {
-    link_scores<SAMPLER_CROSS>(stages, im);
+    link_scores<SAMPLER_CROSS>(stages, n_stages, im);
 }
 
-extern "C" __global__ void link_scores_sine(const LinkStage* __restrict__ stages, Image im)
+extern "C" __global__ void link_scores_sine(const LinkStage* __restrict__ stages,
+                                          int n_stages, Image im)
 {
-    link_scores<SAMPLER_SINE>(stages, im);
+    link_scores<SAMPLER_SINE>(stages, n_stages, im);
 }

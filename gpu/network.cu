@@ -7,7 +7,11 @@
 //           odd kernel K (template). A block computes a 16 x 16 tile of CO_TILE output channels:
 //           the input tile (with its halo) and the tile's weights of CI_TILE input channels at a
 //           time sit in shared memory, the weights of one tap for the CO_TILE channels side by
-//           side so that a thread reads them as two float4.
+//           side so that a thread reads them as two float4. Split over input channels: with
+//           `ci_split` < c_in, blockIdx.z also picks a group of ci_split input channels, and the
+//           block writes its partial sum (no bias, no relu) to out[split] (splits, c_out, rows,
+//           cols); conv_sum then adds the splits in order, the bias and the relu. Deep layers
+//           of a small image have few tiles: splitting gives the device more, shorter blocks.
 // max_pool: K x K windows with stride K, no padding (floor of the size).
 // resize_linear: bilinear, half-pixel coordinates (ONNX Resize mode "linear",
 //           coordinate_transformation_mode "half_pixel"), source coordinates clamped at 0 and at
@@ -22,27 +26,31 @@
 template <int K>
 __device__ __forceinline__ void conv2d(const float* __restrict__ in, const float* __restrict__ w,
                                        const float* __restrict__ bias, float* __restrict__ out,
-                                       int c_in, int c_out, int rows, int cols, int relu)
+                                       int c_in, int c_out, int rows, int cols, int relu,
+                                       int ci_split)
 {
     constexpr int PAD = K / 2;
     constexpr int SPAN = TILE + K - 1;
     __shared__ float tile[CI_TILE][SPAN][SPAN];
     __shared__ __align__(16) float weights[CI_TILE][K * K][CO_TILE];
     const int x0 = blockIdx.x * TILE, y0 = blockIdx.y * TILE;
-    const int co0 = blockIdx.z * CO_TILE;
+    const int co_tiles = (c_out + CO_TILE - 1) / CO_TILE;
+    const int split = blockIdx.z / co_tiles;
+    const int co0 = (blockIdx.z - split * co_tiles) * CO_TILE;
+    const int ci_begin = split * ci_split, ci_end = min(c_in, ci_begin + ci_split);
     const int tx = threadIdx.x, ty = threadIdx.y, t = ty * TILE + tx;
     const int x = x0 + tx, y = y0 + ty;
     const size_t plane = (size_t)rows * cols;
     float acc[CO_TILE];
 #pragma unroll
     for (int c = 0; c < CO_TILE; ++c) acc[c] = 0.0f;
-    for (int ci0 = 0; ci0 < c_in; ci0 += CI_TILE) {
+    for (int ci0 = ci_begin; ci0 < ci_end; ci0 += CI_TILE) {
         for (int i = t; i < CI_TILE * SPAN * SPAN; i += TILE * TILE) {
             const int c = i / (SPAN * SPAN), rest = i - c * SPAN * SPAN;
             const int r = rest / SPAN, q = rest - r * SPAN;
             const int yy = y0 + r - PAD, xx = x0 + q - PAD;
             float v = 0.0f;
-            if (ci0 + c < c_in && yy >= 0 && yy < rows && xx >= 0 && xx < cols)
+            if (ci0 + c < ci_end && yy >= 0 && yy < rows && xx >= 0 && xx < cols)
                 v = __ldg(in + (size_t)(ci0 + c) * plane + (size_t)yy * cols + xx);
             tile[c][r][q] = v;
         }
@@ -50,7 +58,7 @@ __device__ __forceinline__ void conv2d(const float* __restrict__ in, const float
             const int c = i / (CO_TILE * K * K), rest = i - c * CO_TILE * K * K;
             const int o = rest / (K * K), tap = rest - o * K * K;
             float v = 0.0f;
-            if (ci0 + c < c_in && co0 + o < c_out)
+            if (ci0 + c < ci_end && co0 + o < c_out)
                 v = __ldg(w + ((size_t)(co0 + o) * c_in + ci0 + c) * K * K + tap);
             weights[c][tap][o] = v;
         }
@@ -78,6 +86,7 @@ __device__ __forceinline__ void conv2d(const float* __restrict__ in, const float
         __syncthreads();
     }
     if (x >= cols || y >= rows) return;
+    out += (size_t)split * c_out * plane;
 #pragma unroll
     for (int o = 0; o < CO_TILE; ++o) {
         if (co0 + o >= c_out) break;
@@ -87,12 +96,26 @@ __device__ __forceinline__ void conv2d(const float* __restrict__ in, const float
     }
 }
 
+// out[c, p] = bias[c] + sum_s partial[s, c, p] (s in order), then max(0, .) when `relu`.
+extern "C" __global__ void conv_sum(const float* __restrict__ partial,
+                                    const float* __restrict__ bias, float* __restrict__ out,
+                                    int splits, int channels, long long plane, int relu)
+{
+    const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= (long long)channels * plane) return;
+    float v = 0.0f;
+    for (int s = 0; s < splits; ++s) v += __ldg(partial + (long long)s * channels * plane + g);
+    if (bias) v += __ldg(bias + g / plane);
+    out[g] = relu ? fmaxf(v, 0.0f) : v;
+}
+
 #define CONV(K)                                                                                    \
     extern "C" __global__ void __launch_bounds__(TILE * TILE) conv2d_k##K(                         \
         const float* __restrict__ in, const float* __restrict__ w, const float* __restrict__ bias, \
-        float* __restrict__ out, int c_in, int c_out, int rows, int cols, int relu)                \
+        float* __restrict__ out, int c_in, int c_out, int rows, int cols, int relu,                \
+        int ci_split)                                                                              \
     {                                                                                              \
-        conv2d<K>(in, w, bias, out, c_in, c_out, rows, cols, relu);                                \
+        conv2d<K>(in, w, bias, out, c_in, c_out, rows, cols, relu, ci_split);                      \
     }
 
 CONV(1)

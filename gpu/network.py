@@ -31,6 +31,9 @@ from core.errors import ModelUnavailable
 CONV_SIZES = (1, 3, 5, 7)
 #: Output tile of the convolution kernel (pixels per side) and output channels per block.
 CONV_TILE, CONV_CHANNELS = 16, 8
+#: Input channels per block of a convolution: layers with more are split into groups of this
+#: many, summed by ``conv_sum`` (shorter blocks, more of them, for the deep layers).
+CONV_SPLIT_CHANNELS = 16
 #: Input sizes whose programs (activations, CUDA graph) are kept on the device.
 CACHED_SIZES = 8
 
@@ -330,14 +333,28 @@ def _blocks(n: int, threads: int = 256) -> tuple[int, int]:
     return (-(-n // threads), 1)
 
 
+#: Name of the split convolutions' partial-sum buffer in a program's layout.
+_PARTIAL = "\0partial sums"
+
+
+def _conv_splits(c_in: int) -> int:
+    """Groups of input channels a convolution with ``c_in`` of them is split into."""
+    return -(-c_in // CONV_SPLIT_CHANNELS)
+
+
 class _Prepared:
     """One program's activations (one allocation) and launches; run by :meth:`launch`."""
 
     def __init__(self, network: DeviceNetwork, program: Program):
         self.program = program
         self.network = network
+        sizes = dict(program.shapes)
+        # Partial sums of split convolutions: (splits, c_out, rows, cols), one buffer for all.
+        sizes[_PARTIAL] = (max([_conv_splits(program.shapes[layer.inputs[0]][0])
+                                * int(np.prod(layer.shape)) for layer in program.layers
+                                if layer.op == "conv"], default=1), 1, 1)
         layout, total = {}, 0
-        for name, shape in program.shapes.items():
+        for name, shape in sizes.items():
             layout[name] = total
             total += -(-4 * int(np.prod(shape)) // 256) * 256
         self.allocation = network.cuda.mem_alloc(max(total, 256))
@@ -346,34 +363,47 @@ class _Prepared:
         self.input = self.address[program.input]
         self.output = self.address[program.output]
         self.output_shape = program.shapes[program.output]
-        self.launches = [self._launch(layer) for layer in program.layers]
+        self.launches = [launch for layer in program.layers for launch in self._launch(layer)]
         self.graph = None
         self.runs = 0
 
-    def _launch(self, layer: Layer) -> tuple:
+    def _launch(self, layer: Layer) -> list[tuple]:
+        """(function, grid, block, arguments) of the launches of ``layer``."""
         kernels, network = self.network.kernels, self.network
         source = self.program.shapes[layer.inputs[0]]
         at_in, at_out = self.address[layer.inputs[0]], self.address[layer.output]
         channels, rows, cols = layer.shape
         n = channels * rows * cols
         if layer.op == "conv":
-            grid = (-(-cols // CONV_TILE), -(-rows // CONV_TILE), -(-channels // CONV_CHANNELS))
-            return (kernels[f"conv2d_k{layer.params['k']}"], grid, (CONV_TILE, CONV_TILE, 1),
-                    (at_in, network._weight(layer.params["weight"]),
-                     network._weight(layer.params["bias"]), at_out, source[0], channels, rows,
-                     cols, int(layer.params["relu"])))
+            splits = _conv_splits(source[0])
+            weight = network._weight(layer.params["weight"])
+            bias, relu = network._weight(layer.params["bias"]), int(layer.params["relu"])
+            grid = (-(-cols // CONV_TILE), -(-rows // CONV_TILE),
+                    -(-channels // CONV_CHANNELS) * splits)
+            conv = kernels[f"conv2d_k{layer.params['k']}"]
+            if splits == 1:
+                return [(conv, grid, (CONV_TILE, CONV_TILE, 1),
+                         (at_in, weight, bias, at_out, source[0], channels, rows, cols, relu,
+                          source[0]))]
+            partial = self.address[_PARTIAL]
+            return [(conv, grid, (CONV_TILE, CONV_TILE, 1),
+                     (at_in, weight, 0, partial, source[0], channels, rows, cols, 0,
+                      CONV_SPLIT_CHANNELS)),
+                    (kernels["conv_sum"], _blocks(n), (256, 1, 1),
+                     (partial, bias, at_out, splits, channels, rows * cols, relu))]
         if layer.op == "max_pool":
-            return (kernels["max_pool"], _blocks(n), (256, 1, 1),
-                    (at_in, at_out, channels, source[1], source[2], layer.params["k"], rows, cols))
+            return [(kernels["max_pool"], _blocks(n), (256, 1, 1),
+                     (at_in, at_out, channels, source[1], source[2], layer.params["k"], rows,
+                      cols))]
         if layer.op == "resize":
             scale_y, scale_x = layer.params["scale"]
-            return (kernels["resize_linear"], _blocks(n), (256, 1, 1),
-                    (at_in, at_out, channels, source[1], source[2], rows, cols, scale_y,
-                     scale_x))
+            return [(kernels["resize_linear"], _blocks(n), (256, 1, 1),
+                     (at_in, at_out, channels, source[1], source[2], rows, cols, scale_y,
+                      scale_x))]
         if layer.op == "copy":
             at_out += 4 * layer.params["offset"] * rows * cols
-            return (kernels["copy_floats"], _blocks(n), (256, 1, 1), (at_in, at_out, n))
-        return (kernels[layer.op], _blocks(n), (256, 1, 1), (at_in, at_out, n))
+            return [(kernels["copy_floats"], _blocks(n), (256, 1, 1), (at_in, at_out, n))]
+        return [(kernels[layer.op], _blocks(n), (256, 1, 1), (at_in, at_out, n))]
 
     def _launch_all(self, stream) -> None:
         for function, grid, block, args in self.launches:

@@ -413,8 +413,8 @@ def test_worker_backend_is_made_once_per_process():
 
 @pytest.mark.slow
 def test_local_gpu_workers_see_one_device_each():
-    with local_executor(2, gpu=True) as executor:
-        devices = list(executor.map(os.getenv, ["CUDA_VISIBLE_DEVICES"] * 4))
+    with local_executor(3, gpus=2) as executor:
+        devices = list(executor.map(os.getenv, ["CUDA_VISIBLE_DEVICES"] * 6))
     assert set(devices) <= {"0", "1"}
 
 
@@ -495,15 +495,26 @@ def test_repeated_vertices_are_merged_not_failed(tmp_path, capsys):
     assert code == 1
 
 
-def test_gpu_workers_never_outnumber_devices(monkeypatch):
+def test_local_worker_defaults():
+    from cli.batch_cmd import CORES, GPU_WORKERS_PER_DEVICE, local_workers
+
+    assert local_workers(None, tasks=1000, gpus=0) == CORES
+    assert local_workers(None, tasks=1000, gpus=2) == min(2 * GPU_WORKERS_PER_DEVICE, CORES)
+    assert local_workers(6, tasks=1000, gpus=1) == 6  # asked for: several processes per GPU
+    assert local_workers(6, tasks=3, gpus=1) == 3  # never more than the images
+    assert local_workers(None, tasks=0, gpus=0) == 1
+
+
+def test_one_gpu_worker_runs_in_this_process(monkeypatch):
     import argparse
 
     from cli.batch_cmd import open_executor
 
     monkeypatch.setattr("gpu.select.gpu_device_count", lambda: 1)
-    args = argparse.Namespace(scheduler=None, workers=4)
-    executor, close = open_executor(args, tasks=3, gpu=True)
-    assert executor is None  # one device: the images run in this process
+    args = argparse.Namespace(scheduler=None, workers=1)
+    executor, close, workers = open_executor(args, tasks=3, gpu=True)
+    assert executor is None
+    assert workers == 1
     close(False)
 
 

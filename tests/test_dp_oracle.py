@@ -85,13 +85,14 @@ def test_windows_that_grow_along_k_are_refused(monkeypatch):
 
     rng = np.random.default_rng(5)
     corridor = random_problem(rng, 3, 6, 30).corridor
+    guides.admissible_windows(corridor, np.deg2rad(30))  # as computed: accepted
 
-    def growing(incoming, beta, which, max_angle_rad):
-        return np.zeros(which.shape, np.int32), np.tile(np.arange(which.shape[1], dtype=np.int32),
-                                                        (which.shape[0], 1))
+    def falling(beta, table, limit):  # positions that fall as β rises: windows grow along k
+        positions = np.arange(beta.size, dtype=np.int64)[::-1].copy()
+        return positions, positions
 
-    monkeypatch.setattr(guides, "_stage_windows", growing)
-    with pytest.raises(RuntimeError, match="stage 1 are not non-increasing along k"):
+    monkeypatch.setattr(guides, "_first_positions", falling)
+    with pytest.raises(RuntimeError, match="not non-increasing along k"):
         guides.admissible_windows(corridor, np.deg2rad(30))
 
 
