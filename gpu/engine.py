@@ -217,6 +217,10 @@ class DeviceTracer:
                                    f"sampler {evidence.sampler}")
             if planes.shape[1] < 2 or planes.shape[2] < 2:
                 raise BadParameter(f"evidence window {planes.shape[1:]} is smaller than 2×2")
+            if planes.size >= 2**31:  # the link kernels index the window with 32-bit integers
+                raise BadParameter(f"evidence window of {planes.shape[1]}×{planes.shape[2]} px "
+                                   "is too large for the GPU (2^31 values at most): lower the "
+                                   "halfwidth or use --backend cpu")
             self._evidence = None
             if planes is not self._resident_planes:
                 self._resident_planes = None

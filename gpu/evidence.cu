@@ -48,13 +48,13 @@ extern "C" __global__ void value_range(const float* __restrict__ pix, int rows, 
     __shared__ float low[1024], high[1024];
     float lo = INFINITY, hi = -INFINITY;
     const int per_row = cols * bands;
-    const long long n = (long long)rows * per_row;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (long long)gridDim.x * blockDim.x) {
-        const int r = (int)(i / per_row), k = (int)(i - (long long)r * per_row);
-        const float v = __ldg(pix + (size_t)r * pitch + k);
-        lo = fminf(lo, v);
-        hi = fmaxf(hi, v);
+    for (int r = blockIdx.x; r < rows; r += gridDim.x) {  // a block a row, its threads along it
+        const float* row = pix + (size_t)r * pitch;
+        for (int k = threadIdx.x; k < per_row; k += blockDim.x) {
+            const float v = __ldg(row + k);
+            lo = fminf(lo, v);
+            hi = fmaxf(hi, v);
+        }
     }
     low[threadIdx.x] = lo;
     high[threadIdx.x] = hi;
@@ -536,9 +536,14 @@ extern "C" __global__ void surface_membership(const float* __restrict__ probabil
 }
 
 // numpy.percentile(bands, q) (method "linear") of the model's band planes, without sorting: the
-// two order statistics around each quantile found by a radix select on the values' bits (one
-// block; `repeat` counts every value that many times, for a grey image's band used three times).
-// q: the two quantiles as fractions; out: [value at q0, value at q1] (float64, as numpy returns).
+// two order statistics around each quantile found by a radix select on the values' bits, 8 bits
+// a pass from the top (`repeat` counts every value that many times, for a grey image's band
+// used three times). Pass p (percentile_pass, a grid of blocks) counts, for each of the four
+// wanted ranks, the values whose higher bits match the ones chosen so far, by their next 8 bits,
+// into hist[p]; every block of the next pass (and percentile_finish) reads those counts to
+// choose that digit. state[p] holds the chosen high bits and the ranks left, as block 0 of pass
+// p saw them. q: the two quantiles as fractions; out: [value at q0, value at q1] (float64, as
+// numpy returns). hist (4 x 4 x 256) must be zero before pass 0.
 __device__ __forceinline__ unsigned int order_key(float v)
 {
     const unsigned int bits = __float_as_uint(v);
@@ -550,61 +555,105 @@ __device__ __forceinline__ float key_value(unsigned int key)
     return __uint_as_float((key & 0x80000000u) ? key & 0x7fffffffu : ~key);
 }
 
-extern "C" __global__ void __launch_bounds__(1024) band_percentiles(
-    const float* __restrict__ values, int n, int repeat, const double* __restrict__ q,
-    double* __restrict__ out)
+struct SelectState {
+    unsigned long long rank[4];  // rank left within the values matching prefix
+    unsigned int prefix[4];      // the key's bits chosen so far
+    double gamma[2];             // interpolation weight of each quantile
+};
+static_assert(sizeof(SelectState) == 64, "gpu/evidence.py reserves 64 bytes a state");
+
+// The state before pass `pass` into shared `st` (1024 threads): the ranks of numpy's virtual
+// index for pass 0, else the previous pass's state and counts: for each rank, the digit whose
+// cumulative count first exceeds it (at most 255).
+__device__ void select_state(int pass, long long total, const double* __restrict__ q,
+                             const unsigned int* __restrict__ hist,
+                             const SelectState* __restrict__ state, SelectState& st,
+                             unsigned int (&cumulative)[4][256], unsigned int (&digit)[4])
 {
+    const int t = threadIdx.x / 256, bin = threadIdx.x % 256;
+    if (pass == 0) {
+        if (threadIdx.x < 2) {
+            // numpy: virtual index n q + (1 + q (1 - 1 - 1)) - 1, its floor and the next index.
+            const double index = __dsub_rn(__dadd_rn(__dmul_rn((double)total, q[threadIdx.x]),
+                                                     __dadd_rn(1.0, __dmul_rn(q[threadIdx.x], -1.0))),
+                                           1.0);
+            const double below = floor(index);
+            long long lo = (long long)below;
+            lo = lo < 0 ? 0 : (lo > total - 1 ? total - 1 : lo);
+            st.rank[2 * threadIdx.x] = lo;
+            st.rank[2 * threadIdx.x + 1] = lo + 1 > total - 1 ? total - 1 : lo + 1;
+            st.gamma[threadIdx.x] = __dsub_rn(index, below);
+        }
+        if (threadIdx.x < 4) st.prefix[threadIdx.x] = 0;
+        __syncthreads();
+        return;
+    }
+    if (threadIdx.x == 0) st = state[pass - 1];
+    if (threadIdx.x < 4) digit[threadIdx.x] = 0;
+    cumulative[t][bin] = hist[((pass - 1) * 4 + t) * 256 + bin];
+    __syncthreads();
+    for (int step = 1; step < 256; step *= 2) {  // inclusive prefix sums of each rank's counts
+        const unsigned int add = bin >= step ? cumulative[t][bin - step] : 0u;
+        __syncthreads();
+        cumulative[t][bin] += add;
+        __syncthreads();
+    }
+    if (cumulative[t][bin] <= st.rank[t] && bin < 255) atomicAdd(&digit[t], 1u);
+    __syncthreads();
+    if (threadIdx.x < 4) {
+        const unsigned int b = digit[threadIdx.x];
+        st.rank[threadIdx.x] -= b ? cumulative[threadIdx.x][b - 1] : 0u;
+        st.prefix[threadIdx.x] |= b << (32 - 8 * pass);
+    }
+    __syncthreads();
+}
+
+extern "C" __global__ void __launch_bounds__(1024) percentile_pass(
+    const float* __restrict__ values, int n, int repeat, const double* __restrict__ q, int pass,
+    unsigned int* __restrict__ hist, SelectState* __restrict__ state)
+{
+    __shared__ SelectState st;
+    __shared__ unsigned int cumulative[4][256];
+    __shared__ unsigned int digit[4];
     __shared__ unsigned int histogram[4][256];
-    __shared__ unsigned long long rank[4];
-    __shared__ unsigned int prefix[4];
-    __shared__ double gamma[2];
-    const long long total = (long long)n * repeat;
-    if (threadIdx.x < 2) {
-        // numpy: virtual index n q + (1 + q (1 - 1 - 1)) - 1, its floor and the next index.
-        const double index = __dsub_rn(__dadd_rn(__dmul_rn((double)total, q[threadIdx.x]),
-                                                 __dadd_rn(1.0, __dmul_rn(q[threadIdx.x], -1.0))),
-                                       1.0);
-        const double below = floor(index);
-        long long lo = (long long)below;
-        lo = lo < 0 ? 0 : (lo > total - 1 ? total - 1 : lo);
-        rank[2 * threadIdx.x] = lo;
-        rank[2 * threadIdx.x + 1] = lo + 1 > total - 1 ? total - 1 : lo + 1;
-        gamma[threadIdx.x] = __dsub_rn(index, below);
-    }
-    if (threadIdx.x < 4) prefix[threadIdx.x] = 0;
-    unsigned int mask = 0;
-    for (int shift = 24; shift >= 0; shift -= 8) {
-        for (int i = threadIdx.x; i < 4 * 256; i += blockDim.x) histogram[i / 256][i % 256] = 0;
-        __syncthreads();
-        for (int base = 0; base < n; base += blockDim.x) {
-            const int i = base + threadIdx.x;
-            const unsigned int key = i < n ? order_key(values[i]) : 0;
-            const unsigned int bin = (key >> shift) & 255u;
-            for (int t = 0; t < 4; ++t) {
-                const bool counts = i < n && (key & mask) == prefix[t];
-                // Lanes with the same bin add together (values of a window share their top bits).
-                const unsigned int voting = __ballot_sync(0xffffffffu, counts);
-                const unsigned int same = __match_any_sync(0xffffffffu, counts ? bin : 256u + t);
-                if (counts && (__ffs(same & voting) - 1) == (int)(threadIdx.x & 31))
-                    atomicAdd(&histogram[t][bin], (unsigned int)(__popc(same & voting) * repeat));
-            }
+    select_state(pass, (long long)n * repeat, q, hist, state, st, cumulative, digit);
+    if (blockIdx.x == 0 && threadIdx.x == 0) state[pass] = st;
+    const int shift = 24 - 8 * pass;
+    const unsigned int mask = pass ? 0xffffffffu << (32 - 8 * pass) : 0u;
+    histogram[threadIdx.x / 256][threadIdx.x % 256] = 0;
+    __syncthreads();
+    const int stride = gridDim.x * blockDim.x;
+    for (int base = blockIdx.x * blockDim.x; base < n; base += stride) {
+        const int i = base + threadIdx.x;
+        const unsigned int key = i < n ? order_key(values[i]) : 0;
+        const unsigned int bin = (key >> shift) & 255u;
+        for (int t = 0; t < 4; ++t) {
+            const bool counts = i < n && (key & mask) == st.prefix[t];
+            // Lanes with the same bin add together (values of a window share their top bits).
+            const unsigned int voting = __ballot_sync(0xffffffffu, counts);
+            const unsigned int same = __match_any_sync(0xffffffffu, counts ? bin : 256u + t);
+            if (counts && (__ffs(same & voting) - 1) == (int)(threadIdx.x & 31))
+                atomicAdd(&histogram[t][bin], (unsigned int)(__popc(same & voting) * repeat));
         }
-        __syncthreads();
-        if (threadIdx.x < 4) {
-            const int t = threadIdx.x;
-            unsigned long long below = 0;
-            int b = 0;
-            for (; b < 255 && below + histogram[t][b] <= rank[t]; ++b) below += histogram[t][b];
-            rank[t] -= below;
-            prefix[t] |= (unsigned int)b << shift;
-        }
-        mask |= 255u << shift;
-        __syncthreads();
     }
+    __syncthreads();
+    const unsigned int count = histogram[threadIdx.x / 256][threadIdx.x % 256];
+    if (count) atomicAdd(hist + (pass * 4 + threadIdx.x / 256) * 256 + threadIdx.x % 256, count);
+}
+
+extern "C" __global__ void __launch_bounds__(1024) percentile_finish(
+    int n, int repeat, const double* __restrict__ q, const unsigned int* __restrict__ hist,
+    const SelectState* __restrict__ state, double* __restrict__ out)
+{
+    __shared__ SelectState st;
+    __shared__ unsigned int cumulative[4][256];
+    __shared__ unsigned int digit[4];
+    select_state(4, (long long)n * repeat, q, hist, state, st, cumulative, digit);
     if (threadIdx.x < 2) {
         // numpy's _lerp: b - a in float32, then in float64 a + d g, or b - d (1 - g) for g >= 0.5.
-        const float a = key_value(prefix[2 * threadIdx.x]), b = key_value(prefix[2 * threadIdx.x + 1]);
-        const double d = (double)__fsub_rn(b, a), g = gamma[threadIdx.x];
+        const float a = key_value(st.prefix[2 * threadIdx.x]);
+        const float b = key_value(st.prefix[2 * threadIdx.x + 1]);
+        const double d = (double)__fsub_rn(b, a), g = st.gamma[threadIdx.x];
         out[threadIdx.x] = g >= 0.5 ? __dsub_rn((double)b, __dmul_rn(d, __dsub_rn(1.0, g)))
                                     : __dadd_rn((double)a, __dmul_rn(d, g));
     }

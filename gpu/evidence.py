@@ -38,6 +38,12 @@ MAX_RESIDENT_BYTES = 256 * 1024 * 1024
 _BLOCK = (32, 8, 1)
 #: Blocks of the window's value-range reduction.
 _RANGE_BLOCKS = 64
+#: Most blocks of a radix-select pass of the model's band percentiles (evidence.cu).
+_PERCENTILE_BLOCKS = 64
+#: The radix select's counts (4 passes x 4 ranks x 256 digits, uint32) and its states (4
+#: passes x ``struct SelectState``, 64 bytes).
+_SELECT_COUNTS = 4 * 4 * 256 * 4
+_SELECT_BYTES = _SELECT_COUNTS + 4 * 64
 
 
 def _grid(rows: int, cols: int) -> tuple[int, int]:
@@ -125,12 +131,20 @@ class DeviceEvidence:
         k["model_planes"].prepared_async_call(
             _grid(model_rows, model_cols), _BLOCK, stream, pointer, rows, cols, bands, pitch,
             similarity, step, model_rows, model_cols, means)
-        at_range = tracer.slot("surface_range", 32)
+        at_range = tracer.slot("surface_range", 32 + _SELECT_BYTES)
+        at_hist = at_range + 32
+        at_state = at_hist + _SELECT_COUNTS
         quantiles = np.array(surface.STRETCH_PERCENTILES, dtype=np.float64) / 100
         tracer.upload(quantiles, at_range + 16)
-        k["band_percentiles"].prepared_async_call(
-            (1, 1), (1024, 1, 1), stream, means, used * model_rows * model_cols, 4 - used,
-            at_range + 16, at_range)
+        tracer.cuda.memset_d32_async(at_hist, 0, _SELECT_COUNTS // 4, stream)
+        n = used * model_rows * model_cols
+        blocks = (min(-(-n // 1024), _PERCENTILE_BLOCKS), 1)
+        for select_pass in range(4):
+            k["percentile_pass"].prepared_async_call(blocks, (1024, 1, 1), stream, means, n,
+                                                     4 - used, at_range + 16, select_pass,
+                                                     at_hist, at_state)
+        k["percentile_finish"].prepared_async_call((1, 1), (1024, 1, 1), stream, n, 4 - used,
+                                                   at_range + 16, at_hist, at_state, at_range)
         multiple = surface.SIZE_MULTIPLE
         input_rows, input_cols = (-(-size // multiple) * multiple
                                   for size in (model_rows, model_cols))

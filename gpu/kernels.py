@@ -61,7 +61,8 @@ EVIDENCE_KERNELS = {
     "model_planes": "PiiiiPiiiP",
     # logits, logit_cols, model_rows, model_cols, step, rows, cols, out
     "surface_probability": "PiiiiiiP",
-    "band_percentiles": "PiiPP",          # values, n, repeat, quantiles, out
+    "percentile_pass": "PiiPiPP",         # values, n, repeat, quantiles, pass, hist, state
+    "percentile_finish": "iiPPPP",        # n, repeat, quantiles, hist, state, out
     # planes, used, rows, cols, range, clip_low, clip_high, out_rows, out_cols, out
     "model_input": "PiiiPffiiP",
     "surface_trust": "PPidP",             # probability, patches, n, model_trust, trust

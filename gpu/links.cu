@@ -70,7 +70,7 @@ __device__ __forceinline__ real sample_term(const Image& im, real lx, real ly, r
     const int ix = CHECKED ? min(max((int)floor(lx), 0), im.cols - 2) : (int)lx;
     const int iy = CHECKED ? min(max((int)floor(ly), 0), im.rows - 2) : (int)ly;
     const real fx = lx - ix, fy = ly - iy;
-    const size_t at = (size_t)iy * im.cols + ix;
+    const int at = iy * im.cols + ix;  // rows x cols x P < 2^31 (gpu/engine.py)
     if (SAMPLER == SAMPLER_SCALAR) {
         const float* p = im.planes + at;
         return bilinear(__ldg(p), __ldg(p + 1), __ldg(p + im.cols), __ldg(p + im.cols + 1), fx, fy);
