@@ -357,12 +357,12 @@ class _Plan:
                                    f"expected {sizes[s:s + 2]}")
             unique.setdefault((id(lo), id(hi)), (lo, hi))
         self.windows = None
-        packed = np.concatenate([np.ravel(array) for pair in unique.values() for array in pair])
-        at = tracer.slot("windows", 4 * packed.size)
-        tracer.upload(packed.astype(np.int32, copy=False), at)
+        at = tracer.slot("windows", sum(8 * lo.size for lo, _ in unique.values()))
         pointers = {}
-        for key, (lo, _) in unique.items():
+        for key, (lo, hi) in unique.items():
             pointers[key] = (at, at + 4 * lo.size)
+            tracer.upload(lo.astype(np.int32, copy=False), at)
+            tracer.upload(hi.astype(np.int32, copy=False), at + 4 * lo.size)
             at += 8 * lo.size
         forward = {s: pointers[id(windows.lo[s - 1]), id(windows.hi[s - 1])]
                    for s in range(1, m + 1)}

@@ -36,8 +36,8 @@ MAX_TAPS = 255
 #: Whole images up to this size are kept resident; larger ones are read window by window.
 MAX_RESIDENT_BYTES = 256 * 1024 * 1024
 _BLOCK = (32, 8, 1)
-#: Blocks of the window's value-range reduction.
-_RANGE_BLOCKS = 64
+#: Most blocks of the window's value-range reduction (a block per row up to this many).
+_RANGE_BLOCKS = 512
 #: Most blocks of a radix-select pass of the model's band percentiles (evidence.cu).
 _PERCENTILE_BLOCKS = 64
 #: The radix select's counts (4 passes x 4 ranks x 256 digits, uint32) and its states (4
@@ -198,10 +198,11 @@ class DeviceEvidence:
         tracer.upload(models, at_models)
         sim = tracer.slot("evidence_sim", 4 * rows * cols)
         stream = tracer.stream
-        k["value_range"].prepared_async_call((_RANGE_BLOCKS, 1), (256, 1, 1), stream, pointer,
+        blocks = min(rows, _RANGE_BLOCKS)
+        k["value_range"].prepared_async_call((blocks, 1), (256, 1, 1), stream, pointer,
                                              rows, cols, bands, pitch, at_partial)
-        k["range_finish"].prepared_async_call((1, 1), (32, 1, 1), stream, at_partial,
-                                              _RANGE_BLOCKS, at_range)
+        k["range_finish"].prepared_async_call((1, 1), (32, 1, 1), stream, at_partial, blocks,
+                                              at_range)
         k["similarity"].prepared_async_call(_grid(rows, cols), _BLOCK, stream, pointer, rows,
                                             cols, bands, pitch, at_models, at_range, sim)
         return sim
