@@ -303,7 +303,7 @@ class _Plan:
         stages["n_from"], stages["n_to"] = sizes[:-1], sizes[1:]
         stages["transposed"] = [schedule.transposed(t) for t in range(m + 1)]
         # One grid over every stage's links: stage t's blocks start at first_block[t].
-        blocks = -(-stages["n_from"] * stages["n_to"] // LINK_THREADS)
+        blocks = -(-stages["n_from"].astype(np.int64) * stages["n_to"] // LINK_THREADS)
         stages["first_block"] = np.concatenate([[0], np.cumsum(blocks)[:-1]])
         self.link_blocks = int(blocks.sum())
         tracer.upload(stages, self.link_stages)
