@@ -351,9 +351,10 @@ class _Prepared:
         self.network = network
         sizes = dict(program.shapes)
         # Partial sums of split convolutions: (splits, c_out, rows, cols), one buffer for all.
-        sizes[_PARTIAL] = (max([_conv_splits(program.shapes[layer.inputs[0]][0])
-                                * int(np.prod(layer.shape)) for layer in program.layers
-                                if layer.op == "conv"], default=1), 1, 1)
+        splits = [(_conv_splits(program.shapes[layer.inputs[0]][0]), layer.shape)
+                  for layer in program.layers if layer.op == "conv"]
+        sizes[_PARTIAL] = (max([count * int(np.prod(shape)) for count, shape in splits
+                                if count > 1], default=1), 1, 1)
         # A tensor that a concat copies is written in place, in the concat's channels, instead
         # (each tensor is written once, so no layer overwrites it there): no copy launch.
         in_place = {}  # tensor -> (concat, its first channel there)
