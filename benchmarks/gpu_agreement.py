@@ -63,7 +63,8 @@ def compare(first, second) -> float | None:
 
 
 def logit_error(raster, case, backend) -> float:
-    """max |Δlogit| of the device's surface model against ONNX Runtime around the case."""
+    """max |Δlogit| of the device's surface model (surface and path) against ONNX Runtime
+    around the case."""
     import onnxruntime
 
     a, b = np.asarray(case.a, float), np.asarray(case.b, float)
@@ -71,7 +72,8 @@ def logit_error(raster, case, backend) -> float:
     low = np.maximum(np.floor(np.minimum(a, b) - margin), 0).astype(int)
     high = np.minimum(np.ceil(np.maximum(a, b) + margin), (raster.width, raster.height)).astype(int)
     pixels = raster.read_window(low[1], high[1], low[0], high[0])
-    image = surface.model_inputs(pixels, endpoint_similarity(pixels, a - low, b - low))
+    image = surface.model_inputs(pixels, endpoint_similarity(pixels, a - low, b - low),
+                                 a - low, b - low)
     expected = onnxruntime.InferenceSession(str(surface.MODEL_PATH)).run(
         None, {"image": image})[0][0]
     network = backend.surface_network()

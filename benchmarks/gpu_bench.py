@@ -85,12 +85,14 @@ def grid(backends: dict, raster, repeats: int, angles, divisions, points) -> lis
 
 
 def model_ms(backend: GpuBackend, rows: int, cols: int, repeats: int) -> float:
-    """CUDA-event median of the device's surface model on a (1, 4, rows, cols) input."""
+    """CUDA-event median of the device's surface model on a (1, INPUT_PLANES, rows, cols)
+    input."""
     import pycuda.driver as cuda
 
     network = backend.surface_network()
     with backend.context.active():
-        network.run(np.zeros((1, 4, rows, cols), np.float32))  # program, then graph
+        image = np.zeros((1, surface.INPUT_PLANES, rows, cols), np.float32)
+        network.run(image)  # program, then graph
         prepared = network.prepared(rows, cols)
         start, end = cuda.Event(), cuda.Event()
         times = []

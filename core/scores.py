@@ -27,7 +27,7 @@ import numpy as np
 from core.errors import BadParameter
 from core.gradient import gaussian_blur
 from core.offset import offset_ridge
-from core.surface import surface_probability
+from core.surface import surface_model
 
 SCALAR, CROSS, SINE = 0, 1, 2
 
@@ -268,17 +268,20 @@ def _centre_ridge(membership: np.ndarray, width: float) -> np.ndarray:
     return gaussian_blur(membership, sigma, "symmetric", truncate=3.0)
 
 
-def _offset_term(membership: np.ndarray, a: np.ndarray, b: np.ndarray):
-    """Planes of the term −(1 − max(O, CENTRE_WEIGHT · C) + LENGTH_COST): O the ridge along
+def _offset_term(membership: np.ndarray, a: np.ndarray, b: np.ndarray,
+                 path: np.ndarray | None = None):
+    """Planes of the term −(1 − max(O, CENTRE_WEIGHT · C, P) + LENGTH_COST): O the ridge along
     the clicked offset across the surface (:func:`core.offset.offset_ridge`), C the centre
-    ridge of :func:`_centred_term`. Where the surface's cross-section is clear, the line keeps
-    the clicks' place on it; elsewhere (a junction, trees over the road, a weak membership)
-    the centre ridge guides it.
+    ridge of :func:`_centred_term`, P the model's path (rows, cols) (0 where None). Where the
+    surface's cross-section is clear, the line keeps the clicks' place on it; elsewhere (a
+    junction, trees over the road, a weak membership) the centre ridge guides it, and the
+    path wherever the model sees the clicked road's course.
     """
     mask = surface_mask(membership)
     width = band_width(mask, a, b)
-    return _ridge_term(np.maximum(offset_ridge(membership, mask, a, b, width),
-                                  CENTRE_WEIGHT * _centre_ridge(membership, width)))
+    ridge = np.maximum(offset_ridge(membership, mask, a, b, width),
+                       CENTRE_WEIGHT * _centre_ridge(membership, width))
+    return _ridge_term(ridge if path is None else np.maximum(ridge, path))
 
 
 def _centre_river(inputs):
@@ -294,24 +297,26 @@ def _centre_planes(inputs):
 
 
 def _surface_terms(inputs, half_resolution: bool):
-    """The clicked line on the clicked surface: :func:`_offset_term` (with
-    ``half_resolution``, for water: :func:`_centred_term`) of √(p' · s), s the endpoint colour
-    similarity, p the learned surface model's probability (core/surface.py) and
-    p' = t·p + (1 − t)·s with trust t = min(1, mean p under the endpoint patches / MODEL_TRUST);
-    returns (planes, tau, p').
+    """The clicked line on the clicked surface: :func:`_offset_term` of √(p' · s) and the
+    model's path (with ``half_resolution``, for water: :func:`_centred_term` of √(p' · s)), s
+    the endpoint colour similarity, p the learned surface model's probability
+    (core/surface.py) and p' = t·p + (1 − t)·s with trust t = min(1, mean p under the endpoint
+    patches / MODEL_TRUST); returns (planes, tau, p').
 
     The clicks lie on the surface by definition: where the model does not see it there (an
     image unlike its training data), its map is not trusted and the colour match decides.
     """
     similarity = endpoint_similarity(inputs.pixels, inputs.a, inputs.b)
-    probability = surface_probability(inputs.pixels, similarity,
+    probability, path = surface_model(inputs.pixels, similarity, inputs.a, inputs.b,
                                       half_resolution=half_resolution)
     at_clicks = np.vstack([patch_colours(probability[:, :, None], point, PATCH_RADIUS)
                            for point in (inputs.a, inputs.b)])
     trust = min(1.0, float(at_clicks.mean()) / MODEL_TRUST)
     surface = trust * probability + (1.0 - trust) * similarity
-    term = _centred_term if half_resolution else _offset_term
-    return (*term(np.sqrt(surface * similarity), inputs.a, inputs.b), surface)
+    membership = np.sqrt(surface * similarity)
+    if half_resolution:
+        return (*_centred_term(membership, inputs.a, inputs.b), surface)
+    return (*_offset_term(membership, inputs.a, inputs.b, path), surface)
 
 
 def _surface_planes(inputs):
@@ -358,11 +363,11 @@ register_score_kind(ScoreKind(
     "it (colour match refined by the learned surface model)", SCALAR, _surface_planes,
     uses_gradient=False, river=_surface_river,
     needs=("pixels", "endpoints", "surface model"),
-    produces="1 plane: -(1 - max(O, CENTRE_WEIGHT · G_w * m) + LENGTH_COST), O = offset_ridge "
+    produces="1 plane: -(1 - max(O, CENTRE_WEIGHT · G_w * m, P) + LENGTH_COST), O = offset_ridge "
     "of m (OPEN_WIDTH, OFFSET_TOLERANCE), G_w a Gaussian of σ = CENTRE_BLUR × the width of "
     "m > 0.5 across a and b (≥ 1 px, truncate 3), m = √(p'·s), s = endpoint_similarity, "
-    "p' = t·p + (1 − t)·s, p = surface_probability, t = min(1, mean p in the endpoint "
-    "patches / MODEL_TRUST)"))
+    "p' = t·p + (1 − t)·s, (p, P) = surface_model (surface, path), t = min(1, mean p in the "
+    "endpoint patches / MODEL_TRUST)"))
 register_score_kind(ScoreKind(
     "centre", "follows the centre of the band whose colour matches a or b (roads, rivers)",
     SCALAR, _centre_planes, uses_gradient=False, river=_centre_river,

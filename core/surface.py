@@ -2,13 +2,14 @@
 two clicked endpoints lie on.
 
 A small U-Net (scripts/train_surface_model.py; its training data: resources/models/LICENSE.md)
-runs with ONNX Runtime on the CPU (gpu/network.py runs it on the GPU backend). Its input is four
+runs with ONNX Runtime on the CPU (gpu/network.py runs it on the GPU backend). Its input is five
 planes over the window: the first three bands stretched so that their 1st..99th percentile maps
-to 0..1 (clipped to [-0.5, 1.5]; a one-band image is repeated), and the endpoint colour
-similarity of
-:func:`core.scores.endpoint_similarity`. The clicks say *which* surface; the model adds what a
-colour match cannot see: the surface's shape and context (a field of the same grey is not a
-road, a shaded stretch of road still is).
+to 0..1 (clipped to [-0.5, 1.5]; a one-band image is repeated), the endpoint colour similarity
+of :func:`core.scores.endpoint_similarity`, and where the clicks are (:func:`endpoint_plane`).
+The clicks say *which* surface; the model adds what a colour match cannot see: the surface's
+shape and context (a field of the same grey is not a road, a shaded stretch of road still is).
+Its two outputs are the surface and the *path*: how likely each pixel lies on the centreline of
+the clicked road between the two clicks (trained on click cases made from road masks).
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ FULL_RESOLUTION_PIXELS = 160 * 160
 #: then clipped to ``STRETCH_CLIP``.
 STRETCH_PERCENTILES = (1.0, 99.0)
 STRETCH_CLIP = (-0.5, 1.5)
+#: Reach of the endpoint plane around each click, a fraction of the clicks' distance.
+ENDPOINT_REACH = 0.25
+#: Planes the model reads and writes (:func:`model_inputs`; surface, path).
+INPUT_PLANES, OUTPUT_PLANES = 5, 2
 #: What a user can do without the model.
 NO_MODEL_HINT = "score kind 'centre' traces without it"
 
@@ -55,18 +60,45 @@ def _session(path: str):
                                f"({NO_MODEL_HINT})") from None
 
 
-def model_inputs(pixels: np.ndarray, similarity: np.ndarray) -> np.ndarray:
+def endpoint_plane(a: np.ndarray, b: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    """Where the clicks are: clip(1 − min(‖p − a‖, ‖p − b‖) / (ENDPOINT_REACH · ‖b − a‖), 0, 1).
+
+    Parameters
+    ----------
+    a, b : ndarrays of shape (2,)
+        The clicks (x, y) in the plane's pixel coordinates.
+    rows, cols : int
+
+    Returns
+    -------
+    ndarray of shape (rows, cols), float32
+    """
+    a = np.asarray(a, dtype=np.float32)
+    b = np.asarray(b, dtype=np.float32)
+    reach = np.float32(ENDPOINT_REACH) * max(np.float32(np.hypot(*(b - a))), np.float32(1e-3))
+    y = np.arange(rows, dtype=np.float32)[:, None]
+    x = np.arange(cols, dtype=np.float32)[None, :]
+    nearest = np.minimum(np.sqrt((x - a[0]) ** 2 + (y - a[1]) ** 2),
+                         np.sqrt((x - b[0]) ** 2 + (y - b[1]) ** 2))
+    return np.clip(np.float32(1) - nearest / reach, 0, 1).astype(np.float32)
+
+
+def model_inputs(pixels: np.ndarray, similarity: np.ndarray, a: np.ndarray,
+                 b: np.ndarray) -> np.ndarray:
     """The network's input for a window.
 
     Parameters
     ----------
     pixels : ndarray of shape (rows, cols, bands), float32
     similarity : ndarray of shape (rows, cols), float32 in [0, 1]
+    a, b : ndarrays of shape (2,)
+        The clicks (x, y) in the window's pixel coordinates.
 
     Returns
     -------
-    ndarray of shape (1, 4, rows', cols'), float32; rows', cols' are rows, cols rounded up to
-    multiples of ``SIZE_MULTIPLE`` (mirror padding).
+    ndarray of shape (1, INPUT_PLANES, rows', cols'), float32; rows', cols' are rows, cols
+    rounded up to multiples of ``SIZE_MULTIPLE`` (bands and similarity mirror-padded; the
+    endpoint plane computed over the padded size).
     """
     bands = pixels[:, :, :3] if pixels.shape[2] >= 3 else np.repeat(pixels[:, :, :1], 3, axis=2)
     low, high = np.percentile(bands, STRETCH_PERCENTILES)
@@ -75,26 +107,35 @@ def model_inputs(pixels: np.ndarray, similarity: np.ndarray) -> np.ndarray:
     planes = np.concatenate([stretched.transpose(2, 0, 1), similarity[None]]).astype(np.float32)
     rows, cols = similarity.shape
     pad = ((0, 0), (0, (-rows) % SIZE_MULTIPLE), (0, (-cols) % SIZE_MULTIPLE))
-    return np.pad(planes, pad, mode="reflect")[None]
+    planes = np.pad(planes, pad, mode="reflect")
+    clicks = endpoint_plane(a, b, *planes.shape[1:])
+    return np.concatenate([planes, clicks[None]])[None]
 
 
 def model_step(rows: int, cols: int, half_resolution: bool = False) -> int:
-    """1, or 2 where a (rows, cols) window runs on 2×2 block means (:func:`surface_probability`)."""
+    """1, or 2 where a (rows, cols) window runs on 2×2 block means (:func:`surface_model`)."""
     return 1 if rows * cols <= FULL_RESOLUTION_PIXELS and not half_resolution else 2
 
 
-def surface_probability(pixels: np.ndarray, similarity: np.ndarray,
-                        model_path: str | os.PathLike | None = None,
-                        half_resolution: bool = False) -> np.ndarray:
-    """Probability that each pixel lies on the clicked surface (windows over
-    ``FULL_RESOLUTION_PIXELS``, or every window with ``half_resolution``, run on 2×2 block
-    means and are upsampled bilinearly).
+def model_point(point: np.ndarray, step: int) -> np.ndarray:
+    """A window point (x, y) in the coordinates of its ``step``×``step`` block means."""
+    return (np.asarray(point, dtype=np.float64) - (step - 1) / 2) / step
+
+
+def surface_model(pixels: np.ndarray, similarity: np.ndarray, a: np.ndarray, b: np.ndarray,
+                  model_path: str | os.PathLike | None = None,
+                  half_resolution: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Probability that each pixel lies on the clicked surface, and on the clicked road's
+    centreline between the clicks (windows over ``FULL_RESOLUTION_PIXELS``, or every window
+    with ``half_resolution``, run on 2×2 block means and are upsampled bilinearly).
 
     Parameters
     ----------
     pixels : ndarray of shape (rows, cols, bands), float32
     similarity : ndarray of shape (rows, cols), float32
         :func:`core.scores.endpoint_similarity` of the window.
+    a, b : ndarrays of shape (2,)
+        The clicks (x, y) in window coordinates.
     model_path : optional
         An ONNX model with the same input and output; default: the module's ``MODEL_PATH``.
     half_resolution : bool
@@ -102,24 +143,35 @@ def surface_probability(pixels: np.ndarray, similarity: np.ndarray,
 
     Returns
     -------
-    ndarray of shape (rows, cols), float32 in [0, 1]
+    surface, path : ndarrays of shape (rows, cols), float32 in [0, 1]
 
     Raises
     ------
     ModelUnavailable
-        If ONNX Runtime or the model file is missing or unreadable.
+        If ONNX Runtime or the model file is missing, unreadable or not a model of this input
+        and output.
     """
-    session = _session(os.fspath(MODEL_PATH if model_path is None else model_path))
+    path = os.fspath(MODEL_PATH if model_path is None else model_path)
+    session = _session(path)
     rows, cols = similarity.shape
     step = model_step(rows, cols, half_resolution)
     if step > 1:  # 2×2 block means; the model saw scales 0.6..1.6 in training
         pixels = _block_mean(pixels, step)
         similarity = _block_mean(similarity[:, :, None], step)[:, :, 0]
-    logits = session.run(None, {"image": model_inputs(pixels, similarity)})[0][0, 0]
-    probability = 1.0 / (1.0 + np.exp(-logits[:similarity.shape[0], :similarity.shape[1]]))
+    inputs = model_inputs(pixels, similarity, model_point(a, step), model_point(b, step))
+    try:
+        logits = session.run(None, {"image": inputs})[0][0]
+    except Exception as exc:  # ONNX Runtime raises its own exception types
+        raise ModelUnavailable(f"surface model {path} does not take this program's "
+                               f"{INPUT_PLANES} input planes: {exc} ({NO_MODEL_HINT})") from None
+    if logits.shape[0] != OUTPUT_PLANES:
+        raise ModelUnavailable(f"surface model {path} returns {logits.shape[0]} planes, not "
+                               f"{OUTPUT_PLANES} (surface, path) ({NO_MODEL_HINT})")
+    model_rows, model_cols = similarity.shape
+    planes = 1.0 / (1.0 + np.exp(-logits[:, :model_rows, :model_cols]))
     if step > 1:
-        probability = _upsample(probability, step, rows, cols)
-    return probability.astype(np.float32)
+        return tuple(_upsample(plane, step, rows, cols).astype(np.float32) for plane in planes)
+    return tuple(plane.astype(np.float32) for plane in planes)
 
 
 def _upsample(plane: np.ndarray, step: int, rows: int, cols: int) -> np.ndarray:

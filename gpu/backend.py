@@ -167,8 +167,9 @@ class GpuBackend(TracerBackend):
                 self._network.release()
             self._network, self._network_path, self._network_note = None, path, ""
             try:
-                self._network = DeviceNetwork(path, self._tracer.stream,
-                                              self._tracer.kernels.network)
+                self._network = DeviceNetwork(
+                    path, self._tracer.stream, self._tracer.kernels.network,
+                    (surface.INPUT_PLANES, surface.OUTPUT_PLANES))
             except ModelUnavailable as exc:
                 self._network_note = f"surface model on the CPU: {exc}"
             except Exception as exc:  # onnx's evaluator, the driver: any failure means the CPU

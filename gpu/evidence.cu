@@ -1,12 +1,12 @@
 // Evidence planes of the score kinds `surface`, `centre`, `cross` and `sine` on the device, by the
 // rules of core/scores.py, core/surface.py and core/gradient.py (gpu/evidence.py is the host side):
 //
-// * surface: the model's input planes (block means, percentile stretch, mirror padding of
-//   core.surface.model_inputs), then (after the network, network.cu) the probability, the
-//   model's trust at the clicks and the membership sqrt(p' s); its ridge is the larger of the
-//   clicked-offset ridge of core/offset.py (runs along the normal of [a, b] to the surface mask's
-//   edge, a tent around the clicks' relative cross-position) and CENTRE_WEIGHT x the centring of
-//   `centre`;
+// * surface: the model's input planes (block means, percentile stretch, mirror padding and the
+//   endpoint plane of core.surface.model_inputs), then (after the network, network.cu) the
+//   surface and path probabilities, the model's trust at the clicks and the membership
+//   sqrt(p' s); its ridge is the largest of the clicked-offset ridge of core/offset.py (runs
+//   along the normal of [a, b] to the surface mask's edge, a tent around the clicks' relative
+//   cross-position), CENTRE_WEIGHT x the centring of `centre` and the model's path;
 // * centre: per-endpoint colour similarity exp(-|x - c|^2 / 2s^2) in float32 (the larger of the
 //   two models), the band mask (similarity blurred with sigma = 1 > 0.5) walked across [a, b] near
 //   a and b for the band width, and the similarity blurred with sigma = CENTRE_BLUR x width
@@ -332,8 +332,9 @@ __device__ __forceinline__ float click_position(const unsigned char* mask, const
 }
 
 // Rows pass of the centring blur and the road-line term: out[r, c] = -(1 - max(O, centre_weight
-// x C) + length_cost), O = membership x max(0, 1 - |t - t*| / tolerance) where the cross-section
-// is closed and at most widest px wide (else 0), t* the clicks' t interpolated along [a, b].
+// x C, P) + length_cost), O = membership x max(0, 1 - |t - t*| / tolerance) where the
+// cross-section is closed and at most widest px wide (else 0), t* the clicks' t interpolated
+// along [a, b]; P the model's path (rows, cols), or no P where path is NULL.
 // params: [ax, ay, chord x, chord y, chord . chord, open_width, tolerance, centre_weight,
 // length_cost]; clicks: the flat indices of the pixels under a and b.
 extern "C" __global__ void offset_blur_rows(const double* __restrict__ tmp, int rows, int cols,
@@ -342,6 +343,7 @@ extern "C" __global__ void offset_blur_rows(const double* __restrict__ tmp, int 
                                             const unsigned char* __restrict__ mask,
                                             const float* __restrict__ ahead,
                                             const float* __restrict__ behind,
+                                            const float* __restrict__ path,
                                             const double* __restrict__ params, int click_a,
                                             int click_b, float* __restrict__ out)
 {
@@ -365,7 +367,9 @@ extern "C" __global__ void offset_blur_rows(const double* __restrict__ tmp, int 
         tent = fmin(fmax(tent, 0.0), 1.0);
         offset = __dmul_rn((double)membership[at], tent);
     }
-    out[at] = ridge_term(fmax(offset, centre), params[8]);
+    double ridge = fmax(offset, centre);
+    if (path) ridge = fmax(ridge, (double)path[at]);  // numpy: the float32 path taken exactly
+    out[at] = ridge_term(ridge, params[8]);
 }
 
 // Columns pass of the gradient: per band, the smoothed (tmp[band, 0]) and differentiated
@@ -456,9 +460,11 @@ extern "C" __global__ void model_planes(const float* __restrict__ pix, int rows,
     }
 }
 
-// core.surface.surface_probability from the network's logits (logit_cols wide, the model
-// resolution's rows x cols in its top-left corner): sigmoid, and for step 2 the bilinear
-// upsampling of core.surface._upsample (rows first, then columns, float32 weights).
+// core.surface.surface_model from the network's logits (2 planes of logit_rows x logit_cols,
+// channel-major, the model resolution's model_rows x model_cols in their top-left corner):
+// sigmoid, and for step 2 the bilinear upsampling of core.surface._upsample (rows first, then
+// columns, float32 weights), into probability (plane 0, the surface) and path (plane 1), each
+// (rows, cols).
 __device__ __forceinline__ float probability_at(const float* logits, int logit_cols, int r, int c)
 {
     return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-logits[(size_t)r * logit_cols + c])));
@@ -473,30 +479,37 @@ __device__ __forceinline__ void upsample_tap(int i, int step, int size, int& low
     weight = (float)(position - low);
 }
 
-extern "C" __global__ void surface_probability(const float* __restrict__ logits, int logit_cols,
-                                               int model_rows, int model_cols, int step,
-                                               int rows, int cols, float* __restrict__ out)
+extern "C" __global__ void surface_probability(const float* __restrict__ logits, int logit_rows,
+                                               int logit_cols, int model_rows, int model_cols,
+                                               int step, int rows, int cols,
+                                               float* __restrict__ probability,
+                                               float* __restrict__ path)
 {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     const int r = blockIdx.y * blockDim.y + threadIdx.y;
     if (c >= cols || r >= rows) return;
-    float value;
-    if (step == 1) {
-        value = probability_at(logits, logit_cols, r, c);
-    } else {
-        int r0, r1, c0, c1;
-        float wr, wc;
+    int r0 = r, r1 = r, c0 = c, c1 = c;
+    float wr = 0.0f, wc = 0.0f;
+    if (step != 1) {
         upsample_tap(r, step, model_rows, r0, r1, wr);
         upsample_tap(c, step, model_cols, c0, c1, wc);
-        float column[2];
-        for (int k = 0; k < 2; ++k) {
-            const int cc = k == 0 ? c0 : c1;
-            column[k] = __fadd_rn(__fmul_rn(probability_at(logits, logit_cols, r0, cc), __fsub_rn(1.0f, wr)),
-                                  __fmul_rn(probability_at(logits, logit_cols, r1, cc), wr));
-        }
-        value = __fadd_rn(__fmul_rn(column[0], __fsub_rn(1.0f, wc)), __fmul_rn(column[1], wc));
     }
-    out[(size_t)r * cols + c] = value;
+    for (int k = 0; k < 2; ++k) {
+        const float* plane = logits + (size_t)k * logit_rows * logit_cols;
+        float value;
+        if (step == 1) {
+            value = probability_at(plane, logit_cols, r, c);
+        } else {
+            float column[2];
+            for (int j = 0; j < 2; ++j) {
+                const int cc = j == 0 ? c0 : c1;
+                column[j] = __fadd_rn(__fmul_rn(probability_at(plane, logit_cols, r0, cc), __fsub_rn(1.0f, wr)),
+                                      __fmul_rn(probability_at(plane, logit_cols, r1, cc), wr));
+            }
+            value = __fadd_rn(__fmul_rn(column[0], __fsub_rn(1.0f, wc)), __fmul_rn(column[1], wc));
+        }
+        (k == 0 ? probability : path)[(size_t)r * cols + c] = value;
+    }
 }
 
 // The model's trust t = min(1, mean probability in the endpoint patches / model_trust): one block.
@@ -661,8 +674,12 @@ extern "C" __global__ void __launch_bounds__(1024) percentile_finish(
 
 // core.surface.model_inputs on the device: the band planes stretched by their percentiles
 // (range = [low, high] from band_percentiles, span max(high - low, 1e-6)) and clipped to
-// [clip_low, clip_high], the similarity, all mirrored ("reflect") to out_rows x out_cols.
-// planes: (used + 1, rows, cols), used = 3 or 1 (a grey band taken three times).
+// [clip_low, clip_high], the similarity, all mirrored ("reflect") to out_rows x out_cols, and
+// core.surface.endpoint_plane over the whole out_rows x out_cols (not mirrored): clip(1 -
+// min(|p - a|, |p - b|) / reach, 0, 1), float32 as numpy computes it, with the clicks (ax, ay),
+// (bx, by) in the model's pixel coordinates and reach = ENDPOINT_REACH x max(|b - a|, 1e-3)
+// (from the host). planes: (used + 1, rows, cols), used = 3 or 1 (a grey band taken three
+// times); out: (5, out_rows, out_cols).
 __device__ __forceinline__ int mirror(int i, int n)
 {
     if (n == 1) return 0;
@@ -671,9 +688,16 @@ __device__ __forceinline__ int mirror(int i, int n)
     return i < n ? i : period - i;
 }
 
+__device__ __forceinline__ float click_distance(float x, float y, float px, float py)
+{
+    const float dx = __fsub_rn(x, px), dy = __fsub_rn(y, py);
+    return __fsqrt_rn(__fadd_rn(__fmul_rn(dx, dx), __fmul_rn(dy, dy)));
+}
+
 extern "C" __global__ void model_input(const float* __restrict__ planes, int used, int rows,
                                        int cols, const double* __restrict__ range, float clip_low,
-                                       float clip_high, int out_rows, int out_cols,
+                                       float clip_high, int out_rows, int out_cols, float ax,
+                                       float ay, float bx, float by, float reach,
                                        float* __restrict__ out)
 {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
@@ -688,4 +712,7 @@ extern "C" __global__ void model_input(const float* __restrict__ planes, int use
         out[k * out_plane + out_at] = fminf(fmaxf(v, clip_low), clip_high);
     }
     out[3 * out_plane + out_at] = planes[used * plane + at];
+    const float x = (float)c, y = (float)r;
+    const float nearest = fminf(click_distance(x, y, ax, ay), click_distance(x, y, bx, by));
+    out[4 * out_plane + out_at] = fminf(fmaxf(__fsub_rn(1.0f, __fdiv_rn(nearest, reach)), 0.0f), 1.0f);
 }

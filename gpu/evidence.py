@@ -14,8 +14,8 @@ read-only while it is resident. Other windows are uploaded on every call.
 Host-side arithmetic (the colour models of a and b, the σ = 1 mask kernel, the gradient kernels,
 the ``sine`` threshold) is core's own code, so constants and rounding are the CPU's. ``surface``
 runs the learned model on the device too (:class:`gpu.network.DeviceNetwork`): its input planes,
-the network, the probability, the model's trust, the centring and the clicked-offset ridge
-of road lines (core/offset.py) never leave the device.
+the network, the surface and path probabilities, the model's trust, the centring and the
+clicked-offset ridge of road lines (core/offset.py) never leave the device.
 
 Call every method inside ``context.active()``.
 """
@@ -112,12 +112,14 @@ class DeviceEvidence:
         return self._centred(similarity, pixels.shape[:2], a, b)
 
     def surface(self, pixels: np.ndarray, a: np.ndarray, b: np.ndarray, network) -> np.ndarray:
-        """``surface`` planes (1, rows, cols), float32, as core's ``surface`` kind makes them,
-        the model run by ``network`` (a :class:`gpu.network.DeviceNetwork`).
+        """``surface`` planes (1, rows, cols), float32, as core's ``surface`` kind makes them
+        for road lines, the model run by ``network`` (a :class:`gpu.network.DeviceNetwork`
+        taking core.surface.INPUT_PLANES planes and returning OUTPUT_PLANES).
 
-        Everything stays on the device: block means, the percentile stretch of
-        core.surface.model_inputs, the network, the probability and the centring; only the
-        planes come back.
+        Everything stays on the device: block means, the percentile stretch and the endpoint
+        plane of core.surface.model_inputs, the network, the surface probability (the
+        "surface_probability" slot) and the path (the "surface_path" slot), both (rows, cols)
+        float32, and the centring; only the planes come back.
         """
         tracer, k = self.tracer, self.kernels
         rows, cols, bands = pixels.shape
@@ -149,15 +151,21 @@ class DeviceEvidence:
         input_rows, input_cols = (-(-size // multiple) * multiple
                                   for size in (model_rows, model_cols))
         prepared = network.prepared(input_rows, input_cols)
+        # core.surface.endpoint_plane's clicks and reach, in its float32 arithmetic.
+        clicks = [surface.model_point(point, step).astype(np.float32) for point in (a, b)]
+        reach = np.float32(surface.ENDPOINT_REACH) * max(
+            np.float32(np.hypot(*(clicks[1] - clicks[0]))), np.float32(1e-3))
         k["model_input"].prepared_async_call(
             _grid(input_rows, input_cols), _BLOCK, stream, means, used, model_rows, model_cols,
             at_range, *(np.float32(v) for v in surface.STRETCH_CLIP), input_rows, input_cols,
-            prepared.input)
+            *clicks[0], *clicks[1], reach, prepared.input)
         prepared.launch(stream)
+        _, logit_rows, logit_cols = prepared.output_shape
         probability = tracer.slot("surface_probability", 4 * rows * cols)
+        path = tracer.slot("surface_path", 4 * rows * cols)
         k["surface_probability"].prepared_async_call(
-            _grid(rows, cols), _BLOCK, stream, prepared.output, input_cols, model_rows,
-            model_cols, step, rows, cols, probability)
+            _grid(rows, cols), _BLOCK, stream, prepared.output, logit_rows, logit_cols,
+            model_rows, model_cols, step, rows, cols, probability, path)
         pixel_index = np.arange(rows * cols, dtype=np.int32).reshape(rows, cols, 1)
         patches = np.concatenate([scores.patch_colours(pixel_index, point, scores.PATCH_RADIUS)
                                   for point in (a, b)]).ravel()
@@ -169,12 +177,12 @@ class DeviceEvidence:
         n = rows * cols
         k["surface_membership"].prepared_async_call((-(-n // 256), 1), (256, 1, 1), stream,
                                                     probability, n, at_trust, similarity)
-        return self._centred(similarity, (rows, cols), a, b, clicked_offset=True)
+        return self._centred(similarity, (rows, cols), a, b, clicked_offset=True, path=path)
 
     def road_term(self, membership: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """Planes (1, rows, cols), float32, of core.scores' road-line term of ``surface`` (the
-        larger of the clicked-offset ridge and CENTRE_WEIGHT x the centre ridge) of a
-        (rows, cols) membership in [0, 1] given on the host."""
+        """Planes (1, rows, cols), float32, of core.scores' road-line term of ``surface``
+        without the model's path (the larger of the clicked-offset ridge and CENTRE_WEIGHT x
+        the centre ridge) of a (rows, cols) membership in [0, 1] given on the host."""
         membership = np.ascontiguousarray(membership, dtype=np.float32)
         at = self.tracer.slot("evidence_sim", membership.nbytes)
         self.tracer.upload(membership, at)
@@ -208,11 +216,12 @@ class DeviceEvidence:
         return sim
 
     def _centred(self, membership: int, shape: tuple[int, int], a: np.ndarray, b: np.ndarray,
-                 clicked_offset: bool = False) -> np.ndarray:
+                 clicked_offset: bool = False, path: int = 0) -> np.ndarray:
         """Planes (1, rows, cols) of core.scores' centred term of the (rows, cols) float32
         membership at device address ``membership``, written to the evidence slot too; with
-        ``clicked_offset``, of the road-line term (the ridge is the larger of core.offset's
-        clicked-offset ridge and CENTRE_WEIGHT x the centre ridge)."""
+        ``clicked_offset``, of the road-line term (the ridge is the largest of core.offset's
+        clicked-offset ridge, CENTRE_WEIGHT x the centre ridge and, unless ``path`` is 0, the
+        model's path (rows, cols) float32 at device address ``path``)."""
         tracer, k = self.tracer, self.kernels
         rows, cols = shape
         unit = (b - a) / np.hypot(*(b - a))
@@ -254,7 +263,7 @@ class DeviceEvidence:
                   + min(max(int(round(point[0])), 0), cols - 1) for point in (a, b)]
         k["offset_blur_rows"].prepared_async_call(grid, _BLOCK, stream, tmp, rows, cols,
                                                   at_kernel, membership, at_mask, at_ahead,
-                                                  at_behind, at_ridge, *clicks, out)
+                                                  at_behind, path, at_ridge, *clicks, out)
         return tracer.download(out, (1, rows, cols), np.float32)
 
     def gradient(self, pixels: np.ndarray, sigma: float) -> np.ndarray:

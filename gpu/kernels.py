@@ -53,18 +53,20 @@ EVIDENCE_KERNELS = {
     "surface_mask": "PiiPP",              # sim, rows, cols, mask weights, mask
     "offset_runs": "PiiPdddPP",           # mask, rows, cols, kernel, open_width, nx, ny, ahead,
                                           # behind
-    # tmp, rows, cols, kernel, membership, mask, ahead, behind, params, click_a, click_b, out
-    "offset_blur_rows": "PiiPPPPPPiiP",
+    # tmp, rows, cols, kernel, membership, mask, ahead, behind, path (or NULL), params,
+    # click_a, click_b, out
+    "offset_blur_rows": "PiiPPPPPPPiiP",
     "gradient_columns": "PiiiiPiP",       # pixels, rows, cols, bands, pitch, weights, radius, tmp
     "gradient_rows": "PiiiPiPP",          # tmp, rows, cols, bands, weights, radius, planar, pairs
     # pixels, rows, cols, bands, pitch, sim, step, out_rows, out_cols, out
     "model_planes": "PiiiiPiiiP",
-    # logits, logit_cols, model_rows, model_cols, step, rows, cols, out
-    "surface_probability": "PiiiiiiP",
+    # logits, logit_rows, logit_cols, model_rows, model_cols, step, rows, cols, probability, path
+    "surface_probability": "PiiiiiiiPP",
     "percentile_pass": "PiiPiPP",         # values, n, repeat, quantiles, pass, hist, state
     "percentile_finish": "iiPPPP",        # n, repeat, quantiles, hist, state, out
-    # planes, used, rows, cols, range, clip_low, clip_high, out_rows, out_cols, out
-    "model_input": "PiiiPffiiP",
+    # planes, used, rows, cols, range, clip_low, clip_high, out_rows, out_cols, ax, ay, bx, by,
+    # reach, out
+    "model_input": "PiiiPffiifffffP",
     "surface_trust": "PPidP",             # probability, patches, n, model_trust, trust
     "surface_membership": "PiPP",         # probability, n, trust, sim
 }

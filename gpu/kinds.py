@@ -66,11 +66,11 @@ def _gradient_median(evidence, pixels, a, b, sigma, network):
 
 DEVICE_KINDS: dict[str, DeviceKind] = {
     "surface": DeviceKind(
-        "1 plane: -(1 - max(O, CENTRE_WEIGHT · G_w * m) + LENGTH_COST), O = offset_ridge of m "
-        "(OPEN_WIDTH, OFFSET_TOLERANCE), G_w a Gaussian of σ = CENTRE_BLUR × the width of "
+        "1 plane: -(1 - max(O, CENTRE_WEIGHT · G_w * m, P) + LENGTH_COST), O = offset_ridge "
+        "of m (OPEN_WIDTH, OFFSET_TOLERANCE), G_w a Gaussian of σ = CENTRE_BLUR × the width of "
         "m > 0.5 across a and b (≥ 1 px, truncate 3), m = √(p'·s), s = endpoint_similarity, "
-        "p' = t·p + (1 − t)·s, p = surface_probability, t = min(1, mean p in the endpoint "
-        "patches / MODEL_TRUST)",
+        "p' = t·p + (1 − t)·s, (p, P) = surface_model (surface, path), t = min(1, mean p in the "
+        "endpoint patches / MODEL_TRUST)",
         _surface, needs_model=True, centred=True),
     "centre": DeviceKind(_CENTRED + "endpoint_similarity", _centre, centred=True),
     "cross": DeviceKind("2 planes: gx, gy; tau 0", _gradient),

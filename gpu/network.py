@@ -270,9 +270,23 @@ class DeviceNetwork:
     stream : pycuda.driver.Stream
     kernels : dict
         network.cu kernel name -> prepared function (gpu/kernels.py).
+    channels : (int, int), optional
+        The input and output channels the caller writes and reads.
+
+    Attributes
+    ----------
+    channels : (int, int)
+        The model's input channels C (input (1, C, rows, cols)) and output channels (output
+        (channels, rows', cols')).
+
+    Raises
+    ------
+    UnsupportedModel
+        If the device cannot run the model, or its channels are not ``channels``.
     """
 
-    def __init__(self, path: str, stream, kernels: dict):
+    def __init__(self, path: str, stream, kernels: dict,
+                 channels: tuple[int, int] | None = None):
         import pycuda.driver as cuda
 
         self.cuda = cuda
@@ -283,7 +297,12 @@ class DeviceNetwork:
         self.model, self.constants = model, fold_constants(model, constants)
         self._weights: dict[str, object] = {}
         self._programs: OrderedDict = OrderedDict()
-        network_program(self.model, self.constants, 8, 8)  # UnsupportedModel now, not later
+        program = network_program(self.model, self.constants, 8, 8)  # UnsupportedModel now
+        self.channels = (program.shapes[program.input][0], program.shapes[program.output][0])
+        if channels is not None and self.channels != tuple(channels):
+            raise UnsupportedModel(f"surface model {path} reads {self.channels[0]} planes and "
+                                   f"returns {self.channels[1]}, not {channels[0]} and "
+                                   f"{channels[1]}")
 
     def _weight(self, name: str | None) -> int:
         if name is None:

@@ -1,32 +1,43 @@
 """Train the click-conditioned surface model that ``core.surface`` runs (PyTorch, GPU or CPU).
 
-A small U-Net sees an RGB window, stretched to its own 1–99 % range, and a fourth plane: the
-similarity of every pixel to the colour under the two clicked endpoints (the ``centre`` score
-kind's :func:`core.scores.endpoint_similarity`, re-implemented here in torch). It returns two
-logits per pixel: "this pixel belongs to the same surface (road or water) as the clicks" and "it
+A small U-Net sees an RGB window, stretched to its own 1–99 % range, and two planes made from
+the clicks: the similarity of every pixel to the colour under the two clicked endpoints (the
+``centre`` score kind's :func:`core.scores.endpoint_similarity`) and where the clicks are
+(:func:`core.surface.endpoint_plane`), both re-implemented here in torch. It returns three
+logits per pixel: "this pixel belongs to the same surface (road or water) as the clicks", "it
 lies on that surface's centreline" (target exp(−d²/2σ²), d the distance to the skeleton of the
-smoothed mask, σ = 2 px). The second is an auxiliary training target (following it in the score
-gained nothing robust); only the first is exported. Training
-crops (rotated, scaled 0.6–1.6×, recoloured, bands shuffled half the time) come from road images
-(road masks) and water images (water masks), three to one; the two clicks are random pixels
-inside the crop's surface (their 5×5 neighbourhood all surface), as a user's are.
+smoothed mask, σ = 2 px; an auxiliary target, not exported) and "it lies on the clicked road
+between the two clicks" (the *path*: the same target of the distance to the true line from a to
+b).
+
+Each step's crops are of two kinds, half and half (``--path-share``):
+
+* surface crops (rotated, scaled 0.6–1.6×, recoloured, bands shuffled half the time) from road
+  images (road masks) and water images (water masks), three to one; the two clicks are random
+  pixels inside the crop's surface (their 5×5 neighbourhood all surface), as a user's are; they
+  train the surface and centreline outputs;
+* path crops around click cases on road images (``--cases``: JSON lists of ``{"a", "b", "gt",
+  "tags", "meta": {"source"}}`` records, as made from road masks by the generator of the
+  measured cases), the segment [a, b] inside the crop, the clicks jittered by up to 1.5 px; they
+  train all three outputs, cases tagged ``nontrivial`` (a straight line misses the road) drawn
+  ``--nontrivial-weight`` times as often.
 
 Folders are laid out like the project's development sets: ``DIR/sources.json`` lists
 ``{"id", "image", "gt", "dataset"}`` records. Outputs in ``--out``:
 
-* ``surface.onnx``: the model trained on every image (opset 17, input ``image`` (1, 4, H, W)
-  float32, H and W multiples of 8, output ``logits`` (1, 1, H, W): the surface);
-  ``surface.pt``, its weights (both outputs);
+* ``surface.onnx``: the model trained on every image (opset 17, input ``image`` (1, 5, H, W)
+  float32, H and W multiples of 8, output ``logits`` (1, 2, H, W): surface, path);
+  ``surface.pt``, its weights (all three outputs);
 * with ``--folds K``: ``fold<k>.onnx``, trained without the images of fold k, and
   ``folds.json`` mapping each image id to its fold (for cross-validated evaluation); with
   ``--fold k`` (repeatable) only those folds.
 
 Usage (PyTorch; a GPU makes it minutes; the shipped model: resources/models/LICENSE.md):
 
-    python scripts/train_surface_model.py --roads ROADS --water RIVERS --unsure-band 12 \
-        --steps 4500 --out OUT
-    python scripts/train_surface_model.py --roads ROADS --water RIVERS --unsure-band 12 \
-        --steps 4500 --folds 3 --fold-water-only --folds-only --out FOLDS
+    python scripts/train_surface_model.py --roads ROADS --water RIVERS --cases CASES.json \
+        --unsure-band 12 --steps 4000 --out OUT
+    python scripts/train_surface_model.py --roads ROADS --water RIVERS --cases CASES.json \
+        --unsure-band 12 --steps 4000 --folds 3 --fold-water-only --folds-only --out FOLDS
     python scripts/crossval_surface.py FOLDS CASES.json   # each case traced by its fold's model
 """
 
@@ -46,10 +57,17 @@ from PIL import Image
 from torch import nn
 
 CROP = 256
-#: Output planes: surface logit, centreline logit.
-OUTPUTS = 2
-#: Centreline target: exp(−d² / 2σ²) of the distance d (px) to the mask's skeleton.
+#: Input planes: stretched RGB, endpoint similarity, endpoint plane.
+INPUTS = 5
+#: Output planes: surface, centreline, path logits (the first and the last are exported).
+OUTPUTS = 3
+EXPORTED = [0, 2]
+#: Centreline and path targets: exp(−d² / 2σ²) of the distance d (px) to the line.
 CENTRELINE_SIGMA = 2.0
+#: Points per case polyline in training (a case's line resampled every ½ px, at most this many).
+PATH_POINTS = 1280
+#: Path crops: the segment [a, b] spans at most this many crop px.
+PATH_SPAN = 210.0
 #: Fraction of training crops turned grey (panchromatic imagery).
 GREY_FRACTION = 0.1
 #: Range of crop scales (crop px per image px), drawn log-uniform.
@@ -66,13 +84,13 @@ class Block(nn.Sequential):
 
 
 class SurfaceNet(nn.Module):
-    """U-Net with len(widths) − 1 2× downsamplings: (N, 4, H, W) → (N, 2, H, W) logits
-    (surface, centreline), H and W multiples of 2^(len(widths) − 1)."""
+    """U-Net with len(widths) − 1 2× downsamplings: (N, INPUTS, H, W) → (N, OUTPUTS, H, W)
+    logits (surface, centreline, path), H and W multiples of 2^(len(widths) − 1)."""
 
     def __init__(self, widths=(16, 32, 64, 128)):
         super().__init__()
         self.down = nn.ModuleList()
-        channels = 4
+        channels = INPUTS
         for width in widths:
             self.down.append(Block(channels, width))
             channels = width
@@ -196,6 +214,60 @@ def similarity(x: torch.Tensor, clicks: torch.Tensor) -> torch.Tensor:
     return best[:, None]
 
 
+#: Endpoint plane's reach, a fraction of |b − a| (as ``core.surface.ENDPOINT_REACH``).
+ENDPOINT_REACH = 0.25
+
+
+def endpoint_plane(a: torch.Tensor, b: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """Clicks a, b (N, 2) float (x, y) → (N, 1, rows, cols): clip(1 − min(‖p − a‖, ‖p − b‖) /
+    (ENDPOINT_REACH · ‖b − a‖), 0, 1), as ``core.surface.endpoint_plane``."""
+    ys = torch.arange(rows, device=a.device, dtype=torch.float32)
+    xs = torch.arange(cols, device=a.device, dtype=torch.float32)
+    gy, gx = torch.meshgrid(ys, xs, indexing="ij")
+    reach = ENDPOINT_REACH * (b - a).norm(dim=1).clamp_min(1e-3)
+    nearest = torch.minimum(
+        torch.hypot(gx[None] - a[:, 0, None, None], gy[None] - a[:, 1, None, None]),
+        torch.hypot(gx[None] - b[:, 0, None, None], gy[None] - b[:, 1, None, None]))
+    return (1 - nearest / reach[:, None, None]).clamp(0, 1)[:, None]
+
+
+def resample(points, step: float = 0.5) -> np.ndarray:
+    """A polyline (K, 2) → (PATH_POINTS, 2) points every ``step`` px along it (at most
+    PATH_POINTS of them, evenly thinned; the rest repeat the last)."""
+    points = np.asarray(points, dtype=np.float64)
+    arc = np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(points, axis=0).T))])
+    at = np.linspace(0.0, arc[-1], max(int(math.ceil(arc[-1] / step)) + 1, 2))
+    dense = np.stack([np.interp(at, arc, points[:, 0]), np.interp(at, arc, points[:, 1])], 1)
+    if len(dense) > PATH_POINTS:
+        dense = dense[np.linspace(0, len(dense) - 1, PATH_POINTS).round().astype(int)]
+    return np.concatenate([dense, np.repeat(dense[-1:], PATH_POINTS - len(dense), 0)])
+
+
+def load_cases(files: list[str], items, nontrivial_weight: float = 1.0):
+    """Click cases on the road images of ``items`` (cases of other images are skipped):
+    image index (M,) long, clicks (M, 2, 2) float (a, b as (x, y)), true lines (M,
+    PATH_POINTS, 2) float, and each case's drawing weight (M,) (``nontrivial_weight`` for cases
+    tagged nontrivial, 1 otherwise). ``files``: JSON lists (``.gz`` read compressed)."""
+    import gzip
+
+    index = {item["id"]: i for i, item in enumerate(items) if item["label"] == 0}
+    picks, clicks, lines, weights = [], [], [], []
+    for file in files:
+        with (gzip.open if file.endswith(".gz") else open)(file, "rt", encoding="utf-8") as handle:
+            cases = json.load(handle)
+        for case in cases:
+            if case["meta"]["source"] not in index:
+                continue
+            line = json.loads(case["gt"]) if isinstance(case["gt"], str) else case["gt"]
+            picks.append(index[case["meta"]["source"]])
+            clicks.append([case["a"], case["b"]])
+            lines.append(resample(line))
+            weights.append(nontrivial_weight if "nontrivial" in case.get("tags", ()) else 1.0)
+    return (torch.tensor(picks, dtype=torch.long), torch.tensor(clicks, dtype=torch.float32),
+            torch.tensor(np.stack(lines), dtype=torch.float32) if lines else None,
+            torch.tensor(weights, dtype=torch.float32))
+
+
 def random_clicks(target: torch.Tensor, weight: torch.Tensor,
                   generator: torch.Generator) -> torch.Tensor:
     """Two random clicks per crop, (N, 1, C, C) surface and weight planes → (N, 2, 2) long
@@ -229,9 +301,10 @@ def boxed(images: torch.Tensor) -> torch.Tensor:
 
 def batch(data, size, generator, device_generator, grey=GREY_FRACTION, scales=SCALES,
           box_below=0.0, blur=0.0, colour_mix=0.0):
-    """Random rotated, scaled, flipped, recoloured crops centred near the surface, two clicks on
-    it: inputs (N, 4, C, C), targets (N, 2, C, C) (surface, centreline), weight (N, 1, C, C)
-    (0 outside the image). ``generator`` (CPU) draws the per-crop choices,
+    """Surface crops: random rotated, scaled, flipped, recoloured crops centred near the
+    surface, two clicks on it: inputs (N, INPUTS, C, C), targets (N, OUTPUTS, C, C) (surface,
+    centreline, path = 0), weights (N, OUTPUTS, C, C) (0 outside the image and in the unsure
+    band; 0 for the path). ``generator`` (CPU) draws the per-crop choices,
     ``device_generator`` (on the images' device) the per-pixel noise and the clicks; a
     fraction ``grey`` of the crops is made grey. Scales (crop px per image px) are drawn
     log-uniform in ``scales``; crops at a scale below ``box_below`` sample the 2×2 box means
@@ -243,11 +316,7 @@ def batch(data, size, generator, device_generator, grey=GREY_FRACTION, scales=SC
     Road images give three crops in four (water images the rest), when both are present."""
     images, sizes, labels, surface, box_means = data
     device = images.device
-    _, _, height, width = images.shape
-
-    def uniform(low, high, n=size):
-        return (torch.rand(n, generator=generator) * (high - low) + low).to(device)
-
+    uniform = _uniform(size, generator, device)
     present = torch.unique(labels.cpu())
     wanted = present[(torch.arange(size) % 4 == 3).long() * (len(present) - 1)]  # 3 road : 1
     pick = torch.empty(size, dtype=torch.long)
@@ -259,27 +328,108 @@ def batch(data, size, generator, device_generator, grey=GREY_FRACTION, scales=SC
                                                         generator=generator)][0] for i in pick])
     pick = pick.to(device)
     scale = torch.exp(uniform(math.log(scales[0]), math.log(scales[1])))
-    half = CROP / 2 / scale
-    centre = centre.to(device).float() + (uniform(-0.3, 0.3, (size, 2)) * half[:, None])
+    jitter = uniform(-0.3, 0.3, (size, 2)) * (CROP / 2 / scale)[:, None]
+    centre = centre.to(device).float() + jitter
+    pose = _pose(centre, scale, uniform)
+    source = images[pick] if box_means is None else torch.where(
+        (scale < box_below)[:, None, None, None], box_means[pick], images[pick])
+    sampled = _sample(source.float(), pose, images.shape)
+    weight = ((sampled[:, 5:6] > 0.99) & (sampled[:, 6:7] < 0.5)).float()
+    target = (sampled[:, 3:4] > 0.5).float()
+    x = recolour(sampled[:, :3] / 255.0, uniform, generator, device_generator, grey, blur,
+                 colour_mix)
+    clicks = random_clicks(target, weight, device_generator).float()
+    inputs = network_inputs(x, clicks[:, 0], clicks[:, 1])
+    zero = torch.zeros_like(target)
+    return (inputs, torch.cat([target, sampled[:, 4:5].clamp(0, 1), zero], dim=1),
+            torch.cat([weight, weight, zero], dim=1))
+
+
+def path_batch(data, cases, size, generator, device_generator, grey=GREY_FRACTION,
+               scales=SCALES, blur=0.0, colour_mix=0.0):
+    """Path crops: crops (as :func:`batch`'s, scale capped so that [a, b] spans at most
+    PATH_SPAN px) around click cases of :func:`load_cases` drawn by their weights, the clicks
+    jittered by up to 1.5 px: inputs (N, INPUTS, C, C), targets (N, OUTPUTS, C, C) (surface,
+    centreline, path: exp(−d²/2σ²) of the distance d to the case's true line), weights (the
+    surface's for the first two, 1 inside the image for the path)."""
+    images = data[0]
+    device = images.device
+    uniform = _uniform(size, generator, device)
+    case_images, case_clicks, case_lines, case_weights = cases
+    which = torch.multinomial(case_weights, size, replacement=True, generator=generator)
+    pick = case_images[which].to(device)
+    clicks = case_clicks[which].to(device)  # (N, 2, 2)
+    lines = case_lines[which].to(device)  # (N, PATH_POINTS, 2)
+    chord = (clicks[:, 1] - clicks[:, 0]).norm(dim=1)
+    scale = torch.exp(uniform(math.log(scales[0]), math.log(scales[1])))
+    scale = torch.minimum(scale, PATH_SPAN / chord).clamp_min(0.3)
+    centre = clicks.mean(1) + uniform(-0.15, 0.15, (size, 2)) * chord[:, None]
+    pose = _pose(centre, scale, uniform)
+    sampled = _sample(images[pick].float(), pose, images.shape)
+    inside = (sampled[:, 5:6] > 0.99).float()
+    weight = inside * (sampled[:, 6:7] < 0.5).float()
+    target = (sampled[:, 3:4] > 0.5).float()
+    clicks = _to_crop(clicks, pose) + uniform(-1.5, 1.5, (size, 2, 2))
+    lines = _to_crop(lines, pose)
+    pixels = torch.arange(CROP, device=device, dtype=torch.float32)
+    grid_y, grid_x = torch.meshgrid(pixels, pixels, indexing="ij")
+    grid = torch.stack([grid_x.flatten(), grid_y.flatten()], 1)[None]  # (1, C², 2)
+    distance = torch.stack([torch.cdist(grid, lines[i:i + 1]).amin(2)[0] for i in range(size)])
+    path = torch.exp(-distance.view(size, 1, CROP, CROP) ** 2 / (2 * CENTRELINE_SIGMA ** 2))
+    x = recolour(sampled[:, :3] / 255.0, uniform, generator, device_generator, grey, blur,
+                 colour_mix)
+    inputs = network_inputs(x, clicks[:, 0], clicks[:, 1])
+    return (inputs, torch.cat([target, sampled[:, 4:5].clamp(0, 1), path], dim=1),
+            torch.cat([weight, weight, inside], dim=1))
+
+
+def _uniform(size, generator, device):
+    """draw(low, high, n=size): uniform values drawn by the CPU ``generator``, on ``device``."""
+    def draw(low, high, n=size):
+        return (torch.rand(n, generator=generator) * (high - low) + low).to(device)
+    return draw
+
+
+def _pose(centre, scale, uniform):
+    """Each crop's pose: centre (N, 2) image px, scale (N,) crop px per image px, a random
+    angle and mirror flip."""
     angle = uniform(0, 2 * math.pi)
-    flip = torch.where(uniform(0, 1) < 0.5, -1.0, 1.0)
-    cos, sin = torch.cos(angle), torch.sin(angle)
+    return {"centre": centre, "scale": scale, "cos": torch.cos(angle), "sin": torch.sin(angle),
+            "flip": torch.where(uniform(0, 1) < 0.5, -1.0, 1.0)}
+
+
+def _sample(source, pose, shape):
+    """Crops (N, 7, C, C) of ``source`` (N, 7, H, W) at ``pose``; ``shape`` the stacked
+    images' shape (their zero-padded size)."""
+    height, width = shape[2], shape[3]
+    centre, half = pose["centre"], CROP / 2 / pose["scale"]
+    cos, sin, flip = pose["cos"], pose["sin"], pose["flip"]
     sx, sy = width / 2, height / 2
     theta = torch.stack([
         torch.stack([flip * cos * half / sx, -sin * half / sx,
                      (centre[:, 0] - (width - 1) / 2) / sx], dim=1),
         torch.stack([flip * sin * half / sy, cos * half / sy,
                      (centre[:, 1] - (height - 1) / 2) / sy], dim=1)], dim=1)
-    grid = F.affine_grid(theta, (size, 1, CROP, CROP), align_corners=False)
-    source = images[pick] if box_means is None else torch.where(
-        (scale < box_below)[:, None, None, None], box_means[pick], images[pick])
-    source = source.float()
-    sampled = F.grid_sample(source, grid, mode="bilinear", padding_mode="zeros",
-                            align_corners=False)
-    weight = ((sampled[:, 5:6] > 0.99) & (sampled[:, 6:7] < 0.5)).float()
-    target = (sampled[:, 3:4] > 0.5).float()
-    centreline = sampled[:, 4:5].clamp(0, 1)
-    x = sampled[:, :3] / 255.0
+    grid = F.affine_grid(theta, (len(centre), 1, CROP, CROP), align_corners=False)
+    return F.grid_sample(source, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+
+
+def _to_crop(points, pose):
+    """Image points (N, K, 2) (x, y) → their crop px under ``pose`` (the inverse of
+    :func:`_sample`'s mapping)."""
+    x = points[..., 0] - pose["centre"][:, None, 0]
+    y = points[..., 1] - pose["centre"][:, None, 1]
+    cos, sin = pose["cos"][:, None], pose["sin"][:, None]
+    scale, middle = pose["scale"][:, None], (CROP - 1) / 2
+    return torch.stack([pose["flip"][:, None] * scale * (cos * x + sin * y) + middle,
+                        scale * (-sin * x + cos * y) + middle], dim=2)
+
+
+def recolour(x, uniform, generator, device_generator, grey, blur=0.0, colour_mix=0.0):
+    """Crops (N, 3, C, C) in [0, 1] with random gains and gamma, band mixing (``colour_mix``),
+    blur (a fraction ``blur``), grey (a fraction ``grey``), noise, and bands shuffled half the
+    time."""
+    size, device = len(x), x.device
     gains = uniform(0.85, 1.15, (size, 3)).view(size, 3, 1, 1)
     gamma = torch.exp(uniform(-0.3, 0.3)).view(size, 1, 1, 1)
     x = (x * gains).clamp(0, 1) ** gamma
@@ -297,10 +447,14 @@ def batch(data, size, generator, device_generator, grey=GREY_FRACTION, scales=SC
     order = torch.stack([torch.randperm(3, generator=generator) for _ in range(size)])
     shuffle = (uniform(0, 1) < 0.5).cpu()
     order[~shuffle] = torch.arange(3)
-    x = torch.gather(x, 1, order.to(device)[:, :, None, None].expand_as(x))
-    clicks = random_clicks(target, weight, device_generator)
-    inputs = torch.cat([stretch(x), similarity(x, clicks.to(device))], dim=1)
-    return inputs, torch.cat([target, centreline], dim=1), weight
+    return torch.gather(x, 1, order.to(device)[:, :, None, None].expand_as(x))
+
+
+def network_inputs(x, a, b):
+    """The model's input (N, INPUTS, C, C) for crops ``x`` (N, 3, C, C) and clicks a, b (N, 2)
+    (x, y) crop px: stretched bands, endpoint similarity, endpoint plane."""
+    clicks = torch.stack([a, b], dim=1).round().long().clamp(2, CROP - 3)
+    return torch.cat([stretch(x), similarity(x, clicks), endpoint_plane(a, b, CROP, CROP)], dim=1)
 
 
 def gaussian_blur(x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
@@ -320,14 +474,15 @@ def gaussian_blur(x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
 
 
 def loss_terms(logits, targets, weight):
-    """Per-plane BCE (mean over the image's pixels) + soft Dice (mean over crops), summed over
-    the output planes."""
-    bce = (F.binary_cross_entropy_with_logits(logits, targets, reduction="none") * weight)
-    bce = bce.sum((0, 2, 3)) / weight.sum().clamp_min(1.0)
+    """Per-plane BCE (mean over the plane's weighted pixels) + soft Dice (mean over the crops
+    where the plane has weight), summed over the output planes."""
+    bce = F.binary_cross_entropy_with_logits(logits, targets, reduction="none") * weight
+    bce = bce.sum((0, 2, 3)) / weight.sum((0, 2, 3)).clamp_min(1.0)
     probability = torch.sigmoid(logits) * weight
     overlap = (probability * targets).sum((2, 3))
-    dice = 1 - ((2 * overlap + 1) / (probability.sum((2, 3)) + (targets * weight).sum((2, 3))
-                                     + 1)).mean(0)
+    dice = 1 - (2 * overlap + 1) / (probability.sum((2, 3)) + (targets * weight).sum((2, 3)) + 1)
+    weighted = (weight.sum((2, 3)) > 0).float()
+    dice = (dice * weighted).sum(0) / weighted.sum(0).clamp_min(1.0)
     return bce.sum(), dice.sum()
 
 
@@ -337,10 +492,11 @@ def generators(seed, device):
             torch.Generator(device=device).manual_seed(seed))
 
 
-def train(items, steps, device, seed, log, widths, grey, scales=SCALES, box_below=0.0,
-          batch_size=16, blur=0.0, colour_mix=0.0, ema=0.0):
+def train(items, cases, steps, device, seed, log, widths, grey, scales=SCALES, box_below=0.0,
+          batch_size=16, blur=0.0, colour_mix=0.0, ema=0.0, path_share=0.5):
     """The trained model (eval mode); with ``ema`` > 0 the exponential moving average of its
-    weights and batch-norm statistics (that decay per step)."""
+    weights and batch-norm statistics (that decay per step). A fraction ``path_share`` of each
+    step's crops are path crops of ``cases`` (:func:`load_cases`), the rest surface crops."""
     torch.manual_seed(seed)
     draws = generators(seed, device)
     data = stack(items, device, box=box_below > 0)
@@ -350,11 +506,18 @@ def train(items, steps, device, seed, log, widths, grey, scales=SCALES, box_belo
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimiser, max_lr=3e-3, total_steps=steps)
     average = None if ema <= 0 else torch.optim.swa_utils.AveragedModel(
         model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(ema), use_buffers=True)
+    paths = int(round(batch_size * path_share)) if cases[2] is not None else 0
     model.train()
     start = time.time()
     for step in range(steps):
-        x, y, w = batch(data, batch_size, *draws, grey=grey, scales=scales,
-                        box_below=box_below, blur=blur, colour_mix=colour_mix)
+        parts = []
+        if paths < batch_size:
+            parts.append(batch(data, batch_size - paths, *draws, grey=grey, scales=scales,
+                               box_below=box_below, blur=blur, colour_mix=colour_mix))
+        if paths:
+            parts.append(path_batch(data, cases, paths, *draws, grey=grey, scales=scales,
+                                    blur=blur, colour_mix=colour_mix))
+        x, y, w = (torch.cat(planes) for planes in zip(*parts, strict=True))
         x = x.contiguous(memory_format=torch.channels_last)
         with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda"):
             logits = model(x).float()
@@ -381,22 +544,23 @@ def held_out_iou(model, items, device, seed, crops=96):
     for _ in range(crops // 16):
         x, y, w = batch(data, 16, *draws)
         for name, found in (("model", torch.sigmoid(model(x)[:, :1]) > 0.5),
-                            ("similarity", x[:, 3:] > 0.5)):
-            truth = (y[:, :1] > 0.5) & (w > 0)
-            found = found & (w > 0)
+                            ("similarity", x[:, 3:4] > 0.5)):
+            truth = (y[:, :1] > 0.5) & (w[:, :1] > 0)
+            found = found & (w[:, :1] > 0)
             ious[name].append(((found & truth).sum((1, 2, 3)) /
                                (found | truth).sum((1, 2, 3)).clamp_min(1)).cpu())
     return {name: float(torch.cat(values).mean()) for name, values in ious.items()}
 
 
 def export(model, path):
-    """ONNX of the surface output alone: the centreline output only guides training."""
-    surface_only = copy.deepcopy(model).cpu().eval().to(memory_format=torch.contiguous_format)
-    head = nn.Conv2d(model.head.in_channels, 1, 1)
-    head.weight.data = surface_only.head.weight.data[:1].clone()
-    head.bias.data = surface_only.head.bias.data[:1].clone()
-    surface_only.head = head
-    torch.onnx.export(surface_only, torch.zeros(1, 4, 64, 64), path,
+    """ONNX of the EXPORTED outputs (surface, path): the centreline output only guides
+    training."""
+    exported = copy.deepcopy(model).cpu().eval().to(memory_format=torch.contiguous_format)
+    head = nn.Conv2d(model.head.in_channels, len(EXPORTED), 1)
+    head.weight.data = exported.head.weight.data[EXPORTED].clone()
+    head.bias.data = exported.head.bias.data[EXPORTED].clone()
+    exported.head = head
+    torch.onnx.export(exported, torch.zeros(1, INPUTS, 64, 64), path,
                       input_names=["image"], output_names=["logits"], opset_version=17,
                       dynamic_axes={"image": {2: "height", 3: "width"},
                                     "logits": {2: "height", 3: "width"}}, dynamo=False)
@@ -406,6 +570,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--roads", action="append", default=[])
     parser.add_argument("--water", action="append", default=[])
+    parser.add_argument("--cases", action="append", default=[], metavar="JSON",
+                        help="click cases on the road images (repeatable; .json or .json.gz): "
+                             "the path crops' source")
+    parser.add_argument("--nontrivial-weight", type=float, default=3.0,
+                        help="cases tagged nontrivial are drawn this many times as often")
+    parser.add_argument("--path-share", type=float, default=0.5,
+                        help="fraction of each step's crops that are path crops")
     parser.add_argument("--out", required=True)
     parser.add_argument("--folds", type=int, default=0)
     parser.add_argument("--steps", type=int, default=1800)
@@ -448,6 +619,13 @@ def main():
                       tuple(args.exclude), args.unsure_band)
     print(f"{len(items)} images on {device}", flush=True)
 
+    def cases_on(images):
+        cases = load_cases(args.cases, images, args.nontrivial_weight)
+        if cases[2] is None:
+            parser.error("no click case lies on a --roads image: the path output needs --cases")
+        print(f"  {len(cases[0])} click cases", flush=True)
+        return cases
+
     if args.folds:
         fold_of = {item["id"]: -1 for item in items if args.fold_water_only and item["label"] == 0}
         for dataset in sorted({item["dataset"] for item in items if item["id"] not in fold_of}):
@@ -460,9 +638,10 @@ def main():
         for fold in args.fold or range(args.folds):
             held = [item for item in items if fold_of[item["id"]] == fold]
             print(f"fold {fold}: leaves out {[item['id'] for item in held]}", flush=True)
-            model = train([item for item in items if fold_of[item["id"]] != fold],
-                          args.steps, device, args.seed + fold, print, widths, args.grey,
-                          scales, args.box_below, args.batch, args.blur, args.colour_mix, args.ema)
+            kept = [item for item in items if fold_of[item["id"]] != fold]
+            model = train(kept, cases_on(kept), args.steps, device, args.seed + fold, print,
+                          widths, args.grey, scales, args.box_below, args.batch, args.blur,
+                          args.colour_mix, args.ema, args.path_share)
             for label in (0, 1):
                 chosen = [item for item in held if item["label"] == label]
                 if chosen:
@@ -473,8 +652,9 @@ def main():
     if args.folds_only or args.fold:
         return
     print("final model on every image", flush=True)
-    model = train(items, args.steps, device, args.seed + 100, print, widths, args.grey,
-                  scales, args.box_below, args.batch, args.blur, args.colour_mix, args.ema)
+    model = train(items, cases_on(items), args.steps, device, args.seed + 100, print, widths,
+                  args.grey, scales, args.box_below, args.batch, args.blur, args.colour_mix,
+                  args.ema, args.path_share)
     export(model, os.path.join(args.out, "surface.onnx"))
     torch.save(model.state_dict(), os.path.join(args.out, "surface.pt"))
     print("done", flush=True)

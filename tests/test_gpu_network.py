@@ -70,7 +70,10 @@ def test_lowered_surface_model_matches_onnx_runtime(rows, cols):
     model, constants = load_model(str(surface.MODEL_PATH))
     program = network_program(model, constants, rows, cols)
     assert {layer.op for layer in program.layers} <= {"conv", "max_pool", "resize", "copy"}
-    image = np.random.default_rng(rows).uniform(-0.5, 1.5, (1, 4, rows, cols)).astype(np.float32)
+    assert program.shapes[program.input] == (surface.INPUT_PLANES, rows, cols)
+    assert program.shapes[program.output] == (surface.OUTPUT_PLANES, rows, cols)
+    image = np.random.default_rng(rows).uniform(
+        -0.5, 1.5, (1, surface.INPUT_PLANES, rows, cols)).astype(np.float32)
     session = onnxruntime.InferenceSession(str(surface.MODEL_PATH),
                                            providers=["CPUExecutionProvider"])
     expected = session.run(None, {"image": image})[0][0]

@@ -1,5 +1,6 @@
 """The surface model on the device (gpu/network.py, the ``surface`` kind of gpu/kinds.py)
-against ONNX Runtime on the CPU and the CPU backend's planes and traces. Needs a GPU."""
+against ONNX Runtime on the CPU and the CPU backend's inputs, outputs, planes and traces. Needs
+a GPU."""
 
 from __future__ import annotations
 
@@ -56,13 +57,60 @@ def test_device_network_matches_onnx_runtime_on_real_windows(backend, sample):
     worst = 0.0
     for pixels, a, b in _windows(sample):
         similarity = endpoint_similarity(pixels, a, b)
-        image = surface.model_inputs(pixels, similarity)
+        image = surface.model_inputs(pixels, similarity, a, b)
         expected = session.run(None, {"image": image})[0][0]
         with backend.context.active():
             got = network.run(image)
-        assert got.shape == expected.shape
+        assert got.shape == expected.shape == (surface.OUTPUT_PLANES, *image.shape[2:])
         worst = max(worst, float(np.abs(got - expected).max()))
     assert worst <= 1e-3
+
+
+def test_device_model_inputs_and_outputs_match_the_host(backend, sample, monkeypatch):
+    """The model's input planes on the device (block means, stretch, similarity, and the
+    endpoint plane, which must be equal) and its surface and path probabilities against
+    core.surface.surface_model's (the input it gives ONNX Runtime, and what it returns)."""
+    from gpu.engine import DeviceTracer
+    from gpu.evidence import DeviceEvidence
+
+    network = backend.surface_network()
+    assert network is not None, backend.model_note
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(surface.MODEL_PATH),
+                                           providers=["CPUExecutionProvider"])
+    fed = []
+
+    class Recording:
+        def run(self, names, feeds):
+            fed.append(feeds["image"])
+            return session.run(names, feeds)
+
+    monkeypatch.setattr(surface, "_session", lambda path: Recording())
+    # |Δp| <= |Δlogit| / 4 (the sigmoid's steepest slope; the upsampling averages), and rounding.
+    atol = 1e-3 / 4 + 1e-6
+    steps = set()
+    with backend.context.active():
+        tracer = DeviceTracer(backend.context, "auto", "float64")
+        try:
+            evidence = DeviceEvidence(tracer)
+            for pixels, a, b in _windows(sample):
+                rows, cols = pixels.shape[:2]
+                steps.add(surface.model_step(rows, cols))
+                expected = surface.surface_model(pixels, endpoint_similarity(pixels, a, b), a, b)
+                image = fed[-1]
+                evidence.surface(pixels, a, b, network)
+                got_image = tracer.download(network.prepared(*image.shape[2:]).input,
+                                            image.shape, np.float32)
+                np.testing.assert_allclose(got_image[0, :4], image[0, :4], rtol=0, atol=1e-6)
+                np.testing.assert_array_equal(got_image[0, 4], image[0, 4])
+                for slot, plane in zip(("surface_probability", "surface_path"), expected,
+                                       strict=True):
+                    got = tracer.download(tracer.slot(slot, 0), (rows, cols), np.float32)
+                    np.testing.assert_allclose(got, plane, rtol=0, atol=atol, err_msg=slot)
+        finally:
+            tracer.release()
+    assert steps == {1, 2}  # full and half resolution (clicks in block coordinates)
 
 
 def test_device_surface_planes_match_the_cpu(backend, sample):

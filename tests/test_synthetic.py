@@ -26,9 +26,12 @@ def assert_on_centreline(result, centreline, tolerance=1.5):
 
 @pytest.mark.parametrize("centreline", [STRAIGHT, BENT, CURVED], ids=["straight", "bent", "curved"])
 def test_line_with_noise_and_occlusions(centreline):
+    # The model-free ``centre`` score: a 3 px line drawn on noise is nothing like the aerial
+    # imagery the default's learned model is trained and measured on (docs/ACCURACY.md); there
+    # its road course spreads ~10 px wide around the clicks and a vertex strays up to 3 px.
     middle = densify(centreline)[len(densify(centreline)) // 2]
     raster = road_image(centreline, width=3.0, blobs=[(middle[0], middle[1] + 1, 4)], noise=0.06)
-    result = trace(raster, centreline[0], centreline[-1], TraceParams())
+    result = trace(raster, centreline[0], centreline[-1], TraceParams(score="centre"))
     assert_on_centreline(result, centreline)
 
 
