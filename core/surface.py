@@ -151,8 +151,8 @@ def surface_model(pixels: np.ndarray, similarity: np.ndarray, a: np.ndarray, b: 
         If ONNX Runtime or the model file is missing, unreadable or not a model of this input
         and output.
     """
-    path = os.fspath(MODEL_PATH if model_path is None else model_path)
-    session = _session(path)
+    model_file = os.fspath(MODEL_PATH if model_path is None else model_path)
+    session = _session(model_file)
     rows, cols = similarity.shape
     step = model_step(rows, cols, half_resolution)
     if step > 1:  # 2×2 block means; the model saw scales 0.6..1.6 in training
@@ -162,10 +162,10 @@ def surface_model(pixels: np.ndarray, similarity: np.ndarray, a: np.ndarray, b: 
     try:
         logits = session.run(None, {"image": inputs})[0][0]
     except Exception as exc:  # ONNX Runtime raises its own exception types
-        raise ModelUnavailable(f"surface model {path} does not take this program's "
+        raise ModelUnavailable(f"surface model {model_file} does not take this program's "
                                f"{INPUT_PLANES} input planes: {exc} ({NO_MODEL_HINT})") from None
     if logits.shape[0] != OUTPUT_PLANES:
-        raise ModelUnavailable(f"surface model {path} returns {logits.shape[0]} planes, not "
+        raise ModelUnavailable(f"surface model {model_file} returns {logits.shape[0]} planes, not "
                                f"{OUTPUT_PLANES} (surface, path) ({NO_MODEL_HINT})")
     model_rows, model_cols = similarity.shape
     planes = 1.0 / (1.0 + np.exp(-logits[:, :model_rows, :model_cols]))
