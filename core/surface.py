@@ -60,6 +60,11 @@ def _session(path: str):
                                f"({NO_MODEL_HINT})") from None
 
 
+def endpoint_reach(a: np.ndarray, b: np.ndarray) -> np.float32:
+    """ENDPOINT_REACH · max(‖b − a‖, 1e-3) in float32, for clicks a, b (2,) float32 (x, y)."""
+    return np.float32(ENDPOINT_REACH) * max(np.float32(np.hypot(*(b - a))), np.float32(1e-3))
+
+
 def endpoint_plane(a: np.ndarray, b: np.ndarray, rows: int, cols: int) -> np.ndarray:
     """Where the clicks are: clip(1 − min(‖p − a‖, ‖p − b‖) / (ENDPOINT_REACH · ‖b − a‖), 0, 1).
 
@@ -75,7 +80,7 @@ def endpoint_plane(a: np.ndarray, b: np.ndarray, rows: int, cols: int) -> np.nda
     """
     a = np.asarray(a, dtype=np.float32)
     b = np.asarray(b, dtype=np.float32)
-    reach = np.float32(ENDPOINT_REACH) * max(np.float32(np.hypot(*(b - a))), np.float32(1e-3))
+    reach = endpoint_reach(a, b)
     y = np.arange(rows, dtype=np.float32)[:, None]
     x = np.arange(cols, dtype=np.float32)[None, :]
     nearest = np.minimum(np.sqrt((x - a[0]) ** 2 + (y - a[1]) ** 2),

@@ -153,8 +153,7 @@ class DeviceEvidence:
         prepared = network.prepared(input_rows, input_cols)
         # core.surface.endpoint_plane's clicks and reach, in its float32 arithmetic.
         clicks = [surface.model_point(point, step).astype(np.float32) for point in (a, b)]
-        reach = np.float32(surface.ENDPOINT_REACH) * max(
-            np.float32(np.hypot(*(clicks[1] - clicks[0]))), np.float32(1e-3))
+        reach = surface.endpoint_reach(*clicks)
         k["model_input"].prepared_async_call(
             _grid(input_rows, input_cols), _BLOCK, stream, means, used, model_rows, model_cols,
             at_range, *(np.float32(v) for v in surface.STRETCH_CLIP), input_rows, input_cols,
