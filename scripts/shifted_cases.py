@@ -1,0 +1,145 @@
+"""Copy a cases file onto changed imagery: every image resampled to another resolution, turned
+grey, or hazed, the clicks and true lines moved with it. Tracing the copy with ``eval`` shows how
+the tracer holds on imagery unlike the images it was trained on (another ground resolution, a
+panchromatic sensor, a hazy or low-contrast scene).
+
+Usage:
+
+    python scripts/shifted_cases.py resources/eval/roads/cases.json OUT --scale 0.5
+    python scripts/shifted_cases.py resources/eval/roads/cases.json OUT --colour grey
+    roadtracer eval OUT/cases.json --method all --json shifted.json
+
+Completeness radii (3 px, 5 px) are then in the changed images' pixels: at ``--scale 2`` the
+same 3 px are half as far on the ground as before.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import imageio.v3 as iio
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from core.errors import BadParameter  # noqa: E402
+from core.evaluate import load_cases  # noqa: E402
+
+#: Colour changes: name → function of an image (rows, cols, bands) float in [0, 1].
+COLOURS = {
+    # Panchromatic: the mean of the bands, one band.
+    "grey": lambda image: image.mean(axis=2, keepdims=True),
+    # Haze: contrast compressed toward a bright, bluish veil.
+    "haze": lambda image: 0.45 + 0.35 * image ** 0.7 + np.array([0.0, 0.02, 0.06])[:image.shape[2]],
+}
+#: Resolution changes allowed (image px per original px).
+SCALE_RANGE = (0.25, 4.0)
+
+
+def scaled_point(points: np.ndarray, scale: float) -> np.ndarray:
+    """Pixel positions (..., 2) (x, y; pixel centres at integers) after resampling by ``scale``."""
+    return (np.asarray(points, dtype=np.float64) + 0.5) * scale - 0.5
+
+
+def resample(image: np.ndarray, scale: float) -> np.ndarray:
+    """``image`` (rows, cols, bands) float in [0, 1] resampled by ``scale`` (anti-aliased when
+    shrinking): (round(rows · scale), round(cols · scale), bands)."""
+    from skimage.transform import rescale
+
+    return rescale(image, scale, order=3, anti_aliasing=scale < 1, channel_axis=2,
+                   mode="reflect")
+
+
+def shifted_image(image: np.ndarray, scale: float, colour: str | None) -> np.ndarray:
+    """The changed copy of an 8-bit image (rows, cols[, bands]) as 8-bit (rows', cols', bands')."""
+    values = np.atleast_3d(np.asarray(image, dtype=np.float64))[:, :, :3] / 255.0
+    if scale != 1.0:
+        values = resample(values, scale)
+    if colour is not None:
+        values = COLOURS[colour](values)
+    return np.round(np.clip(values, 0.0, 1.0) * 255).astype(np.uint8)
+
+
+def shift_cases(cases_path: str, out: str, scale: float = 1.0, colour: str | None = None) -> int:
+    """Write ``out``/cases.json and ``out``/images/*.png; returns the number of cases.
+
+    Raises
+    ------
+    BadParameter
+        If the cases file is malformed, an image cannot be read, ``out`` already holds files,
+        or the change is outside its range.
+    """
+    if not SCALE_RANGE[0] <= scale <= SCALE_RANGE[1]:
+        raise BadParameter(f"--scale must lie in [{SCALE_RANGE[0]}, {SCALE_RANGE[1]}], got {scale}")
+    if scale == 1.0 and colour is None:
+        raise BadParameter("nothing to change: give --scale other than 1 or --colour")
+    if os.path.isdir(out) and os.listdir(out):
+        raise BadParameter(f"output folder {out} is not empty (nothing written)")
+    cases = load_cases(cases_path)
+    images = {}
+    for case in cases:
+        if case.image not in images:
+            try:
+                images[case.image] = iio.imread(case.image)
+            except (OSError, ValueError) as exc:
+                raise BadParameter(f"cannot read image {case.image}: {exc}") from None
+            if images[case.image].dtype != np.uint8:
+                raise BadParameter(f"image {case.image} is not 8-bit (this script shifts "
+                                   f"8-bit images only)")
+    # Written next to ``out`` and renamed at the end: a failure leaves nothing half-written.
+    partial = tempfile.mkdtemp(prefix=".shifted-", dir=os.path.dirname(os.path.abspath(out)))
+    try:
+        os.makedirs(os.path.join(partial, "images"))
+        names = {}
+        for path, image in images.items():
+            name = f"images/{len(names):03d}_{Path(path).stem}.png"
+            shifted = shifted_image(image, scale, colour)
+            iio.imwrite(os.path.join(partial, name),
+                        shifted[:, :, 0] if shifted.shape[2] == 1 else shifted)
+            names[path] = name
+        _write_cases(os.path.join(partial, "cases.json"), cases, names, scale)
+        if os.path.isdir(out):
+            os.rmdir(out)  # empty, checked above
+        os.replace(partial, out)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    return len(cases)
+
+
+def _write_cases(path: str, cases, names: dict[str, str], scale: float) -> None:
+    """The cases file of the shifted copy: image names from ``names``, points scaled."""
+    records = [{"id": case.id, "image": names[case.image],
+                "a": scaled_point(case.a, scale).round(3).tolist(),
+                "b": scaled_point(case.b, scale).round(3).tolist(),
+                "gt": scaled_point(case.gt, scale).round(3).tolist(),
+                "tags": list(case.tags)} for case in cases]
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(records, handle)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("cases", help="a cases file (the format of resources/eval/*/cases.json)")
+    parser.add_argument("out", help="an empty or new folder")
+    parser.add_argument("--scale", type=float, default=1.0,
+                        help="resample every image by this factor (0.5: half the resolution)")
+    parser.add_argument("--colour", choices=sorted(COLOURS), help="change the colours")
+    args = parser.parse_args(argv)
+    try:
+        count = shift_cases(args.cases, args.out, args.scale, args.colour)
+    except BadParameter as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{count} cases written to {os.path.join(args.out, 'cases.json')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""scripts/shifted_cases.py: copies of a cases file on resampled, grey or hazed imagery."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import imageio.v3 as iio
+import numpy as np
+import pytest
+
+from core.evaluate import load_cases
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = ROOT / "tests" / "data" / "dubai_t6_003_cases.json"
+
+
+@pytest.fixture(scope="module")
+def shifter():
+    spec = importlib.util.spec_from_file_location(
+        "shifted_cases", ROOT / "scripts" / "shifted_cases.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_resampling_moves_clicks_and_lines_with_the_image(shifter, tmp_path):
+    pytest.importorskip("skimage")
+    out = tmp_path / "half"
+    assert shifter.main([str(CASES), str(out), "--scale", "0.5"]) == 0
+    before, after = load_cases(CASES), load_cases(out / "cases.json")
+    assert [c.id for c in after] == [c.id for c in before]
+    assert [c.tags for c in after] == [c.tags for c in before]
+    original = iio.imread(before[0].image)
+    shifted = iio.imread(after[0].image)
+    assert shifted.shape == (round(original.shape[0] / 2), round(original.shape[1] / 2), 3)
+    for old, new in zip(before, after, strict=True):
+        # Pixel centres: x' = (x + 0.5) · s − 0.5.
+        np.testing.assert_allclose(new.a, (old.a + 0.5) / 2 - 0.5, atol=1e-3)
+        np.testing.assert_allclose(new.gt, (old.gt + 0.5) / 2 - 0.5, atol=1e-3)
+    # The resampled image is the original's content: the same mean brightness, within rounding.
+    assert abs(float(shifted.mean()) - float(original.mean())) < 2.0
+
+
+def test_grey_writes_one_band_and_keeps_the_geometry(shifter, tmp_path):
+    out = tmp_path / "grey"
+    assert shifter.main([str(CASES), str(out), "--colour", "grey"]) == 0
+    case = load_cases(out / "cases.json")[0]
+    original = iio.imread(load_cases(CASES)[0].image)
+    grey = iio.imread(case.image)
+    assert grey.shape == original.shape[:2]
+    np.testing.assert_allclose(grey, original[:, :, :3].mean(axis=2), atol=0.51)
+    np.testing.assert_allclose(case.a, load_cases(CASES)[0].a)
+
+
+def test_haze_lowers_contrast(shifter, tmp_path):
+    out = tmp_path / "haze"
+    assert shifter.main([str(CASES), str(out), "--colour", "haze"]) == 0
+    original = iio.imread(load_cases(CASES)[0].image).astype(float)
+    hazed = iio.imread(load_cases(out / "cases.json")[0].image).astype(float)
+    assert hazed.std() < 0.6 * original[:, :, :3].std()
+    assert hazed.min() >= 0.45 * 255 - 1
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--scale", "9"], "--scale must lie in"),
+    ([], "nothing to change"),
+])
+def test_bad_changes_are_one_message(shifter, tmp_path, capsys, args, message):
+    assert shifter.main([str(CASES), str(tmp_path / "out"), *args]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_folder_with_files_is_not_clobbered(shifter, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    assert shifter.main([str(CASES), str(out), "--colour", "grey"]) == 2
+    assert "not empty" in capsys.readouterr().err
+    assert os.listdir(out) == ["keep.txt"]
+
+
+def test_an_unreadable_image_leaves_nothing_behind(shifter, tmp_path, capsys):
+    (tmp_path / "broken.png").write_bytes(b"not a png")
+    cases = tmp_path / "cases.json"
+    cases.write_text(json.dumps([{"id": "x", "image": "broken.png", "a": [1, 1], "b": [5, 5],
+                                  "gt": [[1, 1], [5, 5]]}]))
+    assert shifter.main([str(cases), str(tmp_path / "out"), "--colour", "grey"]) == 2
+    assert "cannot read image" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["broken.png", "cases.json"]
