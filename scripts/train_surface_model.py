@@ -38,7 +38,9 @@ Usage (PyTorch; a GPU makes it minutes; the shipped model: resources/models/LICE
         --unsure-band 12 --steps 4000 --out OUT
     python scripts/train_surface_model.py --roads ROADS --water RIVERS --cases CASES.json \
         --unsure-band 12 --steps 4000 --folds 3 --fold-water-only --folds-only --out FOLDS
-    python scripts/crossval_surface.py FOLDS CASES.json   # each case traced by its fold's model
+    python scripts/crossval_surface.py CASES.json --folds FOLDS   # each case by its fold's model
+    python scripts/train_surface_model.py ... --exclude gsi_ --out NO_GSI   # leave a source out
+    python scripts/crossval_surface.py CASES.json --model gsi_=NO_GSI/surface.onnx
 """
 
 from __future__ import annotations

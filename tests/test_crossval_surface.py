@@ -1,0 +1,85 @@
+"""scripts/crossval_surface.py: each case traced by the model given for its image."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import core.surface
+from core.evaluate import OURS, evaluate, load_cases
+from core.tracer import TraceParams
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = ROOT / "tests" / "data" / "dubai_t6_003_cases.json"
+MODEL = ROOT / "resources" / "models" / "surface.onnx"
+
+
+@pytest.fixture(scope="module")
+def crossval():
+    spec = importlib.util.spec_from_file_location(
+        "crossval_surface", ROOT / "scripts" / "crossval_surface.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(autouse=True)
+def _restore_model_path():
+    path = core.surface.MODEL_PATH
+    yield
+    core.surface.MODEL_PATH = path
+
+
+def _polylines(report: Path) -> dict[str, np.ndarray]:
+    cases = json.loads(report.read_text())["methods"][OURS]["cases"]
+    return {case["id"]: np.array(case["polyline"]) for case in cases}
+
+
+def test_prefix_models_trace_their_images_as_eval_does(crossval, tmp_path, capsys):
+    # A copy of the bundled model under another name: the report must equal eval's lines.
+    model = tmp_path / "no_other_source.onnx"
+    shutil.copyfile(MODEL, model)
+    report = tmp_path / "report.json"
+    assert crossval.main([str(CASES), "--model", f"gsi_,dubai={model}", "--json",
+                          str(report)]) == 0
+    assert "model without the image" in capsys.readouterr().out
+    expected = evaluate(load_cases(CASES), OURS, TraceParams(score="surface"))
+    lines = _polylines(report)
+    assert sorted(lines) == sorted(result.case.id for result in expected)
+    for result in expected:
+        np.testing.assert_allclose(lines[result.case.id], result.polyline, atol=0.01)
+
+
+def test_images_without_a_model_are_skipped_and_counted(crossval, capsys):
+    assert crossval.main([str(CASES), "--model", f"dubai={MODEL}", "--model",
+                          f"gsi_={MODEL}"]) == 0
+    assert "skipped" not in capsys.readouterr().out
+    assert crossval.main([str(CASES), "--model", f"gsi_={MODEL}"]) == 2
+    assert "no case lies on an image a model is given for" in capsys.readouterr().err
+
+
+def test_folds_map_each_image_to_its_fold_model(crossval, tmp_path, capsys):
+    shutil.copyfile(MODEL, tmp_path / "fold1.onnx")
+    image = Path(load_cases(CASES)[0].image).stem
+    (tmp_path / "folds.json").write_text(json.dumps({image: 1}))
+    assert crossval.main([str(CASES), "--folds", str(tmp_path)]) == 0
+    assert "model without the image" in capsys.readouterr().out
+    (tmp_path / "folds.json").write_text(json.dumps({"another_image": 0}))
+    assert crossval.main([str(CASES), "--folds", str(tmp_path)]) == 2
+    assert f"image {image}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--model", "no-equals-sign"], "expected PREFIX[,PREFIX...]=MODEL.onnx"),
+    (["--model", "=model.onnx"], "expected PREFIX"),
+    (["--model", "dubai=missing.onnx"], "model missing.onnx not found"),
+    (["--folds", "no/such/folder"], "cannot read the folds of"),
+])
+def test_bad_models_are_one_message(crossval, capsys, args, message):
+    assert crossval.main([str(CASES), *args]) == 2
+    assert message in capsys.readouterr().err
