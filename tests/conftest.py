@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_IMAGE = ROOT / "resources" / "sample" / "gsi_108.png"
 SAMPLE_CASES = ROOT / "resources" / "sample" / "gsi_108_cases.json"
+
+
+def load_script(name: str) -> ModuleType:
+    """The module of ``scripts/<name>.py`` (scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _gpu_skip_reason() -> str | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -13,19 +12,15 @@ import pytest
 import core.surface
 from core.evaluate import OURS, evaluate, load_cases
 from core.tracer import TraceParams
+from tests.conftest import ROOT, load_script
 
-ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "data" / "dubai_t6_003_cases.json"
 MODEL = ROOT / "resources" / "models" / "surface.onnx"
 
 
 @pytest.fixture(scope="module")
 def crossval():
-    spec = importlib.util.spec_from_file_location(
-        "crossval_surface", ROOT / "scripts" / "crossval_surface.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("crossval_surface")
 
 
 @pytest.fixture(autouse=True)

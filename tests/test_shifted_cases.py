@@ -2,28 +2,22 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-from pathlib import Path
 
 import imageio.v3 as iio
 import numpy as np
 import pytest
 
 from core.evaluate import load_cases
+from tests.conftest import ROOT, load_script
 
-ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "data" / "dubai_t6_003_cases.json"
 
 
 @pytest.fixture(scope="module")
 def shifter():
-    spec = importlib.util.spec_from_file_location(
-        "shifted_cases", ROOT / "scripts" / "shifted_cases.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("shifted_cases")
 
 
 def test_resampling_moves_clicks_and_lines_with_the_image(shifter, tmp_path):

@@ -4,9 +4,7 @@ scikit-image for the centreline target); skipped where they are not installed.""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,17 +14,12 @@ pytest.importorskip("skimage")
 
 from core.scores import endpoint_similarity  # noqa: E402
 from core.surface import endpoint_plane  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import load_script  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def trainer():
-    spec = importlib.util.spec_from_file_location(
-        "train_surface_model", ROOT / "scripts" / "train_surface_model.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("train_surface_model")
 
 
 @pytest.fixture(scope="module")
