@@ -72,34 +72,24 @@ def shift_cases(cases_path: str, out: str, scale: float = 1.0, colour: str | Non
     Raises
     ------
     BadParameter
-        If the cases file is malformed, an image cannot be read, ``out`` already holds files,
-        or the change is outside its range.
+        If the cases file is malformed, an image cannot be read or is not 8-bit, ``out``
+        exists and is not an empty folder, or the change is outside its range.
     """
     if not SCALE_RANGE[0] <= scale <= SCALE_RANGE[1]:
         raise BadParameter(f"--scale must lie in [{SCALE_RANGE[0]}, {SCALE_RANGE[1]}], got {scale}")
     if scale == 1.0 and colour is None:
         raise BadParameter("nothing to change: give --scale other than 1 or --colour")
-    if os.path.isdir(out) and os.listdir(out):
-        raise BadParameter(f"output folder {out} is not empty (nothing written)")
+    if os.path.exists(out) and not (os.path.isdir(out) and not os.listdir(out)):
+        raise BadParameter(f"output {out} exists and is not an empty folder (nothing written)")
     cases = load_cases(cases_path)
-    images = {}
-    for case in cases:
-        if case.image not in images:
-            try:
-                images[case.image] = iio.imread(case.image)
-            except (OSError, ValueError) as exc:
-                raise BadParameter(f"cannot read image {case.image}: {exc}") from None
-            if images[case.image].dtype != np.uint8:
-                raise BadParameter(f"image {case.image} is not 8-bit (this script shifts "
-                                   f"8-bit images only)")
     # Written next to ``out`` and renamed at the end: a failure leaves nothing half-written.
     partial = tempfile.mkdtemp(prefix=".shifted-", dir=os.path.dirname(os.path.abspath(out)))
     try:
         os.makedirs(os.path.join(partial, "images"))
         names = {}
-        for path, image in images.items():
+        for path in dict.fromkeys(case.image for case in cases):  # each image once, in order
             name = f"images/{len(names):03d}_{Path(path).stem}.png"
-            shifted = shifted_image(image, scale, colour)
+            shifted = shifted_image(_read_8bit(path), scale, colour)
             iio.imwrite(os.path.join(partial, name),
                         shifted[:, :, 0] if shifted.shape[2] == 1 else shifted)
             names[path] = name
@@ -111,6 +101,18 @@ def shift_cases(cases_path: str, out: str, scale: float = 1.0, colour: str | Non
         shutil.rmtree(partial, ignore_errors=True)
         raise
     return len(cases)
+
+
+def _read_8bit(path: str) -> np.ndarray:
+    """An 8-bit image (rows, cols[, bands]), or BadParameter naming the problem."""
+    try:
+        image = iio.imread(path)
+    except (OSError, ValueError) as exc:
+        raise BadParameter(f"cannot read image {path}: {exc}") from None
+    if image.dtype != np.uint8 or image.ndim not in (2, 3):
+        raise BadParameter(f"image {path} is not an 8-bit image (this script shifts 8-bit "
+                           f"images only)")
+    return image
 
 
 def _write_cases(path: str, cases, names: dict[str, str], scale: float) -> None:

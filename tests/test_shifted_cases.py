@@ -73,15 +73,27 @@ def test_a_folder_with_files_is_not_clobbered(shifter, tmp_path, capsys):
     out.mkdir()
     (out / "keep.txt").write_text("mine")
     assert shifter.main([str(CASES), str(out), "--colour", "grey"]) == 2
-    assert "not empty" in capsys.readouterr().err
+    assert "is not an empty folder" in capsys.readouterr().err
     assert os.listdir(out) == ["keep.txt"]
+    a_file = tmp_path / "a_file"
+    a_file.write_text("mine")
+    assert shifter.main([str(CASES), str(a_file), "--colour", "grey"]) == 2
+    assert a_file.read_text() == "mine"
 
 
-def test_an_unreadable_image_leaves_nothing_behind(shifter, tmp_path, capsys):
-    (tmp_path / "broken.png").write_bytes(b"not a png")
+@pytest.mark.parametrize(("content", "message"), [
+    (b"not a png", "cannot read image"),
+    (np.full((8, 8), 40000, np.uint16), "is not an 8-bit image"),
+])
+def test_a_bad_image_leaves_nothing_behind(shifter, tmp_path, capsys, content, message):
+    image = tmp_path / "bad.png"
+    if isinstance(content, bytes):
+        image.write_bytes(content)
+    else:
+        iio.imwrite(image, content)
     cases = tmp_path / "cases.json"
-    cases.write_text(json.dumps([{"id": "x", "image": "broken.png", "a": [1, 1], "b": [5, 5],
+    cases.write_text(json.dumps([{"id": "x", "image": "bad.png", "a": [1, 1], "b": [5, 5],
                                   "gt": [[1, 1], [5, 5]]}]))
     assert shifter.main([str(cases), str(tmp_path / "out"), "--colour", "grey"]) == 2
-    assert "cannot read image" in capsys.readouterr().err
-    assert sorted(os.listdir(tmp_path)) == ["broken.png", "cases.json"]
+    assert message in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["bad.png", "cases.json"]
