@@ -628,6 +628,11 @@ def main():
         print(f"  {len(cases[0])} click cases", flush=True)
         return cases
 
+    def train_on(images, seed):
+        return train(images, cases_on(images), args.steps, device, seed, print, widths,
+                     args.grey, scales, args.box_below, args.batch, args.blur, args.colour_mix,
+                     args.ema, args.path_share)
+
     if args.folds:
         fold_of = {item["id"]: -1 for item in items if args.fold_water_only and item["label"] == 0}
         for dataset in sorted({item["dataset"] for item in items if item["id"] not in fold_of}):
@@ -641,9 +646,7 @@ def main():
             held = [item for item in items if fold_of[item["id"]] == fold]
             print(f"fold {fold}: leaves out {[item['id'] for item in held]}", flush=True)
             kept = [item for item in items if fold_of[item["id"]] != fold]
-            model = train(kept, cases_on(kept), args.steps, device, args.seed + fold, print,
-                          widths, args.grey, scales, args.box_below, args.batch, args.blur,
-                          args.colour_mix, args.ema, args.path_share)
+            model = train_on(kept, args.seed + fold)
             for label in (0, 1):
                 chosen = [item for item in held if item["label"] == label]
                 if chosen:
@@ -654,9 +657,7 @@ def main():
     if args.folds_only or args.fold:
         return
     print("final model on every image", flush=True)
-    model = train(items, cases_on(items), args.steps, device, args.seed + 100, print, widths,
-                  args.grey, scales, args.box_below, args.batch, args.blur, args.colour_mix,
-                  args.ema, args.path_share)
+    model = train_on(items, args.seed + 100)
     export(model, os.path.join(args.out, "surface.onnx"))
     torch.save(model.state_dict(), os.path.join(args.out, "surface.pt"))
     print("done", flush=True)
