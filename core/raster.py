@@ -469,9 +469,11 @@ def load_image(path: str | os.PathLike, crs=None, bands=None, grid=None) -> Rast
     try:
         with warnings.catch_warnings():  # plugins probed on undecodable files warn noisily
             warnings.simplefilter("ignore")
-            # A CMYK JPEG would otherwise come as 4 bands whose last (K) reads as alpha.
-            cmyk = iio.immeta(path).get("mode") == "CMYK"
-            array = iio.imread(path, mode="RGB") if cmyk else iio.imread(path)
+            # One opening for both (the metadata decodes the image, the read reuses it). A
+            # CMYK JPEG would otherwise come as 4 bands whose last (K) reads as alpha.
+            with iio.imopen(path, "r") as file:
+                cmyk = file.metadata(exclude_applied=True).get("mode") == "CMYK"
+                array = np.asarray(file.read(mode="RGB") if cmyk else file.read())
     except Exception as exc:  # imageio raises many types for undecodable files
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise ImageReadError(f"cannot read image {path}: {type(exc).__name__}: "
