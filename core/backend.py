@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from core.dp import DPProblem, DPSolution, solve_fast, solve_reference
+from core.errors import NoAdmissiblePath
 from core.gradient import gaussian_gradient
 from core.guides import Corridor, Windows
 from core.links import bilinear_coefficients, integrate_links, integrate_links_reference
@@ -46,6 +47,12 @@ class TracerBackend:
         gx, gy = gaussian_gradient(pixels, sigma) if kind.uses_gradient else (None, None)
         return kind.planes(ScoreInputs(pixels, gx, gy, a, b))
 
+    def score_planes_many(self, kind: ScoreKind, windows: list,
+                          sigma: float) -> list[tuple[np.ndarray, float]]:
+        """:meth:`score_planes` of every (pixels, a, b) of ``windows``: a list of
+        ``(planes (P, rows, cols), tau)``. A backend may compute them together."""
+        return [self.score_planes(kind, pixels, a, b, sigma) for pixels, a, b in windows]
+
     def link_scores(self, evidence: Evidence, corridor: Corridor) -> list[np.ndarray]:
         """links[t] of shape (n_t, n_{t+1}) for t = 0..m."""
         raise NotImplementedError
@@ -64,6 +71,18 @@ class TracerBackend:
             Indices (m,) of the chosen point on each guide and the total score.
         """
         raise NotImplementedError
+
+    def trace_many(self, problems: list) -> list:
+        """:meth:`trace` of every (evidence, corridor, windows) of ``problems``: per problem
+        its BackendSolution, or the NoAdmissiblePath it ended in. A backend may queue them
+        together."""
+        solutions = []
+        for evidence, corridor, windows in problems:
+            try:
+                solutions.append(self.trace(evidence, corridor, windows))
+            except NoAdmissiblePath as exc:
+                solutions.append(exc)
+        return solutions
 
     def time_dp(self, problem: DPProblem, repeats: int) -> list[float]:
         """Milliseconds of ``repeats`` runs of the DP alone (link scores already in place)."""

@@ -75,7 +75,7 @@ from core.tracer import (
     TraceResult,
     evidence_folder,
     evidence_source,
-    trace,
+    trace_many,
     with_evidence_from,
 )
 from core.vectors import (
@@ -208,25 +208,56 @@ class BatchPlan:
 
 # ---------------------------------------------------------------------------------- tracing
 
-def _trace_line(raster: Raster, seed: Seed, vertices: np.ndarray, params: TraceParams,
-                backend: TracerBackend, crs: str) -> tuple[list[dict], int, list[Failure]]:
-    """Trace consecutive vertex pairs; runs of traced segments become features. A seed whose
-    properties name a line kind (:func:`core.vectors.line_kind_of`: ``kind``, or OSM's
-    ``waterway`` / ``highway``) is traced as such."""
-    vertices = without_close_vertices(vertices)
+def _trace_lines(raster: Raster, lines: list, params: TraceParams,
+                 backend: TracerBackend) -> list[tuple[np.ndarray, TraceParams, list]]:
+    """Trace consecutive vertex pairs of every seed line of one image.
+
+    A seed whose properties name a line kind (:func:`core.vectors.line_kind_of`: ``kind``, or
+    OSM's ``waterway`` / ``highway``) is traced as such. The segments of all lines traced with
+    the same parameters go to one :func:`core.tracer.trace_many` call (on the GPU, their
+    evidence is made in one pass).
+
+    Parameters
+    ----------
+    lines : list of (Seed, vertices (k, 2) pixel coordinates)
+
+    Returns
+    -------
+    list, per line, of (vertices without close repeats, its params, per segment the
+    TraceResult or the TraceError that ended it)
+    """
+    jobs = []
+    for seed, vertices in lines:
+        kind = line_kind_of(seed.properties)
+        jobs.append((without_close_vertices(vertices),
+                     params if kind is None else replace(params, line_kind=kind)))
+    outcomes: list[list] = [[] for _ in jobs]
+    for each in dict.fromkeys(line_params for _, line_params in jobs):
+        members = [i for i, (_, line_params) in enumerate(jobs) if line_params == each]
+        pairs = [(jobs[i][0][k], jobs[i][0][k + 1]) for i in members
+                 for k in range(len(jobs[i][0]) - 1)]
+        results = iter(trace_many(raster, pairs, each, backend))
+        for i in members:
+            outcomes[i] = [next(results) for _ in range(len(jobs[i][0]) - 1)]
+    return [(vertices, line_params, outcome)
+            for (vertices, line_params), outcome in zip(jobs, outcomes, strict=True)]
+
+
+def _line_features(raster: Raster, seed: Seed, vertices: np.ndarray, params: TraceParams,
+                   outcomes: list, crs: str) -> tuple[list[dict], int, list[Failure]]:
+    """The features of one seed line's traced segments (``outcomes``: per segment a
+    TraceResult or TraceError, from :func:`_trace_lines`): runs of traced segments become
+    features; failures name their segment."""
     if len(vertices) < 2:
         return [], 0, [Failure(f"seed line shorter than {MIN_SEGMENT_PX:g} px", seed.id)]
-    kind = line_kind_of(seed.properties)
-    if kind is not None:
-        params = replace(params, line_kind=kind)
     runs: list[list[tuple[int, TraceResult]]] = [[]]
     failures = []
-    for k in range(len(vertices) - 1):
-        try:
-            runs[-1].append((k, trace(raster, vertices[k], vertices[k + 1], params, backend)))
-        except TraceError as exc:
-            failures.append(Failure(str(exc), seed.id, k))
+    for k, outcome in enumerate(outcomes):
+        if isinstance(outcome, TraceError):
+            failures.append(Failure(str(outcome), seed.id, k))
             runs.append([])
+        else:
+            runs[-1].append((k, outcome))
     features = []
     for run in (run for run in runs if run):
         results = [result for _, result in run]
@@ -276,9 +307,11 @@ def process_image(task: ImageTask,
             backend = backend_factory()
             features = []
             report.coordinate_space = coordinate_space(raster, task.crs)
-            for seed, vertices in seeds_in_image(task.seeds, name, raster):
-                found, segments, failures = _trace_line(raster, seed, vertices, task.params,
-                                                        backend, task.crs)
+            lines = list(seeds_in_image(task.seeds, name, raster))
+            traced = _trace_lines(raster, lines, task.params, backend)
+            for (seed, _), (vertices, params, outcomes) in zip(lines, traced, strict=True):
+                found, segments, failures = _line_features(raster, seed, vertices, params,
+                                                           outcomes, task.crs)
                 features += found
                 report.segments += segments
                 report.failures += failures

@@ -80,6 +80,24 @@ class Corridor:
         centres = self.a + along[:, None] * (self.b - self.a)
         return centres[:, None, :] + self.offsets[:, None] * self.normal
 
+    @cached_property
+    def pixel_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """Integer (col, row) floor of the lowest and ceiling of the highest corridor point,
+        each (2,) int: the pixels its evidence window must cover.
+
+        Coordinates are rounded to 1e-6 px first, so float noise from a coordinate conversion
+        (an anchor at 12 − 1e-9) reads the same window, and traces the same line, as the exact
+        value.
+        """
+        points = self.guide_points
+        # A coordinate of p[t, i] is c(t) + o(i), each term and the sum rounded monotonically,
+        # so its extremes lie at the grid's corners; and extremes first, rounded after, equals
+        # rounding every point (rounding is monotone too).
+        ends = np.array([points[0, 0], points[0, -1], points[-1, 0], points[-1, -1], self.a,
+                         self.b])
+        return (np.floor(np.round(ends.min(axis=0), 6)).astype(int),
+                np.ceil(np.round(ends.max(axis=0), 6)).astype(int))
+
     def node_sets(self) -> list[np.ndarray]:
         """G_0..G_{m+1}: ``[a (1, 2), guide 1 (d, 2), ..., guide m (d, 2), b (1, 2)]``."""
         return [self.a[None, :], *self.guide_points, self.b[None, :]]

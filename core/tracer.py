@@ -38,9 +38,15 @@ import numpy as np
 
 from core.backend import CpuBackend, TracerBackend
 from core.centring import centre_on_surface
-from core.errors import BadParameter, ImageReadError, NoAdmissiblePath, PointOutsideImage
+from core.errors import (
+    BadParameter,
+    ImageReadError,
+    NoAdmissiblePath,
+    PointOutsideImage,
+    TraceError,
+)
 from core.gradient import gradient_margin
-from core.guides import Corridor, admissible_windows, build_corridor, check_max_angle
+from core.guides import Corridor, Windows, admissible_windows, build_corridor, check_max_angle
 from core.raster import IMAGE_SUFFIXES, Raster, has_grid, load_image, on_same_grid
 from core.resources import check_trace_plan
 from core.scores import SCALAR, Evidence, ScoreInputs, get_score_kind
@@ -55,6 +61,8 @@ POINT_SPACING = 1.5
 CORRIDOR_GROWTH = 1.6
 #: Largest default half-width (px).
 MAX_HALFWIDTH = 150.0
+#: Most corridor pixels whose evidence :func:`trace_many` makes in one pass (bounds its memory).
+BATCH_PIXELS = 4_000_000
 #: What ``TraceParams.line_kind`` may be.
 LINE_KINDS = ("road", "river")
 
@@ -189,26 +197,6 @@ def with_evidence_from(params: TraceParams, evidence_dir: Path | None,
     return replace(params, evidence_path=str(found))
 
 
-def corridor_bounds(corridor: Corridor) -> tuple[np.ndarray, np.ndarray]:
-    """Integer (col, row) floor of the lowest and ceiling of the highest corridor point.
-
-    Coordinates are rounded to 1e-6 px first, so float noise from a coordinate conversion (an
-    anchor at 12 − 1e-9) reads the same window, and traces the same line, as the exact value.
-
-    Returns
-    -------
-    low, high : ndarrays of shape (2,), int
-    """
-    points = corridor.guide_points
-    # A coordinate of p[t, i] is c(t) + o(i), each term and the sum rounded monotonically, so
-    # its extremes lie at the grid's corners; and extremes first, rounded after, equals
-    # rounding every point (rounding is monotone too).
-    ends = np.array([points[0, 0], points[0, -1], points[-1, 0], points[-1, -1], corridor.a,
-                     corridor.b])
-    return (np.floor(np.round(ends.min(axis=0), 6)).astype(int),
-            np.ceil(np.round(ends.max(axis=0), 6)).astype(int))
-
-
 def border_shift(corridor: Corridor, params: TraceParams) -> np.ndarray:
     """Integer (dx, dy) >= 0 that moves the corridor's evidence window off negative coordinates.
 
@@ -216,7 +204,7 @@ def border_shift(corridor: Corridor, params: TraceParams) -> np.ndarray:
     -------
     ndarray of shape (2,), float64
     """
-    low = corridor_bounds(corridor)[0] - (gradient_margin(params.sigma) + 2)
+    low = corridor.pixel_bounds[0] - (gradient_margin(params.sigma) + 2)
     return np.maximum(-low, 0).astype(np.float64)
 
 
@@ -245,36 +233,82 @@ def corridor_evidence(raster: Raster, corridor: Corridor, params: TraceParams,
         value and gradient planes with 0, and ``image_size`` is enlarged to match, so a path
         never gains score by leaving the image.
     """
+    return corridor_evidence_many(raster, [(corridor, params, shift)], backend)[0]
+
+
+def corridor_evidence_many(raster: Raster, corridors: list, backend: TracerBackend | None = None
+                           ) -> list[Evidence]:
+    """:func:`corridor_evidence` of every (corridor, params, shift) of ``corridors``, the
+    planes of all of them made by one :meth:`TracerBackend.score_planes_many` call. The params
+    may differ in the corridor's size only (score kind, σ, line kind and evidence raster are
+    those of the first).
+    """
+    if not corridors:
+        return []
+    params = corridors[0][1]
     kind = get_score_kind(params.score)
     source = evidence_source(raster, params)
+    reads = [_read_corridor(raster, source, corridor, shift, params.sigma)
+             for corridor, _, shift in corridors]
+    if params.line_kind == "river" and kind.river is not None:
+        made = [kind.river(ScoreInputs(read.pixels, None, None, read.a, read.b))
+                for read in reads]
+    else:
+        made = [(planes, tau, None) for planes, tau in (backend or CpuBackend()).score_planes_many(
+            kind, [(read.pixels, read.a, read.b) for read in reads], params.sigma)]
+    return [read.evidence(kind, planes, tau, surface)
+            for read, (planes, tau, surface) in zip(reads, made, strict=True)]
+
+
+@dataclass(frozen=True)
+class _CorridorWindow:
+    """The pixels a corridor's evidence is made from and where they sit.
+
+    pixels : (rows, cols, bands) float32, the part of the wanted window inside the image;
+    a, b : the endpoints in its coordinates; origin : its corner (col, row) in the corridor's
+    frame; outside : ((left, right), (top, bottom)) px of the wanted window beyond the image;
+    size : the image's (width, height) in the corridor's frame, enlarged to the window.
+    """
+
+    pixels: np.ndarray
+    a: np.ndarray
+    b: np.ndarray
+    origin: tuple[int, int]
+    outside: tuple
+    size: tuple[int, int]
+
+    def evidence(self, kind, planes, tau: float, surface) -> Evidence:
+        """The :class:`Evidence` of ``planes`` (P, rows, cols) made from these pixels (and, in
+        river mode, the water ``surface`` (rows, cols) or None)."""
+        planes = np.asarray(planes, dtype=np.float32)
+        outside = self.outside
+        if any(outside[0]) or any(outside[1]):
+            fill = float(planes.min()) if kind.sampler == SCALAR else 0.0
+            planes = np.pad(planes, ((0, 0), outside[1], outside[0]), constant_values=fill)
+            if surface is not None:
+                surface = np.pad(surface, (outside[1], outside[0]))
+        return Evidence(np.ascontiguousarray(planes), self.origin, self.size, kind.sampler, tau,
+                        None if surface is None else np.asarray(surface, dtype=np.float32))
+
+
+def _read_corridor(raster: Raster, source: Raster, corridor: Corridor, shift,
+                   sigma: float) -> _CorridorWindow:
+    """The window of ``source`` (``raster`` or its evidence raster) around ``corridor`` with
+    the gradient margin of σ (see :func:`corridor_evidence`)."""
     sx, sy = (int(value) for value in shift)
-    low, high = corridor_bounds(corridor)
-    margin = gradient_margin(params.sigma) + 2  # also covers the patches around a and b
+    low, high = corridor.pixel_bounds
+    margin = gradient_margin(sigma) + 2  # also covers the patches around a and b
     want0 = low - margin - (sx, sy)  # image frame
     want1 = high + margin + 1 - (sx, sy)
     col0, row0 = max(want0[0], 0), max(want0[1], 0)
     col1, row1 = min(want1[0], raster.width), min(want1[1], raster.height)
     pixels = source.read_window(row0, row1, col0, col1)
     origin = np.array([col0, row0], dtype=np.float64)
-    a, b = corridor.a - (sx, sy) - origin, corridor.b - (sx, sy) - origin
-    surface = None
-    if params.line_kind == "river" and kind.river is not None:
-        planes, tau, surface = kind.river(ScoreInputs(pixels, None, None, a, b))
-    else:
-        planes, tau = (backend or CpuBackend()).score_planes(kind, pixels, a, b, params.sigma)
-    planes = np.asarray(planes, dtype=np.float32)
     outside = ((col0 - min(want0[0], col0), max(want1[0], col1) - col1),
                (row0 - min(want0[1], row0), max(want1[1], row1) - row1))
-    if any(outside[0]) or any(outside[1]):
-        fill = float(planes.min()) if kind.sampler == SCALAR else 0.0
-        planes = np.pad(planes, ((0, 0), outside[1], outside[0]), constant_values=fill)
-        if surface is not None:
-            surface = np.pad(surface, (outside[1], outside[0]))
     size = (max(raster.width, want1[0]) + sx, max(raster.height, want1[1]) + sy)
-    return Evidence(np.ascontiguousarray(planes), (col0 - outside[0][0] + sx,
-                                                   row0 - outside[1][0] + sy),
-                    size, kind.sampler, tau,
-                    None if surface is None else np.asarray(surface, dtype=np.float32))
+    return _CorridorWindow(pixels, corridor.a - (sx, sy) - origin, corridor.b - (sx, sy) - origin,
+                           (col0 - outside[0][0] + sx, row0 - outside[1][0] + sy), outside, size)
 
 
 def trace(raster: Raster, a, b, params: TraceParams | None = None,
@@ -288,22 +322,43 @@ def trace(raster: Raster, a, b, params: TraceParams | None = None,
     ------
     PointOutsideImage, BadParameter, NoAdmissiblePath
     """
+    result = trace_many(raster, [(a, b)], params, backend)[0]
+    if isinstance(result, TraceError):
+        raise result
+    return result
+
+
+def trace_many(raster: Raster, pairs: list, params: TraceParams | None = None,
+               backend: TracerBackend | None = None) -> list[TraceResult | TraceError]:
+    """:func:`trace` of every endpoint pair (a, b) of ``pairs`` on ``raster``, the evidence of
+    all of them made together (:func:`corridor_evidence_many`: on the GPU, each kernel launched
+    once for all), then each traced.
+
+    Returns
+    -------
+    list
+        Per pair, its :class:`TraceResult`, or the :class:`~core.errors.TraceError` that
+        :func:`trace` would raise for it (an error while making the evidence is every pair's).
+    """
     params = params or TraceParams()
     backend = backend or CpuBackend()
-    result = _trace_once(raster, a, b, params, backend)
-    halfwidth = result.params.halfwidth
-    if params.halfwidth is None and halfwidth < MAX_HALFWIDTH \
-            and _touches_edge(result.indices, result.params.points):
-        wider = replace(params, halfwidth=min(CORRIDOR_GROWTH * halfwidth, MAX_HALFWIDTH),
-                        points=result.params.points)
-        try:
-            widened = _trace_once(raster, a, b, wider, backend)
-        except NoAdmissiblePath:  # other point positions, other turns: keep the first optimum
-            return result
-        widened.timings_ms["retrace"] = result.timings_ms["total"]
-        widened.timings_ms["total"] += result.timings_ms["total"]
-        result = widened
-    return result
+    results = _trace_many_once(raster, pairs, [params] * len(pairs), backend)
+    again = [k for k, result in enumerate(results)
+             if isinstance(result, TraceResult) and params.halfwidth is None
+             and result.params.halfwidth < MAX_HALFWIDTH
+             and _touches_edge(result.indices, result.params.points)]
+    wider = [replace(params, halfwidth=min(CORRIDOR_GROWTH * results[k].params.halfwidth,
+                                           MAX_HALFWIDTH), points=results[k].params.points)
+             for k in again]
+    widened = _trace_many_once(raster, [pairs[k] for k in again], wider, backend)
+    for k, result in zip(again, widened, strict=True):
+        if isinstance(result, NoAdmissiblePath):  # other points, other turns: keep the first
+            continue
+        if isinstance(result, TraceResult):
+            result.timings_ms["retrace"] = results[k].timings_ms["total"]
+            result.timings_ms["total"] += results[k].timings_ms["total"]
+        results[k] = result
+    return results
 
 
 def _touches_edge(indices: np.ndarray, points: int) -> bool:
@@ -311,9 +366,78 @@ def _touches_edge(indices: np.ndarray, points: int) -> bool:
     return bool(np.any(indices == 0) or np.any(indices == points - 1))
 
 
-def _trace_once(raster: Raster, a, b, params: TraceParams,
-                backend: TracerBackend) -> TraceResult:
-    """:func:`trace` in the corridor ``params`` gives, without the re-trace."""
+@dataclass(frozen=True)
+class _Segment:
+    """One pair's checked request and geometry: endpoints a, b (2,), the resolved params, the
+    corridor (in the frame moved by ``shift`` off negative coordinates), its admissible
+    windows, θ (rad) and the time (ms) this took."""
+
+    a: np.ndarray
+    b: np.ndarray
+    params: TraceParams
+    corridor: Corridor
+    shift: np.ndarray
+    windows: Windows
+    max_angle_rad: float
+    geometry_ms: float
+
+
+def _trace_many_once(raster: Raster, pairs: list, params: list[TraceParams],
+                     backend: TracerBackend) -> list[TraceResult | TraceError]:
+    """:func:`trace_many` in the corridors ``params`` give (one per pair; they may differ in
+    the corridor's size only), without the re-trace."""
+    results: list = [None] * len(pairs)
+    chunks: list[list] = [[]]
+    pixels = 0
+    for k, ((a, b), each) in enumerate(zip(pairs, params, strict=True)):
+        try:
+            segment = _segment(raster, a, b, each)
+        except TraceError as exc:
+            results[k] = exc
+            continue
+        low, high = segment.corridor.pixel_bounds
+        area = int(np.prod(high - low + 1))
+        if chunks[-1] and pixels + area > BATCH_PIXELS:
+            chunks.append([])
+            pixels = 0
+        chunks[-1].append((k, segment))
+        pixels += area
+    for chunk in chunks:
+        _solve_chunk(raster, chunk, backend, results)
+    return results
+
+
+def _solve_chunk(raster: Raster, segments: list, backend: TracerBackend, results: list) -> None:
+    """The evidence of every (k, segment) of ``segments`` made together, then each traced
+    into ``results[k]`` (its TraceResult or TraceError)."""
+    start = time.perf_counter()
+    try:
+        evidences = corridor_evidence_many(
+            raster, [(segment.corridor, segment.params, segment.shift)
+                     for _, segment in segments], backend)
+    except TraceError as exc:
+        evidences = [exc] * len(segments)
+    evidence_ms = 1e3 * (time.perf_counter() - start) / max(len(segments), 1)
+    ready = []
+    for (k, segment), evidence in zip(segments, evidences, strict=True):
+        if isinstance(evidence, TraceError):
+            results[k] = evidence
+        else:
+            ready.append((k, segment, evidence))
+    start = time.perf_counter()
+    try:
+        solutions = backend.trace_many([(evidence, segment.corridor, segment.windows)
+                                        for _, segment, evidence in ready])
+    except TraceError as exc:
+        solutions = [exc] * len(ready)
+    solve_ms = 1e3 * (time.perf_counter() - start) / max(len(ready), 1)
+    for (k, segment, evidence), solution in zip(ready, solutions, strict=True):
+        results[k] = solution if isinstance(solution, TraceError) else \
+            _finish(segment, evidence, solution, evidence_ms, solve_ms, backend.name)
+
+
+def _segment(raster: Raster, a, b, params: TraceParams) -> _Segment:
+    """Check one request and build its corridor and windows (raises a TraceError)."""
     start = time.perf_counter()
     a = check_point(raster, a, "a")
     b = check_point(raster, b, "b")
@@ -341,20 +465,24 @@ def _trace_once(raster: Raster, a, b, params: TraceParams,
         corridor = build_corridor(a + shift, b + shift, params.guides, params.points,
                                   params.halfwidth)
     windows = admissible_windows(corridor, max_angle_rad)
-    geometry_done = time.perf_counter()
-    evidence = corridor_evidence(raster, corridor, params, shift, backend)
-    evidence_done = time.perf_counter()
-    solution = backend.trace(evidence, corridor, windows)
-    timings = {"geometry": 1e3 * (geometry_done - start),
-               "evidence": 1e3 * (evidence_done - geometry_done), **solution.timings_ms}
-    polyline = corridor.polyline(solution.indices)
+    return _Segment(a, b, params, corridor, shift, windows, max_angle_rad,
+                    1e3 * (time.perf_counter() - start))
+
+
+def _finish(segment: _Segment, evidence: Evidence, solution, evidence_ms: float,
+            solve_ms: float, backend: str) -> TraceResult:
+    """One segment's result from ``backend``'s ``solution`` (a BackendSolution) on its
+    ``evidence`` (``evidence_ms``, ``solve_ms``: its share of the time they took)."""
+    start = time.perf_counter()
+    timings = {"geometry": segment.geometry_ms, "evidence": evidence_ms, **solution.timings_ms}
+    polyline = segment.corridor.polyline(solution.indices)
     if evidence.surface is not None:  # river mode
-        centring_start = time.perf_counter()
         polyline = centre_on_surface(polyline, evidence.surface, np.asarray(evidence.origin),
-                                     max_angle_rad)
-        timings["centring"] = 1e3 * (time.perf_counter() - centring_start)
-    timings["total"] = 1e3 * (time.perf_counter() - start)
-    polyline = polyline - shift
-    polyline[0], polyline[-1] = a, b  # exact, whatever the frame shift rounded
-    return TraceResult(polyline, solution.indices, solution.score, solution.link_scores, params,
-                       backend.name, timings)
+                                     segment.max_angle_rad)
+        timings["centring"] = 1e3 * (time.perf_counter() - start)
+    timings["total"] = (segment.geometry_ms + evidence_ms + solve_ms
+                        + 1e3 * (time.perf_counter() - start))
+    polyline = polyline - segment.shift
+    polyline[0], polyline[-1] = segment.a, segment.b  # exact, whatever the frame shift rounded
+    return TraceResult(polyline, solution.indices, solution.score, solution.link_scores,
+                       segment.params, backend, timings)

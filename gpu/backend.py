@@ -9,6 +9,7 @@ it afterwards, so the backend may be used from any thread (calls are serialised)
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 
@@ -128,21 +129,31 @@ class GpuBackend(TracerBackend):
         :data:`gpu.kinds.DEVICE_KINDS` computed on the device (the surface model too), other
         kinds on the CPU. The planes stay in the device's evidence
         buffer too, so the trace that follows uploads nothing."""
+        return self.score_planes_many(kind, [(pixels, a, b)], sigma)[0]
+
+    def score_planes_many(self, kind: ScoreKind, windows: list,
+                          sigma: float) -> list[tuple[np.ndarray, float]]:
+        """:meth:`score_planes` of every (pixels, a, b) of ``windows``, each device kernel
+        launched once for all of them; the planes stay on the device too."""
         implementation, _ = device_kind(kind)
-        if (implementation is None or not self._evidence.supports(pixels)
+        if (implementation is None
+                or not all(self._evidence.supports(pixels) for pixels, _, _ in windows)
                 or (implementation.centred and not self._centre_on_device)):
-            return super().score_planes(kind, pixels, a, b, sigma)
-        a = np.asarray(a, dtype=np.float64)
-        b = np.asarray(b, dtype=np.float64)
+            return self._host_planes(kind, windows, sigma)
+        windows = [(pixels, np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64))
+                   for pixels, a, b in windows]
         with self.context.active():
             network = None
             if implementation.needs_model:
                 network = self._surface_network()
                 if network is None:
-                    return super().score_planes(kind, pixels, a, b, sigma)
-            planes, tau = implementation.planes(self._evidence, pixels, a, b, sigma, network)
-            self._tracer.planes_resident(planes)
-        return planes, tau
+                    return self._host_planes(kind, windows, sigma)
+            return implementation.planes(self._evidence, windows, sigma, network)
+
+    def _host_planes(self, kind: ScoreKind, windows: list, sigma: float) -> list:
+        """The CPU's planes of every window (:meth:`TracerBackend.score_planes`)."""
+        return [TracerBackend.score_planes(self, kind, pixels, a, b, sigma)
+                for pixels, a, b in windows]
 
     @property
     def model_note(self) -> str:
@@ -238,6 +249,35 @@ class GpuBackend(TracerBackend):
         timings = dict(zip(("gpu_upload", "link_scores", "dp", "gpu_download"), spans,
                            strict=True))
         return BackendSolution(indices, total, along, timings)
+
+    def trace_many(self, problems: list) -> list:
+        """:meth:`trace` of every (evidence, corridor, windows) of ``problems``, all queued on
+        the device before one wait for their results; timings_ms: ``device`` (the whole
+        queue's wall time, shared evenly). One problem is :meth:`trace` itself."""
+        if len(problems) <= 1:
+            return super().trace_many(problems)
+        tracer = self._tracer
+        start = time.perf_counter()
+        # Problems of the same shape one after the other: they share the tracer's plan.
+        order = sorted(range(len(problems)), key=lambda k: _corridor_sizes(problems[k][1]))
+        with self.context.active():
+            total_size = sum(2 * corridor.guides + 4 for _, corridor, _ in problems)
+            tracer.result_host(total_size)  # before any fetch: fetches return views into it
+            queued, at = {}, 0
+            for k in order:
+                evidence, corridor, windows = problems[k]
+                plan = self._bind_trace(evidence, corridor, windows)
+                tracer.launch_links(plan, evidence, tracer.bind_evidence(evidence))
+                plan.launch_dp(tracer.stream)
+                queued[k] = (plan, tracer.fetch(plan, at))
+                at += plan.result_size
+            tracer.synchronize()
+            solved = [queued[k][0].solution(queued[k][1]) for k in range(len(problems))]
+        share = {"device": 1e3 * (time.perf_counter() - start) / len(problems)}
+        return [BackendSolution(indices, total, along, dict(share))
+                if np.isfinite(total) else _no_path(windows)
+                for (total, along, indices), (_, _, windows) in zip(solved, problems,
+                                                                    strict=True)]
 
     def time_dp(self, problem: DPProblem, repeats: int) -> list[float]:
         """CUDA-event milliseconds of DP + merge + backtracking + result copy, links resident."""

@@ -94,9 +94,11 @@ class DeviceTracer:
         self._download_host = cuda.pagelocked_empty(4096, np.uint8)
         self._plan: _Plan | None = None
         self._evidence = None
-        #: The host planes array whose values the "evidence" slot holds (written there by the
-        #: evidence kernels, gpu/evidence.py), so binding evidence with it uploads nothing.
-        self._resident_planes = None
+        self._evidence_at = 0
+        #: (host planes array, device address) of the values the "evidence" slot holds
+        #: (written there by the evidence kernels, gpu/evidence.py), so binding evidence with
+        #: one of them uploads nothing.
+        self._resident_planes = []
 
     # -- memory -----------------------------------------------------------------------------
 
@@ -162,7 +164,7 @@ class DeviceTracer:
         self.synchronize()
         self._plan = None
         self._evidence = None
-        self._resident_planes = None
+        self._resident_planes = []
         for allocation, _ in self._slots.values():
             allocation.free()
         self._slots = {}
@@ -197,14 +199,16 @@ class DeviceTracer:
 
     def planes_slot(self, nbytes: int) -> int:
         """The "evidence" slot, about to be overwritten on the device (by gpu/evidence.py):
-        forget what it held. Mark the host copy with :meth:`planes_resident` afterwards."""
+        forget what it held. Mark the host copies with :meth:`planes_resident` afterwards."""
         self._evidence = None
-        self._resident_planes = None
+        self._resident_planes = []
         return self.slot("evidence", nbytes)
 
-    def planes_resident(self, planes: np.ndarray) -> None:
-        """Record that the "evidence" slot holds ``planes`` (P, rows, cols), interleaved."""
-        self._resident_planes = planes
+    def planes_resident(self, planes: list) -> None:
+        """Record that the "evidence" slot holds the values of each host array of ``planes``,
+        a list of (array (P, rows, cols), device address of its values interleaved per
+        pixel)."""
+        self._resident_planes = list(planes)
 
     def bind_evidence(self, evidence) -> tuple:
         """Upload the evidence planes interleaved per pixel (unless the slot already holds
@@ -222,12 +226,15 @@ class DeviceTracer:
                                    "is too large for the GPU (2^31 values at most): lower the "
                                    "halfwidth or use --backend cpu")
             self._evidence = None
-            if planes is not self._resident_planes:
-                self._resident_planes = None
-                self.upload(np.moveaxis(planes, 0, -1), self.slot("evidence", planes.nbytes))
+            at = next((at for held, at in self._resident_planes if held is planes), None)
+            if at is None:  # the upload overwrites whatever the slot held
+                self._resident_planes = []
+                at = self.slot("evidence", planes.nbytes)
+                self.upload(np.moveaxis(planes, 0, -1), at)
             self._evidence = evidence
+            self._evidence_at = at
         rows, cols = planes.shape[1:]
-        return (self.slot("evidence", 0), int(rows), int(cols), int(evidence.origin[0]),
+        return (self._evidence_at, int(rows), int(cols), int(evidence.origin[0]),
                 int(evidence.origin[1]), int(evidence.image_size[0]),
                 int(evidence.image_size[1]), float(evidence.tau))
 
@@ -239,10 +246,11 @@ class DeviceTracer:
             (plan.link_blocks, 1), (LINK_THREADS, 1, 1), self.stream, plan.link_stages,
             plan.schedule.guides + 1, *image)
 
-    def fetch(self, plan: _Plan) -> np.ndarray:
-        """Queue the copy of the result to the page-locked host buffer; returns that buffer
-        (float64, shape (≥ the plan's result size,))."""
-        host = self.result_host(plan.result_size)
+    def fetch(self, plan: _Plan, at: int = 0) -> np.ndarray:
+        """Queue the copy of the result to the page-locked host buffer, from its entry ``at``
+        on (see :meth:`result_host`); returns that part of the buffer (float64, shape (≥ the
+        plan's result size,))."""
+        host = self.result_host(at + plan.result_size)[at:]
         self.cuda.memcpy_dtoh_async(host[:plan.result_size], plan.result, self.stream)
         return host
 
@@ -358,11 +366,11 @@ class _Plan:
             unique.setdefault((id(lo), id(hi)), (lo, hi))
         self.windows = None
         at = tracer.slot("windows", sum(8 * lo.size for lo, _ in unique.values()))
+        tracer.upload(np.concatenate([array.ravel() for pair in unique.values()
+                                      for array in pair]).astype(np.int32, copy=False), at)
         pointers = {}
-        for key, (lo, hi) in unique.items():
+        for key, (lo, _) in unique.items():
             pointers[key] = (at, at + 4 * lo.size)
-            tracer.upload(lo.astype(np.int32, copy=False), at)
-            tracer.upload(hi.astype(np.int32, copy=False), at + 4 * lo.size)
             at += 8 * lo.size
         forward = {s: pointers[id(windows.lo[s - 1]), id(windows.hi[s - 1])]
                    for s in range(1, m + 1)}

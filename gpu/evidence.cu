@@ -21,10 +21,53 @@
 //
 // Pixels are (rows, cols, bands) float32 with a row pitch (floats), so a window can be read in
 // place from a whole image resident on the device.
+//
+// The kernels of `surface` and `centre` take a table of windows (struct Window, one per window,
+// gpu/kernels.py WINDOW_DTYPE): window blockIdx.z of the table, its buffers and constants. A
+// grid covers the largest window of the table; blocks outside a smaller window return. So one
+// launch serves every window of a batch of traces, and a single trace is a table of one.
 
 #define MAX_BANDS 16
 #define MAX_TAPS 255
 #define MASK_TAPS 9  // sigma = 1, truncate 4: radius 4
+
+struct SelectState;
+
+struct Window {
+    const float* pix;           // the window's first pixel; pitch floats a row
+    float* sim;                 // (rows, cols): similarity, then the membership
+    double* tmp;                // (rows, cols): the centring blur's columns pass
+    float* out;                 // (rows, cols): the plane
+    unsigned char* mask;        // (rows, cols): the surface mask
+    float* ahead;               // (rows, cols): runs along +normal
+    float* behind;              // (rows, cols): runs along -normal
+    float* probability;         // (rows, cols): the model's surface probability
+    float* path;                // (rows, cols): the model's path, or NULL (no path)
+    float* partial;             // value_range's partial ranges (2 a block)
+    float* range;               // [min, max] of the window's pixels
+    double* kernel;             // centre_kernel's output: sigma, radius, width, taps
+    float* means;               // (used + 1, model_rows, model_cols): the model's planes
+    unsigned int* hist;         // the radix select's counts (4 x 4 x 256)
+    SelectState* state;         // the radix select's states (4)
+    double* stretch;            // the band percentiles [low, high]
+    float* input;               // (5, input_rows, input_cols): the network's input
+    const float* logits;        // (2, logit_rows, logit_cols): the network's output
+    const int* patches;         // n_patches pixel indices of the endpoint patches
+    double* trust;              // the model's trust at the clicks
+    double models[2 + 2 * MAX_BANDS];  // spread_a, spread_b, mean_a[bands], mean_b[bands]
+    double centre[8 + MASK_TAPS];      // ax, ay, bx, by, nx, ny, width_reach, centre_blur, mask w
+    double ridge[9];            // ax, ay, chord x, chord y, chord . chord, open_width, tolerance,
+                                // centre_weight, length_cost
+    double quantiles[2];        // the stretch percentiles as fractions
+    double model_trust, length_cost, open_width;
+    float clicks[4];            // a and b in the model's pixels (ax, ay, bx, by)
+    float reach, clip_low, clip_high, pad;
+    int rows, cols, bands, pitch;
+    int step, model_rows, model_cols, used;
+    int input_rows, input_cols, logit_rows, logit_cols;
+    int n_patches, click_a, click_b, pad2;
+};
+static_assert(sizeof(Window) == 776, "gpu/kernels.py WINDOW_DTYPE");
 
 // numpy.pad(mode="symmetric") index: reflect about the edges, repeating with period 2n.
 __device__ __forceinline__ int reflect(int i, int n)
@@ -42,14 +85,15 @@ __device__ __forceinline__ float pixel(const float* pix, int pitch, int bands, i
 
 // Smallest and largest value of the window (np.ptp's operands), per block: partial[2 block] = min,
 // partial[2 block + 1] = max (blockDim.x a power of two, at most 1024).
-extern "C" __global__ void value_range(const float* __restrict__ pix, int rows, int cols, int bands,
-                                       int pitch, float* __restrict__ partial)
+extern "C" __global__ void value_range(const Window* __restrict__ windows)
 {
     __shared__ float low[1024], high[1024];
+    const Window& w = windows[blockIdx.z];
+    float* partial = w.partial;
     float lo = INFINITY, hi = -INFINITY;
-    const int per_row = cols * bands;
-    for (int r = blockIdx.x; r < rows; r += gridDim.x) {  // a block a row, its threads along it
-        const float* row = pix + (size_t)r * pitch;
+    const int per_row = w.cols * w.bands;
+    for (int r = blockIdx.x; r < w.rows; r += gridDim.x) {  // a block a row, its threads along it
+        const float* row = w.pix + (size_t)r * w.pitch;
         for (int k = threadIdx.x; k < per_row; k += blockDim.x) {
             const float v = __ldg(row + k);
             lo = fminf(lo, v);
@@ -72,10 +116,12 @@ extern "C" __global__ void value_range(const float* __restrict__ pix, int rows, 
     }
 }
 
-// The blocks' partial ranges into out[0] = min, out[1] = max: one block of one warp.
-extern "C" __global__ void range_finish(const float* __restrict__ partial, int n,
-                                        float* __restrict__ out)
+// The n blocks' partial ranges into range[0] = min, range[1] = max: one block of one warp a window.
+extern "C" __global__ void range_finish(const Window* __restrict__ windows, int n)
 {
+    const Window& w = windows[blockIdx.z];
+    const float* partial = w.partial;
+    float* out = w.range;
     float lo = INFINITY, hi = -INFINITY;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         lo = fminf(lo, partial[2 * i]);
@@ -91,15 +137,18 @@ extern "C" __global__ void range_finish(const float* __restrict__ partial, int n
     }
 }
 
-// core.scores.endpoint_similarity. models: [spread_a, spread_b, mean_a[bands], mean_b[bands]]
-// (the means are float32 values), range from value_range.
-extern "C" __global__ void similarity(const float* __restrict__ pix, int rows, int cols, int bands,
-                                      int pitch, const double* __restrict__ models,
-                                      const float* __restrict__ range, float* __restrict__ sim)
+// core.scores.endpoint_similarity into sim. models: [spread_a, spread_b, mean_a[bands],
+// mean_b[bands]] (the means are float32 values), range from value_range.
+extern "C" __global__ void similarity(const Window* __restrict__ windows)
 {
+    const Window& w = windows[blockIdx.z];
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     const int r = blockIdx.y * blockDim.y + threadIdx.y;
+    const int rows = w.rows, cols = w.cols, bands = w.bands, pitch = w.pitch;
     if (c >= cols || r >= rows) return;
+    const float* pix = w.pix;
+    const double* models = w.models;
+    const float* range = w.range;
     const double ptp = (double)__fsub_rn(range[1], range[0]);
     const double floor_ = __dadd_rn(__dmul_rn(0.04, ptp), 1e-6);  // SPREAD_FLOOR
     float best = 0.0f;
@@ -115,7 +164,7 @@ extern "C" __global__ void similarity(const float* __restrict__ pix, int rows, i
         d2 = __fmul_rn(d2, factor);
         best = fmaxf(best, (float)exp((double)d2));
     }
-    sim[(size_t)r * cols + c] = best;
+    w.sim[(size_t)r * cols + c] = best;
 }
 
 // numpy's pairwise summation of a contiguous float64 array (what ndarray.sum() computes).
@@ -168,13 +217,17 @@ __device__ bool walk_stops(const float* sim, int rows, int cols, const double* w
     return !(0 <= c && c < cols && 0 <= r && r < rows) || !(mask_value(sim, rows, cols, w, r, c) > 0.5);
 }
 
-// Band width at a and b, the centring sigma and its Gaussian kernel: one block.
-// params: [ax, ay, bx, by, nx, ny, width_reach, centre_blur, mask weights (9)].
-// out: [sigma, radius, width, taps (2 radius + 1), reversed as core.gradient.filter_axis applies
-// them].
-extern "C" __global__ void centre_kernel(const float* __restrict__ sim, int rows, int cols,
-                                         const double* __restrict__ params, double* __restrict__ out)
+// Band width at a and b, the centring sigma and its Gaussian kernel: one block a window.
+// params (w.centre): [ax, ay, bx, by, nx, ny, width_reach, centre_blur, mask weights (9)].
+// out (w.kernel): [sigma, radius, width, taps (2 radius + 1), reversed as
+// core.gradient.filter_axis applies them].
+extern "C" __global__ void centre_kernel(const Window* __restrict__ windows)
 {
+    const Window& win = windows[blockIdx.z];
+    const float* sim = win.sim;
+    const int rows = win.rows, cols = win.cols;
+    const double* params = win.centre;
+    double* out = win.kernel;
     __shared__ double runs[4];
     __shared__ int stop[4];
     __shared__ double phi[MAX_TAPS];
@@ -220,13 +273,16 @@ extern "C" __global__ void centre_kernel(const float* __restrict__ sim, int rows
 }
 
 // Columns pass of the centring blur: tmp[r, c] = sum_t w[t] sim[reflect(r + t - R), c].
-extern "C" __global__ void centre_blur_columns(const float* __restrict__ sim, int rows, int cols,
-                                               const double* __restrict__ kernel,
-                                               double* __restrict__ tmp)
+extern "C" __global__ void centre_blur_columns(const Window* __restrict__ windows)
 {
+    const Window& win = windows[blockIdx.z];
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     const int r = blockIdx.y * blockDim.y + threadIdx.y;
+    const int rows = win.rows, cols = win.cols;
     if (c >= cols || r >= rows) return;
+    const float* sim = win.sim;
+    const double* kernel = win.kernel;
+    double* tmp = win.tmp;
     const int radius = (int)kernel[1];
     const double* w = kernel + 3;
     double value = 0.0;
@@ -254,14 +310,14 @@ __device__ __forceinline__ float ridge_term(double ridge, double length_cost)
 }
 
 // Rows pass of the centring blur and the term: out[r, c] = -(1 - C + length_cost), float32.
-extern "C" __global__ void centre_blur_rows(const double* __restrict__ tmp, int rows, int cols,
-                                            const double* __restrict__ kernel, double length_cost,
-                                            float* __restrict__ out)
+extern "C" __global__ void centre_blur_rows(const Window* __restrict__ windows)
 {
+    const Window& w = windows[blockIdx.z];
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     const int r = blockIdx.y * blockDim.y + threadIdx.y;
-    if (c >= cols || r >= rows) return;
-    out[(size_t)r * cols + c] = ridge_term(centre_ridge(tmp, cols, kernel, r, c), length_cost);
+    if (c >= w.cols || r >= w.rows) return;
+    w.out[(size_t)r * w.cols + c] = ridge_term(centre_ridge(w.tmp, w.cols, w.kernel, r, c),
+                                               w.length_cost);
 }
 
 // ---- The clicked offset across the surface (core/offset.py) ----------------------------------
@@ -271,14 +327,16 @@ extern "C" __global__ void centre_blur_rows(const double* __restrict__ tmp, int 
 // around the clicks' relative cross-position t = behind / (ahead + behind), maxed with
 // CENTRE_WEIGHT x the centre ridge.
 
-// mask[r, c] = 1 where the sigma = 1 blur of the membership is > 0.5 (w: its 9 reversed taps).
-extern "C" __global__ void surface_mask(const float* __restrict__ sim, int rows, int cols,
-                                        const double* __restrict__ w, unsigned char* __restrict__ mask)
+// mask[r, c] = 1 where the sigma = 1 blur of the membership is > 0.5 (centre[8:]: its 9 reversed
+// taps).
+extern "C" __global__ void surface_mask(const Window* __restrict__ windows)
 {
+    const Window& win = windows[blockIdx.z];
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     const int r = blockIdx.y * blockDim.y + threadIdx.y;
+    const int rows = win.rows, cols = win.cols;
     if (c >= cols || r >= rows) return;
-    mask[(size_t)r * cols + c] = mask_value(sim, rows, cols, w, r, c) > 0.5;
+    win.mask[(size_t)r * cols + c] = mask_value(win.sim, rows, cols, win.centre + 8, r, c) > 0.5;
 }
 
 // The widest closed cross-section (px): OPEN_WIDTH x max(width, 2), width = kernel[2].
@@ -290,14 +348,18 @@ __device__ __forceinline__ double widest_section(const double* kernel, double op
 // core.offset._run: ahead / behind = distance (px) from each mask pixel along +(nx, ny) / -(nx,
 // ny) to the first pixel off the mask (nearest-pixel steps, floor(x + 0.5)), inf where the walk
 // leaves the window or is longer than reach = int(widest) + 2; 0 off the mask.
-extern "C" __global__ void offset_runs(const unsigned char* __restrict__ mask, int rows, int cols,
-                                       const double* __restrict__ kernel, double open_width,
-                                       double nx, double ny, float* __restrict__ ahead,
-                                       float* __restrict__ behind)
+extern "C" __global__ void offset_runs(const Window* __restrict__ windows)
 {
+    const Window& w = windows[blockIdx.z];
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     const int r = blockIdx.y * blockDim.y + threadIdx.y;
+    const int rows = w.rows, cols = w.cols;
     if (c >= cols || r >= rows) return;
+    const unsigned char* mask = w.mask;
+    const double* kernel = w.kernel;
+    const double open_width = w.open_width, nx = w.centre[4], ny = w.centre[5];
+    float* ahead = w.ahead;
+    float* behind = w.behind;
     const size_t at = (size_t)r * cols + c;
     if (!mask[at]) {
         ahead[at] = 0.0f;
@@ -335,21 +397,25 @@ __device__ __forceinline__ float click_position(const unsigned char* mask, const
 // x C, P) + length_cost), O = membership x max(0, 1 - |t - t*| / tolerance) where the
 // cross-section is closed and at most widest px wide (else 0), t* the clicks' t interpolated
 // along [a, b]; P the model's path (rows, cols), or no P where path is NULL.
-// params: [ax, ay, chord x, chord y, chord . chord, open_width, tolerance, centre_weight,
-// length_cost]; clicks: the flat indices of the pixels under a and b.
-extern "C" __global__ void offset_blur_rows(const double* __restrict__ tmp, int rows, int cols,
-                                            const double* __restrict__ kernel,
-                                            const float* __restrict__ membership,
-                                            const unsigned char* __restrict__ mask,
-                                            const float* __restrict__ ahead,
-                                            const float* __restrict__ behind,
-                                            const float* __restrict__ path,
-                                            const double* __restrict__ params, int click_a,
-                                            int click_b, float* __restrict__ out)
+// params (w.ridge): [ax, ay, chord x, chord y, chord . chord, open_width, tolerance,
+// centre_weight, length_cost]; click_a, click_b: the flat indices of the pixels under a and b.
+extern "C" __global__ void offset_blur_rows(const Window* __restrict__ windows)
 {
+    const Window& w = windows[blockIdx.z];
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     const int r = blockIdx.y * blockDim.y + threadIdx.y;
+    const int rows = w.rows, cols = w.cols;
     if (c >= cols || r >= rows) return;
+    const double* tmp = w.tmp;
+    const double* kernel = w.kernel;
+    const float* membership = w.sim;
+    const unsigned char* mask = w.mask;
+    const float* ahead = w.ahead;
+    const float* behind = w.behind;
+    const float* path = w.path;
+    const double* params = w.ridge;
+    const int click_a = w.click_a, click_b = w.click_b;
+    float* out = w.out;
     const size_t at = (size_t)r * cols + c;
     const double centre = __dmul_rn(params[7], centre_ridge(tmp, cols, kernel, r, c));
     double offset = 0.0;
@@ -434,17 +500,20 @@ extern "C" __global__ void gradient_rows(const double* __restrict__ tmp, int row
 // The planes the model reads before core.surface.model_inputs stretches them: the window's
 // `step` x `step` block means (core.surface._block_mean: edge padding, the strided views summed in
 // float32 in row-major order of the offsets, then divided) of bands 0..2 (band 0 alone when the
-// image has fewer than 3) and of the similarity. out: (4 or 2, out_rows, out_cols) float32, the
-// bands first, the similarity last.
-extern "C" __global__ void model_planes(const float* __restrict__ pix, int rows, int cols,
-                                        int bands, int pitch, const float* __restrict__ sim,
-                                        int step, int out_rows, int out_cols,
-                                        float* __restrict__ out)
+// image has fewer than 3: used = 3 or 1) and of the similarity. out (w.means): (used + 1,
+// model_rows, model_cols) float32, the bands first, the similarity last.
+extern "C" __global__ void model_planes(const Window* __restrict__ windows)
 {
+    const Window& w = windows[blockIdx.z];
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     const int r = blockIdx.y * blockDim.y + threadIdx.y;
+    const int out_rows = w.model_rows, out_cols = w.model_cols;
     if (c >= out_cols || r >= out_rows) return;
-    const int used = bands >= 3 ? 3 : 1;
+    const int rows = w.rows, cols = w.cols, bands = w.bands, pitch = w.pitch, step = w.step;
+    const float* pix = w.pix;
+    const float* sim = w.sim;
+    float* out = w.means;
+    const int used = w.used;
     const size_t plane = (size_t)out_rows * out_cols, at = (size_t)r * out_cols + c;
     const float divisor = (float)(step * step);
     for (int k = 0; k <= used; ++k) {
@@ -479,15 +548,18 @@ __device__ __forceinline__ void upsample_tap(int i, int step, int size, int& low
     weight = (float)(position - low);
 }
 
-extern "C" __global__ void surface_probability(const float* __restrict__ logits, int logit_rows,
-                                               int logit_cols, int model_rows, int model_cols,
-                                               int step, int rows, int cols,
-                                               float* __restrict__ probability,
-                                               float* __restrict__ path)
+extern "C" __global__ void surface_probability(const Window* __restrict__ windows)
 {
+    const Window& w = windows[blockIdx.z];
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     const int r = blockIdx.y * blockDim.y + threadIdx.y;
+    const int rows = w.rows, cols = w.cols;
     if (c >= cols || r >= rows) return;
+    const float* logits = w.logits;
+    const int logit_rows = w.logit_rows, logit_cols = w.logit_cols, step = w.step;
+    const int model_rows = w.model_rows, model_cols = w.model_cols;
+    float* probability = w.probability;
+    float* path = w.path;
     int r0 = r, r1 = r, c0 = c, c1 = c;
     float wr = 0.0f, wc = 0.0f;
     if (step != 1) {
@@ -512,13 +584,17 @@ extern "C" __global__ void surface_probability(const float* __restrict__ logits,
     }
 }
 
-// The model's trust t = min(1, mean probability in the endpoint patches / model_trust): one block.
-// patches: the n pixel indices (row * cols + col) of both patches. trust[0] = t.
-extern "C" __global__ void surface_trust(const float* __restrict__ probability,
-                                         const int* __restrict__ patches, int n,
-                                         double model_trust, double* __restrict__ trust)
+// The model's trust t = min(1, mean probability in the endpoint patches / model_trust): one block
+// a window. patches: the n pixel indices (row * cols + col) of both patches. trust[0] = t.
+extern "C" __global__ void surface_trust(const Window* __restrict__ windows)
 {
     __shared__ double sums[256];
+    const Window& w = windows[blockIdx.z];
+    const float* probability = w.probability;
+    const int* patches = w.patches;
+    const int n = w.n_patches;
+    const double model_trust = w.model_trust;
+    double* trust = w.trust;
     double sum = 0.0;
     for (int i = threadIdx.x; i < n; i += blockDim.x) sum += probability[patches[i]];
     sums[threadIdx.x] = sum;
@@ -535,12 +611,14 @@ extern "C" __global__ void surface_trust(const float* __restrict__ probability,
 
 // The membership the `surface` kind centres on, in place of the similarity:
 // sim <- sqrt((t p + (1 - t) s) s), float32 as core.scores computes it.
-extern "C" __global__ void surface_membership(const float* __restrict__ probability, int n,
-                                              const double* __restrict__ trust,
-                                              float* __restrict__ sim)
+extern "C" __global__ void surface_membership(const Window* __restrict__ windows)
 {
+    const Window& w = windows[blockIdx.z];
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
+    if (i >= w.rows * w.cols) return;
+    const float* probability = w.probability;
+    const double* trust = w.trust;
+    float* sim = w.sim;
     const float t = (float)trust[0];
     const float rest = (float)(1.0 - trust[0]);
     const float s = sim[i];
@@ -548,15 +626,16 @@ extern "C" __global__ void surface_membership(const float* __restrict__ probabil
     sim[i] = __fsqrt_rn(__fmul_rn(surface, s));
 }
 
-// numpy.percentile(bands, q) (method "linear") of the model's band planes, without sorting: the
+// numpy.percentile(bands, q) (method "linear") of the model's band planes (the first used x
+// model_rows x model_cols values of w.means), without sorting: the
 // two order statistics around each quantile found by a radix select on the values' bits, 8 bits
 // a pass from the top (`repeat` counts every value that many times, for a grey image's band
 // used three times). Pass p (percentile_pass, a grid of blocks) counts, for each of the four
 // wanted ranks, the values whose higher bits match the ones chosen so far, by their next 8 bits,
 // into hist[p]; every block of the next pass (and percentile_finish) reads those counts to
 // choose that digit. state[p] holds the chosen high bits and the ranks left, as block 0 of pass
-// p saw them. q: the two quantiles as fractions; out: [value at q0, value at q1] (float64, as
-// numpy returns). hist (4 x 4 x 256) must be zero before pass 0.
+// p saw them. q (w.quantiles): the two quantiles as fractions; out (w.stretch): [value at q0,
+// value at q1] (float64, as numpy returns). hist (4 x 4 x 256) must be zero before pass 0.
 __device__ __forceinline__ unsigned int order_key(float v)
 {
     const unsigned int bits = __float_as_uint(v);
@@ -621,14 +700,19 @@ __device__ void select_state(int pass, long long total, const double* __restrict
     __syncthreads();
 }
 
-extern "C" __global__ void __launch_bounds__(1024) percentile_pass(
-    const float* __restrict__ values, int n, int repeat, const double* __restrict__ q, int pass,
-    unsigned int* __restrict__ hist, SelectState* __restrict__ state)
+extern "C" __global__ void __launch_bounds__(1024) percentile_pass(const Window* __restrict__ windows,
+                                                                 int pass)
 {
     __shared__ SelectState st;
     __shared__ unsigned int cumulative[4][256];
     __shared__ unsigned int digit[4];
     __shared__ unsigned int histogram[4][256];
+    const Window& w = windows[blockIdx.z];
+    const float* values = w.means;
+    const int n = w.used * w.model_rows * w.model_cols, repeat = 4 - w.used;
+    const double* q = w.quantiles;
+    unsigned int* hist = w.hist;
+    SelectState* state = w.state;
     select_state(pass, (long long)n * repeat, q, hist, state, st, cumulative, digit);
     if (blockIdx.x == 0 && threadIdx.x == 0) state[pass] = st;
     const int shift = 24 - 8 * pass;
@@ -654,13 +738,17 @@ extern "C" __global__ void __launch_bounds__(1024) percentile_pass(
     if (count) atomicAdd(hist + (pass * 4 + threadIdx.x / 256) * 256 + threadIdx.x % 256, count);
 }
 
-extern "C" __global__ void __launch_bounds__(1024) percentile_finish(
-    int n, int repeat, const double* __restrict__ q, const unsigned int* __restrict__ hist,
-    const SelectState* __restrict__ state, double* __restrict__ out)
+extern "C" __global__ void __launch_bounds__(1024) percentile_finish(const Window* __restrict__ windows)
 {
     __shared__ SelectState st;
     __shared__ unsigned int cumulative[4][256];
     __shared__ unsigned int digit[4];
+    const Window& w = windows[blockIdx.z];
+    const int n = w.used * w.model_rows * w.model_cols, repeat = 4 - w.used;
+    const double* q = w.quantiles;
+    const unsigned int* hist = w.hist;
+    const SelectState* state = w.state;
+    double* out = w.stretch;
     select_state(4, (long long)n * repeat, q, hist, state, st, cumulative, digit);
     if (threadIdx.x < 2) {
         // numpy's _lerp: b - a in float32, then in float64 a + d g, or b - d (1 - g) for g >= 0.5.
@@ -678,8 +766,8 @@ extern "C" __global__ void __launch_bounds__(1024) percentile_finish(
 // core.surface.endpoint_plane over the whole out_rows x out_cols (not mirrored): clip(1 -
 // min(|p - a|, |p - b|) / reach, 0, 1), float32 as numpy computes it, with the clicks (ax, ay),
 // (bx, by) in the model's pixel coordinates and reach = ENDPOINT_REACH x max(|b - a|, 1e-3)
-// (from the host). planes: (used + 1, rows, cols), used = 3 or 1 (a grey band taken three
-// times); out: (5, out_rows, out_cols).
+// (from the host). planes (w.means): (used + 1, model_rows, model_cols), used = 3 or 1 (a grey
+// band taken three times); out (w.input): (5, input_rows, input_cols).
 __device__ __forceinline__ int mirror(int i, int n)
 {
     if (n == 1) return 0;
@@ -694,15 +782,19 @@ __device__ __forceinline__ float click_distance(float x, float y, float px, floa
     return __fsqrt_rn(__fadd_rn(__fmul_rn(dx, dx), __fmul_rn(dy, dy)));
 }
 
-extern "C" __global__ void model_input(const float* __restrict__ planes, int used, int rows,
-                                       int cols, const double* __restrict__ range, float clip_low,
-                                       float clip_high, int out_rows, int out_cols, float ax,
-                                       float ay, float bx, float by, float reach,
-                                       float* __restrict__ out)
+extern "C" __global__ void model_input(const Window* __restrict__ windows)
 {
+    const Window& w = windows[blockIdx.z];
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     const int r = blockIdx.y * blockDim.y + threadIdx.y;
+    const int out_rows = w.input_rows, out_cols = w.input_cols;
     if (c >= out_cols || r >= out_rows) return;
+    const float* planes = w.means;
+    const int used = w.used, rows = w.model_rows, cols = w.model_cols;
+    const double* range = w.stretch;
+    const float clip_low = w.clip_low, clip_high = w.clip_high, reach = w.reach;
+    const float ax = w.clicks[0], ay = w.clicks[1], bx = w.clicks[2], by = w.clicks[3];
+    float* out = w.input;
     const size_t plane = (size_t)rows * cols, at = (size_t)mirror(r, rows) * cols + mirror(c, cols);
     const float low = (float)range[0];
     const float span = (float)fmax(__dsub_rn(range[1], range[0]), 1e-6);

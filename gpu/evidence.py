@@ -3,8 +3,13 @@
 :class:`DeviceEvidence` runs the kernels of ``evidence.cu`` on a :class:`~gpu.engine.DeviceTracer`'s
 stream and buffers. The planes are written straight into the tracer's evidence buffer in the
 layout the link-score kernels read, and also come back to the host (``Evidence.planes`` is a
-numpy array); the tracer remembers which host array its evidence buffer holds, so the trace that
-follows uploads nothing (:meth:`gpu.engine.DeviceTracer.bind_evidence`).
+numpy array); the tracer remembers which host arrays its evidence buffer holds, so the traces
+that follow upload nothing (:meth:`gpu.engine.DeviceTracer.bind_evidence`).
+
+``surface`` and ``centre`` take many windows at once (:meth:`DeviceEvidence.surface_many`,
+:meth:`DeviceEvidence.centre_many`): every window gets a ``struct Window`` in a table on the
+device (gpu/kernels.py ``WINDOW_DTYPE``) and each kernel is launched once for the whole table;
+one window is a table of one.
 
 Pixels: when the window is a view into a whole image array (what ``Raster.read_window`` returns
 for an in-memory image), that image is uploaded once and kept on the device while the same
@@ -23,11 +28,13 @@ Call every method inside ``context.active()``.
 from __future__ import annotations
 
 import weakref
+from itertools import accumulate, chain
 
 import numpy as np
 
 from core import offset, scores, surface
 from core.gradient import TRUNCATE, gaussian_kernel
+from gpu.kernels import WINDOW_DTYPE
 
 #: Bands the device kernels handle (more fall back to the CPU).
 MAX_BANDS = 16
@@ -81,35 +88,63 @@ class DeviceEvidence:
 
     # -- pixels -------------------------------------------------------------------------------
 
-    def _bind_pixels(self, pixels: np.ndarray) -> tuple[int, int]:
-        """Device address of the window's first pixel and its row pitch (floats)."""
+    def _bind_windows(self, windows: list) -> list[tuple[int, int]]:
+        """Device address of each window's first pixel and its row pitch (floats).
+
+        A window that is a view into a whole image array (of at most ``MAX_RESIDENT_BYTES``) is
+        read in place from that image, uploaded once and kept while the same array is alive;
+        the windows of one call share at most one such image, the others are uploaded.
+        """
         tracer = self.tracer
-        rows, cols, bands = pixels.shape
-        base = pixels.base
-        if (isinstance(base, np.ndarray) and base.dtype == np.float32 and base.ndim == 3
-                and base.shape[2] == bands and base.flags.c_contiguous
-                and base.nbytes <= MAX_RESIDENT_BYTES
-                and pixels.strides == base.strides):
-            start = pixels.__array_interface__["data"][0] - base.__array_interface__["data"][0]
-            pitch = base.shape[1] * bands
-            key = (base.__array_interface__["data"][0], base.shape)
-            if (self._image is None or self._image() is not base or self._image_key != key):
-                self._image = None
-                tracer.upload(base, tracer.slot("image", base.nbytes))
-                self._image = weakref.ref(base)
-                self._image_key = key
-            return tracer.slot("image", 0) + start, pitch
-        window = np.ascontiguousarray(pixels)
-        at = tracer.slot("window", window.nbytes)
-        tracer.upload(window, at)
-        return at, cols * bands
+        bound: list = [None] * len(windows)
+        uploads = []
+        resident = None
+        for k, (pixels, _, _) in enumerate(windows):
+            base = pixels.base
+            if (isinstance(base, np.ndarray) and base.dtype == np.float32 and base.ndim == 3
+                    and base.shape[2] == pixels.shape[2] and base.flags.c_contiguous
+                    and base.nbytes <= MAX_RESIDENT_BYTES and pixels.strides == base.strides
+                    and (resident is None or base is resident)):
+                if resident is None:
+                    resident = base
+                    key = (base.__array_interface__["data"][0], base.shape)
+                    if (self._image is None or self._image() is not base
+                            or self._image_key != key):
+                        self._image = None
+                        tracer.upload(base, tracer.slot("image", base.nbytes))
+                        self._image = weakref.ref(base)
+                        self._image_key = key
+                start = (pixels.__array_interface__["data"][0]
+                         - base.__array_interface__["data"][0])
+                bound[k] = (start, base.shape[1] * base.shape[2])
+            else:
+                uploads.append(k)
+        if resident is not None:
+            image = tracer.slot("image", 0)
+            for k, entry in enumerate(bound):
+                if entry is not None:
+                    bound[k] = (image + entry[0], entry[1])
+        if uploads:
+            offsets, end = _packed([windows[k][0].nbytes for k in uploads])
+            at = tracer.slot("window", end)
+            for k, offset in zip(uploads, offsets, strict=True):
+                window = np.ascontiguousarray(windows[k][0])
+                tracer.upload(window, at + offset)
+                bound[k] = (at + offset, window.shape[1] * window.shape[2])
+        return bound
 
     # -- kinds --------------------------------------------------------------------------------
 
     def centre(self, pixels: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """``centre`` planes (1, rows, cols), float32, as core's ``centre`` kind makes them."""
-        similarity = self._similarity(pixels, *self._bind_pixels(pixels), a, b)
-        return self._centred(similarity, pixels.shape[:2], a, b)
+        return self.centre_many([(pixels, a, b)])[0]
+
+    def centre_many(self, windows: list) -> list[np.ndarray]:
+        """:meth:`centre` of each (pixels (rows, cols, bands) float32, a (2,), b (2,)) of
+        ``windows``, every kernel launched once for all of them."""
+        batch = _Batch(self, windows)
+        batch.similarity()
+        return batch.centred(clicked_offset=False)
 
     def surface(self, pixels: np.ndarray, a: np.ndarray, b: np.ndarray, network) -> np.ndarray:
         """``surface`` planes (1, rows, cols), float32, as core's ``surface`` kind makes them
@@ -121,149 +156,27 @@ class DeviceEvidence:
         "surface_probability" slot) and the path (the "surface_path" slot), both (rows, cols)
         float32, and the centring; only the planes come back.
         """
-        tracer, k = self.tracer, self.kernels
-        rows, cols, bands = pixels.shape
-        pointer, pitch = self._bind_pixels(pixels)
-        similarity = self._similarity(pixels, pointer, pitch, a, b)
-        step = surface.model_step(rows, cols)
-        model_rows, model_cols = -(-rows // step), -(-cols // step)
-        used = 3 if bands >= 3 else 1
-        means = tracer.slot("surface_means", 4 * (used + 1) * model_rows * model_cols)
-        stream = tracer.stream
-        k["model_planes"].prepared_async_call(
-            _grid(model_rows, model_cols), _BLOCK, stream, pointer, rows, cols, bands, pitch,
-            similarity, step, model_rows, model_cols, means)
-        at_range = tracer.slot("surface_range", 32 + _SELECT_BYTES)
-        at_hist = at_range + 32
-        at_state = at_hist + _SELECT_COUNTS
-        quantiles = np.array(surface.STRETCH_PERCENTILES, dtype=np.float64) / 100
-        tracer.upload(quantiles, at_range + 16)
-        tracer.cuda.memset_d32_async(at_hist, 0, _SELECT_COUNTS // 4, stream)
-        n = used * model_rows * model_cols
-        blocks = (min(-(-n // 1024), _PERCENTILE_BLOCKS), 1)
-        for select_pass in range(4):
-            k["percentile_pass"].prepared_async_call(blocks, (1024, 1, 1), stream, means, n,
-                                                     4 - used, at_range + 16, select_pass,
-                                                     at_hist, at_state)
-        k["percentile_finish"].prepared_async_call((1, 1), (1024, 1, 1), stream, n, 4 - used,
-                                                   at_range + 16, at_hist, at_state, at_range)
-        multiple = surface.SIZE_MULTIPLE
-        input_rows, input_cols = (-(-size // multiple) * multiple
-                                  for size in (model_rows, model_cols))
-        prepared = network.prepared(input_rows, input_cols)
-        # core.surface.endpoint_plane's clicks and reach, in its float32 arithmetic.
-        clicks = [surface.model_point(point, step).astype(np.float32) for point in (a, b)]
-        reach = surface.endpoint_reach(*clicks)
-        k["model_input"].prepared_async_call(
-            _grid(input_rows, input_cols), _BLOCK, stream, means, used, model_rows, model_cols,
-            at_range, *(np.float32(v) for v in surface.STRETCH_CLIP), input_rows, input_cols,
-            *clicks[0], *clicks[1], reach, prepared.input)
-        prepared.launch(stream)
-        _, logit_rows, logit_cols = prepared.output_shape
-        probability = tracer.slot("surface_probability", 4 * rows * cols)
-        path = tracer.slot("surface_path", 4 * rows * cols)
-        k["surface_probability"].prepared_async_call(
-            _grid(rows, cols), _BLOCK, stream, prepared.output, logit_rows, logit_cols,
-            model_rows, model_cols, step, rows, cols, probability, path)
-        pixel_index = np.arange(rows * cols, dtype=np.int32).reshape(rows, cols, 1)
-        patches = np.concatenate([scores.patch_colours(pixel_index, point, scores.PATCH_RADIUS)
-                                  for point in (a, b)]).ravel()
-        at_trust = tracer.slot("surface_patches", 8 + patches.nbytes)
-        tracer.upload(patches, at_trust + 8)
-        k["surface_trust"].prepared_async_call((1, 1), (256, 1, 1), stream, probability,
-                                               at_trust + 8, patches.size,
-                                               float(scores.MODEL_TRUST), at_trust)
-        n = rows * cols
-        k["surface_membership"].prepared_async_call((-(-n // 256), 1), (256, 1, 1), stream,
-                                                    probability, n, at_trust, similarity)
-        return self._centred(similarity, (rows, cols), a, b, clicked_offset=True, path=path)
+        return self.surface_many([(pixels, a, b)], network)[0]
+
+    def surface_many(self, windows: list, network) -> list[np.ndarray]:
+        """:meth:`surface` of each (pixels (rows, cols, bands) float32, a (2,), b (2,)) of
+        ``windows``: every kernel is launched once for all of them, the network once per
+        window."""
+        batch = _Batch(self, windows, network)
+        batch.similarity()
+        batch.surface_model()
+        return batch.centred(clicked_offset=True)
 
     def road_term(self, membership: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Planes (1, rows, cols), float32, of core.scores' road-line term of ``surface``
         without the model's path (the larger of the clicked-offset ridge and CENTRE_WEIGHT x
         the centre ridge) of a (rows, cols) membership in [0, 1] given on the host."""
         membership = np.ascontiguousarray(membership, dtype=np.float32)
-        at = self.tracer.slot("evidence_sim", membership.nbytes)
-        self.tracer.upload(membership, at)
-        return self._centred(at, membership.shape, np.asarray(a, np.float64),
-                             np.asarray(b, np.float64), clicked_offset=True)
-
-    def _similarity(self, pixels: np.ndarray, pointer: int, pitch: int, a: np.ndarray,
-                    b: np.ndarray) -> int:
-        """Device address of core.scores.endpoint_similarity (rows, cols) float32 of the window
-        (the "evidence_sim" slot); ``pointer``, ``pitch``: the window on the device."""
-        tracer, k = self.tracer, self.kernels
-        rows, cols, bands = pixels.shape
-        models = np.empty(2 + 2 * bands)
-        for e, point in enumerate((a, b)):
-            patch = scores.patch_colours(pixels, point, scores.PATCH_RADIUS)
-            models[e] = float(patch.std(axis=0).mean())
-            models[2 + e * bands:2 + (e + 1) * bands] = patch.mean(axis=0)
-        at_models = tracer.slot("evidence_models", 8 * len(models) + 8 * _RANGE_BLOCKS + 8)
-        at_range = at_models + 8 * len(models)
-        at_partial = at_range + 8
-        tracer.upload(models, at_models)
-        sim = tracer.slot("evidence_sim", 4 * rows * cols)
-        stream = tracer.stream
-        blocks = min(rows, _RANGE_BLOCKS)
-        k["value_range"].prepared_async_call((blocks, 1), (256, 1, 1), stream, pointer,
-                                             rows, cols, bands, pitch, at_partial)
-        k["range_finish"].prepared_async_call((1, 1), (32, 1, 1), stream, at_partial, blocks,
-                                              at_range)
-        k["similarity"].prepared_async_call(_grid(rows, cols), _BLOCK, stream, pointer, rows,
-                                            cols, bands, pitch, at_models, at_range, sim)
-        return sim
-
-    def _centred(self, membership: int, shape: tuple[int, int], a: np.ndarray, b: np.ndarray,
-                 clicked_offset: bool = False, path: int = 0) -> np.ndarray:
-        """Planes (1, rows, cols) of core.scores' centred term of the (rows, cols) float32
-        membership at device address ``membership``, written to the evidence slot too; with
-        ``clicked_offset``, of the road-line term (the ridge is the largest of core.offset's
-        clicked-offset ridge, CENTRE_WEIGHT x the centre ridge and, unless ``path`` is 0, the
-        model's path (rows, cols) float32 at device address ``path``)."""
-        tracer, k = self.tracer, self.kernels
-        rows, cols = shape
-        unit = (b - a) / np.hypot(*(b - a))
-        normal = np.array([-unit[1], unit[0]])
-        params = np.concatenate([np.asarray(a, np.float64), np.asarray(b, np.float64), normal,
-                                 [scores.WIDTH_REACH, scores.CENTRE_BLUR], self._mask_weights])
-        at_params = tracer.slot("evidence_params", 8 * len(params) + 8 * (3 + MAX_TAPS))
-        at_kernel = at_params + 8 * len(params)
-        tracer.upload(params, at_params)
-        n = rows * cols
-        tmp = tracer.slot("evidence_tmp", 8 * n)
-        out = tracer.planes_slot(4 * n)
-        stream, grid = tracer.stream, _grid(rows, cols)
-        k["centre_kernel"].prepared_async_call((1, 1), (256, 1, 1), stream, membership, rows,
-                                               cols, at_params, at_kernel)
-        k["centre_blur_columns"].prepared_async_call(grid, _BLOCK, stream, membership, rows,
-                                                     cols, at_kernel, tmp)
-        if not clicked_offset:
-            k["centre_blur_rows"].prepared_async_call(grid, _BLOCK, stream, tmp, rows, cols,
-                                                      at_kernel, float(scores.LENGTH_COST), out)
-            return tracer.download(out, (1, rows, cols), np.float32)
-        at_mask = tracer.slot("offset_mask", n)
-        at_ahead = tracer.slot("offset_ahead", 4 * n)
-        at_behind = tracer.slot("offset_behind", 4 * n)
-        at_mask_weights = at_params + 8 * 8  # params' mask weights (the walks' mask)
-        k["surface_mask"].prepared_async_call(grid, _BLOCK, stream, membership, rows, cols,
-                                              at_mask_weights, at_mask)
-        k["offset_runs"].prepared_async_call(grid, _BLOCK, stream, at_mask, rows, cols,
-                                             at_kernel, float(offset.OPEN_WIDTH),
-                                             float(normal[0]), float(normal[1]), at_ahead,
-                                             at_behind)
-        chord = np.asarray(b, np.float64) - a
-        ridge_params = np.array([a[0], a[1], chord[0], chord[1], chord @ chord,
-                                 offset.OPEN_WIDTH, offset.OFFSET_TOLERANCE,
-                                 scores.CENTRE_WEIGHT, scores.LENGTH_COST], dtype=np.float64)
-        at_ridge = tracer.slot("offset_params", ridge_params.nbytes)
-        tracer.upload(ridge_params, at_ridge)
-        clicks = [min(max(int(round(point[1])), 0), rows - 1) * cols
-                  + min(max(int(round(point[0])), 0), cols - 1) for point in (a, b)]
-        k["offset_blur_rows"].prepared_async_call(grid, _BLOCK, stream, tmp, rows, cols,
-                                                  at_kernel, membership, at_mask, at_ahead,
-                                                  at_behind, path, at_ridge, *clicks, out)
-        return tracer.download(out, (1, rows, cols), np.float32)
+        shape = (*membership.shape, 1)
+        batch = _Batch(self, [(np.broadcast_to(np.float32(0), shape), np.asarray(a, np.float64),
+                               np.asarray(b, np.float64))], pixels=False)
+        self.tracer.upload(membership, int(batch.table["sim"][0]))
+        return batch.centred(clicked_offset=True)[0]
 
     def gradient(self, pixels: np.ndarray, sigma: float) -> np.ndarray:
         """Gradient planes (2, rows, cols) (gx, gy), float32, as core.gradient.gaussian_gradient."""
@@ -272,7 +185,7 @@ class DeviceEvidence:
         smooth, derivative = gaussian_kernel(sigma, 0), gaussian_kernel(sigma, 1)
         radius = int(TRUNCATE * sigma + 0.5)
         weights = np.concatenate([smooth[::-1], derivative[::-1]])
-        pointer, pitch = self._bind_pixels(pixels)
+        ((pointer, pitch),) = self._bind_windows([(pixels, None, None)])
         n = rows * cols
         at_weights = tracer.slot("evidence_weights", weights.nbytes)
         tracer.upload(weights, at_weights)
@@ -284,4 +197,259 @@ class DeviceEvidence:
                                                   bands, pitch, at_weights, radius, tmp)
         k["gradient_rows"].prepared_async_call(grid, _BLOCK, stream, tmp, rows, cols, bands,
                                                at_weights, radius, planar, out)
-        return tracer.download(planar, (2, rows, cols), np.float32)
+        planes = tracer.download(planar, (2, rows, cols), np.float32)
+        tracer.planes_resident([(planes, out)])
+        return planes
+
+
+def _packed(sizes, start: int = 0) -> tuple[list[int], int]:
+    """Byte offsets of buffers of ``sizes`` bytes laid end to end from ``start`` (each 256-byte
+    aligned), and where the last ends."""
+    offsets = []
+    for size in sizes:
+        offsets.append(start)
+        start += -(-max(int(size), 1) // 256) * 256
+    return offsets, start
+
+
+class _Batch:
+    """The windows of one call: their table of ``struct Window`` (gpu/kernels.py WINDOW_DTYPE),
+    filled and uploaded here, and the launches over all of them.
+
+    Buffers: the planes in the tracer's evidence slot, the model's surface and path
+    probabilities in the "surface_probability" and "surface_path" slots, the rest in the
+    "evidence_arena" slot; each laid out window after window.
+
+    Parameters
+    ----------
+    evidence : DeviceEvidence
+    windows : list of (pixels (rows, cols, bands) float32, a (2,), b (2,))
+        a, b in window coordinates (x, y).
+    network : gpu.network.DeviceNetwork, optional
+        The surface model, for :meth:`surface_model` (its programs are prepared here).
+    pixels : bool
+        Whether the windows' pixels are read (False: only their shapes, :meth:`road_term`).
+    """
+
+    def __init__(self, evidence: DeviceEvidence, windows: list, network=None,
+                 pixels: bool = True):
+        tracer = self.tracer = evidence.tracer
+        self.kernels = evidence.kernels
+        self.windows = windows
+        count = len(windows)
+        shapes = [tuple(int(size) for size in window.shape) for window, _, _ in windows]
+        self.shapes = [shape[:2] for shape in shapes]
+        self.sizes = sizes = [rows * cols for rows, cols, _ in shapes]
+        self.grid = (*_grid(max(rows for rows, _, _ in shapes),
+                            max(cols for _, cols, _ in shapes)), count)
+        models = np.zeros((count, 2 + 2 * MAX_BANDS))
+        bound = [(0, 0)] * count
+        if pixels:
+            bound = evidence._bind_windows(windows)
+            _colour_models(windows, models)
+        self.planes, self.planes_bytes = _packed([4 * n for n in sizes])
+        at_planes = tracer.planes_slot(self.planes_bytes)
+        arena, end = {}, 0
+        for name, each in (("sim", [4 * n for n in sizes]), ("tmp", [8 * n for n in sizes]),
+                           ("mask", sizes), ("ahead", [4 * n for n in sizes]),
+                           ("behind", [4 * n for n in sizes]),
+                           ("kernel", [8 * (3 + MAX_TAPS)] * count),
+                           ("partial", [8 * _RANGE_BLOCKS + 8] * count)):
+            arena[name], end = _packed(each, end)
+        model = _ModelLayout(self, network, arena, end) if network is not None else None
+        base = tracer.slot("evidence_arena", model.end if model else end)
+        rows_out = []
+        for k, ((rows, cols, bands), (_, a, b)) in enumerate(zip(shapes, windows, strict=True)):
+            ax, ay, bx, by = float(a[0]), float(a[1]), float(b[0]), float(b[1])
+            cx, cy = bx - ax, by - ay
+            length = float(np.hypot(cx, cy))
+            nx, ny = -(cy / length), cx / length
+            at = {name: base + offsets[k] for name, offsets in arena.items()}
+            clicks = [min(max(int(round(y)), 0), rows - 1) * cols
+                      + min(max(int(round(x)), 0), cols - 1) for x, y in ((ax, ay), (bx, by))]
+            surface_fields = model.fields(k, base) if model else _NO_MODEL
+            rows_out.append((
+                bound[k][0], at["sim"], at["tmp"], at_planes + self.planes[k], at["mask"],
+                at["ahead"], at["behind"], *surface_fields[0], at["partial"],
+                at["partial"] + 8 * _RANGE_BLOCKS, at["kernel"], *surface_fields[1],
+                models[k], (ax, ay, bx, by, nx, ny, scores.WIDTH_REACH, scores.CENTRE_BLUR,
+                            *evidence._mask_weights),
+                (ax, ay, cx, cy, cx * cx + cy * cy, offset.OPEN_WIDTH, offset.OFFSET_TOLERANCE,
+                 scores.CENTRE_WEIGHT, scores.LENGTH_COST),
+                *surface_fields[2], scores.LENGTH_COST, offset.OPEN_WIDTH, *surface_fields[3],
+                rows, cols, bands, bound[k][1], *surface_fields[4], *clicks, 0))
+        self.table = np.array(rows_out, dtype=WINDOW_DTYPE)
+        self.at = tracer.slot("evidence_windows", self.table.nbytes)
+        tracer.upload(self.table, self.at)
+        self.programs = model.programs if model else []
+
+    def _launch(self, name: str, grid: tuple, block: tuple, *args) -> None:
+        self.kernels[name].prepared_async_call(grid, block, self.tracer.stream, self.at, *args)
+
+    def similarity(self) -> None:
+        """core.scores.endpoint_similarity of every window into its "sim" buffer."""
+        blocks = min(int(self.table["rows"].max()), _RANGE_BLOCKS)
+        count = len(self.windows)
+        self._launch("value_range", (blocks, 1, count), (256, 1, 1))
+        self._launch("range_finish", (1, 1, count), (32, 1, 1), blocks)
+        self._launch("similarity", self.grid, _BLOCK)
+
+    def surface_model(self) -> None:
+        """The model's input of every window, the network, its surface probability and path
+        (the "surface_probability" and "surface_path" slots), its trust at the clicks and the
+        membership sqrt(p' s) in place of the similarity (needs ``network``)."""
+        tracer, table, count = self.tracer, self.table, len(self.windows)
+        stream = tracer.stream
+        model_grid = (*_grid(int(table["model_rows"].max()), int(table["model_cols"].max())),
+                      count)
+        self._launch("model_planes", model_grid, _BLOCK)
+        tracer.cuda.memset_d32_async(int(table["hist"][0]), 0,
+                                     (int(table["hist"][-1]) - int(table["hist"][0])
+                                      + _SELECT_COUNTS) // 4, stream)
+        n = int((table["used"] * table["model_rows"].astype(np.int64) * table["model_cols"]).max())
+        blocks = (min(-(-n // 1024), _PERCENTILE_BLOCKS), 1, count)
+        for select_pass in range(4):
+            self._launch("percentile_pass", blocks, (1024, 1, 1), select_pass)
+        self._launch("percentile_finish", (1, 1, count), (1024, 1, 1))
+        self._launch("model_input", (*_grid(int(table["input_rows"].max()),
+                                            int(table["input_cols"].max())), count), _BLOCK)
+        for k, program in enumerate(self.programs):
+            if count > 1:
+                tracer.cuda.memcpy_dtod_async(program.input, int(table["input"][k]),
+                                              4 * int(np.prod(program.input_shape)), stream)
+            program.launch(stream)
+            if count > 1:
+                tracer.cuda.memcpy_dtod_async(int(table["logits"][k]), program.output,
+                                              4 * int(np.prod(program.output_shape)), stream)
+        self._launch("surface_probability", self.grid, _BLOCK)
+        self._launch("surface_trust", (1, 1, count), (256, 1, 1))
+        self._launch("surface_membership", (-(-max(self.sizes) // 256), 1, count), (256, 1, 1))
+
+    def centred(self, clicked_offset: bool) -> list[np.ndarray]:
+        """Planes (1, rows, cols) of core.scores' centred term of every window's membership
+        (its "sim" buffer), float32, also left in the tracer's evidence slot; with
+        ``clicked_offset``, of the road-line term (the ridge is the largest of core.offset's
+        clicked-offset ridge, CENTRE_WEIGHT x the centre ridge and, after
+        :meth:`surface_model`, the model's path)."""
+        tracer, table, count = self.tracer, self.table, len(self.windows)
+        self._launch("centre_kernel", (1, 1, count), (256, 1, 1))
+        self._launch("centre_blur_columns", self.grid, _BLOCK)
+        if clicked_offset:
+            self._launch("surface_mask", self.grid, _BLOCK)
+            self._launch("offset_runs", self.grid, _BLOCK)
+            self._launch("offset_blur_rows", self.grid, _BLOCK)
+        else:
+            self._launch("centre_blur_rows", self.grid, _BLOCK)
+        flat = tracer.download(int(table["out"][0]), (self.planes_bytes // 4,), np.float32)
+        planes = [flat[start // 4:start // 4 + n].reshape(1, rows, cols)
+                  for start, n, rows, cols in zip(self.planes, self.sizes, table["rows"].tolist(),
+                                                  table["cols"].tolist(), strict=True)]
+        tracer.planes_resident([(plane, int(pointer))
+                                for plane, pointer in zip(planes, table["out"], strict=True)])
+        return planes
+
+
+#: The surface model's fields of a window without the model (zeros; path NULL), in the five
+#: runs of :meth:`_ModelLayout.fields`.
+_NO_MODEL = ((0, 0), (0,) * 8, ((0.0, 0.0), 0.0), ((0.0,) * 4, 0.0, 0.0, 0.0, 0.0), (0,) * 9)
+
+
+class _ModelLayout:
+    """The surface model's part of a :class:`_Batch`: each window's model sizes, its buffers
+    in the batch's arena (laid out from byte ``end``; ``self.end``: where they end), its
+    surface and path slots, the network's program of each window, and the endpoint patches'
+    pixel indices (uploaded here)."""
+
+    def __init__(self, batch: _Batch, network, arena: dict, end: int):
+        tracer, count = batch.tracer, len(batch.windows)
+        bands = [int(window.shape[2]) for window, _, _ in batch.windows]
+        self.steps = [surface.model_step(rows, cols) for rows, cols in batch.shapes]
+        self.model = [(-(-rows // step), -(-cols // step))
+                      for (rows, cols), step in zip(batch.shapes, self.steps, strict=True)]
+        self.used = [3 if band >= 3 else 1 for band in bands]
+        multiple = surface.SIZE_MULTIPLE
+        self.input = [(-(-rows // multiple) * multiple, -(-cols // multiple) * multiple)
+                      for rows, cols in self.model]
+        self.programs = network.prepared_many(self.input)
+        layout = [("means", [4 * (used + 1) * rows * cols for used, (rows, cols)
+                             in zip(self.used, self.model, strict=True)]),
+                  ("hist", [_SELECT_BYTES + 16] * count), ("trust", [8] * count)]
+        if count > 1:  # else the program's own buffers: no copies
+            layout += [("input", [4 * int(np.prod(program.input_shape))
+                                  for program in self.programs]),
+                       ("logits", [4 * int(np.prod(program.output_shape))
+                                   for program in self.programs])]
+        self.arena = {}
+        for name, each in layout:
+            self.arena[name], end = _packed(each, end)
+        self.end = end
+        self.slots = []
+        for name in ("probability", "path"):
+            offsets, total = _packed([4 * n for n in batch.sizes])
+            at = tracer.slot(f"surface_{name}", total)
+            self.slots.append([at + offset for offset in offsets])
+        patches, self.clicks, self.reach = [], [], []
+        for k, (_, a, b) in enumerate(batch.windows):
+            # core.surface.endpoint_plane's clicks and reach, in its float32 arithmetic.
+            clicks = [surface.model_point(point, self.steps[k]).astype(np.float32)
+                      for point in (a, b)]
+            self.clicks.append((*clicks[0], *clicks[1]))
+            self.reach.append(surface.endpoint_reach(*clicks))
+            patches.append(_patch_indices(a, *batch.shapes[k])
+                           + _patch_indices(b, *batch.shapes[k]))
+        self.counts = [len(indices) for indices in patches]
+        at = tracer.slot("surface_patches", 4 * max(sum(self.counts), 1))
+        self.patches = [at + 4 * first for first in accumulate([0, *self.counts[:-1]])]
+        tracer.upload(np.fromiter(chain.from_iterable(patches), dtype=np.int32), at)
+        self.quantiles = tuple(value / 100 for value in surface.STRETCH_PERCENTILES)
+
+    def fields(self, k: int, base: int) -> tuple:
+        """Window ``k``'s model fields in WINDOW_DTYPE's order, in five runs: (probability,
+        path); (means, hist, state, stretch, input, logits, patches, trust); (quantiles,
+        model_trust); (clicks, reach, clip_low, clip_high, pad); (step, model_rows,
+        model_cols, used, input_rows, input_cols, logit_rows, logit_cols, n_patches). Arena
+        offsets are relative to ``base``, the arena's device address."""
+        at = {name: base + offsets[k] for name, offsets in self.arena.items()}
+        program = self.programs[k]
+        inputs, logits = ((at["input"], at["logits"]) if "input" in at
+                          else (program.input, program.output))
+        stretch = at["hist"] + _SELECT_COUNTS + 4 * 64
+        return ((self.slots[0][k], self.slots[1][k]),
+                (at["means"], at["hist"], at["hist"] + _SELECT_COUNTS, stretch, inputs, logits,
+                 self.patches[k], at["trust"]),
+                (self.quantiles, scores.MODEL_TRUST),
+                (self.clicks[k], self.reach[k], *surface.STRETCH_CLIP, 0.0),
+                (self.steps[k], *self.model[k], self.used[k], *self.input[k],
+                 *program.output_shape[1:], self.counts[k]))
+
+
+def _colour_models(windows: list, models: np.ndarray) -> None:
+    """core.scores.endpoint_similarity's colour models of each window into ``models`` (count,
+    2 + 2 MAX_BANDS): the spreads of the patches at a and b, then their mean colours. Whole
+    patches of windows with the same bands are reduced together (numpy reduces a stack of
+    them in the same order as each alone: the same values)."""
+    side = 2 * scores.PATCH_RADIUS + 1
+    whole: dict = {}  # bands -> [(window index, patches (2, side², bands))]
+    for k, (window, a, b) in enumerate(windows):
+        patches = [scores.patch_colours(window, point, scores.PATCH_RADIUS) for point in (a, b)]
+        if len(windows) > 1 and all(len(patch) == side * side for patch in patches):
+            whole.setdefault(window.shape[2], []).append((k, np.stack(patches)))
+            continue
+        for e, patch in enumerate(patches):
+            bands = window.shape[2]
+            models[k, e] = float(patch.std(axis=0).mean())
+            models[k, 2 + e * bands:2 + (e + 1) * bands] = patch.mean(axis=0)
+    for bands, members in whole.items():
+        stacked = np.stack([patches for _, patches in members])  # (n, 2, side², bands)
+        rows = [k for k, _ in members]
+        models[rows, :2] = stacked.std(axis=2).mean(axis=2)
+        models[rows, 2:2 + 2 * bands] = stacked.mean(axis=2).reshape(len(rows), 2 * bands)
+
+
+def _patch_indices(point, rows: int, cols: int) -> list[int]:
+    """Flat pixel indices (row * cols + col) of core.scores.patch_colours' patch around
+    ``point`` (x, y) in a (rows, cols) window, in its order."""
+    radius = scores.PATCH_RADIUS
+    col, row = round(float(point[0])), round(float(point[1]))
+    return [r * cols + c for r in range(max(row - radius, 0), min(row + radius + 1, rows))
+            for c in range(max(col - radius, 0), min(col + radius + 1, cols))]

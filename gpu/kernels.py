@@ -42,33 +42,34 @@ LINK_KERNELS = {SCALAR: "link_scores_scalar", CROSS: "link_scores_cross",
                 SINE: "link_scores_sine"}
 
 
-#: Kernels of evidence.cu and their argument formats.
+#: ``struct Window`` of evidence.cu: one window of the ``surface`` and ``centre`` kernels, its
+#: buffers (device addresses) and constants.
+WINDOW_DTYPE = np.dtype([
+    *[(name, np.uint64) for name in (
+        "pix", "sim", "tmp", "out", "mask", "ahead", "behind", "probability", "path", "partial",
+        "range", "kernel", "means", "hist", "state", "stretch", "input", "logits", "patches",
+        "trust")],
+    ("models", np.float64, 2 + 2 * 16), ("centre", np.float64, 8 + 9), ("ridge", np.float64, 9),
+    ("quantiles", np.float64, 2), ("model_trust", np.float64), ("length_cost", np.float64),
+    ("open_width", np.float64), ("clicks", np.float32, 4), ("reach", np.float32),
+    ("clip_low", np.float32), ("clip_high", np.float32), ("pad", np.float32),
+    *[(name, np.int32) for name in (
+        "rows", "cols", "bands", "pitch", "step", "model_rows", "model_cols", "used",
+        "input_rows", "input_cols", "logit_rows", "logit_cols", "n_patches", "click_a",
+        "click_b", "pad2")]])
+assert WINDOW_DTYPE.itemsize == 776  # evidence.cu's static_assert
+
+#: Kernels of evidence.cu and their argument formats: the table of windows (``WINDOW_DTYPE``)
+#: and, for some, one integer.
 EVIDENCE_KERNELS = {
-    "value_range": "PiiiiP",              # pixels, rows, cols, bands, pitch, partial
-    "range_finish": "PiP",                # partial, blocks, out
-    "similarity": "PiiiiPPP",             # pixels, rows, cols, bands, pitch, models, range, sim
-    "centre_kernel": "PiiPP",             # sim, rows, cols, params, kernel
-    "centre_blur_columns": "PiiPP",       # sim, rows, cols, kernel, tmp
-    "centre_blur_rows": "PiiPdP",         # tmp, rows, cols, kernel, length_cost, out
-    "surface_mask": "PiiPP",              # sim, rows, cols, mask weights, mask
-    "offset_runs": "PiiPdddPP",           # mask, rows, cols, kernel, open_width, nx, ny, ahead,
-                                          # behind
-    # tmp, rows, cols, kernel, membership, mask, ahead, behind, path (or NULL), params,
-    # click_a, click_b, out
-    "offset_blur_rows": "PiiPPPPPPPiiP",
+    **{name: "P" for name in (
+        "value_range", "similarity", "centre_kernel", "centre_blur_columns", "centre_blur_rows",
+        "surface_mask", "offset_runs", "offset_blur_rows", "model_planes", "surface_probability",
+        "percentile_finish", "model_input", "surface_trust", "surface_membership")},
+    "range_finish": "Pi",                 # windows, value_range's blocks
+    "percentile_pass": "Pi",              # windows, pass
     "gradient_columns": "PiiiiPiP",       # pixels, rows, cols, bands, pitch, weights, radius, tmp
     "gradient_rows": "PiiiPiPP",          # tmp, rows, cols, bands, weights, radius, planar, pairs
-    # pixels, rows, cols, bands, pitch, sim, step, out_rows, out_cols, out
-    "model_planes": "PiiiiPiiiP",
-    # logits, logit_rows, logit_cols, model_rows, model_cols, step, rows, cols, probability, path
-    "surface_probability": "PiiiiiiiPP",
-    "percentile_pass": "PiiPiPP",         # values, n, repeat, quantiles, pass, hist, state
-    "percentile_finish": "iiPPPP",        # n, repeat, quantiles, hist, state, out
-    # planes, used, rows, cols, range, clip_low, clip_high, out_rows, out_cols, ax, ay, bx, by,
-    # reach, out
-    "model_input": "PiiiPffiifffffP",
-    "surface_trust": "PPidP",             # probability, patches, n, model_trust, trust
-    "surface_membership": "PiPP",         # probability, n, trust, sim
 }
 
 #: Kernels of network.cu and their argument formats.

@@ -36,7 +36,8 @@ class DeviceKind:
     centred : bool
         Whether it ends with the centring blur (needs :func:`gpu.evidence.centre_supported`).
     planes : callable
-        ``planes(evidence, pixels, a, b, sigma, network) -> (planes (P, rows, cols) float32, tau)``
+        ``planes(evidence, windows, sigma, network) -> [(planes (P, rows, cols) float32, tau),
+        ...]``, one per (pixels (rows, cols, bands) float32, a (2,), b (2,)) of ``windows``,
         with ``evidence`` a :class:`gpu.evidence.DeviceEvidence` and ``network`` the
         :class:`gpu.network.DeviceNetwork` (None unless ``needs_model``).
     """
@@ -47,21 +48,21 @@ class DeviceKind:
     centred: bool = False
 
 
-def _centre(evidence, pixels, a, b, sigma, network):
-    return evidence.centre(pixels, a, b), 0.0
+def _centre(evidence, windows, sigma, network):
+    return [(planes, 0.0) for planes in evidence.centre_many(windows)]
 
 
-def _surface(evidence, pixels, a, b, sigma, network):
-    return evidence.surface(pixels, a, b, network), 0.0
+def _surface(evidence, windows, sigma, network):
+    return [(planes, 0.0) for planes in evidence.surface_many(windows, network)]
 
 
-def _gradient(evidence, pixels, a, b, sigma, network):
-    return evidence.gradient(pixels, float(sigma)), 0.0
+def _gradient(evidence, windows, sigma, network):
+    return [(evidence.gradient(pixels, float(sigma)), 0.0) for pixels, _, _ in windows]
 
 
-def _gradient_median(evidence, pixels, a, b, sigma, network):
-    planes = evidence.gradient(pixels, float(sigma))
-    return planes, float(np.median(np.hypot(planes[0], planes[1])))
+def _gradient_median(evidence, windows, sigma, network):
+    return [(planes, float(np.median(np.hypot(planes[0], planes[1]))))
+            for planes, _ in _gradient(evidence, windows, sigma, network)]
 
 
 DEVICE_KINDS: dict[str, DeviceKind] = {

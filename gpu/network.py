@@ -316,16 +316,25 @@ class DeviceNetwork:
 
     def prepared(self, rows: int, cols: int) -> _Prepared:
         """The program for input (1, C, rows, cols) with its buffers and launches (cached)."""
-        key = (rows, cols)
-        if key in self._programs:
-            self._programs.move_to_end(key)
-            return self._programs[key]
-        program = network_program(self.model, self.constants, rows, cols)
-        prepared = _Prepared(self, program)
-        self._programs[key] = prepared
-        while len(self._programs) > CACHED_SIZES:
-            self._programs.popitem(last=False)[1].free()
-        return prepared
+        return self.prepared_many([(rows, cols)])[0]
+
+    def prepared_many(self, sizes: list) -> list[_Prepared]:
+        """The program of each input size (rows, cols) of ``sizes`` (cached). The programs
+        least recently used beyond ``CACHED_SIZES`` (or beyond the number of sizes asked for)
+        are freed, after the work queued on the stream."""
+        wanted = list(dict.fromkeys((int(rows), int(cols)) for rows, cols in sizes))
+        for key in wanted:
+            if key in self._programs:
+                self._programs.move_to_end(key)
+            else:
+                self._programs[key] = _Prepared(self, network_program(self.model, self.constants,
+                                                                      *key))
+        excess = len(self._programs) - max(CACHED_SIZES, len(wanted))
+        if excess > 0:
+            self.stream.synchronize()  # queued forward passes may still use them
+            for _ in range(excess):
+                self._programs.popitem(last=False)[1].free()
+        return [self._programs[int(rows), int(cols)] for rows, cols in sizes]
 
     def run(self, image: np.ndarray) -> np.ndarray:
         """The network's output (channels, rows, cols) float32 for ``image`` (1, C, rows, cols),
@@ -398,6 +407,7 @@ class _Prepared:
         self.address = {name: address(name) for name in sizes}
         self.input = self.address[program.input]
         self.output = self.address[program.output]
+        self.input_shape = program.shapes[program.input]
         self.output_shape = program.shapes[program.output]
         self.launches = [launch for layer in program.layers
                          if not (layer.op == "copy" and in_place.get(layer.inputs[0])

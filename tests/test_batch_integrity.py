@@ -224,7 +224,7 @@ def test_running_out_of_memory_is_recorded_per_image(tmp_path, capsys, monkeypat
     def exhausted(*args, **kwargs):
         raise MemoryError
 
-    monkeypatch.setattr("core.batch.trace", exhausted)
+    monkeypatch.setattr("core.batch.trace_many", exhausted)
     code, _ = batch(capsys, images, seeds, tmp_path / "out")
     assert code == 1
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())

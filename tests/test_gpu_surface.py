@@ -15,7 +15,7 @@ from core.gradient import gaussian_blur
 from core.offset import offset_ridge
 from core.raster import load_image
 from core.scores import endpoint_similarity, get_score_kind
-from core.tracer import TraceParams, trace
+from core.tracer import TraceParams, trace, trace_many
 from tests.conftest import SAMPLE_CASES, SAMPLE_IMAGE
 
 pytestmark = pytest.mark.gpu
@@ -186,3 +186,44 @@ def test_an_unsupported_model_runs_on_the_cpu_and_says_why(tmp_path, monkeypatch
     got, _ = backend.score_planes(kind, pixels, a, b, 1.5)
     expected, _ = CpuBackend().score_planes(kind, pixels, a, b, 1.5)
     np.testing.assert_array_equal(got, expected)
+
+
+def _batch_windows(sample):
+    """Windows of twelve sizes (more model input sizes than the device network keeps) and the
+    sample cases' windows (the model at full and at half resolution); every other one a copy,
+    the rest views into the image (read in place on the device)."""
+    raster, _ = sample
+    windows = list(_windows(sample))
+    for i in range(12):
+        rows, cols = 20 + 8 * i, 30 + 9 * i
+        pixels = raster.read_window(40 + 7 * i, 40 + 7 * i + rows, 60 + 5 * i, 60 + 5 * i + cols)
+        windows.append((pixels, np.array([3.0 + i, 4.0]), np.array([cols - 5.0, rows - 6.0])))
+    return [(np.array(pixels) if k % 2 else pixels, a, b)
+            for k, (pixels, a, b) in enumerate(windows)]
+
+
+@pytest.mark.parametrize("score", ["surface", "centre"])
+def test_device_planes_of_many_windows_equal_those_made_one_at_a_time(backend, sample, score):
+    kind = get_score_kind(score)
+    windows = _batch_windows(sample)
+    together = backend.score_planes_many(kind, windows, 1.5)
+    assert len(together) == len(windows)
+    for (pixels, a, b), (planes, tau) in zip(windows, together, strict=True):
+        alone, alone_tau = backend.score_planes(kind, pixels, a, b, 1.5)
+        assert planes.shape == (1, *pixels.shape[:2])
+        np.testing.assert_array_equal(planes, alone)
+        assert tau == alone_tau
+
+
+def test_gpu_trace_many_equals_trace_one_at_a_time(backend, sample):
+    raster, cases = sample
+    pairs = []
+    for case in cases:
+        vertices = np.asarray(case["gt"], float)[::40]
+        pairs += [(vertices[k], vertices[k + 1]) for k in range(len(vertices) - 1)]
+        pairs.append((np.asarray(case["a"], float), np.asarray(case["b"], float)))
+    results = trace_many(raster, pairs, TraceParams(), backend)
+    for (a, b), got in zip(pairs, results, strict=True):
+        expected = trace(raster, a, b, TraceParams(), backend)
+        np.testing.assert_array_equal(got.polyline, expected.polyline)
+        assert got.score == expected.score

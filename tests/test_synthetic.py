@@ -87,14 +87,14 @@ def test_corridor_widens_where_the_optimum_touches_its_edge():
 
 
 def test_widened_corridor_without_an_admissible_path_keeps_the_first_optimum(monkeypatch):
-    real = tracer._trace_once
+    real = tracer._trace_many_once
 
-    def first_only(raster, a, b, params, backend):
-        if params.halfwidth is not None:  # the widened attempt
-            raise NoAdmissiblePath("no polyline in the wider corridor")
-        return real(raster, a, b, params, backend)
+    def first_only(raster, pairs, params, backend):
+        if any(each.halfwidth is not None for each in params):  # the widened attempt
+            return [NoAdmissiblePath("no polyline in the wider corridor") for _ in pairs]
+        return real(raster, pairs, params, backend)
 
-    monkeypatch.setattr(tracer, "_trace_once", first_only)
+    monkeypatch.setattr(tracer, "_trace_many_once", first_only)
     result = trace(road_image(BULGE), BULGE[0], BULGE[-1])
     assert result.params.halfwidth == pytest.approx(50.0)
     assert "retrace" not in result.timings_ms
