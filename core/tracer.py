@@ -387,6 +387,11 @@ def _trace_many_once(raster: Raster, pairs: list, params: list[TraceParams],
     """:func:`trace_many` in the corridors ``params`` give (one per pair; they may differ in
     the corridor's size only), without the re-trace."""
     results: list = [None] * len(pairs)
+    if pairs:
+        try:  # the pairs share the evidence raster: checked (and read) once
+            evidence_source(raster, params[0])
+        except TraceError as exc:
+            return [exc] * len(pairs)
     chunks: list[list] = [[]]
     pixels = 0
     for k, ((a, b), each) in enumerate(zip(pairs, params, strict=True)):
@@ -450,7 +455,6 @@ def _segment(raster: Raster, a, b, params: TraceParams) -> _Segment:
         raise BadParameter(f"line kind must be one of {', '.join(LINE_KINDS)}, got "
                            f"{params.line_kind!r}")
     get_score_kind(params.score)
-    evidence_source(raster, params)
     max_angle_rad = check_max_angle(params.max_angle)
     length = float(np.hypot(*(b - a)))
     if length < 2:

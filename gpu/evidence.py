@@ -432,7 +432,7 @@ def _colour_models(windows: list, models: np.ndarray) -> None:
     whole: dict = {}  # bands -> [(window index, patches (2, side², bands))]
     for k, (window, a, b) in enumerate(windows):
         patches = [scores.patch_colours(window, point, scores.PATCH_RADIUS) for point in (a, b)]
-        if len(windows) > 1 and all(len(patch) == side * side for patch in patches):
+        if all(len(patch) == side * side for patch in patches):
             whole.setdefault(window.shape[2], []).append((k, np.stack(patches)))
             continue
         for e, patch in enumerate(patches):
