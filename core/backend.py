@@ -47,10 +47,15 @@ class TracerBackend:
         gx, gy = gaussian_gradient(pixels, sigma) if kind.uses_gradient else (None, None)
         return kind.planes(ScoreInputs(pixels, gx, gy, a, b))
 
-    def score_planes_many(self, kind: ScoreKind, windows: list,
-                          sigma: float) -> list[tuple[np.ndarray, float]]:
+    def score_planes_many(self, kind: ScoreKind, windows: list, sigma: float,
+                          deferred: bool = False) -> list[tuple[np.ndarray, float]]:
         """:meth:`score_planes` of every (pixels, a, b) of ``windows``: a list of
-        ``(planes (P, rows, cols), tau)``. A backend may compute them together."""
+        ``(planes (P, rows, cols), tau)``. A backend may compute them together.
+
+        With ``deferred``, a backend whose device keeps the planes may return arrays whose
+        values it writes only by the end of its next :meth:`trace_many` (the host then goes
+        on while the device computes them): read them after that call, not before.
+        """
         return [self.score_planes(kind, pixels, a, b, sigma) for pixels, a, b in windows]
 
     def link_scores(self, evidence: Evidence, corridor: Corridor) -> list[np.ndarray]:

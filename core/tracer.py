@@ -243,6 +243,14 @@ def corridor_evidence_many(raster: Raster, corridors: list, backend: TracerBacke
     may differ in the corridor's size only (score kind, σ, line kind and evidence raster are
     those of the first).
     """
+    return _evidence_many(raster, corridors, backend or CpuBackend(), deferred=False)
+
+
+def _evidence_many(raster: Raster, corridors: list, backend: TracerBackend,
+                   deferred: bool) -> list[Evidence]:
+    """:func:`corridor_evidence_many`; with ``deferred``, planes that need no padding may be
+    left for ``backend`` to fill by the end of its next ``trace_many`` (see
+    :meth:`TracerBackend.score_planes_many`): only that call may read them."""
     if not corridors:
         return []
     params = corridors[0][1]
@@ -254,8 +262,9 @@ def corridor_evidence_many(raster: Raster, corridors: list, backend: TracerBacke
         made = [kind.river(ScoreInputs(read.pixels, None, None, read.a, read.b))
                 for read in reads]
     else:
-        made = [(planes, tau, None) for planes, tau in (backend or CpuBackend()).score_planes_many(
-            kind, [(read.pixels, read.a, read.b) for read in reads], params.sigma)]
+        deferred = deferred and not any(read.padded for read in reads)
+        made = [(planes, tau, None) for planes, tau in backend.score_planes_many(
+            kind, [(read.pixels, read.a, read.b) for read in reads], params.sigma, deferred)]
     return [read.evidence(kind, planes, tau, surface)
             for read, (planes, tau, surface) in zip(reads, made, strict=True)]
 
@@ -277,12 +286,18 @@ class _CorridorWindow:
     outside: tuple
     size: tuple[int, int]
 
+    @property
+    def padded(self) -> bool:
+        """Whether part of the wanted window lies outside the image (its evidence is padded
+        with a value read from the planes)."""
+        return any(self.outside[0]) or any(self.outside[1])
+
     def evidence(self, kind, planes, tau: float, surface) -> Evidence:
         """The :class:`Evidence` of ``planes`` (P, rows, cols) made from these pixels (and, in
         river mode, the water ``surface`` (rows, cols) or None)."""
         planes = np.asarray(planes, dtype=np.float32)
         outside = self.outside
-        if any(outside[0]) or any(outside[1]):
+        if self.padded:
             fill = float(planes.min()) if kind.sampler == SCALAR else 0.0
             planes = np.pad(planes, ((0, 0), outside[1], outside[0]), constant_values=fill)
             if surface is not None:
@@ -417,9 +432,10 @@ def _solve_chunk(raster: Raster, segments: list, backend: TracerBackend, results
     into ``results[k]`` (its TraceResult or TraceError)."""
     start = time.perf_counter()
     try:
-        evidences = corridor_evidence_many(
+        # Deferred: the device computes the planes while the host prepares the traces.
+        evidences = _evidence_many(
             raster, [(segment.corridor, segment.params, segment.shift)
-                     for _, segment in segments], backend)
+                     for _, segment in segments], backend, deferred=True)
     except TraceError as exc:
         evidences = [exc] * len(segments)
     evidence_ms = 1e3 * (time.perf_counter() - start) / max(len(segments), 1)

@@ -131,10 +131,12 @@ class GpuBackend(TracerBackend):
         buffer too, so the trace that follows uploads nothing."""
         return self.score_planes_many(kind, [(pixels, a, b)], sigma)[0]
 
-    def score_planes_many(self, kind: ScoreKind, windows: list,
-                          sigma: float) -> list[tuple[np.ndarray, float]]:
+    def score_planes_many(self, kind: ScoreKind, windows: list, sigma: float,
+                          deferred: bool = False) -> list[tuple[np.ndarray, float]]:
         """:meth:`score_planes` of every (pixels, a, b) of ``windows``, each device kernel
-        launched once for all of them; the planes stay on the device too."""
+        launched once for all of them; the planes stay on the device too. With ``deferred``,
+        the device's planes come back to the host by the end of the next :meth:`trace_many`,
+        which uses them where they are."""
         implementation, _ = device_kind(kind)
         if (implementation is None
                 or not all(self._evidence.supports(pixels) for pixels, _, _ in windows)
@@ -148,7 +150,7 @@ class GpuBackend(TracerBackend):
                 network = self._surface_network()
                 if network is None:
                     return self._host_planes(kind, windows, sigma)
-            return implementation.planes(self._evidence, windows, sigma, network)
+            return implementation.planes(self._evidence, windows, sigma, network, deferred)
 
     def _host_planes(self, kind: ScoreKind, windows: list, sigma: float) -> list:
         """The CPU's planes of every window (:meth:`TracerBackend.score_planes`)."""
@@ -253,8 +255,13 @@ class GpuBackend(TracerBackend):
     def trace_many(self, problems: list) -> list:
         """:meth:`trace` of every (evidence, corridor, windows) of ``problems``, all queued on
         the device before one wait for their results; timings_ms: ``device`` (the whole
-        queue's wall time, shared evenly). One problem is :meth:`trace` itself."""
-        if len(problems) <= 1:
+        queue's wall time, shared evenly). One problem is :meth:`trace` itself. Planes made
+        with ``deferred`` are filled when it returns, whatever ``problems`` holds."""
+        if not problems:
+            with self.context.active():
+                self._tracer.synchronize()
+            return []
+        if len(problems) == 1:
             return super().trace_many(problems)
         tracer = self._tracer
         start = time.perf_counter()

@@ -90,8 +90,10 @@ class DeviceTracer:
         #: Page-locked staging for uploads, filled from the start after each synchronisation.
         self._upload_host = cuda.pagelocked_empty(1 << 20, np.uint8)
         self._staged_bytes = 0
-        #: Page-locked staging for downloads (evidence planes, gpu/evidence.py).
+        #: Page-locked staging for downloads (evidence planes, gpu/evidence.py), and the
+        #: (host array, staging) a queued download fills on the next synchronisation.
         self._download_host = cuda.pagelocked_empty(4096, np.uint8)
+        self._pending_downloads = []
         self._plan: _Plan | None = None
         self._evidence = None
         self._evidence_at = 0
@@ -137,20 +139,33 @@ class DeviceTracer:
         self._staged_bytes = start + nbytes
 
     def synchronize(self) -> None:
-        """Wait for the stream's queued work; upload staging is free again."""
+        """Wait for the stream's queued work; upload staging is free again, and the arrays of
+        :meth:`download_later` hold their values."""
         self.stream.synchronize()
         self._staged_bytes = 0
+        for out, staged in self._pending_downloads:
+            out.reshape(-1).view(np.uint8)[:] = staged
+        self._pending_downloads = []
 
     def download(self, pointer: int, shape: tuple, dtype) -> np.ndarray:
         """A new host array of ``shape`` and ``dtype`` copied from device address ``pointer``
         after the work queued so far (synchronises the stream)."""
+        out = self.download_later(pointer, shape, dtype)
+        self.synchronize()
+        return out
+
+    def download_later(self, pointer: int, shape: tuple, dtype) -> np.ndarray:
+        """A new host array of ``shape`` and ``dtype`` that the next :meth:`synchronize` fills
+        with the values at device address ``pointer`` after the work queued so far (the copy
+        is queued; nothing waits)."""
+        if self._pending_downloads:  # their values sit in the staging this copy reuses
+            self.synchronize()
         out = np.empty(shape, dtype=dtype)
         if out.nbytes > self._download_host.size:
             self._download_host = self.cuda.pagelocked_empty(2 * out.nbytes, np.uint8)
         staged = self._download_host[:out.nbytes]
         self.cuda.memcpy_dtoh_async(staged, pointer, self.stream)
-        self.synchronize()
-        out.reshape(-1).view(np.uint8)[:] = staged
+        self._pending_downloads = [(out, staged)]
         return out
 
     def result_host(self, size: int) -> np.ndarray:

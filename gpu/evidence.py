@@ -139,12 +139,13 @@ class DeviceEvidence:
         """``centre`` planes (1, rows, cols), float32, as core's ``centre`` kind makes them."""
         return self.centre_many([(pixels, a, b)])[0]
 
-    def centre_many(self, windows: list) -> list[np.ndarray]:
+    def centre_many(self, windows: list, deferred: bool = False) -> list[np.ndarray]:
         """:meth:`centre` of each (pixels (rows, cols, bands) float32, a (2,), b (2,)) of
-        ``windows``, every kernel launched once for all of them."""
+        ``windows``, every kernel launched once for all of them; with ``deferred``, the
+        planes are filled at the tracer's next synchronisation (nothing waits here)."""
         batch = _Batch(self, windows)
         batch.similarity()
-        return batch.centred(clicked_offset=False)
+        return batch.centred(clicked_offset=False, deferred=deferred)
 
     def surface(self, pixels: np.ndarray, a: np.ndarray, b: np.ndarray, network) -> np.ndarray:
         """``surface`` planes (1, rows, cols), float32, as core's ``surface`` kind makes them
@@ -158,14 +159,15 @@ class DeviceEvidence:
         """
         return self.surface_many([(pixels, a, b)], network)[0]
 
-    def surface_many(self, windows: list, network) -> list[np.ndarray]:
+    def surface_many(self, windows: list, network, deferred: bool = False) -> list[np.ndarray]:
         """:meth:`surface` of each (pixels (rows, cols, bands) float32, a (2,), b (2,)) of
         ``windows``: every kernel is launched once for all of them, the network once per
-        window."""
+        window; with ``deferred``, the planes are filled at the tracer's next
+        synchronisation (nothing waits here)."""
         batch = _Batch(self, windows, network)
         batch.similarity()
         batch.surface_model()
-        return batch.centred(clicked_offset=True)
+        return batch.centred(clicked_offset=True, deferred=deferred)
 
     def road_term(self, membership: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Planes (1, rows, cols), float32, of core.scores' road-line term of ``surface``
@@ -325,12 +327,13 @@ class _Batch:
         self._launch("surface_trust", (1, 1, count), (256, 1, 1))
         self._launch("surface_membership", (-(-max(self.sizes) // 256), 1, count), (256, 1, 1))
 
-    def centred(self, clicked_offset: bool) -> list[np.ndarray]:
+    def centred(self, clicked_offset: bool, deferred: bool = False) -> list[np.ndarray]:
         """Planes (1, rows, cols) of core.scores' centred term of every window's membership
         (its "sim" buffer), float32, also left in the tracer's evidence slot; with
         ``clicked_offset``, of the road-line term (the ridge is the largest of core.offset's
         clicked-offset ridge, CENTRE_WEIGHT x the centre ridge and, after
-        :meth:`surface_model`, the model's path)."""
+        :meth:`surface_model`, the model's path). With ``deferred``, the host planes are
+        filled at the tracer's next synchronisation."""
         tracer, table, count = self.tracer, self.table, len(self.windows)
         self._launch("centre_kernel", (1, 1, count), (256, 1, 1))
         self._launch("centre_blur_columns", self.grid, _BLOCK)
@@ -340,7 +343,8 @@ class _Batch:
             self._launch("offset_blur_rows", self.grid, _BLOCK)
         else:
             self._launch("centre_blur_rows", self.grid, _BLOCK)
-        flat = tracer.download(int(table["out"][0]), (self.planes_bytes // 4,), np.float32)
+        download = tracer.download_later if deferred else tracer.download
+        flat = download(int(table["out"][0]), (self.planes_bytes // 4,), np.float32)
         planes = [flat[start // 4:start // 4 + n].reshape(1, rows, cols)
                   for start, n, rows, cols in zip(self.planes, self.sizes, table["rows"].tolist(),
                                                   table["cols"].tolist(), strict=True)]

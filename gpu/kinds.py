@@ -36,10 +36,11 @@ class DeviceKind:
     centred : bool
         Whether it ends with the centring blur (needs :func:`gpu.evidence.centre_supported`).
     planes : callable
-        ``planes(evidence, windows, sigma, network) -> [(planes (P, rows, cols) float32, tau),
-        ...]``, one per (pixels (rows, cols, bands) float32, a (2,), b (2,)) of ``windows``,
-        with ``evidence`` a :class:`gpu.evidence.DeviceEvidence` and ``network`` the
-        :class:`gpu.network.DeviceNetwork` (None unless ``needs_model``).
+        ``planes(evidence, windows, sigma, network, deferred) -> [(planes (P, rows, cols)
+        float32, tau), ...]``, one per (pixels (rows, cols, bands) float32, a (2,), b (2,)) of
+        ``windows``, with ``evidence`` a :class:`gpu.evidence.DeviceEvidence` and ``network``
+        the :class:`gpu.network.DeviceNetwork` (None unless ``needs_model``); with
+        ``deferred``, the planes may be filled at the tracer's next synchronisation.
     """
 
     produces: str
@@ -48,21 +49,21 @@ class DeviceKind:
     centred: bool = False
 
 
-def _centre(evidence, windows, sigma, network):
-    return [(planes, 0.0) for planes in evidence.centre_many(windows)]
+def _centre(evidence, windows, sigma, network, deferred):
+    return [(planes, 0.0) for planes in evidence.centre_many(windows, deferred)]
 
 
-def _surface(evidence, windows, sigma, network):
-    return [(planes, 0.0) for planes in evidence.surface_many(windows, network)]
+def _surface(evidence, windows, sigma, network, deferred):
+    return [(planes, 0.0) for planes in evidence.surface_many(windows, network, deferred)]
 
 
-def _gradient(evidence, windows, sigma, network):
+def _gradient(evidence, windows, sigma, network, deferred):
     return [(evidence.gradient(pixels, float(sigma)), 0.0) for pixels, _, _ in windows]
 
 
-def _gradient_median(evidence, windows, sigma, network):
+def _gradient_median(evidence, windows, sigma, network, deferred):
     return [(planes, float(np.median(np.hypot(planes[0], planes[1]))))
-            for planes, _ in _gradient(evidence, windows, sigma, network)]
+            for planes, _ in _gradient(evidence, windows, sigma, network, False)]
 
 
 DEVICE_KINDS: dict[str, DeviceKind] = {

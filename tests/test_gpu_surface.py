@@ -227,3 +227,15 @@ def test_gpu_trace_many_equals_trace_one_at_a_time(backend, sample):
         expected = trace(raster, a, b, TraceParams(), backend)
         np.testing.assert_array_equal(got.polyline, expected.polyline)
         assert got.score == expected.score
+
+
+@pytest.mark.parametrize("score", ["surface", "centre"])
+def test_deferred_planes_are_filled_by_the_next_trace_many(backend, sample, score):
+    kind = get_score_kind(score)
+    windows = _batch_windows(sample)
+    expected = [planes.copy() for planes, _ in backend.score_planes_many(kind, windows, 1.5)]
+    first = backend.score_planes_many(kind, windows[:5], 1.5, deferred=True)
+    second = backend.score_planes_many(kind, windows[5:], 1.5, deferred=True)
+    assert backend.trace_many([]) == []
+    for (planes, _), values in zip(first + second, expected, strict=True):
+        np.testing.assert_array_equal(planes, values)

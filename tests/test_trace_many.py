@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from core import tracer
+from core.backend import CpuBackend
 from core.errors import BadParameter, PointOutsideImage
+from core.guides import build_corridor
 from core.raster import load_image
 from core.tracer import TraceParams, TraceResult, trace, trace_many
 from tests.conftest import SAMPLE_CASES, SAMPLE_IMAGE
@@ -86,3 +88,30 @@ def test_trace_many_in_small_chunks_gives_the_same_results(sample, monkeypatch):
 
 def test_trace_many_of_nothing_is_nothing(sample):
     assert trace_many(sample[0], []) == []
+
+
+class _RecordingBackend(CpuBackend):
+    """The CPU backend, noting the ``deferred`` of every score_planes_many call."""
+
+    def __init__(self):
+        self.deferred = []
+
+    def score_planes_many(self, kind, windows, sigma, deferred=False):
+        self.deferred.append(deferred)
+        return super().score_planes_many(kind, windows, sigma, deferred)
+
+
+def test_planes_are_deferred_only_when_no_window_is_padded(sample):
+    raster, cases = sample
+    inside = _pairs(cases)[:3]
+    backend = _RecordingBackend()
+    trace_many(raster, inside, TraceParams(), backend)
+    assert backend.deferred == [True]  # the trace alone reads them: the device may go on
+    backend.deferred.clear()
+    at_border = ((2.0, 100.0), (60.0, 110.0))  # its window leaves the image: padded
+    trace_many(raster, [*inside, at_border], TraceParams(), backend)
+    assert backend.deferred == [False]
+    backend.deferred.clear()
+    corridor = build_corridor(np.array(inside[0][0]), np.array(inside[0][1]), 4, 9, 8.0)
+    tracer.corridor_evidence(raster, corridor, TraceParams(), backend=backend)
+    assert backend.deferred == [False]  # public evidence always holds its values
