@@ -430,6 +430,8 @@ def _trace_many_once(raster: Raster, pairs: list, params: list[TraceParams],
 def _solve_chunk(raster: Raster, segments: list, backend: TracerBackend, results: list) -> None:
     """The evidence of every (k, segment) of ``segments`` made together, then each traced
     into ``results[k]`` (its TraceResult or TraceError)."""
+    if not segments:
+        return
     start = time.perf_counter()
     try:
         # Deferred: the device computes the planes while the host prepares the traces.

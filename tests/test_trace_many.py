@@ -95,10 +95,15 @@ class _RecordingBackend(CpuBackend):
 
     def __init__(self):
         self.deferred = []
+        self.traced = []
 
     def score_planes_many(self, kind, windows, sigma, deferred=False):
         self.deferred.append(deferred)
         return super().score_planes_many(kind, windows, sigma, deferred)
+
+    def trace_many(self, problems):
+        self.traced.append(len(problems))
+        return super().trace_many(problems)
 
 
 def test_planes_are_deferred_only_when_no_window_is_padded(sample):
@@ -107,6 +112,7 @@ def test_planes_are_deferred_only_when_no_window_is_padded(sample):
     backend = _RecordingBackend()
     trace_many(raster, inside, TraceParams(), backend)
     assert backend.deferred == [True]  # the trace alone reads them: the device may go on
+    assert backend.traced == [3]  # none traced again here: no second, empty call
     backend.deferred.clear()
     at_border = ((2.0, 100.0), (60.0, 110.0))  # its window leaves the image: padded
     trace_many(raster, [*inside, at_border], TraceParams(), backend)
