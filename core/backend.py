@@ -17,7 +17,7 @@ from core.errors import NoAdmissiblePath
 from core.gradient import gaussian_gradient
 from core.guides import Corridor, Windows
 from core.links import bilinear_coefficients, integrate_links, integrate_links_reference
-from core.scores import Evidence, ScoreInputs, ScoreKind
+from core.scores import Evidence, ScoreInputs, ScoreKind, pad_each
 
 
 @dataclass(frozen=True)
@@ -48,15 +48,19 @@ class TracerBackend:
         return kind.planes(ScoreInputs(pixels, gx, gy, a, b))
 
     def score_planes_many(self, kind: ScoreKind, windows: list, sigma: float,
-                          deferred: bool = False) -> list[tuple[np.ndarray, float]]:
+                          deferred: bool = False, pads: list | None = None
+                          ) -> list[tuple[np.ndarray, float]]:
         """:meth:`score_planes` of every (pixels, a, b) of ``windows``: a list of
-        ``(planes (P, rows, cols), tau)``. A backend may compute them together.
+        ``(planes (P, rows', cols'), tau)``. A backend may compute them together.
 
-        With ``deferred``, a backend whose device keeps the planes may return arrays whose
-        values it writes only by the end of its next :meth:`trace_many` (the host then goes
-        on while the device computes them): read them after that call, not before.
+        ``pads``, one per window: ((top, bottom), (left, right)) rows and columns added around
+        its planes (:func:`core.scores.pad_planes`; rows' = rows + top + bottom, likewise
+        cols'). With ``deferred``, a backend whose device keeps the planes may return arrays
+        whose values it writes only by the end of its next :meth:`trace_many` (the host then
+        goes on while the device computes them): read them after that call, not before.
         """
-        return [self.score_planes(kind, pixels, a, b, sigma) for pixels, a, b in windows]
+        return pad_each([self.score_planes(kind, pixels, a, b, sigma)
+                         for pixels, a, b in windows], pads, kind.sampler)
 
     def link_scores(self, evidence: Evidence, corridor: Corridor) -> list[np.ndarray]:
         """links[t] of shape (n_t, n_{t+1}) for t = 0..m."""

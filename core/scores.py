@@ -59,6 +59,27 @@ class Evidence:
     surface: np.ndarray | None = None
 
 
+def pad_planes(planes: np.ndarray, pad, sampler: int) -> np.ndarray:
+    """``planes`` (P, rows, cols) with ``pad`` ((top, bottom), (left, right)) rows and columns
+    added around them, filled with their smallest value for ``SCALAR`` planes (worse than
+    anything inside) and with 0 for gradient planes: a corridor's evidence where its window
+    leaves the image, so that a path gains nothing by leaving it. Unpadded planes come back as
+    they are (the same array)."""
+    if not any(pad[0]) and not any(pad[1]):
+        return planes
+    fill = float(planes.min()) if sampler == SCALAR else 0.0
+    return np.pad(planes, ((0, 0), *pad), constant_values=fill)
+
+
+def pad_each(made: list, pads: list | None, sampler: int) -> list:
+    """``made``, a list of ``(planes (P, rows, cols), tau)``, with each window's planes padded
+    by its entry of ``pads`` (:func:`pad_planes`; None: as they are)."""
+    if pads is None:
+        return made
+    return [(pad_planes(planes, pad, sampler), tau)
+            for (planes, tau), pad in zip(made, pads, strict=True)]
+
+
 @dataclass(frozen=True)
 class ScoreInputs:
     """What a score kind may look at (all in window coordinates).

@@ -46,10 +46,10 @@ from core.errors import (
     TraceError,
 )
 from core.gradient import gradient_margin
-from core.guides import Corridor, Windows, admissible_windows, build_corridor, check_max_angle
+from core.guides import Corridor, admissible_windows, build_corridor, check_max_angle
 from core.raster import IMAGE_SUFFIXES, Raster, has_grid, load_image, on_same_grid
 from core.resources import check_trace_plan
-from core.scores import SCALAR, Evidence, ScoreInputs, get_score_kind
+from core.scores import Evidence, ScoreInputs, get_score_kind, pad_planes
 
 #: Default corridor half-width per px of click distance.
 HALFWIDTH_PER_LENGTH = 0.25
@@ -248,8 +248,8 @@ def corridor_evidence_many(raster: Raster, corridors: list, backend: TracerBacke
 
 def _evidence_many(raster: Raster, corridors: list, backend: TracerBackend,
                    deferred: bool) -> list[Evidence]:
-    """:func:`corridor_evidence_many`; with ``deferred``, planes that need no padding may be
-    left for ``backend`` to fill by the end of its next ``trace_many`` (see
+    """:func:`corridor_evidence_many`; with ``deferred``, the planes may be left for
+    ``backend`` to fill by the end of its next ``trace_many`` (see
     :meth:`TracerBackend.score_planes_many`): only that call may read them."""
     if not corridors:
         return []
@@ -259,12 +259,17 @@ def _evidence_many(raster: Raster, corridors: list, backend: TracerBackend,
     reads = [_read_corridor(raster, source, corridor, shift, params.sigma)
              for corridor, _, shift in corridors]
     if params.line_kind == "river" and kind.river is not None:
-        made = [kind.river(ScoreInputs(read.pixels, None, None, read.a, read.b))
-                for read in reads]
+        made = []
+        for read in reads:
+            planes, tau, surface = kind.river(ScoreInputs(read.pixels, None, None, read.a,
+                                                          read.b))
+            made.append((pad_planes(np.asarray(planes, dtype=np.float32), read.pad,
+                                    kind.sampler), tau,
+                         None if surface is None else np.pad(surface, read.pad)))
     else:
-        deferred = deferred and not any(read.padded for read in reads)
         made = [(planes, tau, None) for planes, tau in backend.score_planes_many(
-            kind, [(read.pixels, read.a, read.b) for read in reads], params.sigma, deferred)]
+            kind, [(read.pixels, read.a, read.b) for read in reads], params.sigma, deferred,
+            [read.pad for read in reads])]
     return [read.evidence(kind, planes, tau, surface)
             for read, (planes, tau, surface) in zip(reads, made, strict=True)]
 
@@ -287,22 +292,17 @@ class _CorridorWindow:
     size: tuple[int, int]
 
     @property
-    def padded(self) -> bool:
-        """Whether part of the wanted window lies outside the image (its evidence is padded
-        with a value read from the planes)."""
-        return any(self.outside[0]) or any(self.outside[1])
+    def pad(self) -> tuple:
+        """((top, bottom), (left, right)): rows and columns of the wanted window beyond the
+        image, by which its evidence planes are padded (:func:`core.scores.pad_planes`)."""
+        return self.outside[1], self.outside[0]
 
     def evidence(self, kind, planes, tau: float, surface) -> Evidence:
-        """The :class:`Evidence` of ``planes`` (P, rows, cols) made from these pixels (and, in
-        river mode, the water ``surface`` (rows, cols) or None)."""
-        planes = np.asarray(planes, dtype=np.float32)
-        outside = self.outside
-        if self.padded:
-            fill = float(planes.min()) if kind.sampler == SCALAR else 0.0
-            planes = np.pad(planes, ((0, 0), outside[1], outside[0]), constant_values=fill)
-            if surface is not None:
-                surface = np.pad(surface, (outside[1], outside[0]))
-        return Evidence(np.ascontiguousarray(planes), self.origin, self.size, kind.sampler, tau,
+        """The :class:`Evidence` of ``planes`` (P, rows', cols') made from these pixels and
+        padded by :attr:`pad` (and, in river mode, the water ``surface`` (rows', cols') or
+        None)."""
+        return Evidence(np.ascontiguousarray(planes, dtype=np.float32), self.origin, self.size,
+                        kind.sampler, tau,
                         None if surface is None else np.asarray(surface, dtype=np.float32))
 
 
@@ -384,15 +384,15 @@ def _touches_edge(indices: np.ndarray, points: int) -> bool:
 @dataclass(frozen=True)
 class _Segment:
     """One pair's checked request and geometry: endpoints a, b (2,), the resolved params, the
-    corridor (in the frame moved by ``shift`` off negative coordinates), its admissible
-    windows, θ (rad) and the time (ms) this took."""
+    corridor (in the frame moved by ``shift`` off negative coordinates), θ (rad) and the time
+    (ms) this took. Its admissible windows are made while the evidence is computed
+    (:func:`_solve_chunk`)."""
 
     a: np.ndarray
     b: np.ndarray
     params: TraceParams
     corridor: Corridor
     shift: np.ndarray
-    windows: Windows
     max_angle_rad: float
     geometry_ms: float
 
@@ -441,26 +441,30 @@ def _solve_chunk(raster: Raster, segments: list, backend: TracerBackend, results
     except TraceError as exc:
         evidences = [exc] * len(segments)
     evidence_ms = 1e3 * (time.perf_counter() - start) / max(len(segments), 1)
+    start = time.perf_counter()
     ready = []
     for (k, segment), evidence in zip(segments, evidences, strict=True):
         if isinstance(evidence, TraceError):
             results[k] = evidence
         else:
-            ready.append((k, segment, evidence))
+            ready.append((k, segment, evidence,
+                          admissible_windows(segment.corridor, segment.max_angle_rad)))
+    windows_ms = 1e3 * (time.perf_counter() - start) / max(len(ready), 1)
     start = time.perf_counter()
     try:
-        solutions = backend.trace_many([(evidence, segment.corridor, segment.windows)
-                                        for _, segment, evidence in ready])
+        solutions = backend.trace_many([(evidence, segment.corridor, windows)
+                                        for _, segment, evidence, windows in ready])
     except TraceError as exc:
         solutions = [exc] * len(ready)
     solve_ms = 1e3 * (time.perf_counter() - start) / max(len(ready), 1)
-    for (k, segment, evidence), solution in zip(ready, solutions, strict=True):
+    for (k, segment, evidence, _), solution in zip(ready, solutions, strict=True):
         results[k] = solution if isinstance(solution, TraceError) else \
-            _finish(segment, evidence, solution, evidence_ms, solve_ms, backend.name)
+            _finish(segment, evidence, solution, (windows_ms, evidence_ms, solve_ms),
+                    backend.name)
 
 
 def _segment(raster: Raster, a, b, params: TraceParams) -> _Segment:
-    """Check one request and build its corridor and windows (raises a TraceError)."""
+    """Check one request and build its corridor (raises a TraceError)."""
     start = time.perf_counter()
     a = check_point(raster, a, "a")
     b = check_point(raster, b, "b")
@@ -486,23 +490,25 @@ def _segment(raster: Raster, a, b, params: TraceParams) -> _Segment:
     if np.any(shift):
         corridor = build_corridor(a + shift, b + shift, params.guides, params.points,
                                   params.halfwidth)
-    windows = admissible_windows(corridor, max_angle_rad)
-    return _Segment(a, b, params, corridor, shift, windows, max_angle_rad,
+    return _Segment(a, b, params, corridor, shift, max_angle_rad,
                     1e3 * (time.perf_counter() - start))
 
 
-def _finish(segment: _Segment, evidence: Evidence, solution, evidence_ms: float,
-            solve_ms: float, backend: str) -> TraceResult:
+def _finish(segment: _Segment, evidence: Evidence, solution, shares: tuple,
+            backend: str) -> TraceResult:
     """One segment's result from ``backend``'s ``solution`` (a BackendSolution) on its
-    ``evidence`` (``evidence_ms``, ``solve_ms``: its share of the time they took)."""
+    ``evidence``; ``shares``: its share (ms) of the time the chunk's admissible windows, its
+    evidence and its solving took."""
     start = time.perf_counter()
-    timings = {"geometry": segment.geometry_ms, "evidence": evidence_ms, **solution.timings_ms}
+    windows_ms, evidence_ms, solve_ms = shares
+    geometry_ms = segment.geometry_ms + windows_ms
+    timings = {"geometry": geometry_ms, "evidence": evidence_ms, **solution.timings_ms}
     polyline = segment.corridor.polyline(solution.indices)
     if evidence.surface is not None:  # river mode
         polyline = centre_on_surface(polyline, evidence.surface, np.asarray(evidence.origin),
                                      segment.max_angle_rad)
         timings["centring"] = 1e3 * (time.perf_counter() - start)
-    timings["total"] = (segment.geometry_ms + evidence_ms + solve_ms
+    timings["total"] = (geometry_ms + evidence_ms + solve_ms
                         + 1e3 * (time.perf_counter() - start))
     polyline = polyline - segment.shift
     polyline[0], polyline[-1] = segment.a, segment.b  # exact, whatever the frame shift rounded

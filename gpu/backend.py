@@ -18,7 +18,7 @@ from core.backend import BackendSolution, TracerBackend
 from core.dp import DPProblem, DPSolution
 from core.errors import BackendUnavailable, ModelUnavailable, NoAdmissiblePath
 from core.guides import Corridor, Windows
-from core.scores import Evidence, ScoreKind
+from core.scores import Evidence, ScoreKind, pad_each
 from gpu.context import GpuContext, fast_float64, open_context
 from gpu.engine import DeviceTracer
 from gpu.evidence import DeviceEvidence, centre_supported
@@ -132,16 +132,18 @@ class GpuBackend(TracerBackend):
         return self.score_planes_many(kind, [(pixels, a, b)], sigma)[0]
 
     def score_planes_many(self, kind: ScoreKind, windows: list, sigma: float,
-                          deferred: bool = False) -> list[tuple[np.ndarray, float]]:
+                          deferred: bool = False, pads: list | None = None
+                          ) -> list[tuple[np.ndarray, float]]:
         """:meth:`score_planes` of every (pixels, a, b) of ``windows``, each device kernel
-        launched once for all of them; the planes stay on the device too. With ``deferred``,
-        the device's planes come back to the host by the end of the next :meth:`trace_many`,
-        which uses them where they are."""
+        launched once for all of them, padded by ``pads`` (on the device for ``surface`` and
+        ``centre``); the planes stay on the device too. With ``deferred``, the device's planes
+        come back to the host by the end of the next :meth:`trace_many`, which uses them where
+        they are."""
         implementation, _ = device_kind(kind)
         if (implementation is None
                 or not all(self._evidence.supports(pixels) for pixels, _, _ in windows)
                 or (implementation.centred and not self._centre_on_device)):
-            return self._host_planes(kind, windows, sigma)
+            return self._host_planes(kind, windows, sigma, pads)
         windows = [(pixels, np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64))
                    for pixels, a, b in windows]
         with self.context.active():
@@ -149,13 +151,14 @@ class GpuBackend(TracerBackend):
             if implementation.needs_model:
                 network = self._surface_network()
                 if network is None:
-                    return self._host_planes(kind, windows, sigma)
-            return implementation.planes(self._evidence, windows, sigma, network, deferred)
+                    return self._host_planes(kind, windows, sigma, pads)
+            return implementation.planes(self._evidence, windows, sigma, network, deferred,
+                                         pads)
 
-    def _host_planes(self, kind: ScoreKind, windows: list, sigma: float) -> list:
-        """The CPU's planes of every window (:meth:`TracerBackend.score_planes`)."""
-        return [TracerBackend.score_planes(self, kind, pixels, a, b, sigma)
-                for pixels, a, b in windows]
+    def _host_planes(self, kind: ScoreKind, windows: list, sigma: float, pads) -> list:
+        """The CPU's planes of every window (:meth:`TracerBackend.score_planes`), padded."""
+        return pad_each([TracerBackend.score_planes(self, kind, pixels, a, b, sigma)
+                         for pixels, a, b in windows], pads, kind.sampler)
 
     @property
     def model_note(self) -> str:

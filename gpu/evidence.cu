@@ -66,8 +66,11 @@ struct Window {
     int step, model_rows, model_cols, used;
     int input_rows, input_cols, logit_rows, logit_cols;
     int n_patches, click_a, click_b, pad2;
+    float* padded;              // where the window leaves the image: the plane padded (pad_planes),
+                                // (padded_rows, padded_cols); else NULL (`out` is the plane)
+    int pad_top, pad_left, padded_rows, padded_cols;
 };
-static_assert(sizeof(Window) == 776, "gpu/kernels.py WINDOW_DTYPE");
+static_assert(sizeof(Window) == 800, "gpu/kernels.py WINDOW_DTYPE");
 
 // numpy.pad(mode="symmetric") index: reflect about the edges, repeating with period 2n.
 __device__ __forceinline__ int reflect(int i, int n)
@@ -318,6 +321,33 @@ extern "C" __global__ void centre_blur_rows(const Window* __restrict__ windows)
     if (c >= w.cols || r >= w.rows) return;
     w.out[(size_t)r * w.cols + c] = ridge_term(centre_ridge(w.tmp, w.cols, w.kernel, r, c),
                                                w.length_cost);
+}
+
+// core.scores.pad_planes of a SCALAR plane: `out` (rows, cols) placed at (pad_top, pad_left) of
+// `padded` (padded_rows, padded_cols), the rest filled with the plane's smallest value. One block
+// a window (blockDim.x a power of two, at most 1024); windows with `padded` NULL return.
+extern "C" __global__ void __launch_bounds__(1024) pad_planes(const Window* __restrict__ windows)
+{
+    __shared__ float low[1024];
+    const Window& w = windows[blockIdx.z];
+    if (w.padded == nullptr) return;
+    const float* plane = w.out;
+    const int n = w.rows * w.cols;
+    float lo = INFINITY;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) lo = fminf(lo, plane[i]);
+    low[threadIdx.x] = lo;
+    __syncthreads();
+    for (int half = blockDim.x / 2; half > 0; half >>= 1) {
+        if (threadIdx.x < half) low[threadIdx.x] = fminf(low[threadIdx.x], low[threadIdx.x + half]);
+        __syncthreads();
+    }
+    const float fill = low[0];
+    const int cols = w.padded_cols, total = w.padded_rows * cols;
+    for (int i = threadIdx.x; i < total; i += blockDim.x) {
+        const int r = i / cols - w.pad_top, c = i % cols - w.pad_left;
+        w.padded[i] = (r >= 0 && r < w.rows && c >= 0 && c < w.cols)
+                          ? plane[(size_t)r * w.cols + c] : fill;
+    }
 }
 
 // ---- The clicked offset across the surface (core/offset.py) ----------------------------------

@@ -139,11 +139,14 @@ class DeviceEvidence:
         """``centre`` planes (1, rows, cols), float32, as core's ``centre`` kind makes them."""
         return self.centre_many([(pixels, a, b)])[0]
 
-    def centre_many(self, windows: list, deferred: bool = False) -> list[np.ndarray]:
+    def centre_many(self, windows: list, deferred: bool = False,
+                    pads: list | None = None) -> list[np.ndarray]:
         """:meth:`centre` of each (pixels (rows, cols, bands) float32, a (2,), b (2,)) of
-        ``windows``, every kernel launched once for all of them; with ``deferred``, the
-        planes are filled at the tracer's next synchronisation (nothing waits here)."""
-        batch = _Batch(self, windows)
+        ``windows``, every kernel launched once for all of them, each plane padded by its
+        ((top, bottom), (left, right)) of ``pads`` (core.scores.pad_planes); with
+        ``deferred``, the planes are filled at the tracer's next synchronisation (nothing
+        waits here)."""
+        batch = _Batch(self, windows, pads=pads)
         batch.similarity()
         return batch.centred(clicked_offset=False, deferred=deferred)
 
@@ -159,12 +162,14 @@ class DeviceEvidence:
         """
         return self.surface_many([(pixels, a, b)], network)[0]
 
-    def surface_many(self, windows: list, network, deferred: bool = False) -> list[np.ndarray]:
+    def surface_many(self, windows: list, network, deferred: bool = False,
+                     pads: list | None = None) -> list[np.ndarray]:
         """:meth:`surface` of each (pixels (rows, cols, bands) float32, a (2,), b (2,)) of
         ``windows``: every kernel is launched once for all of them, the network once per
-        window; with ``deferred``, the planes are filled at the tracer's next
-        synchronisation (nothing waits here)."""
-        batch = _Batch(self, windows, network)
+        window, each plane padded by its ((top, bottom), (left, right)) of ``pads``
+        (core.scores.pad_planes); with ``deferred``, the planes are filled at the tracer's
+        next synchronisation (nothing waits here)."""
+        batch = _Batch(self, windows, network, pads=pads)
         batch.similarity()
         batch.surface_model()
         return batch.centred(clicked_offset=True, deferred=deferred)
@@ -231,10 +236,13 @@ class _Batch:
         The surface model, for :meth:`surface_model` (its programs are prepared here).
     pixels : bool
         Whether the windows' pixels are read (False: only their shapes, :meth:`road_term`).
+    pads : list, optional
+        Per window ((top, bottom), (left, right)): rows and columns its plane is padded by
+        (core.scores.pad_planes, on the device); default none.
     """
 
     def __init__(self, evidence: DeviceEvidence, windows: list, network=None,
-                 pixels: bool = True):
+                 pixels: bool = True, pads: list | None = None):
         tracer = self.tracer = evidence.tracer
         self.kernels = evidence.kernels
         self.windows = windows
@@ -242,6 +250,11 @@ class _Batch:
         shapes = [tuple(int(size) for size in window.shape) for window, _, _ in windows]
         self.shapes = [shape[:2] for shape in shapes]
         self.sizes = sizes = [rows * cols for rows, cols, _ in shapes]
+        pads = pads or [((0, 0), (0, 0))] * count
+        self.padded = [any(pad[0]) or any(pad[1]) for pad in pads]
+        #: Each window's plane as it comes back: (rows, cols) with its padding.
+        self.plane_shapes = [(rows + top + bottom, cols + left + right) for (rows, cols, _),
+                             ((top, bottom), (left, right)) in zip(shapes, pads, strict=True)]
         self.grid = (*_grid(max(rows for rows, _, _ in shapes),
                             max(cols for _, cols, _ in shapes)), count)
         models = np.zeros((count, 2 + 2 * MAX_BANDS))
@@ -249,10 +262,13 @@ class _Batch:
         if pixels:
             bound = evidence._bind_windows(windows)
             _colour_models(windows, models)
-        self.planes, self.planes_bytes = _packed([4 * n for n in sizes])
-        at_planes = tracer.planes_slot(self.planes_bytes)
+        self.planes, self.planes_bytes = _packed([4 * rows * cols
+                                                  for rows, cols in self.plane_shapes])
+        self.at_planes = at_planes = tracer.planes_slot(self.planes_bytes)
         arena, end = {}, 0
         for name, each in (("sim", [4 * n for n in sizes]), ("tmp", [8 * n for n in sizes]),
+                           ("unpadded", [4 * n if padded else 0
+                                         for n, padded in zip(sizes, self.padded, strict=True)]),
                            ("mask", sizes), ("ahead", [4 * n for n in sizes]),
                            ("behind", [4 * n for n in sizes]),
                            ("kernel", [8 * (3 + MAX_TAPS)] * count),
@@ -270,8 +286,13 @@ class _Batch:
             clicks = [min(max(int(round(y)), 0), rows - 1) * cols
                       + min(max(int(round(x)), 0), cols - 1) for x, y in ((ax, ay), (bx, by))]
             surface_fields = model.fields(k, base) if model else _NO_MODEL
+            plane = at_planes + self.planes[k]
+            (top, _), (left, _) = pads[k]
+            padding = ((plane, top, left, *self.plane_shapes[k]) if self.padded[k]
+                       else (0, 0, 0, 0, 0))
             rows_out.append((
-                bound[k][0], at["sim"], at["tmp"], at_planes + self.planes[k], at["mask"],
+                bound[k][0], at["sim"], at["tmp"], at["unpadded"] if self.padded[k] else plane,
+                at["mask"],
                 at["ahead"], at["behind"], *surface_fields[0], at["partial"],
                 at["partial"] + 8 * _RANGE_BLOCKS, at["kernel"], *surface_fields[1],
                 models[k], (ax, ay, bx, by, nx, ny, scores.WIDTH_REACH, scores.CENTRE_BLUR,
@@ -279,7 +300,7 @@ class _Batch:
                 (ax, ay, cx, cy, cx * cx + cy * cy, offset.OPEN_WIDTH, offset.OFFSET_TOLERANCE,
                  scores.CENTRE_WEIGHT, scores.LENGTH_COST),
                 *surface_fields[2], scores.LENGTH_COST, offset.OPEN_WIDTH, *surface_fields[3],
-                rows, cols, bands, bound[k][1], *surface_fields[4], *clicks, 0))
+                rows, cols, bands, bound[k][1], *surface_fields[4], *clicks, 0, *padding))
         self.table = np.array(rows_out, dtype=WINDOW_DTYPE)
         self.at = tracer.slot("evidence_windows", self.table.nbytes)
         tracer.upload(self.table, self.at)
@@ -328,13 +349,13 @@ class _Batch:
         self._launch("surface_membership", (-(-max(self.sizes) // 256), 1, count), (256, 1, 1))
 
     def centred(self, clicked_offset: bool, deferred: bool = False) -> list[np.ndarray]:
-        """Planes (1, rows, cols) of core.scores' centred term of every window's membership
-        (its "sim" buffer), float32, also left in the tracer's evidence slot; with
+        """Planes (1, rows', cols') of core.scores' centred term of every window's membership
+        (its "sim" buffer), padded, float32, also left in the tracer's evidence slot; with
         ``clicked_offset``, of the road-line term (the ridge is the largest of core.offset's
         clicked-offset ridge, CENTRE_WEIGHT x the centre ridge and, after
         :meth:`surface_model`, the model's path). With ``deferred``, the host planes are
         filled at the tracer's next synchronisation."""
-        tracer, table, count = self.tracer, self.table, len(self.windows)
+        tracer, count = self.tracer, len(self.windows)
         self._launch("centre_kernel", (1, 1, count), (256, 1, 1))
         self._launch("centre_blur_columns", self.grid, _BLOCK)
         if clicked_offset:
@@ -343,13 +364,14 @@ class _Batch:
             self._launch("offset_blur_rows", self.grid, _BLOCK)
         else:
             self._launch("centre_blur_rows", self.grid, _BLOCK)
+        if any(self.padded):
+            self._launch("pad_planes", (1, 1, count), (1024, 1, 1))
         download = tracer.download_later if deferred else tracer.download
-        flat = download(int(table["out"][0]), (self.planes_bytes // 4,), np.float32)
-        planes = [flat[start // 4:start // 4 + n].reshape(1, rows, cols)
-                  for start, n, rows, cols in zip(self.planes, self.sizes, table["rows"].tolist(),
-                                                  table["cols"].tolist(), strict=True)]
-        tracer.planes_resident([(plane, int(pointer))
-                                for plane, pointer in zip(planes, table["out"], strict=True)])
+        flat = download(self.at_planes, (self.planes_bytes // 4,), np.float32)
+        planes = [flat[start // 4:start // 4 + rows * cols].reshape(1, rows, cols)
+                  for start, (rows, cols) in zip(self.planes, self.plane_shapes, strict=True)]
+        tracer.planes_resident([(plane, self.at_planes + start)
+                                for plane, start in zip(planes, self.planes, strict=True)])
         return planes
 
 

@@ -56,8 +56,10 @@ WINDOW_DTYPE = np.dtype([
     *[(name, np.int32) for name in (
         "rows", "cols", "bands", "pitch", "step", "model_rows", "model_cols", "used",
         "input_rows", "input_cols", "logit_rows", "logit_cols", "n_patches", "click_a",
-        "click_b", "pad2")]])
-assert WINDOW_DTYPE.itemsize == 776  # evidence.cu's static_assert
+        "click_b", "pad2")],
+    ("padded", np.uint64),
+    *[(name, np.int32) for name in ("pad_top", "pad_left", "padded_rows", "padded_cols")]])
+assert WINDOW_DTYPE.itemsize == 800  # evidence.cu's static_assert
 
 #: Kernels of evidence.cu and their argument formats: the table of windows (``WINDOW_DTYPE``)
 #: and, for some, one integer.
@@ -65,7 +67,8 @@ EVIDENCE_KERNELS = {
     **{name: "P" for name in (
         "value_range", "similarity", "centre_kernel", "centre_blur_columns", "centre_blur_rows",
         "surface_mask", "offset_runs", "offset_blur_rows", "model_planes", "surface_probability",
-        "percentile_finish", "model_input", "surface_trust", "surface_membership")},
+        "percentile_finish", "model_input", "surface_trust", "surface_membership",
+        "pad_planes")},
     "range_finish": "Pi",                 # windows, value_range's blocks
     "percentile_pass": "Pi",              # windows, pass
     "gradient_columns": "PiiiiPiP",       # pixels, rows, cols, bands, pitch, weights, radius, tmp

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.scores import ScoreKind
+from core.scores import CROSS, SINE, ScoreKind, pad_each
 
 #: What core's ``centre`` kind says it produces (core/scores.py). The texts are copied, not
 #: imported, on purpose: a change of core's text must fail this registry's check until the
@@ -36,10 +36,11 @@ class DeviceKind:
     centred : bool
         Whether it ends with the centring blur (needs :func:`gpu.evidence.centre_supported`).
     planes : callable
-        ``planes(evidence, windows, sigma, network, deferred) -> [(planes (P, rows, cols)
-        float32, tau), ...]``, one per (pixels (rows, cols, bands) float32, a (2,), b (2,)) of
-        ``windows``, with ``evidence`` a :class:`gpu.evidence.DeviceEvidence` and ``network``
-        the :class:`gpu.network.DeviceNetwork` (None unless ``needs_model``); with
+        ``planes(evidence, windows, sigma, network, deferred, pads) -> [(planes (P, rows',
+        cols') float32, tau), ...]``, one per (pixels (rows, cols, bands) float32, a (2,),
+        b (2,)) of ``windows``, with ``evidence`` a :class:`gpu.evidence.DeviceEvidence` and
+        ``network`` the :class:`gpu.network.DeviceNetwork` (None unless ``needs_model``),
+        padded by ``pads`` (:meth:`core.backend.TracerBackend.score_planes_many`); with
         ``deferred``, the planes may be filled at the tracer's next synchronisation.
     """
 
@@ -49,21 +50,24 @@ class DeviceKind:
     centred: bool = False
 
 
-def _centre(evidence, windows, sigma, network, deferred):
-    return [(planes, 0.0) for planes in evidence.centre_many(windows, deferred)]
+def _centre(evidence, windows, sigma, network, deferred, pads):
+    return [(planes, 0.0) for planes in evidence.centre_many(windows, deferred, pads)]
 
 
-def _surface(evidence, windows, sigma, network, deferred):
-    return [(planes, 0.0) for planes in evidence.surface_many(windows, network, deferred)]
+def _surface(evidence, windows, sigma, network, deferred, pads):
+    return [(planes, 0.0) for planes in evidence.surface_many(windows, network, deferred,
+                                                               pads)]
 
 
-def _gradient(evidence, windows, sigma, network, deferred):
-    return [(evidence.gradient(pixels, float(sigma)), 0.0) for pixels, _, _ in windows]
+def _gradient(evidence, windows, sigma, network, deferred, pads):
+    return pad_each([(evidence.gradient(pixels, float(sigma)), 0.0) for pixels, _, _ in windows],
+                    pads, CROSS)
 
 
-def _gradient_median(evidence, windows, sigma, network, deferred):
-    return [(planes, float(np.median(np.hypot(planes[0], planes[1]))))
-            for planes, _ in _gradient(evidence, windows, sigma, network, False)]
+def _gradient_median(evidence, windows, sigma, network, deferred, pads):
+    made = _gradient(evidence, windows, sigma, network, False, None)
+    return pad_each([(planes, float(np.median(np.hypot(planes[0], planes[1]))))
+                     for planes, _ in made], pads, SINE)
 
 
 DEVICE_KINDS: dict[str, DeviceKind] = {

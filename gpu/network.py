@@ -139,28 +139,66 @@ def fold_constants(model, constants: dict) -> dict:
     return constants
 
 
+@dataclass(frozen=True)
+class _Node:
+    """One ONNX node in plain Python: its operator, name, input and output names,
+    attributes, and the node itself (for the constants folded from it)."""
+
+    op_type: str
+    name: str
+    input: tuple
+    output: tuple
+    attributes: dict
+    proto: object
+
+
+@dataclass(frozen=True)
+class OnnxGraph:
+    """An ONNX model's graph read once (protobuf access is slow; a program is lowered for
+    every new input size): its nodes, inputs (name, dims) and output names, and how many
+    nodes read each tensor."""
+
+    nodes: tuple
+    inputs: tuple
+    outputs: tuple
+    readers: dict
+
+
+def parse_graph(model) -> OnnxGraph:
+    """The :class:`OnnxGraph` of ``model`` (an ``onnx.ModelProto``)."""
+    graph = model.graph
+    nodes = tuple(_Node(node.op_type, node.name, tuple(node.input), tuple(node.output),
+                        _attributes(node), node) for node in graph.node)
+    readers: dict[str, int] = {}
+    for node in nodes:
+        for name in node.input:
+            readers[name] = readers.get(name, 0) + 1
+    inputs = tuple((value.name, tuple(dim.dim_value for dim in
+                                      value.type.tensor_type.shape.dim))
+                   for value in graph.input)
+    return OnnxGraph(nodes, inputs, tuple(value.name for value in graph.output), readers)
+
+
 def network_program(model, constants: dict, rows: int, cols: int) -> Program:
-    """Lower ``model`` (an ``onnx.ModelProto``, one input (1, C, rows, cols)) to layers.
+    """Lower ``model`` (an ``onnx.ModelProto`` or its :func:`parse_graph`, one input (1, C,
+    rows, cols)) to layers.
 
     Raises
     ------
     UnsupportedModel
         Naming the first node the device cannot run.
     """
-    graph = model.graph
-    inputs = [value for value in graph.input if value.name not in constants]
-    if len(inputs) != 1 or len(graph.output) != 1:
+    graph = model if isinstance(model, OnnxGraph) else parse_graph(model)
+    inputs = [(name, dims) for name, dims in graph.inputs if name not in constants]
+    if len(inputs) != 1 or len(graph.outputs) != 1:
         raise UnsupportedModel("the device runs networks of one input and one output")
-    dims = inputs[0].type.tensor_type.shape.dim
-    channels = dims[1].dim_value if len(dims) == 4 else 0
+    dims = inputs[0][1]
+    channels = dims[1] if len(dims) == 4 else 0
     if channels <= 0:
         raise UnsupportedModel("the network's input is not (1, C, H, W) with a fixed C")
     constants = dict(constants)
-    shapes = {inputs[0].name: (channels, rows, cols)}
-    readers: dict[str, int] = {}
-    for node in graph.node:
-        for name in node.input:
-            readers[name] = readers.get(name, 0) + 1
+    shapes = {inputs[0][0]: (channels, rows, cols)}
+    readers = graph.readers
     layers: list[Layer] = []
     fused: dict[str, str] = {}  # Relu output -> the conv output it was fused into
 
@@ -168,13 +206,13 @@ def network_program(model, constants: dict, rows: int, cols: int) -> Program:
         return UnsupportedModel(f"the device cannot run {node.op_type} node {node.name!r} of the "
                                 f"surface model ({why})")
 
-    for node in graph.node:
+    for node in graph.nodes:
         if all(name in constants for name in node.output):  # folded already (fold_constants)
             continue
         names = [fused.get(name, name) for name in node.input]
-        if _fold(node, names, constants):
+        if _fold(node.proto, names, constants):
             continue
-        op, attrs = node.op_type, _attributes(node)
+        op, attrs = node.op_type, node.attributes
         if op == "Shape":
             constants[node.output[0]] = np.array([1, *shapes[names[0]]], dtype=np.int64)
             continue
@@ -254,10 +292,10 @@ def network_program(model, constants: dict, rows: int, cols: int) -> Program:
         else:
             raise unsupported(node, "operator not implemented on the device")
         shapes[out] = layers[-1].shape
-    output = fused.get(graph.output[0].name, graph.output[0].name)
+    output = fused.get(graph.outputs[0], graph.outputs[0])
     if output not in shapes:
         raise UnsupportedModel("the network's output is constant")
-    return Program(layers, shapes, inputs[0].name, output)
+    return Program(layers, shapes, inputs[0][0], output)
 
 
 class DeviceNetwork:
@@ -294,10 +332,10 @@ class DeviceNetwork:
         self.stream = stream
         self.kernels = kernels
         model, constants = load_model(path)
-        self.model, self.constants = model, fold_constants(model, constants)
+        self.graph, self.constants = parse_graph(model), fold_constants(model, constants)
         self._weights: dict[str, object] = {}
         self._programs: OrderedDict = OrderedDict()
-        program = network_program(self.model, self.constants, 8, 8)  # UnsupportedModel now
+        program = network_program(self.graph, self.constants, 8, 8)  # UnsupportedModel now
         self.channels = (program.shapes[program.input][0], program.shapes[program.output][0])
         if channels is not None and self.channels != tuple(channels):
             raise UnsupportedModel(f"surface model {path} reads {self.channels[0]} planes and "
@@ -327,7 +365,7 @@ class DeviceNetwork:
             if key in self._programs:
                 self._programs.move_to_end(key)
             else:
-                self._programs[key] = _Prepared(self, network_program(self.model, self.constants,
+                self._programs[key] = _Prepared(self, network_program(self.graph, self.constants,
                                                                       *key))
         excess = len(self._programs) - max(CACHED_SIZES, len(wanted))
         if excess > 0:

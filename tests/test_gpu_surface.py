@@ -14,7 +14,7 @@ from core.backend import CpuBackend
 from core.gradient import gaussian_blur
 from core.offset import offset_ridge
 from core.raster import load_image
-from core.scores import endpoint_similarity, get_score_kind
+from core.scores import endpoint_similarity, get_score_kind, pad_planes
 from core.tracer import TraceParams, trace, trace_many
 from tests.conftest import SAMPLE_CASES, SAMPLE_IMAGE
 
@@ -167,6 +167,22 @@ def test_device_surface_traces_match_the_cpu(backend, sample):
         np.testing.assert_allclose(got.polyline, expected.polyline, atol=1e-9)
 
 
+@pytest.mark.parametrize("score", ["surface", "centre"])
+def test_device_traces_at_the_image_border_match_the_cpu(backend, sample, score):
+    raster, _ = sample
+    # Windows leaving the image on the right and at the bottom (padded on the device), with
+    # one inside it, traced together and alone.
+    pairs = [((540.0, 100.0), (560.0, 400.0)), ((300.0, 540.0), (500.0, 560.0)),
+             ((246.0, 354.0), (379.0, 284.0))]
+    params = TraceParams(score=score)
+    together = trace_many(raster, pairs, params, backend)
+    for (a, b), got in zip(pairs, together, strict=True):
+        expected = trace(raster, a, b, params, CpuBackend())
+        np.testing.assert_allclose(got.polyline, expected.polyline, atol=1e-9)
+        np.testing.assert_array_equal(trace(raster, a, b, params, backend).polyline,
+                                      got.polyline)
+
+
 def test_an_unsupported_model_runs_on_the_cpu_and_says_why(tmp_path, monkeypatch, sample):
     import onnx
 
@@ -239,3 +255,14 @@ def test_deferred_planes_are_filled_by_the_next_trace_many(backend, sample, scor
     assert backend.trace_many([]) == []
     for (planes, _), values in zip(first + second, expected, strict=True):
         np.testing.assert_array_equal(planes, values)
+
+
+@pytest.mark.parametrize("score", ["surface", "centre"])
+def test_device_padding_equals_padding_the_planes_on_the_host(backend, sample, score):
+    kind = get_score_kind(score)
+    windows = _batch_windows(sample)[:9]
+    pads = [((k % 3, 0), (0, 2 * (k % 2))) for k in range(len(windows))]  # some none
+    plain = [planes.copy() for planes, _ in backend.score_planes_many(kind, windows, 1.5)]
+    padded = backend.score_planes_many(kind, windows, 1.5, pads=pads)
+    for (planes, _), values, pad in zip(padded, plain, pads, strict=True):
+        np.testing.assert_array_equal(planes, pad_planes(values, pad, kind.sampler))

@@ -12,6 +12,7 @@ from core.backend import CpuBackend
 from core.errors import BadParameter, PointOutsideImage
 from core.guides import build_corridor
 from core.raster import load_image
+from core.scores import CROSS, SCALAR, pad_planes
 from core.tracer import TraceParams, TraceResult, trace, trace_many
 from tests.conftest import SAMPLE_CASES, SAMPLE_IMAGE
 from tests.synthetic import BULGE, road_image
@@ -91,33 +92,49 @@ def test_trace_many_of_nothing_is_nothing(sample):
 
 
 class _RecordingBackend(CpuBackend):
-    """The CPU backend, noting the ``deferred`` of every score_planes_many call."""
+    """The CPU backend, noting the ``deferred`` and ``pads`` of every score_planes_many call
+    and the number of problems of every trace_many call."""
 
     def __init__(self):
-        self.deferred = []
-        self.traced = []
+        self.deferred, self.pads, self.traced = [], [], []
 
-    def score_planes_many(self, kind, windows, sigma, deferred=False):
+    def score_planes_many(self, kind, windows, sigma, deferred=False, pads=None):
         self.deferred.append(deferred)
-        return super().score_planes_many(kind, windows, sigma, deferred)
+        self.pads.append(pads)
+        return super().score_planes_many(kind, windows, sigma, deferred, pads)
 
     def trace_many(self, problems):
         self.traced.append(len(problems))
         return super().trace_many(problems)
 
 
-def test_planes_are_deferred_only_when_no_window_is_padded(sample):
+def test_trace_many_defers_the_planes_and_has_the_backend_pad_them(sample):
     raster, cases = sample
     inside = _pairs(cases)[:3]
+    at_border = ((2.0, 100.0), (60.0, 110.0))  # its window leaves the image on the left
     backend = _RecordingBackend()
-    trace_many(raster, inside, TraceParams(), backend)
+    results = trace_many(raster, [*inside, at_border], TraceParams(), backend)
     assert backend.deferred == [True]  # the trace alone reads them: the device may go on
-    assert backend.traced == [3]  # none traced again here: no second, empty call
-    backend.deferred.clear()
-    at_border = ((2.0, 100.0), (60.0, 110.0))  # its window leaves the image: padded
-    trace_many(raster, [*inside, at_border], TraceParams(), backend)
-    assert backend.deferred == [False]
-    backend.deferred.clear()
+    assert backend.traced == [4]  # none traced again here: no second, empty call
+    pads = backend.pads[0]
+    assert all(pad == ((0, 0), (0, 0)) for pad in pads[:3])
+    assert pads[3][0] == (0, 0)  # rows: none
+    assert pads[3][1][0] > 0  # columns on the left
+    assert pads[3][1][1] == 0
+    _same(results[3], trace(raster, *at_border))
     corridor = build_corridor(np.array(inside[0][0]), np.array(inside[0][1]), 4, 9, 8.0)
     tracer.corridor_evidence(raster, corridor, TraceParams(), backend=backend)
-    assert backend.deferred == [False]  # public evidence always holds its values
+    assert backend.deferred[-1] is False  # public evidence always holds its values
+
+
+@pytest.mark.parametrize("sampler", [SCALAR, CROSS])
+def test_padded_planes_keep_theirs_and_fill_with_the_worst_value_or_zero(sampler):
+    planes = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4) - 5
+    padded = pad_planes(planes, ((1, 2), (0, 3)), sampler)
+    assert padded.shape == (2, 6, 7)
+    np.testing.assert_array_equal(padded[:, 1:4, :4], planes)
+    fill = -5.0 if sampler == SCALAR else 0.0
+    assert np.all(padded[:, 0] == fill)
+    assert np.all(padded[:, 4:] == fill)
+    assert np.all(padded[:, :, 4:] == fill)
+    assert pad_planes(planes, ((0, 0), (0, 0)), sampler) is planes
