@@ -105,13 +105,16 @@ class DeviceTracer:
     # -- memory -----------------------------------------------------------------------------
 
     def slot(self, name: str, nbytes: int) -> int:
-        """Device pointer of the named buffer, grown (contents lost) to at least ``nbytes``."""
+        """Device pointer of the named buffer, grown (contents lost) to at least ``nbytes``;
+        a buffer that grows at least doubles, so a drag whose windows grow step by step
+        reallocates (and waits for the device) only a few times."""
         held = self._slots.get(name)
         if held is None or held[1] < nbytes:
+            capacity = max(_align(nbytes * 5 // 4), 4096)
             if held is not None:
                 self.synchronize()
                 held[0].free()
-            capacity = max(_align(nbytes * 5 // 4), 4096)
+                capacity = max(capacity, 2 * held[1])
             self._slots[name] = (self.cuda.mem_alloc(capacity), capacity)
         return int(self._slots[name][0])
 
