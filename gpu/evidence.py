@@ -27,6 +27,7 @@ Call every method inside ``context.active()``.
 
 from __future__ import annotations
 
+import math
 import weakref
 from itertools import accumulate, chain
 
@@ -339,11 +340,11 @@ class _Batch:
         for k, program in enumerate(self.programs):
             if count > 1:
                 tracer.cuda.memcpy_dtod_async(program.input, int(table["input"][k]),
-                                              4 * int(np.prod(program.input_shape)), stream)
+                                              4 * math.prod(program.input_shape), stream)
             program.launch(stream)
             if count > 1:
                 tracer.cuda.memcpy_dtod_async(int(table["logits"][k]), program.output,
-                                              4 * int(np.prod(program.output_shape)), stream)
+                                              4 * math.prod(program.output_shape), stream)
         self._launch("surface_probability", self.grid, _BLOCK)
         self._launch("surface_trust", (1, 1, count), (256, 1, 1))
         self._launch("surface_membership", (-(-max(self.sizes) // 256), 1, count), (256, 1, 1))
@@ -401,9 +402,9 @@ class _ModelLayout:
                              in zip(self.used, self.model, strict=True)]),
                   ("hist", [_SELECT_BYTES + 16] * count), ("trust", [8] * count)]
         if count > 1:  # else the program's own buffers: no copies
-            layout += [("input", [4 * int(np.prod(program.input_shape))
+            layout += [("input", [4 * math.prod(program.input_shape)
                                   for program in self.programs]),
-                       ("logits", [4 * int(np.prod(program.output_shape))
+                       ("logits", [4 * math.prod(program.output_shape)
                                    for program in self.programs])]
         self.arena = {}
         for name, each in layout:

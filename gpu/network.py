@@ -20,6 +20,7 @@ forward pass is one launch. Call its methods inside ``context.active()``.
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -419,7 +420,7 @@ class _Prepared:
         # Partial sums of split convolutions: (splits, c_out, rows, cols), one buffer for all.
         splits = [(_conv_splits(program.shapes[layer.inputs[0]][0]), layer.shape)
                   for layer in program.layers if layer.op == "conv"]
-        sizes[_PARTIAL] = (max([count * int(np.prod(shape)) for count, shape in splits
+        sizes[_PARTIAL] = (max([count * math.prod(shape) for count, shape in splits
                                 if count > 1], default=1), 1, 1)
         # A tensor that a concat copies is written in place, in the concat's channels, instead
         # (each tensor is written once, so no layer overwrites it there): no copy launch.
@@ -432,7 +433,7 @@ class _Prepared:
         for name, shape in sizes.items():
             if name not in in_place:
                 layout[name] = total
-                total += -(-4 * int(np.prod(shape)) // 256) * 256
+                total += -(-4 * math.prod(shape) // 256) * 256
         self.allocation = network.cuda.mem_alloc(max(total, 256))
         base = int(self.allocation)
 
@@ -440,7 +441,7 @@ class _Prepared:
             if name not in in_place:
                 return base + layout[name]
             concat, channel = in_place[name]
-            return address(concat) + 4 * channel * int(np.prod(sizes[name][1:]))
+            return address(concat) + 4 * channel * math.prod(sizes[name][1:])
 
         self.address = {name: address(name) for name in sizes}
         self.input = self.address[program.input]
