@@ -89,7 +89,7 @@ def worker_backend(name: str) -> TracerBackend:
     """The backend ``name`` in this process (made once per worker process)."""
     from gpu.select import choose_backend
 
-    return choose_backend(name)[0]
+    return choose_backend(name, batch=True)[0]
 
 
 def check_scheduler_address(address: str) -> None:

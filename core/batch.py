@@ -44,8 +44,8 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor, as_completed
-from contextlib import contextmanager
+from concurrent.futures import Executor, ThreadPoolExecutor, as_completed
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -96,6 +96,8 @@ CSV_COLUMNS = ("image", "status", "coordinate_space", "lines", "segments", "fail
 LOCK_FILE = ".roadtracer-batch.lock"
 #: Member of every output document that records what made it (see :func:`write_output`).
 RECORD_MEMBER = "roadtracer_batch"
+#: Largest PNG/JPEG/... file (bytes) read while the image before it is traced (in-process runs).
+READ_AHEAD_BYTES = 64 << 20
 
 
 @dataclass
@@ -272,16 +274,23 @@ def _line_features(raster: Raster, seed: Seed, vertices: np.ndarray, params: Tra
             "link_scores": [[round(float(v), 6) for v in r.link_scores] for r in results],
             "anchors_px": np.round(anchors, 3).tolist(),
             "params": params.as_dict(),
-            "segment_params": [{key: r.params.as_dict()[key]
-                                for key in ("guides", "points", "halfwidth")} for r in results],
+            "segment_params": [{"guides": r.params.guides, "points": r.params.points,
+                                "halfwidth": r.params.halfwidth} for r in results],
             "backend": results[0].backend,
         }
         features.append(line_feature(polyline, raster, properties, crs))
     return features, sum(len(run) for run in runs), failures
 
 
-def process_image(task: ImageTask,
-                  backend_factory: Callable[[], TracerBackend]) -> tuple[ImageReport, dict | None]:
+def open_task_image(task: ImageTask) -> Raster:
+    """The image of ``task``, opened as :func:`process_image` reads it (raises
+    ImageReadError, BadParameter)."""
+    return load_image(task.image, crs=task.image_crs, bands=task.bands)
+
+
+def process_image(task: ImageTask, backend_factory: Callable[[], TracerBackend],
+                  opened: Callable[[], Raster] | None = None
+                  ) -> tuple[ImageReport, dict | None]:
     """Trace every seed line that concerns one image (runs in a worker).
 
     Parameters
@@ -289,6 +298,9 @@ def process_image(task: ImageTask,
     task : ImageTask
     backend_factory : callable
         Returns the tracer backend to use in this process.
+    opened : callable, optional
+        Returns the task's image (or raises as :func:`open_task_image` does), e.g. the result
+        of a read started earlier; default: :func:`open_task_image`.
 
     Returns
     -------
@@ -302,7 +314,7 @@ def process_image(task: ImageTask,
     if task.threads is not None:
         numba.set_num_threads(max(1, min(task.threads, numba.config.NUMBA_NUM_THREADS)))
     try:
-        with load_image(task.image, crs=task.image_crs, bands=task.bands) as raster:
+        with (opened or (lambda: open_task_image(task)))() as raster:
             evidence_source(raster, task.params)  # a missing or misfit evidence raster: once
             backend = backend_factory()
             features = []
@@ -652,12 +664,7 @@ def run_tasks(tasks: list[ImageTask], backend_factory: Callable[[], TracerBacken
         unexpectedly (or whose worker died) gives a ``"failed"`` report.
     """
     if executor is None:
-        for task in tasks:
-            try:
-                outcome = process_image(task, backend_factory)
-            except Exception as exc:  # a bug: record it, keep going (as a worker would)
-                outcome = _crashed(task, exc)
-            yield outcome
+        yield from _run_here(tasks, backend_factory)
         return
     futures = {executor.submit(process_image, task, backend_factory): task for task in tasks}
     for future in as_completed(futures):
@@ -667,6 +674,40 @@ def run_tasks(tasks: list[ImageTask], backend_factory: Callable[[], TracerBacken
         except Exception as exc:  # a bug or a dead worker: record it, keep going
             outcome = _crashed(task, exc)
         yield outcome
+
+
+def _run_here(tasks: list[ImageTask], backend_factory: Callable[[], TracerBackend]
+              ) -> Iterator[tuple[ImageReport, dict | None]]:
+    """:func:`run_tasks` in this process: one image after the other, the next one read (PNG
+    or JPEG decoded; a GeoTIFF opened) in a thread while this one is traced."""
+    with ThreadPoolExecutor(1, thread_name_prefix="image-reader") as reader:
+        upcoming = None
+        try:
+            for k, task in enumerate(tasks):
+                current = upcoming
+                upcoming = (reader.submit(open_task_image, tasks[k + 1])
+                            if k + 1 < len(tasks) and _read_ahead(tasks[k + 1]) else None)
+                try:
+                    outcome = process_image(task, backend_factory,
+                                            opened=current.result if current else None)
+                except Exception as exc:  # a bug: record it, keep going (as a worker would)
+                    outcome = _crashed(task, exc)
+                yield outcome
+        finally:  # stopped early: close the image read ahead
+            if upcoming is not None and not upcoming.cancel():
+                with suppress(Exception):
+                    upcoming.result().close()
+
+
+def _read_ahead(task: ImageTask) -> bool:
+    """Whether :func:`_run_here` may read ``task``'s image while another is traced: a GeoTIFF
+    (opened, read window by window), or a file of at most ``READ_AHEAD_BYTES`` (two images
+    in memory at once)."""
+    try:
+        return (Path(task.image).suffix.lower() in TIFF_SUFFIXES
+                or os.path.getsize(task.image) <= READ_AHEAD_BYTES)
+    except OSError:  # missing: process_image reports it
+        return False
 
 
 def _crashed(task: ImageTask, exc: Exception) -> tuple[ImageReport, None]:

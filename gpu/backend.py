@@ -52,18 +52,21 @@ class GpuBackend(TracerBackend):
     precision : {"auto", "float64", "float32"}
         Arithmetic of link scores and DP; ``auto``: float64 where the device computes it at
         full rate or half (:func:`gpu.context.fast_float64`), float32 elsewhere.
+    blocking_sync : bool
+        Wait for the device without spinning on a CPU core (batch workers sharing a GPU).
     """
 
     name = "gpu"
 
-    def __init__(self, context: GpuContext, method: str = "auto", precision: str = "auto"):
+    def __init__(self, context: GpuContext, method: str = "auto", precision: str = "auto",
+                 blocking_sync: bool = False):
         self.context = context
         if precision == "auto":
             precision = "float64" if fast_float64(context) else "float32"
         self.description = f"GPU: {context.name}" + ("" if precision == "float64"
                                                     else ", float32 link scores and DP")
         with context.active():
-            self._tracer = DeviceTracer(context, method, precision)
+            self._tracer = DeviceTracer(context, method, precision, blocking_sync)
             self._evidence = DeviceEvidence(self._tracer)
         self._centre_on_device = centre_supported()
         self._network = None
@@ -73,14 +76,14 @@ class GpuBackend(TracerBackend):
             self.description += f" ({self.model_note})"
 
     @classmethod
-    def create(cls, method: str = "auto", device: int = 0,
-               precision: str = "auto") -> GpuBackend:
+    def create(cls, method: str = "auto", device: int = 0, precision: str = "auto",
+               blocking_sync: bool = False) -> GpuBackend:
         """The backend on device ``device``, or :class:`BackendUnavailable` saying why not."""
         context = open_context(device)
         import pycuda.driver as cuda
 
         try:
-            return cls(context, method, precision)
+            return cls(context, method, precision, blocking_sync)
         except (cuda.Error, cuda.CompileError, OSError) as exc:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise BackendUnavailable(f"GPU unavailable: the CUDA kernels cannot be built or "

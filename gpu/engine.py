@@ -62,9 +62,13 @@ class DeviceTracer:
         sparse-table kernel whenever its shared memory fits the device, else the reduction.
     precision : {"float64", "float32"}
         Arithmetic of link scores and DP (gpu/kernels.py); results come back as float64.
+    blocking_sync : bool
+        Wait for the device asleep rather than spinning on a CPU core (processes sharing a
+        GPU: each wait then leaves the core to the others' host work).
     """
 
-    def __init__(self, context, method: str = "auto", precision: str = "float64"):
+    def __init__(self, context, method: str = "auto", precision: str = "float64",
+                 blocking_sync: bool = False):
         if method not in METHODS:
             raise BadParameter(f"unknown GPU DP method {method!r}; choose from "
                                f"{', '.join(METHODS)}")
@@ -81,6 +85,9 @@ class DeviceTracer:
         self.real = np.dtype(precision)
         self.kernels = load_kernels(context, precision)
         self.stream = cuda.Stream()
+        #: With ``blocking_sync``, :meth:`synchronize` sleeps on this event instead of spinning.
+        self._done = (cuda.Event(cuda.event_flags.BLOCKING_SYNC | cuda.event_flags.DISABLE_TIMING)
+                      if blocking_sync else None)
         #: CUDA events for timing, made once (events, like buffers, belong to this context).
         self.events = [cuda.Event() for _ in range(5)]
         self.max_shared = context.attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")
@@ -144,7 +151,11 @@ class DeviceTracer:
     def synchronize(self) -> None:
         """Wait for the stream's queued work; upload staging is free again, and the arrays of
         :meth:`download_later` hold their values."""
-        self.stream.synchronize()
+        if self._done is None:
+            self.stream.synchronize()
+        else:
+            self._done.record(self.stream)
+            self._done.synchronize()
         self._staged_bytes = 0
         for out, staged in self._pending_downloads:
             out.reshape(-1).view(np.uint8)[:] = staged

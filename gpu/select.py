@@ -13,13 +13,15 @@ from core.errors import BackendUnavailable, BadParameter
 BACKEND_CHOICES = ("auto", "cpu", "gpu", "reference")
 
 
-def gpu_backend() -> TracerBackend:
-    """The CUDA backend, or :class:`BackendUnavailable` naming why it cannot run here."""
+def gpu_backend(batch: bool = False) -> TracerBackend:
+    """The CUDA backend, or :class:`BackendUnavailable` naming why it cannot run here. With
+    ``batch``, it waits for the device without spinning on a CPU core (batch workers share a
+    GPU and wait once per image; an interactive trace waits as briefly as it can)."""
     try:
         from gpu.backend import GpuBackend
     except ImportError as exc:
         raise BackendUnavailable(f"GPU unavailable: {exc}") from None
-    return GpuBackend.create()
+    return GpuBackend.create(blocking_sync=batch)
 
 
 def gpu_device_count() -> int:
@@ -33,8 +35,9 @@ def gpu_device_count() -> int:
         return 0
 
 
-def choose_backend(name: str = "auto") -> tuple[TracerBackend, str]:
-    """Pick a backend by name; returns ``(backend, note)``."""
+def choose_backend(name: str = "auto", batch: bool = False) -> tuple[TracerBackend, str]:
+    """Pick a backend by name; returns ``(backend, note)``. ``batch``: for a batch worker
+    (:func:`gpu_backend`)."""
     if name not in BACKEND_CHOICES:
         raise BadParameter(f"unknown backend {name!r}; choose from {', '.join(BACKEND_CHOICES)}")
     if name == "cpu":
@@ -44,10 +47,10 @@ def choose_backend(name: str = "auto") -> tuple[TracerBackend, str]:
         backend = ReferenceBackend()
         return backend, backend.description
     if name == "gpu":
-        backend = gpu_backend()
+        backend = gpu_backend(batch)
         return backend, backend.description
     try:
-        backend = gpu_backend()
+        backend = gpu_backend(batch)
         return backend, backend.description
     except BackendUnavailable as exc:
         backend = CpuBackend()

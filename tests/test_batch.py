@@ -6,6 +6,7 @@ import csv
 import json
 import os
 import shutil
+import threading
 
 import imageio.v3 as iio
 import numpy as np
@@ -15,6 +16,7 @@ from affine import Affine
 from distributed import Client, LocalCluster
 from geojson_pydantic import FeatureCollection
 
+import core.batch
 from cli import main as cli_main
 from cli.batch_cmd import worker_backend
 from core.backend import CpuBackend
@@ -254,6 +256,46 @@ def test_dask_in_process_cluster_matches_serial(tmp_path, dask_cluster):
     for image, (report, document) in serial.items():
         assert parallel[image][1] == document
         assert parallel[image][0].status == report.status
+
+
+def test_in_process_run_reads_the_next_image_while_tracing(tmp_path, monkeypatch):
+    opened, closed = [], []
+    real_open = core.batch.open_task_image
+
+    def recording_open(task):
+        raster = real_open(task)
+        name = os.path.basename(task.image)
+        opened.append((name, threading.current_thread().name))
+        close = raster.close
+        raster.close = lambda: (closed.append(name), close())
+        return raster
+
+    monkeypatch.setattr(core.batch, "open_task_image", recording_open)
+    (tmp_path / "a").mkdir()
+    images, seeds = make_folder(tmp_path / "a")
+    tasks = plan_batch(images, seeds, tmp_path / "a" / "out").tasks
+    names = [os.path.basename(task.image) for task in tasks]
+    outcomes = run_tasks(tasks, CpuBackend)
+    report, _ = next(outcomes)
+    assert report.image == names[0]
+    assert opened[0] == (names[0], threading.current_thread().name)
+    assert closed == [names[0]]
+    outcomes.close()  # stopped: the image read ahead is closed, not left open
+    assert [name for name, _ in opened] == names[:2]
+    assert opened[1][1].startswith("image-reader")
+    assert closed == names[:2]
+    # A whole run: every image after the first read ahead, the unreadable one reported.
+    opened.clear()
+    (tmp_path / "b").mkdir()
+    images, seeds = make_folder(tmp_path / "b", corrupt=True)
+    tasks = plan_batch(images, seeds, tmp_path / "b" / "out").tasks
+    names = [os.path.basename(task.image) for task in tasks]
+    reports = [report for report, _ in run_tasks(tasks, CpuBackend)]
+    assert [report.image for report in reports] == names
+    assert [name for name, _ in opened] == [name for name in names if name != "corrupt.png"]
+    assert all(thread.startswith("image-reader") for name, thread in opened if name != names[0])
+    assert next(r for r in reports if r.image == "corrupt.png").status == "failed"
+    assert {r.status for r in reports if r.image != "corrupt.png"} == {"ok"}
 
 
 def broken_backend():

@@ -245,6 +245,19 @@ def test_gpu_trace_many_equals_trace_one_at_a_time(backend, sample):
         assert got.score == expected.score
 
 
+def test_a_backend_that_waits_asleep_traces_the_same(backend, sample):
+    from gpu.backend import GpuBackend
+
+    raster, cases = sample
+    pairs = [(np.asarray(case["a"], float), np.asarray(case["b"], float)) for case in cases]
+    sleeping = GpuBackend.create(blocking_sync=True)  # a batch worker's
+    for _ in range(2):  # the second time on the same buffers and network programs
+        for got, expected in zip(trace_many(raster, pairs, TraceParams(), sleeping),
+                                 trace_many(raster, pairs, TraceParams(), backend), strict=True):
+            np.testing.assert_array_equal(got.polyline, expected.polyline)
+            assert got.score == expected.score
+
+
 @pytest.mark.parametrize("score", ["surface", "centre"])
 def test_deferred_planes_are_filled_by_the_next_trace_many(backend, sample, score):
     kind = get_score_kind(score)
