@@ -27,7 +27,6 @@ Call every method inside ``context.active()``.
 
 from __future__ import annotations
 
-import math
 import weakref
 from itertools import accumulate, chain
 
@@ -234,7 +233,7 @@ class _Batch:
     windows : list of (pixels (rows, cols, bands) float32, a (2,), b (2,))
         a, b in window coordinates (x, y).
     network : gpu.network.DeviceNetwork, optional
-        The surface model, for :meth:`surface_model` (its programs are prepared here).
+        The surface model, for :meth:`surface_model` (its forward pass is prepared here).
     pixels : bool
         Whether the windows' pixels are read (False: only their shapes, :meth:`road_term`).
     pads : list, optional
@@ -305,7 +304,7 @@ class _Batch:
         self.table = np.array(rows_out, dtype=WINDOW_DTYPE)
         self.at = tracer.slot("evidence_windows", self.table.nbytes)
         tracer.upload(self.table, self.at)
-        self.programs = model.programs if model else []
+        self.forward = model.forward if model else None
 
     def _launch(self, name: str, grid: tuple, block: tuple, *args) -> None:
         self.kernels[name].prepared_async_call(grid, block, self.tracer.stream, self.at, *args)
@@ -337,14 +336,7 @@ class _Batch:
         self._launch("percentile_finish", (1, 1, count), (1024, 1, 1))
         self._launch("model_input", (*_grid(int(table["input_rows"].max()),
                                             int(table["input_cols"].max())), count), _BLOCK)
-        for k, program in enumerate(self.programs):
-            if count > 1:
-                tracer.cuda.memcpy_dtod_async(program.input, int(table["input"][k]),
-                                              4 * math.prod(program.input_shape), stream)
-            program.launch(stream)
-            if count > 1:
-                tracer.cuda.memcpy_dtod_async(int(table["logits"][k]), program.output,
-                                              4 * math.prod(program.output_shape), stream)
+        self.forward.launch(stream)
         self._launch("surface_probability", self.grid, _BLOCK)
         self._launch("surface_trust", (1, 1, count), (256, 1, 1))
         self._launch("surface_membership", (-(-max(self.sizes) // 256), 1, count), (256, 1, 1))
@@ -397,15 +389,11 @@ class _ModelLayout:
         multiple = surface.SIZE_MULTIPLE
         self.input = [(-(-rows // multiple) * multiple, -(-cols // multiple) * multiple)
                       for rows, cols in self.model]
-        self.programs = network.prepared_many(self.input)
+        #: The network's forward pass over every window (its input and output buffers).
+        self.forward = network.forward(self.input, tracer.slot, tracer.upload)
         layout = [("means", [4 * (used + 1) * rows * cols for used, (rows, cols)
                              in zip(self.used, self.model, strict=True)]),
                   ("hist", [_SELECT_BYTES + 16] * count), ("trust", [8] * count)]
-        if count > 1:  # else the program's own buffers: no copies
-            layout += [("input", [4 * math.prod(program.input_shape)
-                                  for program in self.programs]),
-                       ("logits", [4 * math.prod(program.output_shape)
-                                   for program in self.programs])]
         self.arena = {}
         for name, each in layout:
             self.arena[name], end = _packed(each, end)
@@ -437,9 +425,7 @@ class _ModelLayout:
         model_cols, used, input_rows, input_cols, logit_rows, logit_cols, n_patches). Arena
         offsets are relative to ``base``, the arena's device address."""
         at = {name: base + offsets[k] for name, offsets in self.arena.items()}
-        program = self.programs[k]
-        inputs, logits = ((at["input"], at["logits"]) if "input" in at
-                          else (program.input, program.output))
+        inputs, logits = self.forward.inputs[k], self.forward.outputs[k]
         stretch = at["hist"] + _SELECT_COUNTS + 4 * 64
         return ((self.slots[0][k], self.slots[1][k]),
                 (at["means"], at["hist"], at["hist"] + _SELECT_COUNTS, stretch, inputs, logits,
@@ -447,7 +433,7 @@ class _ModelLayout:
                 (self.quantiles, scores.MODEL_TRUST),
                 (self.clicks[k], self.reach[k], *surface.STRETCH_CLIP, 0.0),
                 (self.steps[k], *self.model[k], self.used[k], *self.input[k],
-                 *program.output_shape[1:], self.counts[k]))
+                 *self.forward.output_shapes[k][1:], self.counts[k]))
 
 
 def _colour_models(windows: list, models: np.ndarray) -> None:

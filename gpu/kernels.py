@@ -75,17 +75,16 @@ EVIDENCE_KERNELS = {
     "gradient_rows": "PiiiPiPP",          # tmp, rows, cols, bands, weights, radius, planar, pairs
 }
 
-#: Kernels of network.cu and their argument formats.
+#: Kernels of network.cu and their argument formats (the first: the launch's Sample table).
 NETWORK_KERNELS = {
-    **{f"conv2d_k{k}": "PPPPiiiiii" for k in CONV_SIZES},  # in, w, bias, out, c_in, c_out,
-                                                             # rows, cols, relu, ci_split
-    "conv_sum": "PPPiiqi",                # partial, bias, out, splits, channels, plane, relu
-    "max_pool": "PPiiiiii",               # in, out, channels, rows, cols, k, out_rows, out_cols
-    "resize_linear": "PPiiiiiff",         # in, out, channels, rows, cols, out_rows, out_cols,
-                                          # scale_y, scale_x
-    "copy_floats": "PPq",                 # in, out, n
-    "relu": "PPq",
-    "sigmoid": "PPq",
+    **{f"conv2d_k{k}": "PPPiiii" for k in CONV_SIZES},  # samples, w, bias, c_in, c_out, relu,
+                                                          # ci_split
+    "conv_sum": "PPiii",                  # samples, bias, splits, channels, relu
+    "max_pool": "Pii",                    # samples, channels, k
+    "resize_linear": "Pi",                # samples, channels
+    "copy_floats": "P",
+    "relu": "P",
+    "sigmoid": "P",
 }
 
 

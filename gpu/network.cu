@@ -1,42 +1,61 @@
 // Layers of a small convolutional network (gpu/network.py runs an ONNX graph with them), float32,
-// NCHW with N = 1. One launch per layer; gpu/network.py captures the launches of one input size in
-// a CUDA graph.
+// one or several inputs ("samples") of any sizes per launch: every kernel reads each sample's
+// tensors and sizes from a Sample table (blockIdx.z picks the sample; blocks past a sample's size
+// return), so the windows of a batch run each layer in one launch. Each sample is NCHW with N = 1;
+// gpu/network.py captures the launches of one input alone in a CUDA graph.
 //
 // conv2d:   out[co, y, x] = bias[co] + sum_{ci, i, j} w[co, ci, i, j] in[ci, y + i - pad, x + j - pad]
 //           (zero outside), then max(0, .) when `relu`; stride 1, dilation 1, one group, square
-//           odd kernel K (template). A block computes a 16 x 16 tile of CO_TILE output channels:
-//           the input tile (with its halo) and the tile's weights of CI_TILE input channels at a
-//           time sit in shared memory, the weights of one tap for the CO_TILE channels side by
-//           side so that a thread reads them as two float4. Split over input channels: with
-//           `ci_split` < c_in, blockIdx.z also picks a group of ci_split input channels, and the
-//           block writes its partial sum (no bias, no relu) to out[split] (splits, c_out, rows,
-//           cols); conv_sum then adds the splits in order, the bias and the relu. Deep layers
-//           of a small image have few tiles: splitting gives the device more, shorter blocks.
+//           odd kernel K (template). A block computes a 16 x 16 tile (blockIdx.x, row-major over
+//           the sample's tiles) of CO_TILE output channels: the input tile (with its halo) and
+//           the tile's weights of CI_TILE input channels at a time sit in shared memory, the
+//           weights of one tap for the CO_TILE channels side by side so that a thread reads them
+//           as two float4. Split over input channels: with `ci_split` < c_in, blockIdx.y also
+//           picks a group of ci_split input channels, and the block writes its partial sum (no
+//           bias, no relu) to out[split] (splits, c_out, rows, cols); conv_sum then adds the
+//           splits in order, the bias and the relu. Deep layers of a small image have few tiles:
+//           splitting gives the device more, shorter blocks.
 // max_pool: K x K windows with stride K, no padding (floor of the size).
 // resize_linear: bilinear, half-pixel coordinates (ONNX Resize mode "linear",
 //           coordinate_transformation_mode "half_pixel"), source coordinates clamped at 0 and at
 //           the last pixel, as ONNX Runtime computes it.
-// copy_channels: a concatenation along channels is one copy per input into its channel range.
+// copy_floats: a concatenation along channels is one copy per input into its channel range.
 // relu, sigmoid: elementwise, in place allowed.
+
+// One sample's part of a launch (gpu/network.py SAMPLE_DTYPE): its input and output, the output's
+// size (rows x cols; rows = 1, cols = n for the elementwise kernels), the input's size, and a
+// resize's scales.
+struct Sample {
+    const float* in;
+    float* out;
+    int rows, cols, in_rows, in_cols;
+    float scale_y, scale_x;
+};
 
 #define TILE 16
 #define CO_TILE 8  // the inner loop reads a tap's CO_TILE weights as two float4
 #define CI_TILE 4
 
 template <int K>
-__device__ __forceinline__ void conv2d(const float* __restrict__ in, const float* __restrict__ w,
-                                       const float* __restrict__ bias, float* __restrict__ out,
-                                       int c_in, int c_out, int rows, int cols, int relu,
-                                       int ci_split)
+__device__ __forceinline__ void conv2d(const Sample* __restrict__ samples,
+                                       const float* __restrict__ w,
+                                       const float* __restrict__ bias, int c_in, int c_out,
+                                       int relu, int ci_split)
 {
     constexpr int PAD = K / 2;
     constexpr int SPAN = TILE + K - 1;
     __shared__ float tile[CI_TILE][SPAN][SPAN];
     __shared__ __align__(16) float weights[CI_TILE][K * K][CO_TILE];
-    const int x0 = blockIdx.x * TILE, y0 = blockIdx.y * TILE;
+    const Sample sample = samples[blockIdx.z];
+    const int rows = sample.rows, cols = sample.cols;
+    const int tiles_x = (cols + TILE - 1) / TILE;
+    if ((int)blockIdx.x >= tiles_x * ((rows + TILE - 1) / TILE)) return;  // past this sample
+    const float* __restrict__ in = sample.in;
+    float* __restrict__ out = sample.out;
+    const int y0 = (blockIdx.x / tiles_x) * TILE, x0 = (blockIdx.x % tiles_x) * TILE;
     const int co_tiles = (c_out + CO_TILE - 1) / CO_TILE;
-    const int split = blockIdx.z / co_tiles;
-    const int co0 = (blockIdx.z - split * co_tiles) * CO_TILE;
+    const int split = blockIdx.y / co_tiles;
+    const int co0 = (blockIdx.y - split * co_tiles) * CO_TILE;
     const int ci_begin = split * ci_split, ci_end = min(c_in, ci_begin + ci_split);
     const int tx = threadIdx.x, ty = threadIdx.y, t = ty * TILE + tx;
     const int x = x0 + tx, y = y0 + ty;
@@ -96,26 +115,28 @@ __device__ __forceinline__ void conv2d(const float* __restrict__ in, const float
     }
 }
 
-// out[c, p] = bias[c] + sum_s partial[s, c, p] (s in order), then max(0, .) when `relu`.
-extern "C" __global__ void conv_sum(const float* __restrict__ partial,
-                                    const float* __restrict__ bias, float* __restrict__ out,
-                                    int splits, int channels, long long plane, int relu)
+// out[c, p] = bias[c] + sum_s partial[s, c, p] (s in order), then max(0, .) when `relu`
+// (partial: the sample's `in`).
+extern "C" __global__ void conv_sum(const Sample* __restrict__ samples,
+                                    const float* __restrict__ bias, int splits, int channels,
+                                    int relu)
 {
+    const Sample sample = samples[blockIdx.z];
+    const long long plane = (long long)sample.rows * sample.cols;
     const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (g >= (long long)channels * plane) return;
     float v = 0.0f;
-    for (int s = 0; s < splits; ++s) v += __ldg(partial + (long long)s * channels * plane + g);
+    for (int s = 0; s < splits; ++s) v += __ldg(sample.in + (long long)s * channels * plane + g);
     if (bias) v += __ldg(bias + g / plane);
-    out[g] = relu ? fmaxf(v, 0.0f) : v;
+    sample.out[g] = relu ? fmaxf(v, 0.0f) : v;
 }
 
 #define CONV(K)                                                                                    \
     extern "C" __global__ void __launch_bounds__(TILE * TILE) conv2d_k##K(                         \
-        const float* __restrict__ in, const float* __restrict__ w, const float* __restrict__ bias, \
-        float* __restrict__ out, int c_in, int c_out, int rows, int cols, int relu,                \
-        int ci_split)                                                                              \
+        const Sample* __restrict__ samples, const float* __restrict__ w,                           \
+        const float* __restrict__ bias, int c_in, int c_out, int relu, int ci_split)               \
     {                                                                                              \
-        conv2d<K>(in, w, bias, out, c_in, c_out, rows, cols, relu, ci_split);                      \
+        conv2d<K>(samples, w, bias, c_in, c_out, relu, ci_split);                                  \
     }
 
 CONV(1)
@@ -123,57 +144,62 @@ CONV(3)
 CONV(5)
 CONV(7)
 
-extern "C" __global__ void max_pool(const float* __restrict__ in, float* __restrict__ out,
-                                    int channels, int rows, int cols, int k, int out_rows,
-                                    int out_cols)
+extern "C" __global__ void max_pool(const Sample* __restrict__ samples, int channels, int k)
 {
+    const Sample sample = samples[blockIdx.z];
+    const int out_rows = sample.rows, out_cols = sample.cols, cols = sample.in_cols;
     const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (g >= (long long)channels * out_rows * out_cols) return;
     const int c = (int)(g / ((long long)out_rows * out_cols));
     const int rest = (int)(g - (long long)c * out_rows * out_cols);
     const int y = rest / out_cols, x = rest - y * out_cols;
-    const float* p = in + (size_t)c * rows * cols + (size_t)(y * k) * cols + x * k;
+    const float* p = sample.in + (size_t)c * sample.in_rows * cols + (size_t)(y * k) * cols + x * k;
     float best = -INFINITY;
     for (int i = 0; i < k; ++i)
         for (int j = 0; j < k; ++j) best = fmaxf(best, __ldg(p + (size_t)i * cols + j));
-    out[g] = best;
+    sample.out[g] = best;
 }
 
-extern "C" __global__ void resize_linear(const float* __restrict__ in, float* __restrict__ out,
-                                         int channels, int rows, int cols, int out_rows,
-                                         int out_cols, float scale_y, float scale_x)
+extern "C" __global__ void resize_linear(const Sample* __restrict__ samples, int channels)
 {
+    const Sample sample = samples[blockIdx.z];
+    const int out_rows = sample.rows, out_cols = sample.cols;
+    const int rows = sample.in_rows, cols = sample.in_cols;
     const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (g >= (long long)channels * out_rows * out_cols) return;
     const int c = (int)(g / ((long long)out_rows * out_cols));
     const int rest = (int)(g - (long long)c * out_rows * out_cols);
     const int y = rest / out_cols, x = rest - y * out_cols;
-    const float sy = fminf(fmaxf((y + 0.5f) / scale_y - 0.5f, 0.0f), (float)(rows - 1));
-    const float sx = fminf(fmaxf((x + 0.5f) / scale_x - 0.5f, 0.0f), (float)(cols - 1));
+    const float sy = fminf(fmaxf((y + 0.5f) / sample.scale_y - 0.5f, 0.0f), (float)(rows - 1));
+    const float sx = fminf(fmaxf((x + 0.5f) / sample.scale_x - 0.5f, 0.0f), (float)(cols - 1));
     const int y0 = (int)sy, x0 = (int)sx;
     const int y1 = min(y0 + 1, rows - 1), x1 = min(x0 + 1, cols - 1);
     const float fy = sy - y0, fx = sx - x0;
-    const float* p = in + (size_t)c * rows * cols;
+    const float* p = sample.in + (size_t)c * rows * cols;
     const float top = __ldg(p + (size_t)y0 * cols + x0) * (1.0f - fx) + __ldg(p + (size_t)y0 * cols + x1) * fx;
     const float bottom = __ldg(p + (size_t)y1 * cols + x0) * (1.0f - fx) + __ldg(p + (size_t)y1 * cols + x1) * fx;
-    out[g] = top * (1.0f - fy) + bottom * fy;
+    sample.out[g] = top * (1.0f - fy) + bottom * fy;
 }
 
-extern "C" __global__ void copy_floats(const float* __restrict__ in, float* __restrict__ out,
-                                       long long n)
+// The elementwise kernels: the sample's rows x cols floats.
+extern "C" __global__ void copy_floats(const Sample* __restrict__ samples)
 {
+    const Sample sample = samples[blockIdx.z];
     const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (g < n) out[g] = __ldg(in + g);
+    if (g < (long long)sample.rows * sample.cols) sample.out[g] = __ldg(sample.in + g);
 }
 
-extern "C" __global__ void relu(const float* in, float* out, long long n)
+extern "C" __global__ void relu(const Sample* __restrict__ samples)
 {
+    const Sample sample = samples[blockIdx.z];
     const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (g < n) out[g] = fmaxf(in[g], 0.0f);
+    if (g < (long long)sample.rows * sample.cols) sample.out[g] = fmaxf(sample.in[g], 0.0f);
 }
 
-extern "C" __global__ void sigmoid(const float* in, float* out, long long n)
+extern "C" __global__ void sigmoid(const Sample* __restrict__ samples)
 {
+    const Sample sample = samples[blockIdx.z];
     const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (g < n) out[g] = 1.0f / (1.0f + expf(-in[g]));
+    if (g < (long long)sample.rows * sample.cols)
+        sample.out[g] = 1.0f / (1.0f + expf(-sample.in[g]));
 }

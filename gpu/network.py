@@ -15,7 +15,10 @@ unsupported on the device, with a one-line reason, and the host runs it):
 
 :class:`DeviceNetwork` owns the weights on the device and, per input size, the activations and
 the launches of one program, captured in a CUDA graph (:mod:`gpu.graphs`) so that a whole
-forward pass is one launch. Call its methods inside ``context.active()``.
+forward pass is one launch. Several inputs of any sizes (the windows of a batch) run together:
+their activations side by side, each layer one launch for all of them (every kernel reads its
+inputs' addresses and sizes from a table, :data:`SAMPLE_DTYPE`). Call its methods inside
+``context.active()``.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ CONV_TILE, CONV_CHANNELS = 16, 8
 #: many, summed by ``conv_sum`` (shorter blocks, more of them, for the deep layers; 8 was the
 #: fastest of 4, 8, 16 and 32 on the H100 from 40 x 48 to 136 x 168 inputs).
 CONV_SPLIT_CHANNELS = 8
-#: Input sizes whose programs (activations, CUDA graph) are kept on the device.
+#: Input sizes whose programs of their own (activations, CUDA graph) are kept on the device.
 CACHED_SIZES = 8
 
 
@@ -335,6 +338,7 @@ class DeviceNetwork:
         model, constants = load_model(path)
         self.graph, self.constants = parse_graph(model), fold_constants(model, constants)
         self._weights: dict[str, object] = {}
+        self._layouts: OrderedDict = OrderedDict()
         self._programs: OrderedDict = OrderedDict()
         program = network_program(self.graph, self.constants, 8, 8)  # UnsupportedModel now
         self.channels = (program.shapes[program.input][0], program.shapes[program.output][0])
@@ -353,27 +357,41 @@ class DeviceNetwork:
             self._weights[name] = allocation
         return int(self._weights[name])
 
-    def prepared(self, rows: int, cols: int) -> _Prepared:
-        """The program for input (1, C, rows, cols) with its buffers and launches (cached)."""
-        return self.prepared_many([(rows, cols)])[0]
+    def layout(self, rows: int, cols: int) -> ProgramLayout:
+        """The program for input (1, C, rows, cols) laid out from byte 0 (cached)."""
+        key = (int(rows), int(cols))
+        layout = self._layouts.get(key)
+        if layout is None:
+            program = network_program(self.graph, self.constants, *key)
+            layout = self._layouts[key] = ProgramLayout(program, self._weight)
+            if len(self._layouts) > CACHED_LAYOUTS:
+                self._layouts.popitem(last=False)
+        else:
+            self._layouts.move_to_end(key)
+        return layout
 
-    def prepared_many(self, sizes: list) -> list[_Prepared]:
-        """The program of each input size (rows, cols) of ``sizes`` (cached). The programs
-        least recently used beyond ``CACHED_SIZES`` (or beyond the number of sizes asked for)
-        are freed, after the work queued on the stream."""
-        wanted = list(dict.fromkeys((int(rows), int(cols)) for rows, cols in sizes))
-        for key in wanted:
-            if key in self._programs:
-                self._programs.move_to_end(key)
-            else:
-                self._programs[key] = _Prepared(self, network_program(self.graph, self.constants,
-                                                                      *key))
-        excess = len(self._programs) - max(CACHED_SIZES, len(wanted))
-        if excess > 0:
-            self.stream.synchronize()  # queued forward passes may still use them
-            for _ in range(excess):
-                self._programs.popitem(last=False)[1].free()
-        return [self._programs[int(rows), int(cols)] for rows, cols in sizes]
+    def prepared(self, rows: int, cols: int) -> _Prepared:
+        """The program for input (1, C, rows, cols) on its own buffers, with its launches
+        (cached; the least recently used beyond ``CACHED_SIZES`` are freed, after the work
+        queued on the stream)."""
+        key = (int(rows), int(cols))
+        if key in self._programs:
+            self._programs.move_to_end(key)
+            return self._programs[key]
+        prepared = self._programs[key] = _Prepared(self, self.layout(*key))
+        if len(self._programs) > CACHED_SIZES:
+            self.stream.synchronize()  # queued forward passes may still use it
+            self._programs.popitem(last=False)[1].free()
+        return prepared
+
+    def forward(self, sizes: list, slot, upload) -> _Prepared | _Batched:
+        """A forward pass over inputs of ``sizes`` ((rows, cols) each) to launch: for one, its
+        cached :meth:`prepared` program; for several, every layer launched once for all of
+        them, on buffers from ``slot(name, nbytes)`` with the Sample table queued by
+        ``upload(array, pointer)`` (a :class:`gpu.engine.DeviceTracer`'s)."""
+        if len(sizes) == 1:
+            return self.prepared(*sizes[0])
+        return _Batched(self, [self.layout(*size) for size in sizes], slot, upload)
 
     def run(self, image: np.ndarray) -> np.ndarray:
         """The network's output (channels, rows, cols) float32 for ``image`` (1, C, rows, cols),
@@ -392,17 +410,24 @@ class DeviceNetwork:
         for prepared in self._programs.values():
             prepared.free()
         self._programs.clear()
+        self._layouts.clear()
         for allocation in self._weights.values():
             allocation.free()
         self._weights.clear()
 
 
-def _blocks(n: int, threads: int = 256) -> tuple[int, int]:
-    return (-(-n // threads), 1)
-
-
+#: network.cu's Sample: one input's part of a launch (its tensors' addresses, the output's and
+#: the input's sizes, a resize's scales).
+SAMPLE_DTYPE = np.dtype([("in", np.uint64), ("out", np.uint64), ("rows", np.int32),
+                         ("cols", np.int32), ("in_rows", np.int32), ("in_cols", np.int32),
+                         ("scale_y", np.float32), ("scale_x", np.float32)])
+#: Most samples of one launch (CUDA's grid z).
+MAX_SAMPLES = 65535
+#: Input sizes whose layouts (host only) are kept.
+CACHED_LAYOUTS = 64
 #: Name of the split convolutions' partial-sum buffer in a program's layout.
 _PARTIAL = "\0partial sums"
+_ALIGN = 256
 
 
 def _conv_splits(c_in: int) -> int:
@@ -410,12 +435,30 @@ def _conv_splits(c_in: int) -> int:
     return -(-c_in // CONV_SPLIT_CHANNELS)
 
 
-class _Prepared:
-    """One program's activations (one allocation) and launches; run by :meth:`launch`."""
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // _ALIGN) * _ALIGN
 
-    def __init__(self, network: DeviceNetwork, program: Program):
+
+class ProgramLayout:
+    """One input size's ``program`` laid out in an activation buffer from byte 0, its weights
+    at the device addresses ``weight(name)`` gives (0 for None).
+
+    Attributes
+    ----------
+    nbytes : int
+        The buffer's size.
+    input, output : int
+        Byte offsets of the network's input (C, rows, cols) and output.
+    input_shape, output_shape : tuple of int
+        (channels, rows, cols) of each.
+    launches : list of (kernel name, block, blocks (x, y), constant arguments)
+        One per kernel launch of a forward pass.
+    samples : ndarray of shape (launches,), SAMPLE_DTYPE
+        Each launch's Sample, addresses as offsets into the buffer.
+    """
+
+    def __init__(self, program: Program, weight):
         self.program = program
-        self.network = network
         sizes = dict(program.shapes)
         # Partial sums of split convolutions: (splits, c_out, rows, cols), one buffer for all.
         splits = [(_conv_splits(program.shapes[layer.inputs[0]][0]), layer.shape)
@@ -433,65 +476,88 @@ class _Prepared:
         for name, shape in sizes.items():
             if name not in in_place:
                 layout[name] = total
-                total += -(-4 * math.prod(shape) // 256) * 256
-        self.allocation = network.cuda.mem_alloc(max(total, 256))
-        base = int(self.allocation)
+                total += _aligned(4 * math.prod(shape))
+        self.nbytes = max(total, _ALIGN)
 
-        def address(name):
+        def offset(name):
             if name not in in_place:
-                return base + layout[name]
+                return layout[name]
             concat, channel = in_place[name]
-            return address(concat) + 4 * channel * math.prod(sizes[name][1:])
+            return offset(concat) + 4 * channel * math.prod(sizes[name][1:])
 
-        self.address = {name: address(name) for name in sizes}
-        self.input = self.address[program.input]
-        self.output = self.address[program.output]
+        self.offset = {name: offset(name) for name in sizes}
+        self.input = self.offset[program.input]
+        self.output = self.offset[program.output]
         self.input_shape = program.shapes[program.input]
         self.output_shape = program.shapes[program.output]
-        self.launches = [launch for layer in program.layers
-                         if not (layer.op == "copy" and in_place.get(layer.inputs[0])
-                                 == (layer.output, layer.params["offset"]))
-                         for launch in self._launch(layer)]
-        self.graph = None
-        self.runs = 0
+        launches = [launch for layer in program.layers
+                    if not (layer.op == "copy" and in_place.get(layer.inputs[0])
+                            == (layer.output, layer.params["offset"]))
+                    for launch in self._launch(weight, layer)]
+        self.launches = [launch[:4] for launch in launches]
+        self.samples = np.array([launch[4] for launch in launches], dtype=SAMPLE_DTYPE)
 
-    def _launch(self, layer: Layer) -> list[tuple]:
-        """(function, grid, block, arguments) of the launches of ``layer``."""
-        kernels, network = self.network.kernels, self.network
+    def _launch(self, weight, layer: Layer) -> list[tuple]:
+        """(kernel name, block, blocks (x, y), constant arguments, Sample) of each launch of
+        ``layer``."""
         source = self.program.shapes[layer.inputs[0]]
-        at_in, at_out = self.address[layer.inputs[0]], self.address[layer.output]
+        at_in, at_out = self.offset[layer.inputs[0]], self.offset[layer.output]
         channels, rows, cols = layer.shape
         n = channels * rows * cols
+        line = (-(-n // 256), 1)
         if layer.op == "conv":
             splits = _conv_splits(source[0])
-            weight = network._weight(layer.params["weight"])
-            bias, relu = network._weight(layer.params["bias"]), int(layer.params["relu"])
-            grid = (-(-cols // CONV_TILE), -(-rows // CONV_TILE),
-                    -(-channels // CONV_CHANNELS) * splits)
-            conv = kernels[f"conv2d_k{layer.params['k']}"]
+            weights = weight(layer.params["weight"])
+            bias, relu = weight(layer.params["bias"]), int(layer.params["relu"])
+            blocks = (-(-cols // CONV_TILE) * -(-rows // CONV_TILE),
+                      -(-channels // CONV_CHANNELS) * splits)
+            conv, tile = f"conv2d_k{layer.params['k']}", (CONV_TILE, CONV_TILE, 1)
             if splits == 1:
-                return [(conv, grid, (CONV_TILE, CONV_TILE, 1),
-                         (at_in, weight, bias, at_out, source[0], channels, rows, cols, relu,
-                          source[0]))]
-            partial = self.address[_PARTIAL]
-            return [(conv, grid, (CONV_TILE, CONV_TILE, 1),
-                     (at_in, weight, 0, partial, source[0], channels, rows, cols, 0,
-                      CONV_SPLIT_CHANNELS)),
-                    (kernels["conv_sum"], _blocks(n), (256, 1, 1),
-                     (partial, bias, at_out, splits, channels, rows * cols, relu))]
+                return [(conv, tile, blocks, (weights, bias, source[0], channels, relu,
+                                              source[0]),
+                         (at_in, at_out, rows, cols, rows, cols, 0, 0))]
+            partial = self.offset[_PARTIAL]
+            return [(conv, tile, blocks, (weights, 0, source[0], channels, 0,
+                                          CONV_SPLIT_CHANNELS),
+                     (at_in, partial, rows, cols, rows, cols, 0, 0)),
+                    ("conv_sum", (256, 1, 1), line, (bias, splits, channels, relu),
+                     (partial, at_out, rows, cols, rows, cols, 0, 0))]
         if layer.op == "max_pool":
-            return [(kernels["max_pool"], _blocks(n), (256, 1, 1),
-                     (at_in, at_out, channels, source[1], source[2], layer.params["k"], rows,
-                      cols))]
+            return [("max_pool", (256, 1, 1), line, (channels, layer.params["k"]),
+                     (at_in, at_out, rows, cols, source[1], source[2], 0, 0))]
         if layer.op == "resize":
-            scale_y, scale_x = layer.params["scale"]
-            return [(kernels["resize_linear"], _blocks(n), (256, 1, 1),
-                     (at_in, at_out, channels, source[1], source[2], rows, cols, scale_y,
-                      scale_x))]
+            return [("resize_linear", (256, 1, 1), line, (channels,),
+                     (at_in, at_out, rows, cols, source[1], source[2],
+                      *layer.params["scale"]))]
         if layer.op == "copy":
             at_out += 4 * layer.params["offset"] * rows * cols
-            return [(kernels["copy_floats"], _blocks(n), (256, 1, 1), (at_in, at_out, n))]
-        return [(kernels[layer.op], _blocks(n), (256, 1, 1), (at_in, at_out, n))]
+            return [("copy_floats", (256, 1, 1), line, (), (at_in, at_out, 1, n, 1, n, 0, 0))]
+        return [(layer.op, (256, 1, 1), line, (), (at_in, at_out, 1, n, 1, n, 0, 0))]
+
+
+class _Prepared:
+    """One input size's program on its own activations and Sample table (one allocation),
+    run by :meth:`launch`; ``input``/``output``: device addresses."""
+
+    def __init__(self, network: DeviceNetwork, layout: ProgramLayout):
+        cuda = network.cuda
+        table_at = layout.nbytes
+        self.allocation = cuda.mem_alloc(table_at + layout.samples.nbytes)
+        base = int(self.allocation)
+        self._table = cuda.pagelocked_empty(len(layout.samples), SAMPLE_DTYPE)
+        self._table[:] = layout.samples
+        self._table["in"] += np.uint64(base)
+        self._table["out"] += np.uint64(base)
+        cuda.memcpy_htod_async(base + table_at, self._table, network.stream)
+        self.input, self.output = base + layout.input, base + layout.output
+        self.input_shape, self.output_shape = layout.input_shape, layout.output_shape
+        self.inputs, self.outputs = [self.input], [self.output]
+        self.output_shapes = [self.output_shape]
+        self.launches = [(network.kernels[name], (*blocks, 1), block,
+                          (base + table_at + j * SAMPLE_DTYPE.itemsize, *constants))
+                         for j, (name, block, blocks, constants) in enumerate(layout.launches)]
+        self.graph = None
+        self.runs = 0
 
     def _launch_all(self, stream) -> None:
         for function, grid, block, args in self.launches:
@@ -514,3 +580,67 @@ class _Prepared:
     def free(self) -> None:
         self.graph = None
         self.allocation.free()
+
+
+def batch_bytes(layouts: list) -> int:
+    """Bytes of the activations of ``layouts`` (ProgramLayout each) side by side."""
+    return sum(layout.nbytes for layout in layouts)
+
+
+def batch_samples(layouts: list, base: int) -> tuple[np.ndarray, list[int]]:
+    """The Sample table of one forward pass over inputs laid out by ``layouts`` (ProgramLayout
+    each, of one network), their activations side by side from device address ``base``.
+
+    Returns
+    -------
+    table : ndarray of shape (launches, inputs), SAMPLE_DTYPE
+        Row j: launch j's Samples (``layouts[0].launches[j]``, the same for every input).
+    starts : list of int
+        Each input's activations' address.
+    """
+    starts = np.cumsum([base] + [layout.nbytes for layout in layouts[:-1]]).astype(np.uint64)
+    table = np.stack([layout.samples for layout in layouts], axis=1)
+    table["in"] += starts
+    table["out"] += starts
+    return table, [int(start) for start in starts]
+
+
+class _Batched:
+    """One forward pass over several inputs of any sizes, each layer one launch for all of
+    them: each input's activations side by side in the ``network_activations`` slot, the
+    launches' Sample tables (launch by launch, input by input) in ``network_samples``.
+
+    Attributes
+    ----------
+    inputs, outputs : list of int
+        Device address of each input's (C, rows, cols) and output.
+    output_shapes : list of (channels, rows, cols)
+    """
+
+    def __init__(self, network: DeviceNetwork, layouts: list, slot, upload):
+        count = len(layouts)
+        base = slot("network_activations", batch_bytes(layouts))
+        table, starts = batch_samples(layouts, base)
+        at = slot("network_samples", table.nbytes)
+        upload(table, at)
+        self.inputs = [start + layout.input for start, layout in zip(starts, layouts,
+                                                                     strict=True)]
+        self.outputs = [start + layout.output for start, layout in zip(starts, layouts,
+                                                                       strict=True)]
+        self.output_shapes = [layout.output_shape for layout in layouts]
+        blocks = np.array([[launch[2] for launch in layout.launches] for layout in layouts])
+        most = blocks.max(axis=0)  # (launches, 2): every input's blocks fit
+        self.launches = []
+        row = count * SAMPLE_DTYPE.itemsize
+        for j, (name, block, _, constants) in enumerate(layouts[0].launches):
+            for first in range(0, count, MAX_SAMPLES):
+                self.launches.append((network.kernels[name],
+                                      (int(most[j, 0]), int(most[j, 1]),
+                                       min(MAX_SAMPLES, count - first)), block,
+                                      (at + j * row + first * SAMPLE_DTYPE.itemsize,
+                                       *constants)))
+
+    def launch(self, stream) -> None:
+        """Queue the forward pass of every input."""
+        for function, grid, block, args in self.launches:
+            function.prepared_async_call(grid, block, stream, *args)

@@ -1,6 +1,8 @@
 """The device's lowering of the surface model (gpu/network.py), checked without a GPU: a numpy
-twin of network.cu's layers runs the lowered program and must give ONNX Runtime's logits. On a
-GPU the kernels themselves are checked against ONNX Runtime (``gpu`` tests)."""
+twin of network.cu's layers runs the lowered program and must give ONNX Runtime's logits, and
+a numpy twin of its kernels runs the launches and Sample tables of several inputs laid out side
+by side in one memory. On a GPU the kernels themselves are checked against ONNX Runtime
+(``gpu`` tests)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,14 @@ import numpy as np
 import pytest
 
 from core import surface
-from gpu.network import UnsupportedModel, load_model, network_program
+from gpu.network import (
+    ProgramLayout,
+    UnsupportedModel,
+    batch_bytes,
+    batch_samples,
+    load_model,
+    network_program,
+)
 
 pytest.importorskip("onnx")
 
@@ -91,3 +100,77 @@ def test_a_model_with_an_unknown_operator_is_refused_with_its_name():
     with pytest.raises(UnsupportedModel, match="Elu"):
         network_program(model, constants, 16, 16)
     assert isinstance(model, onnx.ModelProto)
+
+
+def fake_addresses(constants) -> dict:
+    """A made-up device address for every constant tensor (the weights)."""
+    return {name: 8 * (k + 1) for k, name in enumerate(sorted(constants))}
+
+
+def run_launches(layouts, constants, images):
+    """Outputs of one batched forward pass (gpu.network's layouts, Sample table and launches)
+    over ``images`` (channels, rows, cols) each, every kernel of network.cu done in numpy on
+    one flat memory (addresses in bytes), the weights at :func:`fake_addresses`."""
+    by_address = {address: constants[name] for name, address in fake_addresses(constants).items()}
+    base = 4096
+    table, starts = batch_samples(layouts, base)
+    memory = np.full((base + batch_bytes(layouts)) // 4, np.nan)
+
+    def tensor(address, *shape):
+        start = int(address) // 4
+        return memory[start:start + int(np.prod(shape))].reshape(shape)
+
+    for start, layout, image in zip(starts, layouts, images, strict=True):
+        tensor(start + layout.input, *image.shape)[:] = image
+    for j, (name, _, _, constants_j) in enumerate(layouts[0].launches):
+        for sample in table[j]:
+            rows, cols = int(sample["rows"]), int(sample["cols"])
+            in_rows, in_cols = int(sample["in_rows"]), int(sample["in_cols"])
+            if name.startswith("conv2d"):
+                w_at, bias_at, c_in, c_out, relu, split = constants_j
+                x = tensor(sample["in"], c_in, rows, cols)
+                w = by_address[w_at]
+                for s, first in enumerate(range(0, c_in, split)):
+                    part = _conv(x[first:first + split], w[:, first:first + split],
+                                 by_address.get(bias_at), relu)
+                    tensor(sample["out"] + 4 * s * c_out * rows * cols, c_out, rows, cols)[:] = part
+            elif name == "conv_sum":
+                bias_at, splits, channels, relu = constants_j
+                total = tensor(sample["in"], splits, channels, rows, cols).sum(axis=0)
+                total = total + by_address[bias_at][:, None, None] if bias_at else total
+                tensor(sample["out"], channels, rows, cols)[:] = (np.maximum(total, 0) if relu
+                                                                 else total)
+            elif name == "max_pool":
+                channels, k = constants_j
+                x = tensor(sample["in"], channels, in_rows, in_cols)
+                tensor(sample["out"], channels, rows, cols)[:] = x[:, :rows * k, :cols * k].reshape(
+                    channels, rows, k, cols, k).max(axis=(2, 4))
+            elif name == "resize_linear":
+                (channels,) = constants_j
+                x = tensor(sample["in"], channels, in_rows, in_cols)
+                tensor(sample["out"], channels, rows, cols)[:] = _resize(
+                    x, (channels, rows, cols), (float(sample["scale_y"]), float(sample["scale_x"])))
+            else:
+                x = tensor(sample["in"], rows * cols)
+                outputs = {"copy_floats": x, "relu": np.maximum(x, 0),
+                           "sigmoid": 1 / (1 + np.exp(-x))}
+                tensor(sample["out"], rows * cols)[:] = outputs[name]
+    return [tensor(start + layout.output, *layout.output_shape).copy()
+            for start, layout in zip(starts, layouts, strict=True)]
+
+
+def test_a_batched_forward_pass_over_inputs_of_any_sizes_gives_each_ones_own_output():
+    model, constants = load_model(str(surface.MODEL_PATH))
+    sizes = [(40, 56), (16, 24), (40, 56), (72, 32)]  # two of one size: each its own memory
+    address = fake_addresses(constants)
+    layouts = [ProgramLayout(network_program(model, constants, rows, cols),
+                             lambda name: address.get(name, 0)) for rows, cols in sizes]
+    assert any(launch[0] == "conv_sum" for launch in layouts[0].launches)  # splits tested
+    assert len({len(layout.launches) for layout in layouts}) == 1
+    rng = np.random.default_rng(5)
+    images = [rng.uniform(-0.5, 1.5, (surface.INPUT_PLANES, rows, cols)) for rows, cols in sizes]
+    outputs = run_launches(layouts, constants, images)
+    for layout, image, got in zip(layouts, images, outputs, strict=True):
+        expected = run_program(layout.program, constants, image)
+        assert got.shape == expected.shape == (surface.OUTPUT_PLANES, *image.shape[1:])
+        np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-9)
