@@ -14,10 +14,10 @@ writes the summary of what is done and exits with 130 (the same command resumes)
 
 GPU workers: locally, ``--backend gpu --workers N`` starts N worker processes, worker *i*
 seeing only GPU *i* mod the number of GPUs (``CUDA_VISIBLE_DEVICES``); by default
-``GPU_WORKERS_PER_DEVICE`` per GPU (at most one per core): a trace of a short segment is
-mostly host work, so several processes keep one GPU busy. On a cluster, start
+``GPU_WORKERS_PER_DEVICE`` per GPU (at most one per two cores): a trace of a short segment
+is mostly host work, so several processes keep one GPU busy. On a cluster, start
 single-threaded workers with ``CUDA_VISIBLE_DEVICES`` set, e.g. ``CUDA_VISIBLE_DEVICES=0
-dask worker tcp://HOST:8786 --nworkers 4 --nthreads 1`` (and so on for each GPU), where the
+dask worker tcp://HOST:8786 --nworkers 8 --nthreads 1`` (and so on for each GPU), where the
 project is importable (run it from the project's folder or install it).
 """
 
@@ -45,8 +45,9 @@ from core.backend import TracerBackend
 MAX_LISTED_FAILURES = 20
 #: Cores of this machine: the default number of local CPU workers.
 CORES = os.cpu_count() or 1
-#: Default local worker processes per GPU (measured: docs/BENCHMARKS.md, "Batch on the GPU").
-GPU_WORKERS_PER_DEVICE = 4
+#: Default local worker processes per GPU, at most one per two cores (measured:
+#: docs/BENCHMARKS.md, "Batch on the GPU").
+GPU_WORKERS_PER_DEVICE = 8
 
 
 def positive_int(text: str) -> int:
@@ -72,7 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=positive_int,
                         help=f"local worker processes (default: one per core, {CORES} here; "
                              f"with the GPU backend {GPU_WORKERS_PER_DEVICE} per GPU, at most "
-                             "one per core; 1 runs in this process)")
+                             "one per two cores; 1 runs in this process)")
     parser.add_argument("--scheduler", metavar="ADDRESS",
                         help="run on this Dask scheduler (tcp://HOST:PORT) instead of locally")
     parser.add_argument("--evidence-dir", metavar="DIR",
@@ -110,10 +111,10 @@ def check_scheduler_address(address: str) -> None:
 
 def local_workers(requested: int | None, tasks: int, gpus: int) -> int:
     """Local worker processes for ``tasks`` images: ``requested`` (None: one per core, or with
-    ``gpus`` > 0 GPUs ``GPU_WORKERS_PER_DEVICE`` per GPU, at most one per core), never more
-    than the images."""
+    ``gpus`` > 0 GPUs ``GPU_WORKERS_PER_DEVICE`` per GPU, at most one per two cores), never
+    more than the images."""
     if requested is None:
-        requested = min(GPU_WORKERS_PER_DEVICE * gpus, CORES) if gpus else CORES
+        requested = min(GPU_WORKERS_PER_DEVICE * gpus, CORES // 2) if gpus else CORES
     return max(min(requested, tasks), 1)
 
 

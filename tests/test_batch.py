@@ -541,7 +541,8 @@ def test_local_worker_defaults():
     from cli.batch_cmd import CORES, GPU_WORKERS_PER_DEVICE, local_workers
 
     assert local_workers(None, tasks=1000, gpus=0) == CORES
-    assert local_workers(None, tasks=1000, gpus=2) == min(2 * GPU_WORKERS_PER_DEVICE, CORES)
+    assert local_workers(None, tasks=1000, gpus=2) == max(min(2 * GPU_WORKERS_PER_DEVICE,
+                                                             CORES // 2), 1)
     assert local_workers(6, tasks=1000, gpus=1) == 6  # asked for: several processes per GPU
     assert local_workers(6, tasks=3, gpus=1) == 3  # never more than the images
     assert local_workers(None, tasks=0, gpus=0) == 1
