@@ -93,6 +93,10 @@ def worker_backend(name: str) -> TracerBackend:
     return choose_backend(name, batch=True)[0]
 
 
+def _same(backend: TracerBackend) -> TracerBackend:
+    return backend
+
+
 def check_scheduler_address(address: str) -> None:
     """BadParameter unless ``address`` reads as a Dask scheduler address
     (``PROTOCOL://HOST:PORT``, e.g. ``tcp://10.0.0.5:8786``)."""
@@ -194,7 +198,6 @@ def run_batch(args: argparse.Namespace) -> int:
     backend, backend_note = choose_backend(args.backend)  # resolve "auto" once, here
     if args.backend == "auto" and backend.name != "gpu":
         note(args, f"using {backend_note}")
-    factory = functools.partial(worker_backend, backend.name)
     for failure in plan.seed_failures:
         print(f"bad seed: {failure.describe()}", file=sys.stderr)
     if plan.skipped:
@@ -205,6 +208,9 @@ def run_batch(args: argparse.Namespace) -> int:
              f"files changed since the earlier run, or their output has no record of them "
              f"({', '.join(map(printable, plan.changed))})")
     executor, close, workers = open_executor(args, len(plan.tasks), backend.name == "gpu")
+    # Workers make that backend once each; in this process, the one made above traces.
+    factory = (functools.partial(worker_backend, backend.name) if executor is not None
+               else functools.partial(_same, backend))
     # One numba thread per task: images run in parallel instead (see the module docstring).
     tasks = [replace(task, threads=1) for task in plan.tasks]
     reports = []

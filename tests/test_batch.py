@@ -507,16 +507,35 @@ def test_source_crs_outputs(tmp_path, capsys):
 def test_interrupt_keeps_a_summary(tmp_path, capsys, monkeypatch):
     images, seeds = make_folder(tmp_path)
 
-    def interrupt(name):
+    def interrupt(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("cli.batch_cmd.worker_backend", interrupt)
+    monkeypatch.setattr("core.batch.process_image", interrupt)
     code, err = batch(capsys, images, seeds, tmp_path / "out", "--workers", "1")
     assert code == 130
     assert "stopped after 0 of 3 image(s)" in err
     summary, _ = read_summary(tmp_path / "out")
     assert summary["interrupted"] is True
     assert summary["images"] == []
+
+
+def test_in_process_batch_traces_with_the_backend_it_chose(tmp_path, capsys, monkeypatch):
+    import gpu.select
+
+    images, seeds = make_folder(tmp_path)
+    chosen = []
+    choose = gpu.select.choose_backend
+
+    def counting(name="auto", batch=False):
+        chosen.append(name)
+        return choose(name, batch)
+
+    monkeypatch.setattr("gpu.select.choose_backend", counting)
+    code, _ = batch(capsys, images, seeds, tmp_path / "out", "--workers", "1")
+    assert code == 0
+    assert chosen == ["cpu"]  # made once, not again for the images
+    summary, _ = read_summary(tmp_path / "out")
+    assert summary["totals"]["ok"] == 3
 
 
 def test_repeated_vertices_are_merged_not_failed(tmp_path, capsys):
