@@ -274,18 +274,22 @@ class GpuBackend(TracerBackend):
         # Problems of the same shape one after the other: they share the tracer's plan.
         order = sorted(range(len(problems)), key=lambda k: _corridor_sizes(problems[k][1]))
         with self.context.active():
+            # Every problem's result side by side on the device, copied back at once.
             total_size = sum(2 * corridor.guides + 4 for _, corridor, _ in problems)
-            tracer.result_host(total_size)  # before any fetch: fetches return views into it
+            results = tracer.slot("results", 8 * total_size)
             queued, at = {}, 0
             for k in order:
                 evidence, corridor, windows = problems[k]
                 plan = self._bind_trace(evidence, corridor, windows)
                 tracer.launch_links(plan, evidence, tracer.bind_evidence(evidence))
-                plan.launch_dp(tracer.stream)
-                queued[k] = (plan, tracer.fetch(plan, at))
+                plan.launch_dp(tracer.stream, results + 8 * at)
+                queued[k] = (plan, at)
                 at += plan.result_size
+            host = tracer.result_host(total_size)
+            tracer.cuda.memcpy_dtoh_async(host[:total_size], results, tracer.stream)
             tracer.synchronize()
-            solved = [queued[k][0].solution(queued[k][1]) for k in range(len(problems))]
+            solved = [plan.solution(host[first:first + plan.result_size])
+                      for plan, first in (queued[k] for k in range(len(problems)))]
         share = {"device": 1e3 * (time.perf_counter() - start) / len(problems)}
         return [BackendSolution(indices, total, along, dict(share))
                 if np.isfinite(total) else _no_path(windows)
@@ -326,8 +330,7 @@ class GpuBackend(TracerBackend):
 
     def _bind_trace(self, evidence: Evidence, corridor: Corridor, windows: Windows):
         plan = self._tracer.plan(_corridor_sizes(corridor))
-        plan.bind_windows(self._tracer, windows)
-        plan.bind_corridor(self._tracer, corridor)
+        plan.bind(self._tracer, corridor, windows)
         plan.host_links = None
         return plan
 

@@ -315,9 +315,9 @@ class _Plan:
                 place(("out", step.kind, step.stage), real * step.n_r * step.n_o)
             place(("arg", step.kind, step.stage), 4 * step.n_r * step.n_o)
         offsets = np.concatenate([[0], np.cumsum(sizes)])
-        place("points", 16 * int(offsets[-1]))
-        place("link_stages", LINK_STAGE_DTYPE.itemsize * (m + 1))
+        place("points", 16 * int(offsets[-1]))  # the step table right after: one upload (bind)
         place("step_table", STEP_DTYPE.itemsize * len(self.steps))
+        place("link_stages", LINK_STAGE_DTYPE.itemsize * (m + 1))
         place("best", real * schedule.merge.n_r)
         place("best_arg", 4 * schedule.merge.n_r)
         place("arg_table", 8 * (m + 1))
@@ -361,6 +361,22 @@ class _Plan:
 
     # -- inputs -----------------------------------------------------------------------------
 
+    def bind(self, tracer: DeviceTracer, corridor, windows) -> None:
+        """:meth:`bind_windows` and :meth:`bind_corridor`, the corridor's points and the step
+        table in one upload where both change."""
+        if self.corridor is corridor or self.windows is windows:
+            self.bind_windows(tracer, windows)
+            self.bind_corridor(tracer, corridor)
+            return
+        self.corridor = self.windows = None  # until both are uploaded
+        table = self._windows_table(tracer, windows)
+        points = np.vstack(corridor.node_sets()).astype(np.float64)
+        staged = np.zeros(self.step_table - self.points + table.nbytes, dtype=np.uint8)
+        staged[:points.nbytes] = points.reshape(-1).view(np.uint8)
+        staged[self.step_table - self.points:] = table.view(np.uint8)
+        tracer.upload(staged, self.points)
+        self.corridor, self.windows = corridor, windows
+
     def bind_corridor(self, tracer: DeviceTracer, corridor) -> None:
         """Upload the node-set points of ``corridor`` (a → guides → b)."""
         if self.corridor is not corridor:
@@ -382,6 +398,13 @@ class _Plan:
         """Upload the turn windows, invert those the backward steps need, fill the step table."""
         if self.windows is windows:
             return
+        self.windows = None
+        tracer.upload(self._windows_table(tracer, windows), self.step_table)
+        self.windows = windows
+
+    def _windows_table(self, tracer: DeviceTracer, windows) -> np.ndarray:
+        """Upload the turn windows, queue the inversion of those the backward steps need;
+        returns the step table (STEP_DTYPE, one row per step) that points at them."""
         schedule, sizes = self.schedule, self.schedule.sizes
         m = schedule.guides
         if len(windows.lo) != m:
@@ -393,7 +416,6 @@ class _Plan:
                 raise BadParameter(f"windows of turn {s} have shape {lo.shape}, "
                                    f"expected {sizes[s:s + 2]}")
             unique.setdefault((id(lo), id(hi)), (lo, hi))
-        self.windows = None
         at = tracer.slot("windows", sum(8 * lo.size for lo, _ in unique.values()))
         tracer.upload(np.concatenate([array.ravel() for pair in unique.values()
                                       for array in pair]).astype(np.int32, copy=False), at)
@@ -423,8 +445,7 @@ class _Plan:
             table["lo"][row], table["hi"][row] = (inverted[forward[step.turn]]
                                                   if step.kind == "backward"
                                                   else forward[step.turn])
-        tracer.upload(table, self.step_table)
-        self.windows = windows
+        return table
 
     # -- launches ---------------------------------------------------------------------------
 
@@ -477,10 +498,17 @@ class _Plan:
                           address["link_table"], address["sizes"], m, c, self.result)))
         return launches
 
-    def launch_dp(self, stream) -> None:
-        """Queue the DP rounds, the merge and the backtracking on ``stream``."""
-        for function, grid, block, shared, args in self.launches:
-            function.prepared_async_call(grid, block, stream, *args, shared_size=shared)
+    def launch_dp(self, stream, result: int | None = None) -> None:
+        """Queue the DP rounds, the merge and the backtracking on ``stream``; the result
+        (``result_size`` float64) goes to device address ``result``, by default the plan's
+        own ``self.result``."""
+        *rounds, (function, grid, block, shared, args) = self.launches
+        for round_function, round_grid, round_block, round_shared, round_args in rounds:
+            round_function.prepared_async_call(round_grid, round_block, stream, *round_args,
+                                               shared_size=round_shared)
+        if result is not None:  # the backtracking (finish) writes it: its last argument
+            args = (*args[:-1], result)
+        function.prepared_async_call(grid, block, stream, *args, shared_size=shared)
 
     def solution(self, result: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
         """(total, link scores (m+1,), indices (m,) int64) from the fetched ``result``."""
