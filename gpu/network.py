@@ -370,15 +370,16 @@ class DeviceNetwork:
             self._layouts.move_to_end(key)
         return layout
 
-    def prepared(self, rows: int, cols: int) -> _Prepared:
+    def prepared(self, rows: int, cols: int, upload=None) -> _Prepared:
         """The program for input (1, C, rows, cols) on its own buffers, with its launches
         (cached; the least recently used beyond ``CACHED_SIZES`` are freed, after the work
-        queued on the stream)."""
+        queued on the stream). A new one's Sample table is queued by ``upload(array,
+        pointer)`` (a :class:`gpu.engine.DeviceTracer`'s), else copied before this returns."""
         key = (int(rows), int(cols))
         if key in self._programs:
             self._programs.move_to_end(key)
             return self._programs[key]
-        prepared = self._programs[key] = _Prepared(self, self.layout(*key))
+        prepared = self._programs[key] = _Prepared(self, self.layout(*key), upload)
         if len(self._programs) > CACHED_SIZES:
             self.stream.synchronize()  # queued forward passes may still use it
             self._programs.popitem(last=False)[1].free()
@@ -390,7 +391,7 @@ class DeviceNetwork:
         them, on buffers from ``slot(name, nbytes)`` with the Sample table queued by
         ``upload(array, pointer)`` (a :class:`gpu.engine.DeviceTracer`'s)."""
         if len(sizes) == 1:
-            return self.prepared(*sizes[0])
+            return self.prepared(*sizes[0], upload)
         return _Batched(self, [self.layout(*size) for size in sizes], slot, upload)
 
     def run(self, image: np.ndarray) -> np.ndarray:
@@ -539,16 +540,18 @@ class _Prepared:
     """One input size's program on its own activations and Sample table (one allocation),
     run by :meth:`launch`; ``input``/``output``: device addresses."""
 
-    def __init__(self, network: DeviceNetwork, layout: ProgramLayout):
+    def __init__(self, network: DeviceNetwork, layout: ProgramLayout, upload=None):
         cuda = network.cuda
         table_at = layout.nbytes
         self.allocation = cuda.mem_alloc(table_at + layout.samples.nbytes)
         base = int(self.allocation)
-        self._table = cuda.pagelocked_empty(len(layout.samples), SAMPLE_DTYPE)
-        self._table[:] = layout.samples
-        self._table["in"] += np.uint64(base)
-        self._table["out"] += np.uint64(base)
-        cuda.memcpy_htod_async(base + table_at, self._table, network.stream)
+        table = layout.samples.copy()
+        table["in"] += np.uint64(base)
+        table["out"] += np.uint64(base)
+        if upload is None:
+            cuda.memcpy_htod(base + table_at, table)
+        else:
+            upload(table, base + table_at)
         self.input, self.output = base + layout.input, base + layout.output
         self.input_shape, self.output_shape = layout.input_shape, layout.output_shape
         self.inputs, self.outputs = [self.input], [self.output]
