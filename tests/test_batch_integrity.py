@@ -110,18 +110,18 @@ def test_an_interrupted_run_leaves_no_output_disagreeing_with_its_record(tmp_pat
     images, seeds = make_folder(tmp_path)
     out = tmp_path / "out"
     assert batch(capsys, images, seeds, out, "--max-angle", "30")[0] == 0
-    from cli import batch_cmd
+    import core.batch
 
     made = []
-    real = batch_cmd.worker_backend
+    real = core.batch.process_image
 
-    def interrupted_at_the_second_image(name):
-        made.append(name)
+    def interrupted_at_the_second_image(task, *args, **kwargs):
+        made.append(task)
         if len(made) == 2:
             raise KeyboardInterrupt
-        return real(name)
+        return real(task, *args, **kwargs)
 
-    monkeypatch.setattr("cli.batch_cmd.worker_backend", interrupted_at_the_second_image)
+    monkeypatch.setattr("core.batch.process_image", interrupted_at_the_second_image)
     code, err = batch(capsys, images, seeds, out, "--max-angle", "60")
     assert code == 130
     summary = json.loads((out / "summary.json").read_text())
@@ -130,7 +130,7 @@ def test_an_interrupted_run_leaves_no_output_disagreeing_with_its_record(tmp_pat
     assert [record["image"] for record in summary["images"]] == ["a.png"]
     assert summary["not_done"] == ["b.png", "c.png"]
     assert output_angles(out) == {"a.geojson": 60.0, "b.geojson": 30.0, "c.geojson": 30.0}
-    monkeypatch.setattr("cli.batch_cmd.worker_backend", real)
+    monkeypatch.setattr("core.batch.process_image", real)
     code, err = batch(capsys, images, seeds, out, "--max-angle", "30")
     assert "tracing 1 image(s) again" in err
     assert "(a.png)" in err
