@@ -14,8 +14,9 @@ writes the summary of what is done and exits with 130 (the same command resumes)
 
 GPU workers: locally, ``--backend gpu --workers N`` starts N worker processes, worker *i*
 seeing only GPU *i* mod the number of GPUs (``CUDA_VISIBLE_DEVICES``); by default
-``GPU_WORKERS_PER_DEVICE`` per GPU (at most one per two cores): a trace of a short segment
-is mostly host work, so several processes keep one GPU busy. On a cluster, start
+``GPU_WORKERS_PER_DEVICE`` per GPU (at most one per two cores; none, in this process, for a
+batch of at most ``GPU_POOL_MIN_SEGMENTS`` segments): a trace of a short segment is mostly
+host work, so several processes keep one GPU busy. On a cluster, start
 single-threaded workers with ``CUDA_VISIBLE_DEVICES`` set, e.g. ``CUDA_VISIBLE_DEVICES=0
 dask worker tcp://HOST:8786 --nworkers 8 --nthreads 1`` (and so on for each GPU), where the
 project is importable (run it from the project's folder or install it).
@@ -48,6 +49,9 @@ CORES = os.cpu_count() or 1
 #: Default local worker processes per GPU, at most one per two cores (measured:
 #: docs/BENCHMARKS.md, "Batch on the GPU").
 GPU_WORKERS_PER_DEVICE = 8
+#: A GPU batch of at most this many segments runs in this process by default: starting GPU
+#: workers (about 3 s for 8) costs more than they save (measured as above).
+GPU_POOL_MIN_SEGMENTS = 2500
 
 
 def positive_int(text: str) -> int:
@@ -73,7 +77,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=positive_int,
                         help=f"local worker processes (default: one per core, {CORES} here; "
                              f"with the GPU backend {GPU_WORKERS_PER_DEVICE} per GPU, at most "
-                             "one per two cores; 1 runs in this process)")
+                             "one per two cores, or 1 for a batch of at most "
+                             f"{GPU_POOL_MIN_SEGMENTS} segments; 1 runs in this process)")
     parser.add_argument("--scheduler", metavar="ADDRESS",
                         help="run on this Dask scheduler (tcp://HOST:PORT) instead of locally")
     parser.add_argument("--evidence-dir", metavar="DIR",
@@ -113,18 +118,26 @@ def check_scheduler_address(address: str) -> None:
                            "tcp://HOST:8786") from None
 
 
-def local_workers(requested: int | None, tasks: int, gpus: int) -> int:
-    """Local worker processes for ``tasks`` images: ``requested`` (None: one per core, or with
-    ``gpus`` > 0 GPUs ``GPU_WORKERS_PER_DEVICE`` per GPU, at most one per two cores), never
-    more than the images."""
+def local_workers(requested: int | None, tasks: int, gpus: int,
+                  segments: int | None = None) -> int:
+    """Local worker processes for ``tasks`` images of at most ``segments`` segments:
+    ``requested`` (None: one per core, or with ``gpus`` > 0 GPUs ``GPU_WORKERS_PER_DEVICE`` per
+    GPU, at most one per two cores, and one when ``segments`` is at most
+    ``GPU_POOL_MIN_SEGMENTS``), never more than the images."""
     if requested is None:
-        requested = min(GPU_WORKERS_PER_DEVICE * gpus, CORES // 2) if gpus else CORES
+        if not gpus:
+            requested = CORES
+        elif segments is not None and segments <= GPU_POOL_MIN_SEGMENTS:
+            requested = 1
+        else:
+            requested = min(GPU_WORKERS_PER_DEVICE * gpus, CORES // 2)
     return max(min(requested, tasks), 1)
 
 
-def open_executor(args: argparse.Namespace, tasks: int, gpu: bool):
-    """Where to run ``tasks`` images: ``(executor or None, closer(interrupted), local
-    workers or None on a cluster)``."""
+def open_executor(args: argparse.Namespace, tasks: int, gpu: bool,
+                  segments: int | None = None):
+    """Where to run ``tasks`` images of at most ``segments`` segments: ``(executor or None,
+    closer(interrupted), local workers or None on a cluster)``."""
     if tasks and args.scheduler:
         from distributed import Client
 
@@ -142,7 +155,7 @@ def open_executor(args: argparse.Namespace, tasks: int, gpu: bool):
         from gpu.select import gpu_device_count
 
         gpus = max(gpu_device_count(), 1)
-    workers = local_workers(args.workers, tasks, gpus)
+    workers = local_workers(args.workers, tasks, gpus, segments)
     if workers > 1:
         from core.batch import local_executor, stop_local_executor
 
@@ -207,7 +220,8 @@ def run_batch(args: argparse.Namespace) -> int:
         note(args, f"tracing {len(plan.changed)} image(s) again: their seeds, parameters or "
              f"files changed since the earlier run, or their output has no record of them "
              f"({', '.join(map(printable, plan.changed))})")
-    executor, close, workers = open_executor(args, len(plan.tasks), backend.name == "gpu")
+    executor, close, workers = open_executor(args, len(plan.tasks), backend.name == "gpu",
+                                             sum(task.most_segments for task in plan.tasks))
     # Workers make that backend once each; in this process, the one made above traces.
     factory = (functools.partial(worker_backend, backend.name) if executor is not None
                else functools.partial(_same, backend))

@@ -146,6 +146,12 @@ class ImageTask:
     bands: tuple[int, ...] | None = None
     threads: int | None = None
 
+    @property
+    def most_segments(self) -> int:
+        """How many segments its seeds give at most (consecutive vertex pairs; clipping to
+        the image and merging repeated vertices only take some away)."""
+        return sum(max(len(seed.vertices) - 1, 0) for seed in self.seeds)
+
     def fingerprint(self) -> str:
         """A digest of what decides this image's output: its seeds (ids, vertices,
         properties), the tracing parameters, the CRS and band settings (not ``threads``), the

@@ -557,14 +557,29 @@ def test_repeated_vertices_are_merged_not_failed(tmp_path, capsys):
 
 
 def test_local_worker_defaults():
-    from cli.batch_cmd import CORES, GPU_WORKERS_PER_DEVICE, local_workers
+    from cli.batch_cmd import CORES, GPU_POOL_MIN_SEGMENTS, GPU_WORKERS_PER_DEVICE, local_workers
 
     assert local_workers(None, tasks=1000, gpus=0) == CORES
     assert local_workers(None, tasks=1000, gpus=2) == max(min(2 * GPU_WORKERS_PER_DEVICE,
                                                              CORES // 2), 1)
     assert local_workers(6, tasks=1000, gpus=1) == 6  # asked for: several processes per GPU
+    # A small GPU batch runs in this process (workers would take longer to start).
+    assert local_workers(None, tasks=100, gpus=1, segments=GPU_POOL_MIN_SEGMENTS) == 1
+    assert local_workers(None, tasks=100, gpus=1, segments=GPU_POOL_MIN_SEGMENTS + 1) == max(
+        min(GPU_WORKERS_PER_DEVICE, CORES // 2), 1)
+    assert local_workers(None, tasks=100, gpus=0, segments=10) == min(CORES, 100)
+    assert local_workers(4, tasks=100, gpus=1, segments=10) == 4
     assert local_workers(6, tasks=3, gpus=1) == 3  # never more than the images
     assert local_workers(None, tasks=0, gpus=0) == 1
+
+
+def test_a_task_bounds_its_segments(tmp_path):
+    images, seeds = make_folder(tmp_path)
+    plan = plan_batch(images, seeds, tmp_path / "out")
+    bounds = {os.path.basename(task.image): task.most_segments for task in plan.tasks}
+    traced = {report.image: report.segments for report, _ in run_tasks(plan.tasks, CpuBackend)}
+    assert bounds["plain.png"] == traced["plain.png"] == 2 * len(CASES)  # pixel seeds: exact
+    assert all(bounds[image] >= traced[image] > 0 for image in traced)
 
 
 def test_one_gpu_worker_runs_in_this_process(monkeypatch):
