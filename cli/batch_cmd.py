@@ -195,6 +195,7 @@ def run_batch(args: argparse.Namespace) -> int:
 
     from core.batch import (
         batch_failed,
+        images_per_call,
         plan_batch,
         run_tasks,
         summarize,
@@ -232,7 +233,8 @@ def run_batch(args: argparse.Namespace) -> int:
     try:
         with tqdm(total=len(tasks), unit="image", file=sys.stderr,
                   disable=args.quiet) as progress:
-            for report, document in run_tasks(tasks, factory, executor):
+            images = images_per_call(len(tasks), workers) if workers else 1
+            for report, document in run_tasks(tasks, factory, executor, images):
                 reports.append(write_output(plan, report, document))
                 progress.set_postfix_str(f"{printable(report.image)}: {report.status}",
                                          refresh=False)

@@ -13,8 +13,10 @@ one seed form one LineString feature.
 
 The work is one task per image (:func:`process_image`), run in this process, in a pool of
 local processes (:func:`local_executor`) or on a Dask distributed cluster (through its
-client's ``concurrent.futures`` executor): :func:`run_tasks`. Workers return the GeoJSON
-document; the caller writes it atomically to ``OUT_DIR/<image stem>.geojson``
+client's ``concurrent.futures`` executor): :func:`run_tasks`; in this process and in a local
+worker, which is handed a few images at once, the next image is read while one is traced.
+Workers return the GeoJSON document; the caller writes it atomically to
+``OUT_DIR/<image stem>.geojson``
 (``<image name>.geojson`` when two images share a stem), then ``summary.json`` and
 ``summary.csv``. Images whose output exists are skipped unless ``overwrite`` or their
 seeds, parameters or files changed since: every output carries the fingerprint of what made
@@ -96,8 +98,11 @@ CSV_COLUMNS = ("image", "status", "coordinate_space", "lines", "segments", "fail
 LOCK_FILE = ".roadtracer-batch.lock"
 #: Member of every output document that records what made it (see :func:`write_output`).
 RECORD_MEMBER = "roadtracer_batch"
-#: Largest PNG/JPEG/... file (bytes) read while the image before it is traced (in-process runs).
+#: Largest PNG/JPEG/... file (bytes) read while the image before it is traced.
 READ_AHEAD_BYTES = 64 << 20
+#: Most images a local worker is handed at once (:func:`images_per_call`): it reads the next of
+#: them while it traces one.
+WORKER_IMAGES = 4
 
 
 @dataclass
@@ -649,8 +654,16 @@ def stop_local_executor(executor: Executor, interrupted: bool) -> None:
     executor.shutdown(wait=True, cancel_futures=True)
 
 
+def images_per_call(tasks: int, workers: int) -> int:
+    """Images to hand each of ``workers`` local workers at once for ``tasks`` images: up to
+    ``WORKER_IMAGES``, while every worker still gets at least four calls (the last calls
+    of the run keep all workers busy)."""
+    return max(1, min(WORKER_IMAGES, tasks // (4 * max(workers, 1))))
+
+
 def run_tasks(tasks: list[ImageTask], backend_factory: Callable[[], TracerBackend],
-              executor: Executor | None = None) -> Iterator[tuple[ImageReport, dict | None]]:
+              executor: Executor | None = None, images: int = 1
+              ) -> Iterator[tuple[ImageReport, dict | None]]:
     """Run :func:`process_image` on every task; yield results as they complete.
 
     Parameters
@@ -662,6 +675,9 @@ def run_tasks(tasks: list[ImageTask], backend_factory: Callable[[], TracerBacken
         Where to run the tasks: a :func:`local_executor`, or a Dask cluster's
         ``distributed.Client(...).get_executor(pure=False)``. None runs them one after
         the other in this process.
+    images : int
+        Tasks per call to ``executor`` (:func:`trace_images`: one after the other, the next
+        image read while one is traced; their results come when the call ends).
 
     Yields
     ------
@@ -672,14 +688,22 @@ def run_tasks(tasks: list[ImageTask], backend_factory: Callable[[], TracerBacken
     if executor is None:
         yield from _run_here(tasks, backend_factory)
         return
-    futures = {executor.submit(process_image, task, backend_factory): task for task in tasks}
+    futures = {executor.submit(trace_images, tasks[first:first + images], backend_factory):
+               tasks[first:first + images] for first in range(0, len(tasks), max(images, 1))}
     for future in as_completed(futures):
-        task = futures.pop(future)
+        called = futures.pop(future)
         try:
-            outcome = future.result()
+            outcomes = future.result()
         except Exception as exc:  # a bug or a dead worker: record it, keep going
-            outcome = _crashed(task, exc)
-        yield outcome
+            outcomes = [_crashed(task, exc) for task in called]
+        yield from outcomes
+
+
+def trace_images(tasks: list[ImageTask], backend_factory: Callable[[], TracerBackend]
+                 ) -> list[tuple[ImageReport, dict | None]]:
+    """:func:`process_image` of each task in this process (a worker's call of
+    :func:`run_tasks`), the next image read while one is traced."""
+    return list(_run_here(tasks, backend_factory))
 
 
 def _run_here(tasks: list[ImageTask], backend_factory: Callable[[], TracerBackend]

@@ -13,9 +13,11 @@ unsupported on the device, with a one-line reason, and the host runs it):
   ``Shape`` and the arithmetic an export adds around it) is evaluated on the host when the
   program is made (ONNX's reference evaluator).
 
-:class:`DeviceNetwork` owns the weights on the device and, per input size, the activations and
-the launches of one program, captured in a CUDA graph (:mod:`gpu.graphs`) so that a whole
-forward pass is one launch. Several inputs of any sizes (the windows of a batch) run together:
+:class:`DeviceNetwork` owns the weights on the device and, per input size rounded up to
+``PROGRAM_BUCKET``, the activations and the launches of one program, captured in a CUDA graph
+(:mod:`gpu.graphs`) so that a whole forward pass is one launch for every size in that bucket
+(the launches' grids cover its largest size; a size's own shapes and addresses are in the
+Sample table the launches read). Several inputs of any sizes (the windows of a batch) run together:
 their activations side by side, each layer one launch for all of them (every kernel reads its
 inputs' addresses and sizes from a table, :data:`SAMPLE_DTYPE`). Call its methods inside
 ``context.active()``.
@@ -39,8 +41,12 @@ CONV_TILE, CONV_CHANNELS = 16, 8
 #: many, summed by ``conv_sum`` (shorter blocks, more of them, for the deep layers; 8 was the
 #: fastest of 4, 8, 16 and 32 on the H100 from 40 x 48 to 136 x 168 inputs).
 CONV_SPLIT_CHANNELS = 8
-#: Input sizes whose programs of their own (activations, CUDA graph) are kept on the device.
+#: Input size buckets whose programs of their own (activations, CUDA graph) are kept on the
+#: device.
 CACHED_SIZES = 8
+#: One input's rows and columns are rounded up to multiples of this for its program: a drag's
+#: windows of many sizes replay a few CUDA graphs.
+PROGRAM_BUCKET = 32
 
 
 class UnsupportedModel(ModelUnavailable):
@@ -371,18 +377,22 @@ class DeviceNetwork:
         return layout
 
     def prepared(self, rows: int, cols: int, upload=None) -> _Prepared:
-        """The program for input (1, C, rows, cols) on its own buffers, with its launches
-        (cached; the least recently used beyond ``CACHED_SIZES`` are freed, after the work
-        queued on the stream). A new one's Sample table is queued by ``upload(array,
+        """The program of the input size bucket (``PROGRAM_BUCKET``) of (1, C, rows, cols) on
+        its own buffers, bound to this size: its ``input`` and ``output`` are this size's until
+        the next call (cached; the least recently used beyond ``CACHED_SIZES`` are freed, after
+        the work queued on the stream). A changed Sample table is queued by ``upload(array,
         pointer)`` (a :class:`gpu.engine.DeviceTracer`'s), else copied before this returns."""
-        key = (int(rows), int(cols))
-        if key in self._programs:
+        key = (-(-int(rows) // PROGRAM_BUCKET) * PROGRAM_BUCKET,
+               -(-int(cols) // PROGRAM_BUCKET) * PROGRAM_BUCKET)
+        prepared = self._programs.get(key)
+        if prepared is not None:
             self._programs.move_to_end(key)
-            return self._programs[key]
-        prepared = self._programs[key] = _Prepared(self, self.layout(*key), upload)
-        if len(self._programs) > CACHED_SIZES:
-            self.stream.synchronize()  # queued forward passes may still use it
-            self._programs.popitem(last=False)[1].free()
+        else:
+            prepared = self._programs[key] = _Prepared(self, self.layout(*key))
+            if len(self._programs) > CACHED_SIZES:
+                self.stream.synchronize()  # queued forward passes may still use it
+                self._programs.popitem(last=False)[1].free()
+        prepared.bind(self.layout(rows, cols), upload)
         return prepared
 
     def forward(self, sizes: list, slot, upload) -> _Prepared | _Batched:
@@ -537,30 +547,45 @@ class ProgramLayout:
 
 
 class _Prepared:
-    """One input size's program on its own activations and Sample table (one allocation),
-    run by :meth:`launch`; ``input``/``output``: device addresses."""
+    """The program of one input size bucket on its own activations and Sample table (one
+    allocation), the launches' grids those of the bucket's largest size (``largest``, a
+    ProgramLayout), run by :meth:`launch` for the size last bound (:meth:`bind`)."""
 
-    def __init__(self, network: DeviceNetwork, layout: ProgramLayout, upload=None):
-        cuda = network.cuda
-        table_at = layout.nbytes
-        self.allocation = cuda.mem_alloc(table_at + layout.samples.nbytes)
+    def __init__(self, network: DeviceNetwork, largest: ProgramLayout):
+        self.cuda, self.stream = network.cuda, network.stream
+        self.capacity = largest.nbytes
+        self.allocation = self.cuda.mem_alloc(self.capacity + largest.samples.nbytes)
+        self.table_at = int(self.allocation) + self.capacity
+        self.launches = [(network.kernels[name], (*blocks, 1), block,
+                          (self.table_at + j * SAMPLE_DTYPE.itemsize, *constants))
+                         for j, (name, block, blocks, constants) in enumerate(largest.launches)]
+        self.bound = None
+        self.graph = None
+        self.runs = 0
+
+    def bind(self, layout: ProgramLayout, upload=None) -> None:
+        """Run the next forward passes on an input of ``layout``'s size (no larger than the
+        bucket's): its Sample table queued by ``upload(array, pointer)`` unless already bound,
+        else copied once the stream's work is done; ``input``/``output``: device addresses,
+        ``inputs``/``outputs``/``output_shapes``: the same as lists of one."""
+        if layout is self.bound:
+            return
+        if layout.nbytes > self.capacity or len(layout.launches) != len(self.launches):
+            raise ValueError(f"input {layout.input_shape} does not fit this program")
         base = int(self.allocation)
         table = layout.samples.copy()
         table["in"] += np.uint64(base)
         table["out"] += np.uint64(base)
         if upload is None:
-            cuda.memcpy_htod(base + table_at, table)
+            self.stream.synchronize()  # queued forward passes read the table bound before
+            self.cuda.memcpy_htod(self.table_at, table)
         else:
-            upload(table, base + table_at)
+            upload(table, self.table_at)
+        self.bound = layout
         self.input, self.output = base + layout.input, base + layout.output
         self.input_shape, self.output_shape = layout.input_shape, layout.output_shape
         self.inputs, self.outputs = [self.input], [self.output]
         self.output_shapes = [self.output_shape]
-        self.launches = [(network.kernels[name], (*blocks, 1), block,
-                          (base + table_at + j * SAMPLE_DTYPE.itemsize, *constants))
-                         for j, (name, block, blocks, constants) in enumerate(layout.launches)]
-        self.graph = None
-        self.runs = 0
 
     def _launch_all(self, stream) -> None:
         for function, grid, block, args in self.launches:
@@ -568,8 +593,8 @@ class _Prepared:
 
     def launch(self, stream) -> None:
         """Queue the forward pass (input at ``self.input``, output at ``self.output``): layer by
-        layer the first time, as one CUDA graph from the second time on (a drag sees each
-        window size once or twice; a click traced again replays the graph)."""
+        layer the first time, as one CUDA graph from the second time on, whatever size of the
+        bucket is bound (a drag's windows replay it; so does a click traced again)."""
         from gpu.graphs import capture
 
         self.runs += 1

@@ -21,7 +21,9 @@ from cli import main as cli_main
 from cli.batch_cmd import worker_backend
 from core.backend import CpuBackend
 from core.batch import (
+    WORKER_IMAGES,
     ImageTask,
+    images_per_call,
     local_executor,
     output_names,
     plan_batch,
@@ -248,14 +250,23 @@ def test_dask_in_process_cluster_matches_serial(tmp_path, dask_cluster):
     factory = CpuBackend
     serial = {report.image: (report, document) for report, document in
               run_tasks(plan.tasks, factory)}
-    with Client(dask_cluster, set_as_default=False) as client:
-        parallel = {report.image: (report, document) for report, document in
-                    run_tasks(plan.tasks, factory, client.get_executor(pure=False))}
-    assert serial.keys() == parallel.keys() == {"corrupt.png", "geo.tif", "plain.png",
-                                                "world.png"}
-    for image, (report, document) in serial.items():
-        assert parallel[image][1] == document
-        assert parallel[image][0].status == report.status
+    for per_call in (1, 3):  # three images per call: a call of one and one of three
+        with Client(dask_cluster, set_as_default=False) as client:
+            parallel = {report.image: (report, document) for report, document in
+                        run_tasks(plan.tasks, factory, client.get_executor(pure=False),
+                                  per_call)}
+        assert serial.keys() == parallel.keys() == {"corrupt.png", "geo.tif", "plain.png",
+                                                    "world.png"}
+        for image, (report, document) in serial.items():
+            assert parallel[image][1] == document
+            assert parallel[image][0].status == report.status
+
+
+def test_local_workers_get_up_to_four_images_per_call_and_four_calls_each():
+    assert images_per_call(480, 8) == WORKER_IMAGES == 4
+    assert images_per_call(96, 8) == 3
+    assert images_per_call(20, 8) == 1
+    assert images_per_call(0, 8) == 1
 
 
 def test_in_process_run_reads_the_next_image_while_tracing(tmp_path, monkeypatch):
@@ -306,8 +317,11 @@ def test_unexpected_errors_are_recorded(tmp_path, dask_cluster):
     images, seeds = make_folder(tmp_path)
     plan = plan_batch(images, seeds, tmp_path / "out")
     with Client(dask_cluster, set_as_default=False) as client:
-        for executor in (None, client.get_executor(pure=False)):
-            reports = [report for report, _ in run_tasks(plan.tasks, broken_backend, executor)]
+        for executor, per_call in ((None, 1), (client.get_executor(pure=False), 1),
+                                   (client.get_executor(pure=False), 2)):
+            reports = [report for report, _ in run_tasks(plan.tasks, broken_backend, executor,
+                                                         per_call)]
+            assert len(reports) == len(plan.tasks)
             assert {report.status for report in reports} == {"failed"}
             assert "RuntimeError: backend exploded" in reports[0].failures[0].reason
 

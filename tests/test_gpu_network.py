@@ -11,6 +11,7 @@ import pytest
 
 from core import surface
 from gpu.network import (
+    PROGRAM_BUCKET,
     ProgramLayout,
     UnsupportedModel,
     batch_bytes,
@@ -174,3 +175,20 @@ def test_a_batched_forward_pass_over_inputs_of_any_sizes_gives_each_ones_own_out
         expected = run_program(layout.program, constants, image)
         assert got.shape == expected.shape == (surface.OUTPUT_PLANES, *image.shape[1:])
         np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-9)
+
+
+def test_sizes_of_one_bucket_share_its_largest_size_s_launches():
+    """One input's program runs on the launches (kernels, blocks, constants) of its size
+    bucket's largest size with its own Sample table: the launches must be the same, the grids
+    and the activations no smaller."""
+    model, constants = load_model(str(surface.MODEL_PATH))
+    largest = ProgramLayout(network_program(model, constants, 2 * PROGRAM_BUCKET,
+                                            3 * PROGRAM_BUCKET), lambda name: 7)
+    for rows, cols in [(40, 72), (64, 96), (48, 88), (40, 96)]:
+        layout = ProgramLayout(network_program(model, constants, rows, cols), lambda name: 7)
+        assert layout.nbytes <= largest.nbytes
+        assert len(layout.launches) == len(largest.launches)
+        for own, shared in zip(layout.launches, largest.launches, strict=True):
+            assert (own[0], own[1], own[3]) == (shared[0], shared[1], shared[3])
+            assert own[2][0] <= shared[2][0]
+            assert own[2][1] <= shared[2][1]

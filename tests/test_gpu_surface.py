@@ -66,6 +66,34 @@ def test_device_network_matches_onnx_runtime_on_real_windows(backend, sample):
     assert worst <= 1e-3
 
 
+def test_inputs_of_one_size_bucket_replay_its_graph_with_their_own_sizes(backend):
+    """Sizes that share a program (PROGRAM_BUCKET) one after another, twice over (the second
+    round replays the captured graph), each against ONNX Runtime."""
+    from gpu.network import PROGRAM_BUCKET
+
+    network = backend.surface_network()
+    assert network is not None, backend.model_note
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(surface.MODEL_PATH),
+                                           providers=["CPUExecutionProvider"])
+    top = 3 * PROGRAM_BUCKET
+    sizes = [(top - 24, top - 8), (top, top), (top - 16, top - 24), (top - 8, top)]
+    rng = np.random.default_rng(3)
+    images = {size: rng.uniform(-0.5, 1.5, (1, surface.INPUT_PLANES, *size)).astype(np.float32)
+              for size in sizes}
+    with backend.context.active():
+        programs = {id(network.prepared(*size)) for size in sizes}
+        assert len(programs) == 1
+        for _ in range(2):
+            for size in sizes:
+                expected = session.run(None, {"image": images[size]})[0][0]
+                got = network.run(images[size])
+                assert got.shape == expected.shape
+                np.testing.assert_allclose(got, expected, rtol=0, atol=1e-3)
+        assert network.prepared(*sizes[0]).graph is not None
+
+
 def test_device_model_inputs_and_outputs_match_the_host(backend, sample, monkeypatch):
     """The model's input planes on the device (block means, stretch, similarity, and the
     endpoint plane, which must be equal) and its surface and path probabilities against
