@@ -688,8 +688,10 @@ def run_tasks(tasks: list[ImageTask], backend_factory: Callable[[], TracerBacken
     if executor is None:
         yield from _run_here(tasks, backend_factory)
         return
-    futures = {executor.submit(trace_images, tasks[first:first + images], backend_factory):
-               tasks[first:first + images] for first in range(0, len(tasks), max(images, 1))}
+    calls = [tasks[first:first + max(images, 1)]
+             for first in range(0, len(tasks), max(images, 1))]
+    futures = {executor.submit(trace_images, called, backend_factory): called
+               for called in calls}
     for future in as_completed(futures):
         called = futures.pop(future)
         try:
