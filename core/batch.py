@@ -688,8 +688,8 @@ def run_tasks(tasks: list[ImageTask], backend_factory: Callable[[], TracerBacken
     if executor is None:
         yield from _run_here(tasks, backend_factory)
         return
-    calls = [tasks[first:first + max(images, 1)]
-             for first in range(0, len(tasks), max(images, 1))]
+    images = max(images, 1)
+    calls = [tasks[first:first + images] for first in range(0, len(tasks), images)]
     futures = {executor.submit(trace_images, called, backend_factory): called
                for called in calls}
     for future in as_completed(futures):

@@ -275,11 +275,10 @@ class DeviceTracer:
             (plan.link_blocks, 1), (LINK_THREADS, 1, 1), self.stream, plan.link_stages,
             plan.schedule.guides + 1, *image)
 
-    def fetch(self, plan: _Plan, at: int = 0) -> np.ndarray:
-        """Queue the copy of the result to the page-locked host buffer, from its entry ``at``
-        on (see :meth:`result_host`); returns that part of the buffer (float64, shape (≥ the
-        plan's result size,))."""
-        host = self.result_host(at + plan.result_size)[at:]
+    def fetch(self, plan: _Plan) -> np.ndarray:
+        """Queue the copy of the plan's result to the page-locked host buffer (see
+        :meth:`result_host`); returns the buffer (float64, shape (≥ the result size,))."""
+        host = self.result_host(plan.result_size)
         self.cuda.memcpy_dtoh_async(host[:plan.result_size], plan.result, self.stream)
         return host
 

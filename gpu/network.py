@@ -567,7 +567,7 @@ class _Prepared:
         """Run the next forward passes on an input of ``layout``'s size (no larger than the
         bucket's): its Sample table queued by ``upload(array, pointer)`` unless already bound,
         else copied once the stream's work is done; ``input``/``output``: device addresses,
-        ``inputs``/``outputs``/``output_shapes``: the same as lists of one."""
+        ``output_shape``; ``inputs``/``outputs``/``output_shapes``: the same as lists of one."""
         if layout is self.bound:
             return
         if layout.nbytes > self.capacity or len(layout.launches) != len(self.launches):
@@ -583,7 +583,7 @@ class _Prepared:
             upload(table, self.table_at)
         self.bound = layout
         self.input, self.output = base + layout.input, base + layout.output
-        self.input_shape, self.output_shape = layout.input_shape, layout.output_shape
+        self.output_shape = layout.output_shape
         self.inputs, self.outputs = [self.input], [self.output]
         self.output_shapes = [self.output_shape]
 
