@@ -223,9 +223,10 @@ def run_batch(args: argparse.Namespace) -> int:
              f"({', '.join(map(printable, plan.changed))})")
     executor, close, workers = open_executor(args, len(plan.tasks), backend.name == "gpu",
                                              sum(task.most_segments for task in plan.tasks))
-    # Workers make that backend once each; in this process, the one made above traces.
-    factory = (functools.partial(worker_backend, backend.name) if executor is not None
-               else functools.partial(_same, backend))
+    # Workers make that backend once each; in this process, the one made above traces (all
+    # the images, or those it takes back from local workers while they start).
+    here = functools.partial(_same, backend)
+    factory = functools.partial(worker_backend, backend.name) if executor is not None else here
     # One numba thread per task: images run in parallel instead (see the module docstring).
     tasks = [replace(task, threads=1) for task in plan.tasks]
     reports = []
@@ -234,7 +235,8 @@ def run_batch(args: argparse.Namespace) -> int:
         with tqdm(total=len(tasks), unit="image", file=sys.stderr,
                   disable=args.quiet) as progress:
             images = images_per_call(len(tasks), workers) if workers else 1
-            for report, document in run_tasks(tasks, factory, executor, images):
+            for report, document in run_tasks(tasks, factory, executor, images,
+                                              here if workers else None):
                 reports.append(write_output(plan, report, document))
                 progress.set_postfix_str(f"{printable(report.image)}: {report.status}",
                                          refresh=False)

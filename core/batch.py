@@ -15,6 +15,7 @@ The work is one task per image (:func:`process_image`), run in this process, in 
 local processes (:func:`local_executor`) or on a Dask distributed cluster (through its
 client's ``concurrent.futures`` executor): :func:`run_tasks`; in this process and in a local
 worker, which is handed a few images at once, the next image is read while one is traced.
+While local workers start, this process traces images from the end of the queue itself.
 Workers return the GeoJSON document; the caller writes it atomically to
 ``OUT_DIR/<image stem>.geojson``
 (``<image name>.geojson`` when two images share a stem), then ``summary.json`` and
@@ -46,7 +47,14 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor, ThreadPoolExecutor, as_completed
+from concurrent.futures import (
+    FIRST_COMPLETED,
+    Executor,
+    Future,
+    ThreadPoolExecutor,
+    as_completed,
+    wait,
+)
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
@@ -662,7 +670,8 @@ def images_per_call(tasks: int, workers: int) -> int:
 
 
 def run_tasks(tasks: list[ImageTask], backend_factory: Callable[[], TracerBackend],
-              executor: Executor | None = None, images: int = 1
+              executor: Executor | None = None, images: int = 1,
+              here: Callable[[], TracerBackend] | None = None
               ) -> Iterator[tuple[ImageReport, dict | None]]:
     """Run :func:`process_image` on every task; yield results as they complete.
 
@@ -678,6 +687,11 @@ def run_tasks(tasks: list[ImageTask], backend_factory: Callable[[], TracerBacken
     images : int
         Tasks per call to ``executor`` (:func:`trace_images`: one after the other, the next
         image read while one is traced; their results come when the call ends).
+    here : callable, optional
+        A backend factory for this process: until the executor returns its first result
+        (its workers are starting), this process takes the calls at the end of the queue
+        back from the executor and runs them itself. For an executor whose calls that have
+        not started can be cancelled (a :func:`local_executor`).
 
     Yields
     ------
@@ -692,13 +706,40 @@ def run_tasks(tasks: list[ImageTask], backend_factory: Callable[[], TracerBacken
     calls = [tasks[first:first + images] for first in range(0, len(tasks), images)]
     futures = {executor.submit(trace_images, called, backend_factory): called
                for called in calls}
-    for future in as_completed(futures):
-        called = futures.pop(future)
-        try:
-            outcomes = future.result()
-        except Exception as exc:  # a bug or a dead worker: record it, keep going
-            outcomes = [_crashed(task, exc) for task in called]
-        yield from outcomes
+    queue = list(futures)  # in submission order: workers take from the start, here from the end
+    while here is not None and futures:
+        done, _ = wait(futures, timeout=0, return_when=FIRST_COMPLETED)
+        for future in done:
+            yield from _call_outcomes(future, futures.pop(future))
+        taken = None if done else _take_back(queue, futures)
+        if taken is None:  # the workers are up, or nothing is left to take
+            break
+        yield from _run_here(taken, here)
+    for future in as_completed(list(futures)):
+        yield from _call_outcomes(future, futures.pop(future))
+
+
+def _take_back(queue: list[Future], futures: dict[Future, list[ImageTask]]
+               ) -> list[ImageTask] | None:
+    """The tasks of the last call of ``queue`` if it has not started (it is cancelled and
+    leaves ``futures``), else None: the executor starts calls in order, so none is left."""
+    while queue:
+        future = queue.pop()
+        if future not in futures:  # its result was handed on
+            continue
+        if future.cancel():
+            return futures.pop(future)
+        return None
+    return None
+
+
+def _call_outcomes(future: Future, called: list[ImageTask]
+                   ) -> list[tuple[ImageReport, dict | None]]:
+    """The outcomes of an executor's call of :func:`trace_images` on ``called``."""
+    try:
+        return future.result()
+    except Exception as exc:  # a bug or a dead worker: record it, keep going
+        return [_crashed(task, exc) for task in called]
 
 
 def trace_images(tasks: list[ImageTask], backend_factory: Callable[[], TracerBackend]

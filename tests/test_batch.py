@@ -29,6 +29,7 @@ from core.batch import (
     plan_batch,
     process_image,
     run_tasks,
+    stop_local_executor,
 )
 from core.errors import BadParameter
 from core.georef import Georef
@@ -267,6 +268,29 @@ def test_local_workers_get_up_to_four_images_per_call_and_four_calls_each():
     assert images_per_call(96, 8) == 3
     assert images_per_call(20, 8) == 1
     assert images_per_call(0, 8) == 1
+
+
+@pytest.mark.slow
+def test_this_process_takes_calls_back_while_local_workers_start(tmp_path):
+    images, seeds = make_folder(tmp_path, corrupt=True)
+    plan = plan_batch(images, seeds, tmp_path / "out")
+    serial = {report.image: document for report, document in run_tasks(plan.tasks, CpuBackend)}
+    made_here = []
+
+    def here():
+        made_here.append(threading.current_thread().name)
+        return CpuBackend()
+
+    # Four calls of one image for two starting workers: the pool queues three at most, so
+    # the last is taken back at once and traced here.
+    executor = local_executor(2)
+    try:
+        outcomes = list(run_tasks(plan.tasks, CpuBackend, executor, 1, here))
+    finally:
+        stop_local_executor(executor, False)
+    assert sorted(report.image for report, _ in outcomes) == sorted(serial)
+    assert {report.image: document for report, document in outcomes} == serial
+    assert made_here and set(made_here) == {threading.current_thread().name}
 
 
 def test_in_process_run_reads_the_next_image_while_tracing(tmp_path, monkeypatch):
