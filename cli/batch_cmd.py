@@ -198,6 +198,7 @@ def run_batch(args: argparse.Namespace) -> int:
         images_per_call,
         plan_batch,
         run_tasks,
+        start_worker_server,
         summarize,
         write_output,
         write_summary,
@@ -209,6 +210,10 @@ def run_batch(args: argparse.Namespace) -> int:
     plan = plan_batch(args.images_dir, args.seeds, args.output, params_from_args(args),
                       overwrite=args.overwrite, crs=args.crs, image_crs=args.image_crs,
                       bands=args.bands, evidence_dir=args.evidence_dir)
+    segments = sum(task.most_segments for task in plan.tasks)
+    if not args.scheduler and local_workers(args.workers, len(plan.tasks),
+                                            int(args.backend != "cpu"), segments) > 1:
+        start_worker_server()  # it imports what workers need while the backend is made
     backend, backend_note = choose_backend(args.backend)  # resolve "auto" once, here
     if args.backend == "auto" and backend.name != "gpu":
         note(args, f"using {backend_note}")
@@ -222,7 +227,7 @@ def run_batch(args: argparse.Namespace) -> int:
              f"files changed since the earlier run, or their output has no record of them "
              f"({', '.join(map(printable, plan.changed))})")
     executor, close, workers = open_executor(args, len(plan.tasks), backend.name == "gpu",
-                                             sum(task.most_segments for task in plan.tasks))
+                                             segments)
     # Workers make that backend once each; in this process, the one made above traces (all
     # the images, or those it takes back from local workers while they start).
     here = functools.partial(_same, backend)
