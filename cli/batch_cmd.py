@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import importlib.util
 import os
 import signal
 import sys
@@ -98,6 +99,18 @@ def worker_backend(name: str) -> TracerBackend:
     return choose_backend(name, batch=True)[0]
 
 
+def worker_modules(backend: str) -> tuple[str, ...]:
+    """What local workers of ``--backend`` ``backend`` import, for the server they are forked
+    from to import once: the batch module and the surface model's runtime (on the GPU, which
+    ``auto`` picks where pycuda is installed, the GPU backend and the onnx model reader; else
+    ONNX Runtime)."""
+    from core.batch import WORKER_MODULES
+
+    gpu = backend == "gpu" or (backend == "auto"
+                               and importlib.util.find_spec("pycuda") is not None)
+    return (*WORKER_MODULES, *(("gpu.backend", "onnx") if gpu else ("onnxruntime",)))
+
+
 def _same(backend: TracerBackend) -> TracerBackend:
     return backend
 
@@ -135,9 +148,10 @@ def local_workers(requested: int | None, tasks: int, gpus: int,
 
 
 def open_executor(args: argparse.Namespace, tasks: int, gpu: bool,
-                  segments: int | None = None):
+                  segments: int | None = None, modules: tuple[str, ...] | None = None):
     """Where to run ``tasks`` images of at most ``segments`` segments: ``(executor or None,
-    closer(interrupted), local workers or None on a cluster)``."""
+    closer(interrupted), local workers or None on a cluster)``; local workers are forked
+    from a server that imports ``modules`` (default :func:`worker_modules`)."""
     if tasks and args.scheduler:
         from distributed import Client
 
@@ -159,7 +173,7 @@ def open_executor(args: argparse.Namespace, tasks: int, gpu: bool,
     if workers > 1:
         from core.batch import local_executor, stop_local_executor
 
-        executor = local_executor(workers, gpus=gpus)
+        executor = local_executor(workers, gpus, modules or worker_modules(args.backend))
         return executor, functools.partial(stop_local_executor, executor), workers
     return None, lambda interrupted: None, 1
 
@@ -211,9 +225,10 @@ def run_batch(args: argparse.Namespace) -> int:
                       overwrite=args.overwrite, crs=args.crs, image_crs=args.image_crs,
                       bands=args.bands, evidence_dir=args.evidence_dir)
     segments = sum(task.most_segments for task in plan.tasks)
+    modules = worker_modules(args.backend)
     if not args.scheduler and local_workers(args.workers, len(plan.tasks),
                                             int(args.backend != "cpu"), segments) > 1:
-        start_worker_server()  # it imports what workers need while the backend is made
+        start_worker_server(modules)  # it imports what workers need while the backend is made
     backend, backend_note = choose_backend(args.backend)  # resolve "auto" once, here
     if args.backend == "auto" and backend.name != "gpu":
         note(args, f"using {backend_note}")
@@ -227,7 +242,7 @@ def run_batch(args: argparse.Namespace) -> int:
              f"files changed since the earlier run, or their output has no record of them "
              f"({', '.join(map(printable, plan.changed))})")
     executor, close, workers = open_executor(args, len(plan.tasks), backend.name == "gpu",
-                                             segments)
+                                             segments, modules)
     # Workers make that backend once each; in this process, the one made above traces (all
     # the images, or those it takes back from local workers while they start).
     here = functools.partial(_same, backend)

@@ -104,8 +104,9 @@ CSV_COLUMNS = ("image", "status", "coordinate_space", "lines", "segments", "fail
                "seconds", "reasons")
 #: Lock file of an output folder, held (``flock``) by the one batch run that owns the folder.
 LOCK_FILE = ".roadtracer-batch.lock"
-#: Modules a local worker needs, imported once by the server workers are forked from.
-WORKER_MODULES = ["core.batch"]
+#: Modules every local worker needs, imported once by the server workers are forked from
+#: (:func:`local_executor`; callers add those of their backend).
+WORKER_MODULES = ("core.batch",)
 #: Member of every output document that records what made it (see :func:`write_output`).
 RECORD_MEMBER = "roadtracer_batch"
 #: Largest PNG/JPEG/... file (bytes) read while the image before it is traced.
@@ -633,30 +634,32 @@ def _start_worker(devices) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(devices.get())
 
 
-def _worker_context() -> multiprocessing.context.BaseContext:
-    """How local workers start: forked from a server process that has imported
-    :data:`WORKER_MODULES` (each worker skips those imports), where the platform has one;
-    else spawned."""
+def _worker_context(modules: tuple[str, ...]) -> multiprocessing.context.BaseContext:
+    """How local workers start: forked from a server process that has imported ``modules``
+    (each worker skips those imports), where the platform has one; else spawned."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(WORKER_MODULES)
+    context.set_forkserver_preload(list(modules))
     return context
 
 
-def start_worker_server() -> None:
+def start_worker_server(modules: tuple[str, ...] = WORKER_MODULES) -> None:
     """Start the server that local workers are forked from (where the platform has one), so
-    that it imports :data:`WORKER_MODULES` while this process goes on; call it as soon as a
-    :func:`local_executor` is likely."""
-    if _worker_context().get_start_method() == "forkserver":
+    that it imports ``modules`` (what the workers need; one that fails to import is left to
+    them) while this process goes on; call it as soon as a :func:`local_executor` of the same
+    ``modules`` is likely (a server once started keeps its modules)."""
+    if _worker_context(modules).get_start_method() == "forkserver":
         import multiprocessing.forkserver
 
         multiprocessing.forkserver.ensure_running()
 
 
-def local_executor(workers: int, gpus: int = 0) -> Executor:
+def local_executor(workers: int, gpus: int = 0, modules: tuple[str, ...] = WORKER_MODULES
+                   ) -> Executor:
     """A pool of ``workers`` local processes (no state shared with this one: forked from a
-    clean server process, or spawned; :func:`start_worker_server`).
+    clean server process that has imported ``modules``, or spawned;
+    :func:`start_worker_server`).
 
     Workers end by themselves when this process dies. With ``gpus`` > 0, worker *i* sees only
     GPU *i* mod ``gpus`` (``CUDA_VISIBLE_DEVICES``, set before the worker imports anything
@@ -666,7 +669,7 @@ def local_executor(workers: int, gpus: int = 0) -> Executor:
     """
     from concurrent.futures import ProcessPoolExecutor
 
-    context = _worker_context()
+    context = _worker_context(modules)
     devices = None
     if gpus:
         devices = context.Queue()

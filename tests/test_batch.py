@@ -611,6 +611,32 @@ def test_local_worker_defaults():
     assert local_workers(None, tasks=0, gpus=0) == 1
 
 
+def test_workers_are_forked_from_a_server_that_imported_their_modules(monkeypatch):
+    import importlib.util
+    import multiprocessing
+    import subprocess
+    import sys
+
+    from cli.batch_cmd import worker_modules
+
+    assert worker_modules("cpu") == ("core.batch", "onnxruntime")
+    assert worker_modules("gpu") == ("core.batch", "gpu.backend", "onnx")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)  # no pycuda
+    assert worker_modules("auto") == worker_modules("cpu")
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        pytest.skip("workers are spawned on this platform")
+    # A fresh process: the server is one per process and keeps the modules it started with.
+    probe = ("from core.batch import local_executor, start_worker_server, stop_local_executor\n"
+             "start_worker_server(('core.batch', 'colorsys'))\n"
+             "pool = local_executor(1, modules=('core.batch', 'colorsys'))\n"
+             "print(pool.submit(eval, \"'colorsys' in __import__('sys').modules\").result())\n"
+             "stop_local_executor(pool, False)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120, cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True"]
+
+
 def test_a_task_bounds_its_segments(tmp_path):
     images, seeds = make_folder(tmp_path)
     plan = plan_batch(images, seeds, tmp_path / "out")
