@@ -290,7 +290,8 @@ def test_this_process_takes_calls_back_while_local_workers_start(tmp_path):
         stop_local_executor(executor, False)
     assert sorted(report.image for report, _ in outcomes) == sorted(serial)
     assert {report.image: document for report, document in outcomes} == serial
-    assert made_here and set(made_here) == {threading.current_thread().name}
+    assert made_here  # the last call, taken back
+    assert set(made_here) == {threading.current_thread().name}
 
 
 def test_in_process_run_reads_the_next_image_while_tracing(tmp_path, monkeypatch):
