@@ -622,7 +622,12 @@ def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
 def _start_worker(devices) -> None:
     """Process-pool initializer: end this worker as soon as the process that started it is
     gone (killed, even with SIGKILL), and with ``devices`` see only the next GPU of that
-    queue."""
+    queue.
+
+    A worker starts no processes of its own; spawn as its default way to start them keeps
+    numba from making an inter-process lock for its threads (as it does under a fork
+    server), a named semaphore that a terminated worker would leave behind."""
+    multiprocessing.set_start_method("spawn", force=True)
     parent = multiprocessing.parent_process()
     if parent is not None:
         def watch() -> None:

@@ -271,9 +271,10 @@ def batch_process(images, seeds, out, *extra, **popen) -> subprocess.Popen:
         **popen)
 
 
-def children_of(pid: int) -> set[int]:
-    """Process ids whose parent is ``pid`` (Linux /proc)."""
-    found = set()
+def descendants_of(pid: int) -> set[int]:
+    """Process ids of the live children of ``pid``, their children and so on (Linux /proc):
+    the workers of a batch are the children of the server they are forked from."""
+    parents = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
@@ -281,8 +282,12 @@ def children_of(pid: int) -> set[int]:
                     fields = stream.read().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if int(fields[1]) == pid and fields[0] != "Z":
-                found.add(int(entry))
+            if fields[0] != "Z":
+                parents[int(entry)] = int(fields[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
     return found
 
 
@@ -323,8 +328,9 @@ def test_a_stopped_batch_leaves_no_workers(tmp_path, stop):
         process = batch_process(images, seeds, out, "--workers", "2", "--points", "301",
                                 stderr=stream)
     try:
-        assert wait_for(lambda: len(children_of(process.pid)) >= 2, 60), log.read_text()
-        workers = children_of(process.pid)
+        # The workers, the server they are forked from and the resource tracker.
+        assert wait_for(lambda: len(descendants_of(process.pid)) >= 4, 60), log.read_text()
+        workers = descendants_of(process.pid)
         time.sleep(1.0)
         process.send_signal(stop)
         code = process.wait(30)
@@ -336,6 +342,7 @@ def test_a_stopped_batch_leaves_no_workers(tmp_path, stop):
         summary = json.loads((out / "summary.json").read_text())
         assert summary["interrupted"] is True
         assert len(summary["images"]) + len(summary["not_done"]) == 8
+        assert "leaked" not in log.read_text()  # no semaphore left behind by a worker
     assert not list(out.glob("*.part"))
 
 
