@@ -99,15 +99,19 @@ def worker_backend(name: str) -> TracerBackend:
     return choose_backend(name, batch=True)[0]
 
 
-def worker_modules(backend: str) -> tuple[str, ...]:
-    """What local workers of ``--backend`` ``backend`` import, for the server they are forked
-    from to import once: the batch module and the surface model's runtime (on the GPU, which
-    ``auto`` picks where pycuda is installed, the GPU backend and the onnx model reader; else
-    ONNX Runtime)."""
+def gpu_likely(backend: str) -> bool:
+    """Whether ``--backend`` ``backend`` will trace on the GPU, guessed without touching a
+    device (``auto``: where pycuda is installed)."""
+    return backend == "gpu" or (backend == "auto"
+                                and importlib.util.find_spec("pycuda") is not None)
+
+
+def worker_modules(gpu: bool) -> tuple[str, ...]:
+    """What local workers import, for the server they are forked from to import once: the
+    batch module and the surface model's runtime (with ``gpu``, the GPU backend and the onnx
+    model reader; else ONNX Runtime)."""
     from core.batch import WORKER_MODULES
 
-    gpu = backend == "gpu" or (backend == "auto"
-                               and importlib.util.find_spec("pycuda") is not None)
     return (*WORKER_MODULES, *(("gpu.backend", "onnx") if gpu else ("onnxruntime",)))
 
 
@@ -151,7 +155,7 @@ def open_executor(args: argparse.Namespace, tasks: int, gpu: bool,
                   segments: int | None = None, modules: tuple[str, ...] | None = None):
     """Where to run ``tasks`` images of at most ``segments`` segments: ``(executor or None,
     closer(interrupted), local workers or None on a cluster)``; local workers are forked
-    from a server that imports ``modules`` (default :func:`worker_modules`)."""
+    from a server that imports ``modules`` (default :func:`worker_modules` of ``gpu``)."""
     if tasks and args.scheduler:
         from distributed import Client
 
@@ -173,7 +177,7 @@ def open_executor(args: argparse.Namespace, tasks: int, gpu: bool,
     if workers > 1:
         from core.batch import local_executor, stop_local_executor
 
-        executor = local_executor(workers, gpus, modules or worker_modules(args.backend))
+        executor = local_executor(workers, gpus, modules or worker_modules(gpu))
         return executor, functools.partial(stop_local_executor, executor), workers
     return None, lambda interrupted: None, 1
 
@@ -225,9 +229,10 @@ def run_batch(args: argparse.Namespace) -> int:
                       overwrite=args.overwrite, crs=args.crs, image_crs=args.image_crs,
                       bands=args.bands, evidence_dir=args.evidence_dir)
     segments = sum(task.most_segments for task in plan.tasks)
-    modules = worker_modules(args.backend)
-    if not args.scheduler and local_workers(args.workers, len(plan.tasks),
-                                            int(args.backend != "cpu"), segments) > 1:
+    gpu = gpu_likely(args.backend)
+    modules = worker_modules(gpu)
+    if not args.scheduler and local_workers(args.workers, len(plan.tasks), int(gpu),
+                                            segments) > 1:
         start_worker_server(modules)  # it imports what workers need while the backend is made
     backend, backend_note = choose_backend(args.backend)  # resolve "auto" once, here
     if args.backend == "auto" and backend.name != "gpu":

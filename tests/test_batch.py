@@ -618,13 +618,18 @@ def test_workers_are_forked_from_a_server_that_imported_their_modules(monkeypatc
     import subprocess
     import sys
 
-    from cli.batch_cmd import worker_modules
+    from cli.batch_cmd import gpu_likely, worker_modules
 
-    assert worker_modules("cpu") == ("core.batch", "onnxruntime")
-    assert worker_modules("gpu") == ("core.batch", "gpu.backend", "onnx")
+    assert worker_modules(False) == ("core.batch", "onnxruntime")
+    assert worker_modules(True) == ("core.batch", "gpu.backend", "onnx")
+    assert gpu_likely("gpu")
+    assert not gpu_likely("cpu")
+    assert not gpu_likely("reference")
     with monkeypatch.context() as patched:
         patched.setattr(importlib.util, "find_spec", lambda name: None)  # no pycuda
-        assert worker_modules("auto") == ("core.batch", "onnxruntime")
+        assert not gpu_likely("auto")
+        patched.setattr(importlib.util, "find_spec", lambda name: object())  # pycuda there
+        assert gpu_likely("auto")
     if "forkserver" not in multiprocessing.get_all_start_methods():
         pytest.skip("workers are spawned on this platform")
     # A fresh process: the server is one per process and keeps the modules it started with.
