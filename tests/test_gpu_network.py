@@ -11,11 +11,13 @@ import pytest
 
 from core import surface
 from gpu.network import (
+    ACTIVATIONS,
     PROGRAM_BUCKET,
     ProgramLayout,
     UnsupportedModel,
     batch_bytes,
     batch_samples,
+    fold_constants,
     load_model,
     network_program,
 )
@@ -23,14 +25,30 @@ from gpu.network import (
 pytest.importorskip("onnx")
 
 
-def _conv(x, weight, bias, relu):
+def bundled_model():
+    """The bundled surface model and its constants, those computed from weights included (as
+    gpu.network.DeviceNetwork reads it)."""
+    model, constants = load_model(str(surface.MODEL_PATH))
+    return model, fold_constants(model, constants)
+
+
+def _activate(x, act):
+    """network.cu's activation codes: 0 none, 1 ReLU, 2 ReLU6."""
+    return {0: x, 1: np.maximum(x, 0), 2: np.clip(x, 0, 6)}[int(act)]
+
+
+def _conv(x, weight, bias, act, stride=1, depthwise=False):
     k = weight.shape[2]
     padded = np.pad(x, ((0, 0), (k // 2, k // 2), (k // 2, k // 2)))
     windows = np.lib.stride_tricks.sliding_window_view(padded, (k, k), axis=(1, 2))
-    out = np.einsum("cyxij,ocij->oyx", windows, weight, optimize=True)
+    windows = windows[:, ::stride, ::stride]
+    if depthwise:
+        out = np.einsum("cyxij,cij->cyx", windows, weight[:, 0], optimize=True)
+    else:
+        out = np.einsum("cyxij,ocij->oyx", windows, weight, optimize=True)
     if bias is not None:
         out = out + bias[:, None, None]
-    return np.maximum(out, 0) if relu else out
+    return _activate(out, act)
 
 
 def _resize(x, shape, scale):
@@ -51,10 +69,14 @@ def run_program(program, constants, image):
     values = {program.input: image.astype(np.float64)}
     for layer in program.layers:
         x = values[layer.inputs[0]]
-        if layer.op == "conv":
+        if layer.op in ("conv", "conv_strided", "depthwise"):
             bias = layer.params["bias"]
             out = _conv(x, constants[layer.params["weight"]],
-                        None if bias is None else constants[bias], layer.params["relu"])
+                        None if bias is None else constants[bias],
+                        ACTIVATIONS[layer.params["act"]], layer.params["stride"],
+                        layer.op == "depthwise")
+        elif layer.op == "add":
+            out = x + values[layer.inputs[1]]
         elif layer.op == "max_pool":
             k = layer.params["k"]
             c, rows, cols = layer.shape
@@ -73,13 +95,14 @@ def run_program(program, constants, image):
     return values[program.output]
 
 
-@pytest.mark.parametrize(("rows", "cols"), [(88, 232), (64, 40), (8, 16)])
+@pytest.mark.parametrize(("rows", "cols"), [(96, 224), (64, 48), (16, 16)])
 def test_lowered_surface_model_matches_onnx_runtime(rows, cols):
     import onnxruntime
 
-    model, constants = load_model(str(surface.MODEL_PATH))
+    model, constants = bundled_model()
     program = network_program(model, constants, rows, cols)
-    assert {layer.op for layer in program.layers} <= {"conv", "max_pool", "resize", "copy"}
+    assert {layer.op for layer in program.layers} <= {"conv", "conv_strided", "depthwise", "add",
+                                                      "max_pool", "resize", "copy"}
     assert program.shapes[program.input] == (surface.INPUT_PLANES, rows, cols)
     assert program.shapes[program.output] == (surface.OUTPUT_PLANES, rows, cols)
     image = np.random.default_rng(rows).uniform(
@@ -95,8 +118,8 @@ def test_lowered_surface_model_matches_onnx_runtime(rows, cols):
 def test_a_model_with_an_unknown_operator_is_refused_with_its_name():
     import onnx
 
-    model, constants = load_model(str(surface.MODEL_PATH))
-    node = model.graph.node[1]  # the first Relu
+    model, constants = bundled_model()
+    node = next(node for node in model.graph.node if node.op_type == "Relu")
     node.op_type = "Elu"
     with pytest.raises(UnsupportedModel, match="Elu"):
         network_program(model, constants, 16, 16)
@@ -127,20 +150,29 @@ def run_launches(layouts, constants, images):
         for sample in table[j]:
             rows, cols = int(sample["rows"]), int(sample["cols"])
             in_rows, in_cols = int(sample["in_rows"]), int(sample["in_cols"])
-            if name.startswith("conv2d"):
-                w_at, bias_at, c_in, c_out, relu, split = constants_j
+            if name == "conv2d_strided":
+                w_at, bias_at, c_in, c_out, _, stride, act = constants_j
+                x = tensor(sample["in"], c_in, in_rows, in_cols)
+                tensor(sample["out"], c_out, rows, cols)[:] = _conv(
+                    x, by_address[w_at], by_address.get(bias_at), act, stride)
+            elif name == "depthwise3":
+                w_at, bias_at, channels, stride, act = constants_j
+                x = tensor(sample["in"], channels, in_rows, in_cols)
+                tensor(sample["out"], channels, rows, cols)[:] = _conv(
+                    x, by_address[w_at], by_address.get(bias_at), act, stride, depthwise=True)
+            elif name.startswith("conv2d"):
+                w_at, bias_at, c_in, c_out, act, split = constants_j
                 x = tensor(sample["in"], c_in, rows, cols)
                 w = by_address[w_at]
                 for s, first in enumerate(range(0, c_in, split)):
                     part = _conv(x[first:first + split], w[:, first:first + split],
-                                 by_address.get(bias_at), relu)
+                                 by_address.get(bias_at), act)
                     tensor(sample["out"] + 4 * s * c_out * rows * cols, c_out, rows, cols)[:] = part
             elif name == "conv_sum":
-                bias_at, splits, channels, relu = constants_j
+                bias_at, splits, channels, act = constants_j
                 total = tensor(sample["in"], splits, channels, rows, cols).sum(axis=0)
                 total = total + by_address[bias_at][:, None, None] if bias_at else total
-                tensor(sample["out"], channels, rows, cols)[:] = (np.maximum(total, 0) if relu
-                                                                 else total)
+                tensor(sample["out"], channels, rows, cols)[:] = _activate(total, act)
             elif name == "max_pool":
                 channels, k = constants_j
                 x = tensor(sample["in"], channels, in_rows, in_cols)
@@ -153,16 +185,17 @@ def run_launches(layouts, constants, images):
                     x, (channels, rows, cols), (float(sample["scale_y"]), float(sample["scale_x"])))
             else:
                 x = tensor(sample["in"], rows * cols)
+                out = tensor(sample["out"], rows * cols)
                 outputs = {"copy_floats": x, "relu": np.maximum(x, 0),
-                           "sigmoid": 1 / (1 + np.exp(-x))}
-                tensor(sample["out"], rows * cols)[:] = outputs[name]
+                           "sigmoid": 1 / (1 + np.exp(-x)), "add_floats": out + x}
+                out[:] = outputs[name]
     return [tensor(start + layout.output, *layout.output_shape).copy()
             for start, layout in zip(starts, layouts, strict=True)]
 
 
 def test_a_batched_forward_pass_over_inputs_of_any_sizes_gives_each_ones_own_output():
-    model, constants = load_model(str(surface.MODEL_PATH))
-    sizes = [(40, 56), (16, 24), (40, 56), (72, 32)]  # two of one size: each its own memory
+    model, constants = bundled_model()
+    sizes = [(48, 64), (16, 32), (48, 64), (80, 32)]  # two of one size: each its own memory
     address = fake_addresses(constants)
     layouts = [ProgramLayout(network_program(model, constants, rows, cols),
                              lambda name: address.get(name, 0)) for rows, cols in sizes]
@@ -181,10 +214,10 @@ def test_sizes_of_one_bucket_share_its_largest_size_s_launches():
     """One input's program runs on the launches (kernels, blocks, constants) of its size
     bucket's largest size with its own Sample table: the launches must be the same, the grids
     and the activations no smaller."""
-    model, constants = load_model(str(surface.MODEL_PATH))
+    model, constants = bundled_model()
     largest = ProgramLayout(network_program(model, constants, 2 * PROGRAM_BUCKET,
                                             3 * PROGRAM_BUCKET), lambda name: 7)
-    for rows, cols in [(40, 72), (64, 96), (48, 88), (40, 96)]:
+    for rows, cols in [(48, 80), (64, 96), (48, 96), (32, 96)]:
         layout = ProgramLayout(network_program(model, constants, rows, cols), lambda name: 7)
         assert layout.nbytes <= largest.nbytes
         assert len(layout.launches) == len(largest.launches)

@@ -109,10 +109,76 @@ def test_a_short_run_trains_and_exports_surface_and_path(trainer, road_set, tmp_
     onnxruntime = pytest.importorskip("onnxruntime")
     items = trainer.load_sets([(str(road_set), 0)])
     cases = trainer.load_cases([str(road_set / "cases.json")], items)
-    model = trainer.train(items, cases, 2, "cpu", 0, lambda line: None, (4, 8, 16, 32), 0.0,
-                          batch_size=4)
+    model = trainer.train(items, cases, 2, "cpu", 0, lambda line: None,
+                          lambda: trainer.SurfaceNet((4, 8, 16, 32)), 0.0, batch_size=4)
     path = tmp_path / "surface.onnx"
     trainer.export(model, path)
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     out = session.run(None, {"image": np.zeros((1, trainer.INPUTS, 32, 40), np.float32)})[0]
     assert out.shape == (1, len(trainer.EXPORTED), 32, 40)
+
+
+@pytest.fixture(scope="module")
+def imagenet_weights(tmp_path_factory, trainer):
+    """A made-up state dict file laid out as torchvision's ImageNet ``mobilenet_v2`` (its
+    ``features.*`` tensors, three-band first convolution, a classifier) with random values."""
+    torch.manual_seed(0)
+    encoder = trainer.MobileNetUNet().encoder
+    state = {f"features.{name}": torch.randn_like(value.float()) if value.is_floating_point()
+             else value for name, value in encoder.state_dict().items()}
+    state["features.0.0.weight"] = torch.randn(32, 3, 3, 3)
+    state = {name: value.abs() + 0.5 if name.endswith("running_var") else value
+             for name, value in state.items()}
+    state["features.14.conv.0.0.weight"] = torch.randn(576, 96, 1, 1)  # past stride 16
+    state["classifier.1.weight"] = torch.randn(1000, 1280)
+    path = tmp_path_factory.mktemp("weights") / "mobilenet_v2.pth"
+    torch.save(state, path)
+    return path, state
+
+
+def test_pretrained_encoder_reads_the_stretched_bands_as_imagenet_s_standardised_ones(
+        trainer, imagenet_weights):
+    """The first layer on stretched bands and zero click planes gives what torchvision's first
+    layer gives on the same bands standardised with ImageNet's mean and spread (away from the
+    zero-padded border); the other layers are the file's."""
+    path, state = imagenet_weights
+    model = trainer.MobileNetUNet(str(path)).eval()
+    first = model.encoder[0]
+    np.testing.assert_array_equal(first[0].weight[:, 3:].detach().numpy(), 0.0)
+    torch.testing.assert_close(model.encoder[5].conv[1][0].weight,
+                               state["features.5.conv.1.0.weight"])
+    x = torch.rand(2, trainer.INPUTS, 24, 32)
+    x[:, 3:] = 0
+    mean = torch.tensor(trainer.IMAGENET_MEAN).view(1, 3, 1, 1)
+    spread = torch.tensor(trainer.IMAGENET_STD).view(1, 3, 1, 1)
+    reference = torch.nn.Sequential(torch.nn.Conv2d(3, 32, 3, 2, 1, bias=False),
+                                    torch.nn.BatchNorm2d(32), torch.nn.ReLU6()).eval()
+    reference.load_state_dict({name[len("features.0."):]: value for name, value in state.items()
+                               if name.startswith("features.0.")})
+    with torch.no_grad():
+        got, expected = first(x), reference((x[:, :3] - mean) / spread)
+    torch.testing.assert_close(got[:, :, 1:, 1:], expected[:, :, 1:, 1:], rtol=1e-4, atol=1e-4)
+    assert float((got - expected)[:, :, 0].abs().max()) > 1e-3  # the border differs
+
+
+def test_pretrained_encoder_learns_slower_and_exports_with_inputs_of_multiples_of_16(
+        trainer, road_set, imagenet_weights, tmp_path):
+    pytest.importorskip("onnx")
+    onnxruntime = pytest.importorskip("onnxruntime")
+    items = trainer.load_sets([(str(road_set), 0)])
+    cases = trainer.load_cases([str(road_set / "cases.json")], items)
+    path, _ = imagenet_weights
+    started = trainer.MobileNetUNet(str(path))
+    model = trainer.train(items, cases, 3, "cpu", 0, lambda line: None,
+                          lambda: trainer.MobileNetUNet(str(path)), 0.0, batch_size=4,
+                          encoder_lr=0.0)
+    # A zero learning rate leaves the encoder's weights as they were (its batch norms'
+    # statistics still follow the crops); the decoder moves.
+    torch.testing.assert_close(model.encoder[5].conv[1][0].weight.float(),
+                               started.encoder[5].conv[1][0].weight)
+    assert not torch.allclose(model.head.weight.float(), started.head.weight)
+    onnx_path = tmp_path / "surface.onnx"
+    trainer.export(model, onnx_path)
+    session = onnxruntime.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    out = session.run(None, {"image": np.zeros((1, trainer.INPUTS, 48, 64), np.float32)})[0]
+    assert out.shape == (1, len(trainer.EXPORTED), 48, 64)
