@@ -1,8 +1,9 @@
 """Train the click-conditioned surface model that ``core.surface`` runs (PyTorch, GPU or CPU).
 
 A U-Net whose encoder is MobileNetV2 to stride 16, started from torchvision's ImageNet weights
-(``--backbone-weights``; the decoder and the first layer's click planes start at random and zero),
-sees an RGB window, stretched to its own 1–99 % range, and two planes made from the clicks: the similarity of every pixel to the colour under the two clicked endpoints (the
+(``--backbone-weights``; the decoder and the first layer's click planes start at random and at
+zero), sees an RGB window, stretched to its own 1–99 % range, and two planes made from the
+clicks: the similarity of every pixel to the colour under the two clicked endpoints (the
 ``centre`` score kind's :func:`core.scores.endpoint_similarity`) and where the clicks are
 (:func:`core.surface.endpoint_plane`), both re-implemented here in torch. It returns three
 logits per pixel: "this pixel belongs to the same surface (road or water) as the clicks", "it
