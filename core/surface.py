@@ -1,7 +1,8 @@
 """Learned surface model: how likely each pixel belongs to the surface (road or water) that the
 two clicked endpoints lie on.
 
-A small U-Net (scripts/train_surface_model.py; its training data: resources/models/LICENSE.md)
+A U-Net with a MobileNetV2 encoder (scripts/train_surface_model.py; its training data:
+resources/models/LICENSE.md)
 runs with ONNX Runtime on the CPU (gpu/network.py runs it on the GPU backend). Its input is five
 planes over the window: the first three bands stretched so that their 1st..99th percentile maps
 to 0..1 (clipped to [-0.5, 1.5]; a one-band image is repeated), the endpoint colour similarity

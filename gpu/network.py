@@ -1,6 +1,6 @@
 """An ONNX convolutional network run on the device with the kernels of ``network.cu``.
 
-The surface model (core/surface.py) is a small U-Net exported from PyTorch; rather than
+The surface model (core/surface.py) is a U-Net exported from PyTorch; rather than
 hard-code its architecture, :func:`network_program` reads the ONNX graph and lowers it, for one
 input size, to a list of :class:`Layer` s of the operators below (anything else makes the model
 unsupported on the device, with a one-line reason, and the host runs it):
