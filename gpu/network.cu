@@ -21,7 +21,7 @@
 //           an encoder (few input channels).
 // depthwise3: one 3 x 3 filter per channel (ONNX Conv with group = channels), padding 1, stride
 //           1 or 2, bias and activation.
-// add_floats: out += in, elementwise (an Add is a copy of one input and this of the other).
+// add_floats: out += in, elementwise (an Add onto the output of the convolution before it).
 // max_pool: K x K windows with stride K, no padding (floor of the size).
 // resize_linear: bilinear, half-pixel coordinates (ONNX Resize mode "linear",
 //           coordinate_transformation_mode "half_pixel"), source coordinates clamped at 0 and at

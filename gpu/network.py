@@ -8,7 +8,8 @@ unsupported on the device, with a one-line reason, and the host runs it):
 * ``Conv`` (square odd kernel ≤ 7, dilation 1, symmetric padding K // 2; stride 1, or any
   stride with one group, or 3 × 3 depthwise (one group per channel) with stride 1 or 2; a
   ``Relu`` or a ``Clip`` to [0, 6] that alone reads its output is fused into it), ``Relu``,
-  ``Sigmoid``, ``Add`` of two computed tensors of one shape;
+  ``Sigmoid``, ``Add`` of a computed tensor onto the output of the convolution just before it
+  (read by nothing else: the convolution writes in the sum's place, the other is added there);
 * ``MaxPool`` (kernel = stride, no padding), ``Resize`` (linear, half-pixel coordinates,
   constant scales or sizes), ``Concat`` along channels;
 * every node whose inputs are all constant once the input size is known (``Constant``,
@@ -68,7 +69,8 @@ class Layer:
     ``shape`` is the output's (channels, rows, cols); ``params`` the op's constants
     (``weight``/``bias`` names, ``k``, ``stride`` and ``act`` (ACTIVATIONS) for conv,
     conv_strided and depthwise, ``k`` for max_pool, ``scale`` (y, x) for resize, ``offset``
-    (channel) for the copies that make a concat).
+    (channel) for the copies that make a concat). ``accumulate`` adds its input to its output,
+    which the layer before it wrote.
     """
 
     op: str
@@ -259,7 +261,17 @@ def network_program(model, constants: dict, rows: int, cols: int) -> Program:
         elif op == "Add":
             if len(names) != 2 or any(shapes.get(name) != source for name in names):
                 raise unsupported(node, "only two computed tensors of one shape")
-            layers.append(Layer("add", tuple(names), out, source))
+            producer = layers[-1] if layers else None
+            alone = [k for k, name in enumerate(names)
+                     if producer is not None and producer.op in _CONVOLUTIONS
+                     and producer.output == name and readers.get(node.input[k], 0) == 1]
+            if not alone:
+                raise unsupported(node, "only onto the output of the convolution just before it, "
+                                        "read by nothing else")
+            # The convolution writes the sum's place; the other input is added there.
+            layers[-1] = Layer(producer.op, producer.inputs, out, producer.shape, producer.params)
+            fused[producer.output] = out
+            layers.append(Layer("accumulate", (names[1 - alone[0]],), out, source))
         elif op == "MaxPool":
             k = list(attrs.get("kernel_shape", []))
             if (len(k) != 2 or k[0] != k[1] or list(attrs.get("strides", [1, 1])) != k
@@ -570,10 +582,8 @@ class ProgramLayout:
         if layer.op == "depthwise":
             return [("depthwise3", (256, 1, 1), line,
                      (weights, bias, channels, layer.params["stride"], act), sizes)]
-        if layer.op == "add":
-            at_other = self.offset[layer.inputs[1]]
-            return [("copy_floats", (256, 1, 1), line, (), (at_in, at_out, 1, n, 1, n, 0, 0)),
-                    ("add_floats", (256, 1, 1), line, (), (at_other, at_out, 1, n, 1, n, 0, 0))]
+        if layer.op == "accumulate":
+            return [("add_floats", (256, 1, 1), line, (), (at_in, at_out, 1, n, 1, n, 0, 0))]
         if layer.op == "conv":
             splits = _conv_splits(source[0])
             blocks = (-(-cols // CONV_TILE) * -(-rows // CONV_TILE),
