@@ -730,6 +730,10 @@ def main():
         def network():
             return SurfaceNet(widths)
     else:
+        if not args.backbone_weights:
+            print("note: no --backbone-weights: the MobileNetV2 encoder starts at random (the "
+                  "bundled model's starts from ImageNet weights)", flush=True)
+
         def network():
             return MobileNetUNet(args.backbone_weights)
     scales = tuple(float(value) for value in args.scales.split(","))
