@@ -730,6 +730,8 @@ def main():
         def network():
             return SurfaceNet(widths)
     else:
+        if args.backbone_weights and not os.path.isfile(args.backbone_weights):
+            parser.error(f"--backbone-weights {args.backbone_weights}: no such file")
         if not args.backbone_weights:
             print("note: no --backbone-weights: the MobileNetV2 encoder starts at random (the "
                   "bundled model's starts from ImageNet weights)", flush=True)
