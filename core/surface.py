@@ -2,10 +2,10 @@
 two clicked endpoints lie on.
 
 A U-Net with a MobileNetV2 encoder (scripts/train_surface_model.py; its training data:
-resources/models/LICENSE.md)
-runs with ONNX Runtime on the CPU (gpu/network.py runs it on the GPU backend). Its input is five
-planes over the window: the first three bands stretched so that their 1st..99th percentile maps
-to 0..1 (clipped to [-0.5, 1.5]; a one-band image is repeated), the endpoint colour similarity
+resources/models/LICENSE.md) runs with ONNX Runtime on the CPU (gpu/network.py runs it on the
+GPU backend). Its input is five planes over the window: the first three bands stretched so that
+their 1st..99th percentile maps to 0..1 (clipped to [-0.5, 1.5]; a one-band image is repeated),
+the endpoint colour similarity
 of :func:`core.scores.endpoint_similarity`, and where the clicks are (:func:`endpoint_plane`).
 The clicks say *which* surface; the model adds what a colour match cannot see: the surface's
 shape and context (a field of the same grey is not a road, a shaded stretch of road still is).

@@ -6,8 +6,7 @@
 //
 // conv2d:   out[co, y, x] = bias[co] + sum_{ci, i, j} w[co, ci, i, j] in[ci, y + i - pad, x + j - pad]
 //           (zero outside), then the activation `act` (0 none, 1 max(0, .), 2 min(max(0, .), 6));
-//           stride 1, dilation 1, one group, square
-//           odd kernel K (template). A block computes a 16 x 16 tile (blockIdx.x, row-major over
+//           stride 1, dilation 1, one group, square odd kernel K (template). A block computes a 16 x 16 tile (blockIdx.x, row-major over
 //           the sample's tiles) of CO_TILE output channels: the input tile (with its halo) and
 //           the tile's weights of CI_TILE input channels at a time sit in shared memory, the
 //           weights of one tap for the CO_TILE channels side by side so that a thread reads them

@@ -130,6 +130,8 @@ IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
 def conv_bn_relu6(channels_in, channels_out, kernel, stride=1, groups=1):
+    """Convolution (padding kernel // 2, no bias), batch norm, ReLU6: torchvision's
+    ``Conv2dNormActivation`` layout, so that its MobileNetV2 state dict loads."""
     return nn.Sequential(
         nn.Conv2d(channels_in, channels_out, kernel, stride, kernel // 2, groups=groups,
                   bias=False),
