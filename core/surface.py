@@ -5,8 +5,8 @@ A U-Net with a MobileNetV2 encoder (scripts/train_surface_model.py; its training
 resources/models/LICENSE.md) runs with ONNX Runtime on the CPU (gpu/network.py runs it on the
 GPU backend). Its input is five planes over the window: the first three bands stretched so that
 their 1st..99th percentile maps to 0..1 (clipped to [-0.5, 1.5]; a one-band image is repeated),
-the endpoint colour similarity
-of :func:`core.scores.endpoint_similarity`, and where the clicks are (:func:`endpoint_plane`).
+the endpoint colour similarity of :func:`core.scores.endpoint_similarity`, and where the clicks
+are (:func:`endpoint_plane`).
 The clicks say *which* surface; the model adds what a colour match cannot see: the surface's
 shape and context (a field of the same grey is not a road, a shaded stretch of road still is).
 Its two outputs are the surface and the *path*: how likely each pixel lies on the centreline of
