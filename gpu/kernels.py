@@ -77,12 +77,12 @@ EVIDENCE_KERNELS = {
 
 #: Kernels of network.cu and their argument formats (the first: the launch's Sample table).
 NETWORK_KERNELS = {
-    **{f"conv2d_k{k}": "PPPiiii" for k in CONV_SIZES},  # samples, w, bias, c_in, c_out, act,
-                                                          # ci_split
+    **{f"conv2d_k{k}": "PPPiiii" for k in CONV_SIZES if k > 1},  # samples, w, bias, c_in,
+                                                                   # c_out, act, ci_split
+    "pointwise": "PPPiiii",               # samples, w, bias, c_in, c_out, act, residual
     "conv_sum": "PPiii",                  # samples, bias, splits, channels, act
     "conv2d_strided": "PPPiiiii",         # samples, w, bias, c_in, c_out, k, stride, act
     "depthwise3": "PPPiii",               # samples, w, bias, channels, stride, act
-    "add_floats": "P",
     "max_pool": "Pii",                    # samples, channels, k
     "resize_linear": "Pi",                # samples, channels
     "copy_floats": "P",

@@ -6,21 +6,28 @@
 //
 // conv2d:   out[co, y, x] = bias[co] + sum_{ci, i, j} w[co, ci, i, j] in[ci, y + i - pad, x + j - pad]
 //           (zero outside), then the activation `act` (0 none, 1 max(0, .), 2 min(max(0, .), 6));
-//           stride 1, dilation 1, one group, square odd kernel K (template). A block computes a 16 x 16 tile (blockIdx.x, row-major over
-//           the sample's tiles) of CO_TILE output channels: the input tile (with its halo) and
-//           the tile's weights of CI_TILE input channels at a time sit in shared memory, the
-//           weights of one tap for the CO_TILE channels side by side so that a thread reads them
-//           as two float4. Split over input channels: with `ci_split` < c_in, blockIdx.y also
-//           picks a group of ci_split input channels, and the block writes its partial sum (no
-//           bias, no activation) to out[split] (splits, c_out, rows, cols); conv_sum then adds
-//           the splits in order, the bias and the activation. Deep layers of a small image have
-//           few tiles: splitting gives the device more, shorter blocks.
+//           stride 1, dilation 1, one group, square odd kernel K >= 3 (template). A block computes
+//           a 16 x 16 tile (blockIdx.x, row-major over the sample's tiles) of CO_TILE output
+//           channels: the input tile (with its halo) and the tile's weights of CI_TILE input
+//           channels at a time sit in shared memory, the weights of one tap for the CO_TILE
+//           channels side by side so that a thread reads them as two float4. Split over input
+//           channels: with `ci_split` < c_in, blockIdx.y also picks a group of ci_split input
+//           channels, and the block writes its partial sum (no bias, no activation) to
+//           out[split] (splits, c_out, rows, cols); conv_sum then adds the splits in order, the
+//           bias and the activation. Deep layers of a small image have few tiles: splitting
+//           gives the device more, shorter blocks.
+// pointwise: a 1 x 1 convolution (stride 1, one group), out[co, p] = act(bias[co] + sum_ci
+//           w[co, ci] in[ci, p] (+ extra[co, p] with `residual`: an Add of a computed tensor
+//           folded in)). A block of blockDim.x pixels x blockDim.y slices computes blockDim.x
+//           pixels (blockIdx.x) of CO_TILE output channels (blockIdx.y): thread (x, s) sums the
+//           input channels s, s + slices, ... of its pixel, and the slices' sums meet in shared
+//           memory. Many slices for many input channels on few pixels (the deep layers), few
+//           for large planes: one launch either way.
 // conv2d_strided: the same sum with stride `stride` (out[co, y, x] reads in[ci, stride * y + i -
 //           pad, stride * x + j - pad]), one thread per output value: for the first layer of
 //           an encoder (few input channels).
 // depthwise3: one 3 x 3 filter per channel (ONNX Conv with group = channels), padding 1, stride
 //           1 or 2, bias and activation.
-// add_floats: out += in, elementwise (an Add onto the output of the convolution before it).
 // max_pool: K x K windows with stride K, no padding (floor of the size).
 // resize_linear: bilinear, half-pixel coordinates (ONNX Resize mode "linear",
 //           coordinate_transformation_mode "half_pixel"), source coordinates clamped at 0 and at
@@ -29,13 +36,14 @@
 // relu, sigmoid: elementwise, in place allowed.
 
 // One sample's part of a launch (gpu/network.py SAMPLE_DTYPE): its input and output, the output's
-// size (rows x cols; rows = 1, cols = n for the elementwise kernels), the input's size, and a
-// resize's scales.
+// size (rows x cols; rows = 1, cols = n for the elementwise kernels), the input's size, a
+// resize's scales, and a second input (pointwise's residual).
 struct Sample {
     const float* in;
     float* out;
     int rows, cols, in_rows, in_cols;
     float scale_y, scale_x;
+    const float* extra;
 };
 
 #define TILE 16
@@ -152,10 +160,52 @@ extern "C" __global__ void conv_sum(const Sample* __restrict__ samples,
         conv2d<K>(samples, w, bias, c_in, c_out, act, ci_split);                                   \
     }
 
-CONV(1)
 CONV(3)
 CONV(5)
 CONV(7)
+
+extern "C" __global__ void __launch_bounds__(256) pointwise(const Sample* __restrict__ samples,
+                                                            const float* __restrict__ w,
+                                                            const float* __restrict__ bias,
+                                                            int c_in, int c_out, int act,
+                                                            int residual)
+{
+    __shared__ float sums[256 * CO_TILE];  // [slice][output channel][pixel]
+    const Sample sample = samples[blockIdx.z];
+    const int n = sample.rows * sample.cols;
+    const int pixels = blockDim.x, slices = blockDim.y;
+    const int p0 = blockIdx.x * pixels;
+    if (p0 >= n) return;  // past this sample: the whole block
+    const int co0 = blockIdx.y * CO_TILE, p = p0 + threadIdx.x, s = threadIdx.y;
+    const float* __restrict__ filters[CO_TILE];  // the weight rows of the block's outputs
+#pragma unroll
+    for (int o = 0; o < CO_TILE; ++o) filters[o] = w + (size_t)min(co0 + o, c_out - 1) * c_in;
+    float acc[CO_TILE];
+#pragma unroll
+    for (int o = 0; o < CO_TILE; ++o) acc[o] = 0.0f;
+    if (p < n) {
+        const float* __restrict__ x = sample.in + p;
+#pragma unroll 4
+        for (int ci = s; ci < c_in; ci += slices) {
+            const float v = __ldg(x + (size_t)ci * n);
+#pragma unroll
+            for (int o = 0; o < CO_TILE; ++o) acc[o] = fmaf(__ldg(filters[o] + ci), v, acc[o]);
+        }
+    }
+#pragma unroll
+    for (int o = 0; o < CO_TILE; ++o) sums[(s * CO_TILE + o) * pixels + threadIdx.x] = acc[o];
+    __syncthreads();
+    for (int i = s * pixels + threadIdx.x; i < CO_TILE * pixels; i += pixels * slices) {
+        const int o = i / pixels, q = i - o * pixels;
+        if (co0 + o >= c_out || p0 + q >= n) continue;
+        float v = 0.0f;
+        for (int k = 0; k < slices; ++k) v += sums[(k * CO_TILE + o) * pixels + q];
+        if (bias) v += __ldg(bias + co0 + o);
+        const size_t at = (size_t)(co0 + o) * n + p0 + q;
+        if (residual) v += __ldg(sample.extra + at);
+        sample.out[at] = activate(v, act);
+    }
+}
 
 extern "C" __global__ void conv2d_strided(const Sample* __restrict__ samples,
                                           const float* __restrict__ w,
@@ -260,13 +310,6 @@ extern "C" __global__ void copy_floats(const Sample* __restrict__ samples)
     const Sample sample = samples[blockIdx.z];
     const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (g < (long long)sample.rows * sample.cols) sample.out[g] = __ldg(sample.in + g);
-}
-
-extern "C" __global__ void add_floats(const Sample* __restrict__ samples)
-{
-    const Sample sample = samples[blockIdx.z];
-    const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (g < (long long)sample.rows * sample.cols) sample.out[g] += __ldg(sample.in + g);
 }
 
 extern "C" __global__ void relu(const Sample* __restrict__ samples)

@@ -8,8 +8,9 @@ unsupported on the device, with a one-line reason, and the host runs it):
 * ``Conv`` (square odd kernel ≤ 7, dilation 1, symmetric padding K // 2; stride 1, or any
   stride with one group, or 3 × 3 depthwise (one group per channel) with stride 1 or 2; a
   ``Relu`` or a ``Clip`` to [0, 6] that alone reads its output is fused into it), ``Relu``,
-  ``Sigmoid``, ``Add`` of a computed tensor onto the output of the convolution just before it
-  (read by nothing else: the convolution writes in the sum's place, the other is added there);
+  ``Sigmoid``, ``Add`` of a computed tensor onto the output of the 1 × 1 convolution just
+  before it (read by nothing else, no activation of its own: the convolution adds it as it
+  writes, and an activation after the Add is fused after the sum);
 * ``MaxPool`` (kernel = stride, no padding), ``Resize`` (linear, half-pixel coordinates,
   constant scales or sizes), ``Concat`` along channels;
 * every node whose inputs are all constant once the input size is known (``Constant``,
@@ -36,10 +37,15 @@ import numpy as np
 
 from core.errors import ModelUnavailable
 
-#: Convolution kernel sizes network.cu is built for.
+#: Convolution kernel sizes network.cu is built for (1: the ``pointwise`` kernel).
 CONV_SIZES = (1, 3, 5, 7)
-#: Output tile of the convolution kernel (pixels per side) and output channels per block.
+#: Output tile of the convolution kernel (pixels per side) and output channels per block (of
+#: the pointwise kernel too).
 CONV_TILE, CONV_CHANNELS = 16, 8
+#: Threads of a pointwise block (pixels × slices of the input channels), and the fewest input
+#: channels a slice sums: the slices are the power of 2, 1 to 32, that gives each about this
+#: many (4 was the fastest of 4, 8, 16, 32 and 64 on the H100 at 144 x 176 and 64 x 48).
+POINTWISE_THREADS, POINTWISE_SLICE_CHANNELS = 256, 4
 #: Input channels per block of a convolution: layers with more are split into groups of this
 #: many, summed by ``conv_sum`` (shorter blocks, more of them, for the deep layers; 8 was the
 #: fastest of 4, 8, 16 and 32 on the H100 from 40 x 48 to 136 x 168 inputs).
@@ -55,7 +61,7 @@ PROGRAM_BUCKET = 32
 #: network.cu's activation codes of a convolution's output.
 ACTIVATIONS = {"none": 0, "relu": 1, "relu6": 2}
 #: Convolution-like layers an activation can be fused into.
-_CONVOLUTIONS = ("conv", "conv_strided", "depthwise")
+_CONVOLUTIONS = ("conv", "pointwise", "conv_strided", "depthwise")
 
 
 class UnsupportedModel(ModelUnavailable):
@@ -68,9 +74,9 @@ class Layer:
 
     ``shape`` is the output's (channels, rows, cols); ``params`` the op's constants
     (``weight``/``bias`` names, ``k``, ``stride`` and ``act`` (ACTIVATIONS) for conv,
-    conv_strided and depthwise, ``k`` for max_pool, ``scale`` (y, x) for resize, ``offset``
-    (channel) for the copies that make a concat). ``accumulate`` adds its input to its output,
-    which the layer before it wrote.
+    pointwise (1 × 1), conv_strided and depthwise, ``k`` for max_pool, ``scale`` (y, x) for
+    resize, ``offset`` (channel) for the copies that make a concat). A pointwise layer with two
+    inputs adds the second to its sum before the activation (an ``Add`` folded in).
     """
 
     op: str
@@ -254,6 +260,7 @@ def network_program(model, constants: dict, rows: int, cols: int) -> Program:
                 layers[-1] = Layer(producer.op, producer.inputs, out, producer.shape,
                                    {**producer.params, "act": activation})
                 fused[producer.output] = out
+                del shapes[producer.output]
             elif op == "Clip":
                 raise unsupported(node, "only a Clip to [0, 6] right after a convolution")
             else:
@@ -263,15 +270,16 @@ def network_program(model, constants: dict, rows: int, cols: int) -> Program:
                 raise unsupported(node, "only two computed tensors of one shape")
             producer = layers[-1] if layers else None
             alone = [k for k, name in enumerate(names)
-                     if producer is not None and producer.op in _CONVOLUTIONS
+                     if producer is not None and producer.op == "pointwise"
+                     and len(producer.inputs) == 1 and producer.params["act"] == "none"
                      and producer.output == name and readers.get(node.input[k], 0) == 1]
             if not alone:
-                raise unsupported(node, "only onto the output of the convolution just before it, "
-                                        "read by nothing else")
-            # The convolution writes the sum's place; the other input is added there.
-            layers[-1] = Layer(producer.op, producer.inputs, out, producer.shape, producer.params)
+                raise unsupported(node, "only onto the output of the 1 × 1 convolution just "
+                                        "before it, read by nothing else, with no activation")
+            layers[-1] = Layer(producer.op, (*producer.inputs, names[1 - alone[0]]), out,
+                               producer.shape, producer.params)
             fused[producer.output] = out
-            layers.append(Layer("accumulate", (names[1 - alone[0]],), out, source))
+            del shapes[producer.output]
         elif op == "MaxPool":
             k = list(attrs.get("kernel_shape", []))
             if (len(k) != 2 or k[0] != k[1] or list(attrs.get("strides", [1, 1])) != k
@@ -299,10 +307,12 @@ def network_program(model, constants: dict, rows: int, cols: int) -> Program:
                     else (sizes[0], sizes[1]) == (1, source[0]))
             if not kept:
                 raise unsupported(node, "it resizes batch or channels")
-            if transform == b"pytorch_half_pixel" and min(size) <= 1:
+            pytorch = transform == b"pytorch_half_pixel"
+            if pytorch and min(size) <= 1:
                 raise unsupported(node, "pytorch_half_pixel to a size of 1")
+            fixed = size if scales is None or np.size(scales) != 4 else None
             layers.append(Layer("resize", (names[0],), out, (source[0], *size),
-                                {"scale": scale}))
+                                {"scale": scale, "size": fixed, "pytorch": pytorch}))
         elif op == "Concat":
             if attrs.get("axis") != 1 or any(shapes.get(name) is None for name in names):
                 raise unsupported(node, "only runtime tensors along channels")
@@ -322,6 +332,46 @@ def network_program(model, constants: dict, rows: int, cols: int) -> Program:
     if output not in shapes:
         raise UnsupportedModel("the network's output is constant")
     return Program(layers, shapes, inputs[0][0], output)
+
+
+def program_for_size(program: Program, rows: int, cols: int) -> Program:
+    """``program`` (lowered for another input size from a graph without ``Shape`` nodes, whose
+    layers then do not depend on the size) for input (1, C, rows, cols): every tensor's shape
+    derived again layer by layer, as :func:`network_program` derives them, without reading
+    the graph again (a drag meets a new input size at almost every step).
+
+    Raises
+    ------
+    UnsupportedModel
+        If a ``pytorch_half_pixel`` resize would make a size of 1 (as network_program).
+    """
+    shapes = {program.input: (program.shapes[program.input][0], rows, cols)}
+    layers = []
+    for layer in program.layers:
+        source = shapes[layer.inputs[0]]
+        channels, params = layer.shape[0], layer.params
+        if layer.op in ("conv_strided", "depthwise"):
+            stride = params["stride"]
+            size = ((source[1] - 1) // stride + 1, (source[2] - 1) // stride + 1)
+        elif layer.op == "max_pool":
+            size = (source[1] // params["k"], source[2] // params["k"])
+        elif layer.op == "resize" and params["size"] is not None:
+            size = tuple(params["size"])
+            params = {**params, "scale": (size[0] / source[1], size[1] / source[2])}
+        elif layer.op == "resize":
+            size = (int(np.floor(source[1] * params["scale"][0])),
+                    int(np.floor(source[2] * params["scale"][1])))
+        else:
+            size = tuple(source[1:])
+        if layer.op == "resize" and params["pytorch"] and min(size) <= 1:
+            raise UnsupportedModel("the surface model's pytorch_half_pixel resize would make a "
+                                   f"size of 1 from an input of {rows} × {cols}")
+        if layer.op == "copy" and shapes.get(layer.output, (0, *size))[1:] != tuple(size):
+            raise UnsupportedModel(f"the surface model concatenates tensors of different sizes "
+                                   f"for an input of {rows} × {cols}")
+        layers.append(Layer(layer.op, layer.inputs, layer.output, (channels, *size), params))
+        shapes[layer.output] = (program.shapes[layer.output][0], *size)
+    return Program(layers, shapes, program.input, program.output)
 
 
 def _conv_layer(node, names: list, constants: dict, source: tuple, unsupported) -> Layer:
@@ -344,7 +394,8 @@ def _conv_layer(node, names: list, constants: dict, source: tuple, unsupported) 
                     or group == 1 and weight.shape[1] == source[0])):
         raise unsupported(node, f"kernel {weight.shape}, attributes {attrs}")
     stride = strides[0]
-    op = "depthwise" if depthwise else "conv" if stride == 1 else "conv_strided"
+    op = ("depthwise" if depthwise else "conv_strided" if stride != 1
+          else "pointwise" if k == 1 else "conv")
     shape = (channels, (source[1] - 1) // stride + 1, (source[2] - 1) // stride + 1)
     bias = names[2] if len(names) > 2 and names[2] else None
     return Layer(op, (names[0],), node.output[0], shape,
@@ -402,6 +453,10 @@ class DeviceNetwork:
         self._programs: OrderedDict = OrderedDict()
         program = network_program(self.graph, self.constants, PROGRAM_BUCKET,
                                   PROGRAM_BUCKET)  # UnsupportedModel now
+        #: Without Shape nodes the layers do not depend on the input size: each size's
+        #: program is this one's shapes derived again (program_for_size), not a new lowering.
+        self._any_size = (program if all(node.op_type != "Shape" for node in self.graph.nodes)
+                          else None)
         self.channels = (program.shapes[program.input][0], program.shapes[program.output][0])
         if channels is not None and self.channels != tuple(channels):
             raise UnsupportedModel(f"surface model {path} reads {self.channels[0]} planes and "
@@ -423,7 +478,8 @@ class DeviceNetwork:
         key = (int(rows), int(cols))
         layout = self._layouts.get(key)
         if layout is None:
-            program = network_program(self.graph, self.constants, *key)
+            program = (program_for_size(self._any_size, *key) if self._any_size is not None
+                       else network_program(self.graph, self.constants, *key))
             layout = self._layouts[key] = ProgramLayout(program, self._weight)
             if len(self._layouts) > CACHED_LAYOUTS:
                 self._layouts.popitem(last=False)
@@ -486,7 +542,10 @@ class DeviceNetwork:
 #: the input's sizes, a resize's scales).
 SAMPLE_DTYPE = np.dtype([("in", np.uint64), ("out", np.uint64), ("rows", np.int32),
                          ("cols", np.int32), ("in_rows", np.int32), ("in_cols", np.int32),
-                         ("scale_y", np.float32), ("scale_x", np.float32)])
+                         ("scale_y", np.float32), ("scale_x", np.float32),
+                         ("extra", np.uint64)])
+#: The Sample fields that hold addresses (offsets into an input's activations until rebased).
+_ADDRESSES = ("in", "out", "extra")
 #: Most samples of one launch (CUDA's grid z).
 MAX_SAMPLES = 65535
 #: Input sizes whose layouts (host only) are kept.
@@ -499,6 +558,15 @@ _ALIGN = 256
 def _conv_splits(c_in: int) -> int:
     """Groups of input channels a convolution with ``c_in`` of them is split into."""
     return -(-c_in // CONV_SPLIT_CHANNELS)
+
+
+def pointwise_block(c_in: int) -> tuple[int, int, int]:
+    """The thread block (pixels, slices, 1) of a pointwise convolution of ``c_in`` input
+    channels (``POINTWISE_SLICE_CHANNELS``)."""
+    slices = 1
+    while slices < 32 and 2 * slices * POINTWISE_SLICE_CHANNELS <= c_in:
+        slices *= 2
+    return POINTWISE_THREADS // slices, slices, 1
 
 
 def _aligned(nbytes: int) -> int:
@@ -574,7 +642,7 @@ class ProgramLayout:
         if layer.op in _CONVOLUTIONS:
             weights = weight(layer.params["weight"])
             bias, act = weight(layer.params["bias"]), ACTIVATIONS[layer.params["act"]]
-            sizes = (at_in, at_out, rows, cols, source[1], source[2], 0, 0)
+            sizes = (at_in, at_out, rows, cols, source[1], source[2], 0, 0, 0)
         if layer.op == "conv_strided":
             return [("conv2d_strided", (256, 1, 1), line,
                      (weights, bias, source[0], channels, layer.params["k"],
@@ -582,8 +650,13 @@ class ProgramLayout:
         if layer.op == "depthwise":
             return [("depthwise3", (256, 1, 1), line,
                      (weights, bias, channels, layer.params["stride"], act), sizes)]
-        if layer.op == "accumulate":
-            return [("add_floats", (256, 1, 1), line, (), (at_in, at_out, 1, n, 1, n, 0, 0))]
+        if layer.op == "pointwise":
+            block = pointwise_block(source[0])
+            residual = len(layer.inputs) > 1
+            return [("pointwise", block, (-(-rows * cols // block[0]),
+                                          -(-channels // CONV_CHANNELS)),
+                     (weights, bias, source[0], channels, act, int(residual)),
+                     (*sizes[:-1], self.offset[layer.inputs[1]] if residual else 0))]
         if layer.op == "conv":
             splits = _conv_splits(source[0])
             blocks = (-(-cols // CONV_TILE) * -(-rows // CONV_TILE),
@@ -592,24 +665,24 @@ class ProgramLayout:
             if splits == 1:
                 return [(conv, tile, blocks, (weights, bias, source[0], channels, act,
                                               source[0]),
-                         (at_in, at_out, rows, cols, rows, cols, 0, 0))]
+                         (at_in, at_out, rows, cols, rows, cols, 0, 0, 0))]
             partial = self.offset[_PARTIAL]
             return [(conv, tile, blocks, (weights, 0, source[0], channels, 0,
                                           CONV_SPLIT_CHANNELS),
-                     (at_in, partial, rows, cols, rows, cols, 0, 0)),
+                     (at_in, partial, rows, cols, rows, cols, 0, 0, 0)),
                     ("conv_sum", (256, 1, 1), line, (bias, splits, channels, act),
-                     (partial, at_out, rows, cols, rows, cols, 0, 0))]
+                     (partial, at_out, rows, cols, rows, cols, 0, 0, 0))]
         if layer.op == "max_pool":
             return [("max_pool", (256, 1, 1), line, (channels, layer.params["k"]),
-                     (at_in, at_out, rows, cols, source[1], source[2], 0, 0))]
+                     (at_in, at_out, rows, cols, source[1], source[2], 0, 0, 0))]
         if layer.op == "resize":
             return [("resize_linear", (256, 1, 1), line, (channels,),
                      (at_in, at_out, rows, cols, source[1], source[2],
-                      *layer.params["scale"]))]
+                      *layer.params["scale"], 0))]
         if layer.op == "copy":
             at_out += 4 * layer.params["offset"] * rows * cols
-            return [("copy_floats", (256, 1, 1), line, (), (at_in, at_out, 1, n, 1, n, 0, 0))]
-        return [(layer.op, (256, 1, 1), line, (), (at_in, at_out, 1, n, 1, n, 0, 0))]
+            return [("copy_floats", (256, 1, 1), line, (), (at_in, at_out, 1, n, 1, n, 0, 0, 0))]
+        return [(layer.op, (256, 1, 1), line, (), (at_in, at_out, 1, n, 1, n, 0, 0, 0))]
 
 
 class _Prepared:
@@ -640,8 +713,8 @@ class _Prepared:
             raise ValueError(f"input {layout.input_shape} does not fit this program")
         base = int(self.allocation)
         table = layout.samples.copy()
-        table["in"] += np.uint64(base)
-        table["out"] += np.uint64(base)
+        for name in _ADDRESSES:
+            table[name] += np.uint64(base)
         if upload is None:
             self.stream.synchronize()  # queued forward passes read the table bound before
             self.cuda.memcpy_htod(self.table_at, table)
@@ -694,8 +767,8 @@ def batch_samples(layouts: list, base: int) -> tuple[np.ndarray, list[int]]:
     """
     starts = np.cumsum([base] + [layout.nbytes for layout in layouts[:-1]]).astype(np.uint64)
     table = np.stack([layout.samples for layout in layouts], axis=1)
-    table["in"] += starts
-    table["out"] += starts
+    for name in _ADDRESSES:
+        table[name] += starts
     return table, [int(start) for start in starts]
 
 

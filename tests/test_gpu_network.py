@@ -20,6 +20,8 @@ from gpu.network import (
     fold_constants,
     load_model,
     network_program,
+    pointwise_block,
+    program_for_size,
 )
 
 pytest.importorskip("onnx")
@@ -69,14 +71,19 @@ def run_program(program, constants, image):
     values = {program.input: image.astype(np.float64)}
     for layer in program.layers:
         x = values[layer.inputs[0]]
-        if layer.op in ("conv", "conv_strided", "depthwise"):
+        if layer.op == "pointwise":
+            bias = layer.params["bias"]
+            out = _conv(x, constants[layer.params["weight"]],
+                        None if bias is None else constants[bias], 0)
+            if len(layer.inputs) > 1:  # an Add folded in, before the activation
+                out = out + values[layer.inputs[1]]
+            out = _activate(out, ACTIVATIONS[layer.params["act"]])
+        elif layer.op in ("conv", "conv_strided", "depthwise"):
             bias = layer.params["bias"]
             out = _conv(x, constants[layer.params["weight"]],
                         None if bias is None else constants[bias],
                         ACTIVATIONS[layer.params["act"]], layer.params["stride"],
                         layer.op == "depthwise")
-        elif layer.op == "accumulate":
-            out = values[layer.output] + x
         elif layer.op == "max_pool":
             k = layer.params["k"]
             c, rows, cols = layer.shape
@@ -101,8 +108,9 @@ def test_lowered_surface_model_matches_onnx_runtime(rows, cols):
 
     model, constants = bundled_model()
     program = network_program(model, constants, rows, cols)
-    assert {layer.op for layer in program.layers} <= {"conv", "conv_strided", "depthwise",
-                                                      "accumulate", "max_pool", "resize", "copy"}
+    ops = {layer.op for layer in program.layers}
+    assert ops <= {"conv", "pointwise", "conv_strided", "depthwise", "max_pool", "resize", "copy"}
+    assert any(layer.op == "pointwise" and len(layer.inputs) == 2 for layer in program.layers)
     assert program.shapes[program.input] == (surface.INPUT_PLANES, rows, cols)
     assert program.shapes[program.output] == (surface.OUTPUT_PLANES, rows, cols)
     image = np.random.default_rng(rows).uniform(
@@ -160,6 +168,13 @@ def run_launches(layouts, constants, images):
                 x = tensor(sample["in"], channels, in_rows, in_cols)
                 tensor(sample["out"], channels, rows, cols)[:] = _conv(
                     x, by_address[w_at], by_address.get(bias_at), act, stride, depthwise=True)
+            elif name == "pointwise":
+                w_at, bias_at, c_in, c_out, act, residual = constants_j
+                out = _conv(tensor(sample["in"], c_in, rows, cols), by_address[w_at],
+                            by_address.get(bias_at), 0)
+                if residual:
+                    out = out + tensor(sample["extra"], c_out, rows, cols)
+                tensor(sample["out"], c_out, rows, cols)[:] = _activate(out, act)
             elif name.startswith("conv2d"):
                 w_at, bias_at, c_in, c_out, act, split = constants_j
                 x = tensor(sample["in"], c_in, rows, cols)
@@ -187,7 +202,7 @@ def run_launches(layouts, constants, images):
                 x = tensor(sample["in"], rows * cols)
                 out = tensor(sample["out"], rows * cols)
                 outputs = {"copy_floats": x, "relu": np.maximum(x, 0),
-                           "sigmoid": 1 / (1 + np.exp(-x)), "add_floats": out + x}
+                           "sigmoid": 1 / (1 + np.exp(-x))}
                 out[:] = outputs[name]
     return [tensor(start + layout.output, *layout.output_shape).copy()
             for start, layout in zip(starts, layouts, strict=True)]
@@ -200,7 +215,7 @@ def test_a_batched_forward_pass_over_inputs_of_any_sizes_gives_each_ones_own_out
     layouts = [ProgramLayout(network_program(model, constants, rows, cols),
                              lambda name: address.get(name, 0)) for rows, cols in sizes]
     kernels = {launch[0] for launch in layouts[0].launches}
-    assert {"conv_sum", "depthwise3", "conv2d_strided", "add_floats"} <= kernels
+    assert {"conv_sum", "pointwise", "depthwise3", "conv2d_strided"} <= kernels
     assert len({len(layout.launches) for layout in layouts}) == 1
     rng = np.random.default_rng(5)
     images = [rng.uniform(-0.5, 1.5, (surface.INPUT_PLANES, rows, cols)) for rows, cols in sizes]
@@ -226,3 +241,73 @@ def test_sizes_of_one_bucket_share_its_largest_size_s_launches():
             assert (own[0], own[1], own[3]) == (shared[0], shared[1], shared[3])
             assert own[2][0] <= shared[2][0]
             assert own[2][1] <= shared[2][1]
+
+
+def _residual_model(kernel: int, relu_before_add: bool):
+    """A two-node ONNX model: Conv (4 → 4 channels, ``kernel``, a ReLU after it if
+    ``relu_before_add``), Add of the input, ReLU: (1, 4, 16, 16) → (1, 4, 16, 16)."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(kernel)
+    weight = rng.normal(0, 0.5, (4, 4, kernel, kernel)).astype(np.float32)
+    bias = rng.normal(0, 0.5, 4).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[kernel // 2] * 4)]
+    if relu_before_add:
+        nodes.append(helper.make_node("Relu", ["c"], ["r"]))
+    nodes += [helper.make_node("Add", [nodes[-1].output[0], "x"], ["s"]),
+              helper.make_node("Relu", ["s"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "residual", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT,
+                                                          [1, 4, 16, 16])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 16, 16])],
+        [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(bias, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return model, {"w": weight, "b": bias}
+
+
+def test_an_add_onto_a_1x1_convolution_is_folded_into_it_before_the_activation():
+    model, constants = _residual_model(1, relu_before_add=False)
+    program = network_program(model, constants, 16, 16)
+    (layer,) = program.layers
+    assert (layer.op, len(layer.inputs), layer.params["act"]) == ("pointwise", 2, "relu")
+    image = np.random.default_rng(1).normal(0, 1, (4, 16, 16))
+    expected = np.maximum(_conv(image, constants["w"], constants["b"], 0) + image, 0)
+    np.testing.assert_allclose(run_program(program, constants, image), expected, atol=1e-12)
+    address = fake_addresses(constants)
+    layout = ProgramLayout(program, lambda name: address.get(name, 0))
+    np.testing.assert_allclose(run_launches([layout], constants, [image])[0], expected,
+                               atol=1e-12)
+
+
+@pytest.mark.parametrize(("kernel", "relu_before_add"), [(3, False), (1, True)])
+def test_an_add_the_device_cannot_fold_is_refused_with_its_reason(kernel, relu_before_add):
+    model, constants = _residual_model(kernel, relu_before_add)
+    with pytest.raises(UnsupportedModel, match="Add node .* 1 × 1 convolution"):
+        network_program(model, constants, 16, 16)
+
+
+@pytest.mark.parametrize(("c_in", "block"), [(3, (256, 1, 1)), (16, (64, 4, 1)),
+                                             (96, (16, 16, 1)), (576, (8, 32, 1))])
+def test_pointwise_blocks_split_many_input_channels_over_more_threads(c_in, block):
+    assert pointwise_block(c_in) == block
+
+
+@pytest.mark.parametrize(("rows", "cols"), [(32, 32), (48, 80), (144, 176), (16, 256)])
+def test_a_program_for_another_size_is_the_one_lowered_for_that_size(rows, cols):
+    """DeviceNetwork derives each input size's program from one lowering (a drag meets a new
+    size at almost every step): layers, shapes and their order must be those of lowering the
+    graph again."""
+    model, constants = bundled_model()
+    assert all(node.op_type != "Shape" for node in model.graph.node)
+    derived = program_for_size(network_program(model, constants, 64, 96), rows, cols)
+    lowered = network_program(model, constants, rows, cols)
+    assert derived.layers == lowered.layers
+    assert list(derived.shapes.items()) == list(lowered.shapes.items())
+    assert (derived.input, derived.output) == (lowered.input, lowered.output)
+
+
+def test_a_derived_program_refuses_sizes_whose_concatenations_do_not_fit():
+    model, constants = bundled_model()
+    with pytest.raises(UnsupportedModel, match="different sizes"):
+        program_for_size(network_program(model, constants, 64, 96), 40, 96)
