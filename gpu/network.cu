@@ -58,6 +58,21 @@ __device__ __forceinline__ float activate(float v, int act)
     return v;
 }
 
+// Thread g of a one-value-per-thread launch over a sample's channels x rows x cols outputs: g,
+// and its channel c, row y and column x; -1 past the last output.
+__device__ __forceinline__ long long output_position(int channels, int rows, int cols, int& c,
+                                                     int& y, int& x)
+{
+    const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long plane = (long long)rows * cols;
+    if (g >= channels * plane) return -1;
+    c = (int)(g / plane);
+    const int rest = (int)(g - c * plane);
+    y = rest / cols;
+    x = rest - y * cols;
+    return g;
+}
+
 template <int K>
 __device__ __forceinline__ void conv2d(const Sample* __restrict__ samples,
                                        const float* __restrict__ w,
@@ -215,11 +230,9 @@ extern "C" __global__ void conv2d_strided(const Sample* __restrict__ samples,
     const Sample sample = samples[blockIdx.z];
     const int rows = sample.rows, cols = sample.cols;
     const int in_rows = sample.in_rows, in_cols = sample.in_cols, pad = k / 2;
-    const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (g >= (long long)c_out * rows * cols) return;
-    const int co = (int)(g / ((long long)rows * cols));
-    const int rest = (int)(g - (long long)co * rows * cols);
-    const int y = rest / cols, x = rest - y * cols;
+    int co, y, x;
+    const long long g = output_position(c_out, rows, cols, co, y, x);
+    if (g < 0) return;
     float v = bias ? __ldg(bias + co) : 0.0f;
     for (int ci = 0; ci < c_in; ++ci) {
         const float* p = sample.in + (size_t)ci * in_rows * in_cols;
@@ -245,11 +258,9 @@ extern "C" __global__ void depthwise3(const Sample* __restrict__ samples,
     const Sample sample = samples[blockIdx.z];
     const int rows = sample.rows, cols = sample.cols;
     const int in_rows = sample.in_rows, in_cols = sample.in_cols;
-    const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (g >= (long long)channels * rows * cols) return;
-    const int c = (int)(g / ((long long)rows * cols));
-    const int rest = (int)(g - (long long)c * rows * cols);
-    const int y = rest / cols, x = rest - y * cols;
+    int c, y, x;
+    const long long g = output_position(channels, rows, cols, c, y, x);
+    if (g < 0) return;
     const float* p = sample.in + (size_t)c * in_rows * in_cols;
     const float* f = w + (size_t)c * 9;
     float v = bias ? __ldg(bias + c) : 0.0f;
@@ -271,11 +282,9 @@ extern "C" __global__ void max_pool(const Sample* __restrict__ samples, int chan
 {
     const Sample sample = samples[blockIdx.z];
     const int out_rows = sample.rows, out_cols = sample.cols, cols = sample.in_cols;
-    const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (g >= (long long)channels * out_rows * out_cols) return;
-    const int c = (int)(g / ((long long)out_rows * out_cols));
-    const int rest = (int)(g - (long long)c * out_rows * out_cols);
-    const int y = rest / out_cols, x = rest - y * out_cols;
+    int c, y, x;
+    const long long g = output_position(channels, out_rows, out_cols, c, y, x);
+    if (g < 0) return;
     const float* p = sample.in + (size_t)c * sample.in_rows * cols + (size_t)(y * k) * cols + x * k;
     float best = -INFINITY;
     for (int i = 0; i < k; ++i)
@@ -288,11 +297,9 @@ extern "C" __global__ void resize_linear(const Sample* __restrict__ samples, int
     const Sample sample = samples[blockIdx.z];
     const int out_rows = sample.rows, out_cols = sample.cols;
     const int rows = sample.in_rows, cols = sample.in_cols;
-    const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (g >= (long long)channels * out_rows * out_cols) return;
-    const int c = (int)(g / ((long long)out_rows * out_cols));
-    const int rest = (int)(g - (long long)c * out_rows * out_cols);
-    const int y = rest / out_cols, x = rest - y * out_cols;
+    int c, y, x;
+    const long long g = output_position(channels, out_rows, out_cols, c, y, x);
+    if (g < 0) return;
     const float sy = fminf(fmaxf((y + 0.5f) / sample.scale_y - 0.5f, 0.0f), (float)(rows - 1));
     const float sx = fminf(fmaxf((x + 0.5f) / sample.scale_x - 0.5f, 0.0f), (float)(cols - 1));
     const int y0 = (int)sy, x0 = (int)sx;
