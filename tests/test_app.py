@@ -7,6 +7,7 @@ import os
 os.environ["QT_QPA_PLATFORM"] = "offscreen"
 
 import json
+import sys
 import threading
 import time
 
@@ -876,3 +877,23 @@ def test_bulk_jobs_wait_behind_clicks_and_previews(qtbot):
         queue.submit(job("click"))
     assert order == ["bulk 1", "click", "preview", "bulk 2", "bulk 3"]
     assert queue.shutdown(1000)
+
+
+def test_emitting_python_signals_keeps_the_references_of_true_and_false():
+    """Some Qt bindings (PySide6 6.12.0) drop a reference to True or False at every emit of a
+    Python signal carrying one; the app emits such values all the time, and on Python 3.11 the
+    process then aborts ("bool_dealloc"). pyproject.toml excludes that release."""
+    from PySide6.QtCore import QObject, Signal
+
+    class Emitter(QObject):
+        value = Signal(object)
+
+    emitter = Emitter()
+    received = []
+    emitter.value.connect(received.append)
+    before = sys.getrefcount(True), sys.getrefcount(False)
+    for _ in range(50):
+        emitter.value.emit((True, False))
+        emitter.value.emit(True)
+    received.clear()
+    assert (sys.getrefcount(True), sys.getrefcount(False)) == before
