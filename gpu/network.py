@@ -44,7 +44,8 @@ CONV_SIZES = (1, 3, 5, 7)
 CONV_TILE, CONV_CHANNELS = 16, 8
 #: Threads of a pointwise block (pixels × slices of the input channels), and the fewest input
 #: channels a slice sums: the slices are the power of 2, 1 to 32, that gives each about this
-#: many (4 was the fastest of 4, 8, 16, 32 and 64 on the H100 at 144 x 176 and 64 x 48).
+#: many (4 was the fastest of 1, 2, 4, 8, 16, 32 and 64 on the H100 at 144 x 176; at 64 x 48
+#: 1 and 2 were 3 % faster, 8 and more slower).
 POINTWISE_THREADS, POINTWISE_SLICE_CHANNELS = 256, 4
 #: Input channels per block of a convolution: layers with more are split into groups of this
 #: many, summed by ``conv_sum`` (shorter blocks, more of them, for the deep layers; 8 was the
