@@ -76,9 +76,14 @@ class Corridor:
     @cached_property
     def guide_points(self) -> np.ndarray:
         """p[t, i], shape (m, d, 2): guide points (x, y); guide t-1 in row t-1."""
-        along = np.arange(1, self.guides + 1) / (self.guides + 1)
+        return self._points(np.arange(1, self.guides + 1), self.offsets)
+
+    def _points(self, guides: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+        """The points of ``guides`` (1-based numbers) at across-``offsets``, shape
+        (len(guides), len(offsets), 2), each computed as :attr:`guide_points` computes it."""
+        along = guides / (self.guides + 1)
         centres = self.a + along[:, None] * (self.b - self.a)
-        return centres[:, None, :] + self.offsets[:, None] * self.normal
+        return centres[:, None, :] + offsets[:, None] * self.normal
 
     @cached_property
     def pixel_bounds(self) -> tuple[np.ndarray, np.ndarray]:
@@ -89,12 +94,11 @@ class Corridor:
         (an anchor at 12 − 1e-9) reads the same window, and traces the same line, as the exact
         value.
         """
-        points = self.guide_points
         # A coordinate of p[t, i] is c(t) + o(i), each term and the sum rounded monotonically,
         # so its extremes lie at the grid's corners; and extremes first, rounded after, equals
         # rounding every point (rounding is monotone too).
-        ends = np.array([points[0, 0], points[0, -1], points[-1, 0], points[-1, -1], self.a,
-                         self.b])
+        corners = self._points(np.array([1, self.guides]), self.offsets[[0, -1]])
+        ends = np.vstack([corners.reshape(4, 2), self.a, self.b])
         return (np.floor(np.round(ends.min(axis=0), 6)).astype(int),
                 np.ceil(np.round(ends.max(axis=0), 6)).astype(int))
 

@@ -90,9 +90,9 @@ class TraceParams:
         """A copy with every ``None`` replaced by its default for click distance ``length``;
         with an evidence raster, ``surface`` (a model of imagery) becomes ``centre``."""
         halfwidth = self.halfwidth if self.halfwidth is not None else float(
-            np.clip(HALFWIDTH_PER_LENGTH * length, 8.0, MAX_HALFWIDTH))
+            min(max(HALFWIDTH_PER_LENGTH * length, 8.0), MAX_HALFWIDTH))
         guides = self.guides if self.guides is not None else int(
-            np.clip(round(length / GUIDE_SPACING), 1, 40))
+            min(max(round(length / GUIDE_SPACING), 1), 40))
         points = self.points if self.points is not None else 2 * int(
             round(halfwidth / POINT_SPACING)) + 1
         score = "centre" if self.evidence_path is not None and self.score == "surface" \

@@ -222,7 +222,7 @@ class GpuBackend(TracerBackend):
         """The optimal indices (m,) and total score of ``problem`` (links from the host)."""
         with self.context.active():
             plan = self._bind_problem(problem)
-            plan.launch_dp(self._tracer.stream)
+            plan.launch_dp(self._tracer)
             result = self._tracer.fetch(plan)
             self._tracer.synchronize()
             total, _, indices = plan.solution(result)
@@ -245,7 +245,7 @@ class GpuBackend(TracerBackend):
             marks[1].record(tracer.stream)
             tracer.launch_links(plan, evidence, image)
             marks[2].record(tracer.stream)
-            plan.launch_dp(tracer.stream)
+            plan.launch_dp(tracer)
             marks[3].record(tracer.stream)
             result = tracer.fetch(plan)
             marks[4].record(tracer.stream)
@@ -282,7 +282,7 @@ class GpuBackend(TracerBackend):
                 evidence, corridor, windows = problems[k]
                 plan = self._bind_trace(evidence, corridor, windows)
                 tracer.launch_links(plan, evidence, tracer.bind_evidence(evidence))
-                plan.launch_dp(tracer.stream, results + 8 * at)
+                plan.launch_dp(tracer, results + 8 * at)
                 queued[k] = (plan, at)
                 at += plan.result_size
             host = tracer.result_host(total_size)
@@ -300,7 +300,7 @@ class GpuBackend(TracerBackend):
         """CUDA-event milliseconds of DP + merge + backtracking + result copy, links resident."""
         with self.context.active():
             plan = self._bind_problem(problem)
-            return self._time(lambda: plan.launch_dp(self._tracer.stream), plan, repeats)
+            return self._time(lambda: plan.launch_dp(self._tracer), plan, repeats)
 
     def time_trace(self, evidence: Evidence, corridor: Corridor, windows: Windows,
                    repeats: int) -> list[float]:
@@ -316,7 +316,7 @@ class GpuBackend(TracerBackend):
 
             def run():
                 tracer.launch_links(plan, evidence, image)
-                plan.launch_dp(tracer.stream)
+                plan.launch_dp(tracer)
 
             return self._time(run, plan, repeats)
 

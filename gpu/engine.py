@@ -19,6 +19,7 @@ import numpy as np
 
 from core.errors import BadParameter
 from core.scores import SCALAR
+from gpu.graphs import LaunchGraphs
 from gpu.kernels import LINK_STAGE_DTYPE, PRECISIONS, STEP_DTYPE, load_kernels
 from gpu.schedule import Schedule, StepPlan
 
@@ -102,6 +103,9 @@ class DeviceTracer:
         self._download_host = cuda.pagelocked_empty(4096, np.uint8)
         self._pending_downloads = []
         self._plan: _Plan | None = None
+        #: Launch lists that come back (a click traced again, a batch's equal shapes) replayed
+        #: as CUDA graphs: the DP's here, the evidence kernels' in gpu/evidence.py.
+        self.graphs = LaunchGraphs()
         self._evidence = None
         self._evidence_at = 0
         #: (host planes array, device address) of the values the "evidence" slot holds
@@ -192,6 +196,7 @@ class DeviceTracer:
         """Free every device buffer (they are made again on the next request)."""
         self.synchronize()
         self._plan = None
+        self.graphs.clear()
         self._evidence = None
         self._resident_planes = []
         for allocation, _ in self._slots.values():
@@ -440,10 +445,9 @@ class _Plan:
                 key[0], key[1], n_r, n_q, n_o, *inverted[key])
             at += 8 * n_r * n_o
         table = self.step_template.copy()
-        for row, step in enumerate(self.steps):
-            table["lo"][row], table["hi"][row] = (inverted[forward[step.turn]]
-                                                  if step.kind == "backward"
-                                                  else forward[step.turn])
+        bounds = np.array([inverted[forward[step.turn]] if step.kind == "backward"
+                           else forward[step.turn] for step in self.steps], dtype=np.uint64)
+        table["lo"], table["hi"] = bounds[:, 0], bounds[:, 1]
         return table
 
     # -- launches ---------------------------------------------------------------------------
@@ -469,7 +473,7 @@ class _Plan:
                 address["best_arg"] if best else 0, step.n_r, step.n_o, step.n_p, *strides, 0)
 
     def _launches(self, kernels) -> list[tuple]:
-        """(function, grid, block, shared bytes, arguments) of every DP launch, in order."""
+        """(function, grid, block, arguments, shared bytes) of every DP launch, in order."""
         schedule, address = self.schedule, self.address
         launches = []
         first = 0
@@ -481,33 +485,31 @@ class _Plan:
             n_p = max(step.n_p for step in group)
             if self.rmq:
                 launches.append((kernels.step_rmq, (n_r, len(group)),
-                                 (_threads(max(n_p, n_o), 256), 1, 1),
-                                 rmq_shared_bytes(n_p, self.real.itemsize), (pointer,)))
+                                 (_threads(max(n_p, n_o), 256), 1, 1), (pointer,),
+                                 rmq_shared_bytes(n_p, self.real.itemsize)))
             else:
                 launches.append((kernels.step_reduce, (n_o, n_r, len(group)),
-                                 (_threads(n_p, 128), 1, 1), 0, (pointer,)))
+                                 (_threads(n_p, 128), 1, 1), (pointer,), 0))
         merge, m, c = schedule.merge, schedule.guides, schedule.middle
         if not self.rmq:
             launches.append((kernels.row_argmax, (merge.n_r, 1), (_threads(merge.n_o, 256), 1, 1),
-                             0, (address["out", "merge", c], merge.n_r, merge.n_o,
-                                 address["best"], address["best_arg"])))
-        launches.append((kernels.finish, (1, 1), (_threads(merge.n_r, 256), 1, 1), 0,
+                             (address["out", "merge", c], merge.n_r, merge.n_o,
+                              address["best"], address["best_arg"]), 0))
+        launches.append((kernels.finish, (1, 1), (_threads(merge.n_r, 256), 1, 1),
                          (address["best"], address["best_arg"], merge.n_r,
                           address["arg", "merge", c], address["arg_table"],
-                          address["link_table"], address["sizes"], m, c, self.result)))
+                          address["link_table"], address["sizes"], m, c, self.result), 0))
         return launches
 
-    def launch_dp(self, stream, result: int | None = None) -> None:
-        """Queue the DP rounds, the merge and the backtracking on ``stream``; the result
-        (``result_size`` float64) goes to device address ``result``, by default the plan's
-        own ``self.result``."""
-        *rounds, (function, grid, block, shared, args) = self.launches
-        for round_function, round_grid, round_block, round_shared, round_args in rounds:
-            round_function.prepared_async_call(round_grid, round_block, stream, *round_args,
-                                               shared_size=round_shared)
+    def launch_dp(self, tracer: DeviceTracer, result: int | None = None) -> None:
+        """Queue the DP rounds, the merge and the backtracking on the tracer's stream (through
+        its launch graphs); the result (``result_size`` float64) goes to device address
+        ``result``, by default the plan's own ``self.result``."""
+        launches = self.launches
         if result is not None:  # the backtracking (finish) writes it: its last argument
-            args = (*args[:-1], result)
-        function.prepared_async_call(grid, block, stream, *args, shared_size=shared)
+            *rounds, (function, grid, block, args, shared) = launches
+            launches = [*rounds, (function, grid, block, (*args[:-1], result), shared)]
+        tracer.graphs.launch(tracer.stream, launches)
 
     def solution(self, result: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
         """(total, link scores (m+1,), indices (m,) int64) from the fetched ``result``."""

@@ -30,6 +30,7 @@
 #define MAX_BANDS 16
 #define MAX_TAPS 255
 #define MASK_TAPS 9  // sigma = 1, truncate 4: radius 4
+#define SELECT_COUNTS (4 * 4 * 256)  // the radix select's counts: 4 passes x 4 ranks x 256 digits
 
 struct SelectState;
 
@@ -47,7 +48,7 @@ struct Window {
     float* range;               // [min, max] of the window's pixels
     double* kernel;             // centre_kernel's output: sigma, radius, width, taps
     float* means;               // (used + 1, model_rows, model_cols): the model's planes
-    unsigned int* hist;         // the radix select's counts (4 x 4 x 256)
+    unsigned int* hist;         // the radix select's counts (SELECT_COUNTS)
     SelectState* state;         // the radix select's states (4)
     double* stretch;            // the band percentiles [low, high]
     float* input;               // (5, input_rows, input_cols): the network's input
@@ -531,12 +532,17 @@ extern "C" __global__ void gradient_rows(const double* __restrict__ tmp, int row
 // `step` x `step` block means (core.surface._block_mean: edge padding, the strided views summed in
 // float32 in row-major order of the offsets, then divided) of bands 0..2 (band 0 alone when the
 // image has fewer than 3: used = 3 or 1) and of the similarity. out (w.means): (used + 1,
-// model_rows, model_cols) float32, the bands first, the similarity last.
+// model_rows, model_cols) float32, the bands first, the similarity last. The first block of each
+// window also zeroes the radix select's counts (percentile_pass adds to them).
 extern "C" __global__ void model_planes(const Window* __restrict__ windows)
 {
     const Window& w = windows[blockIdx.z];
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     const int r = blockIdx.y * blockDim.y + threadIdx.y;
+    if (blockIdx.x == 0 && blockIdx.y == 0)
+        for (int i = threadIdx.y * blockDim.x + threadIdx.x; i < SELECT_COUNTS;
+             i += blockDim.x * blockDim.y)
+            w.hist[i] = 0u;
     const int out_rows = w.model_rows, out_cols = w.model_cols;
     if (c >= out_cols || r >= out_rows) return;
     const int rows = w.rows, cols = w.cols, bands = w.bands, pitch = w.pitch, step = w.step;

@@ -53,8 +53,19 @@ _SELECT_COUNTS = 4 * 4 * 256 * 4
 _SELECT_BYTES = _SELECT_COUNTS + 4 * 64
 
 
+#: Window sizes are rounded up to a multiple of this (px) for the launches' grids (the blocks
+#: beyond a window return), so windows of similar sizes launch the same list of kernels, which
+#: is then replayed as one CUDA graph (gpu.graphs.LaunchGraphs).
+GRID_ROUNDING = 64
+
+
+def _rounded(size: int) -> int:
+    return -(-int(size) // GRID_ROUNDING) * GRID_ROUNDING
+
+
 def _grid(rows: int, cols: int) -> tuple[int, int]:
-    return (-(-cols // _BLOCK[0]), -(-rows // _BLOCK[1]))
+    """Blocks of ``_BLOCK`` over a (rows, cols) window, its sizes rounded up (GRID_ROUNDING)."""
+    return (-(-_rounded(cols) // _BLOCK[0]), -(-_rounded(rows) // _BLOCK[1]))
 
 
 def centre_supported() -> bool:
@@ -305,13 +316,20 @@ class _Batch:
         self.at = tracer.slot("evidence_windows", self.table.nbytes)
         tracer.upload(self.table, self.at)
         self.forward = model.forward if model else None
+        self.queued: list = []
 
     def _launch(self, name: str, grid: tuple, block: tuple, *args) -> None:
-        self.kernels[name].prepared_async_call(grid, block, self.tracer.stream, self.at, *args)
+        """Queue kernel ``name`` over the window table (launched by :meth:`_flush`)."""
+        self.queued.append((self.kernels[name], grid, block, (self.at, *args), 0))
+
+    def _flush(self) -> None:
+        """Launch the kernels queued so far, a list that comes back as one CUDA graph."""
+        self.tracer.graphs.launch(self.tracer.stream, self.queued)
+        self.queued = []
 
     def similarity(self) -> None:
         """core.scores.endpoint_similarity of every window into its "sim" buffer."""
-        blocks = min(int(self.table["rows"].max()), _RANGE_BLOCKS)
+        blocks = min(_rounded(self.table["rows"].max()), _RANGE_BLOCKS)
         count = len(self.windows)
         self._launch("value_range", (blocks, 1, count), (256, 1, 1))
         self._launch("range_finish", (1, 1, count), (32, 1, 1), blocks)
@@ -325,21 +343,20 @@ class _Batch:
         stream = tracer.stream
         model_grid = (*_grid(int(table["model_rows"].max()), int(table["model_cols"].max())),
                       count)
-        self._launch("model_planes", model_grid, _BLOCK)
-        tracer.cuda.memset_d32_async(int(table["hist"][0]), 0,
-                                     (int(table["hist"][-1]) - int(table["hist"][0])
-                                      + _SELECT_COUNTS) // 4, stream)
+        self._launch("model_planes", model_grid, _BLOCK)  # also zeroes the select's counts
         n = int((table["used"] * table["model_rows"].astype(np.int64) * table["model_cols"]).max())
-        blocks = (min(-(-n // 1024), _PERCENTILE_BLOCKS), 1, count)
+        blocks = (min(-(-n // (8 * 1024)) * 8, _PERCENTILE_BLOCKS), 1, count)
         for select_pass in range(4):
             self._launch("percentile_pass", blocks, (1024, 1, 1), select_pass)
         self._launch("percentile_finish", (1, 1, count), (1024, 1, 1))
         self._launch("model_input", (*_grid(int(table["input_rows"].max()),
                                             int(table["input_cols"].max())), count), _BLOCK)
+        self._flush()
         self.forward.launch(stream)
         self._launch("surface_probability", self.grid, _BLOCK)
         self._launch("surface_trust", (1, 1, count), (256, 1, 1))
-        self._launch("surface_membership", (-(-max(self.sizes) // 256), 1, count), (256, 1, 1))
+        self._launch("surface_membership", (-(-_rounded(max(self.sizes)) // 256), 1, count),
+                     (256, 1, 1))
 
     def centred(self, clicked_offset: bool, deferred: bool = False) -> list[np.ndarray]:
         """Planes (1, rows', cols') of core.scores' centred term of every window's membership
@@ -359,6 +376,7 @@ class _Batch:
             self._launch("centre_blur_rows", self.grid, _BLOCK)
         if any(self.padded):
             self._launch("pad_planes", (1, 1, count), (1024, 1, 1))
+        self._flush()
         download = tracer.download_later if deferred else tracer.download
         flat = download(self.at_planes, (self.planes_bytes // 4,), np.float32)
         planes = [flat[start // 4:start // 4 + rows * cols].reshape(1, rows, cols)

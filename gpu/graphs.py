@@ -3,12 +3,14 @@
 :func:`capture` records the launches a function queues on a stream into a graph and
 instantiates it; :meth:`Graph.launch` replays them all with one call. When the driver lacks the
 graph functions (or capture fails), :func:`capture` returns None and the caller launches as
-before. Call inside the stream's context.
+before. :class:`LaunchGraphs` captures lists of launches that come back. Call inside the
+stream's context.
 """
 
 from __future__ import annotations
 
 import ctypes
+from collections import OrderedDict
 from collections.abc import Callable
 from functools import lru_cache
 
@@ -85,3 +87,56 @@ def capture(stream, queue: Callable[[object], None]) -> Graph | None:
     status = driver["instantiate"](ctypes.byref(executable), graph, ctypes.c_ulonglong(0))
     driver["destroy"](graph)
     return Graph(driver, executable) if status == 0 else None
+
+
+class LaunchGraphs:
+    """Lists of kernel launches replayed as CUDA graphs.
+
+    :meth:`launch` queues a list of launches; the second time the very same list (the same
+    functions, grids, blocks, arguments and shared memory, in the same order) is launched, it
+    is captured, and from then on it is one graph launch. A list seen once is launched as it
+    is, so work whose arguments change at every call (a drag's new sizes) pays no capture.
+    At most ``graphs`` graphs (and ``seen`` lists seen once) are kept, the least recently used
+    dropped first. A graph replays exactly the launches of its key, so a key that comes back
+    after its buffers were freed and allocated again at the same addresses is still right.
+    """
+
+    def __init__(self, graphs: int = 32, seen: int = 256):
+        self._graphs: OrderedDict = OrderedDict()  # key -> (Graph or None, launches)
+        self._seen: OrderedDict = OrderedDict()
+        self._limits = (graphs, seen)
+
+    def launch(self, stream, launches: list) -> None:
+        """Queue ``launches``, a list of (function, grid, block, arguments, shared bytes) of
+        pycuda prepared functions, on ``stream``."""
+        key = tuple((id(function), grid, block, args, shared)
+                    for function, grid, block, args, shared in launches)
+        entry = self._graphs.get(key)
+        if entry is not None:
+            self._graphs.move_to_end(key)
+        elif key in self._seen:
+            del self._seen[key]
+            # The launches are kept with the graph: their functions stay alive, their ids
+            # (part of the key) are not reused.
+            entry = self._graphs[key] = (capture(stream, lambda s: _queue(s, launches)),
+                                         launches)
+            if len(self._graphs) > self._limits[0]:
+                self._graphs.popitem(last=False)
+        else:
+            self._seen[key] = None
+            if len(self._seen) > self._limits[1]:
+                self._seen.popitem(last=False)
+        if entry is not None and entry[0] is not None:
+            entry[0].launch(stream)
+        else:
+            _queue(stream, launches)
+
+    def clear(self) -> None:
+        """Forget every graph and every list seen."""
+        self._graphs.clear()
+        self._seen.clear()
+
+
+def _queue(stream, launches: list) -> None:
+    for function, grid, block, args, shared in launches:
+        function.prepared_async_call(grid, block, stream, *args, shared_size=shared)

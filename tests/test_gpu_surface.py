@@ -195,6 +195,42 @@ def test_device_surface_traces_match_the_cpu(backend, sample):
         np.testing.assert_allclose(got.polyline, expected.polyline, atol=1e-9)
 
 
+def test_launches_replayed_as_cuda_graphs_give_what_the_first_launches_gave(sample, monkeypatch):
+    """The evidence kernels' and the DP's launch lists are captured the second time they come
+    back and replayed as CUDA graphs after that: the planes and traces stay those of the first,
+    direct launches (the sample cases, each three times, the others in between)."""
+    from gpu import graphs
+    from gpu.backend import GpuBackend
+
+    captured = []
+    real_capture = graphs.capture
+
+    def capture(stream, queue):
+        graph = real_capture(stream, queue)
+        captured.append(graph is not None)
+        return graph
+
+    monkeypatch.setattr(graphs, "capture", capture)
+    backend = GpuBackend.create()
+    try:
+        kind = get_score_kind("surface")
+        windows = list(_windows(sample))
+        first = [backend.score_planes(kind, pixels, a, b, 1.5)[0] for pixels, a, b in windows]
+        raster, cases = sample
+        cpu = [trace(raster, case["a"], case["b"], TraceParams(), CpuBackend()) for case in cases]
+        for _ in range(3):
+            for (pixels, a, b), expected in zip(windows, first, strict=True):
+                np.testing.assert_array_equal(backend.score_planes(kind, pixels, a, b, 1.5)[0],
+                                              expected)
+            for case, expected in zip(cases, cpu, strict=True):
+                got = trace(raster, case["a"], case["b"], TraceParams(), backend)
+                np.testing.assert_allclose(got.polyline, expected.polyline, atol=1e-9)
+    finally:
+        backend.release()
+    assert len(captured) >= 3  # the evidence kernels before and after the network, the DP
+    assert all(captured)
+
+
 @pytest.mark.parametrize("score", ["surface", "centre"])
 def test_device_traces_at_the_image_border_match_the_cpu(backend, sample, score):
     raster, _ = sample
