@@ -92,39 +92,41 @@ def capture(stream, queue: Callable[[object], None]) -> Graph | None:
 class LaunchGraphs:
     """Lists of kernel launches replayed as CUDA graphs.
 
-    :meth:`launch` queues a list of launches; the second time the very same list (the same
-    functions, grids, blocks, arguments and shared memory, in the same order) is launched, it
-    is captured, and from then on it is one graph launch. A list seen once is launched as it
-    is, so work whose arguments change at every call (a drag's new sizes) pays no capture.
-    At most ``graphs`` graphs (and ``seen`` lists seen once) are kept, the least recently used
-    dropped first. A graph replays exactly the launches of its key, so a key that comes back
-    after its buffers were freed and allocated again at the same addresses is still right.
+    :meth:`launch` queues a list of launches; once the very same list (the same functions,
+    grids, blocks, arguments and shared memory, in the same order) has been launched
+    ``direct`` times, it is captured, and from then on it is one graph launch. Until then it
+    is launched as it is, so work whose arguments change every call or two (a drag's new
+    sizes) pays for no capture it would not replay. At most ``graphs`` graphs (and ``seen``
+    lists not yet captured) are kept, the least recently used dropped first. A graph replays
+    exactly the launches of its key, so a key that comes back after its buffers were freed and
+    allocated again at the same addresses is still right.
     """
 
-    def __init__(self, graphs: int = 32, seen: int = 256):
+    def __init__(self, direct: int = 2, graphs: int = 32, seen: int = 256):
         self._graphs: OrderedDict = OrderedDict()  # key -> (Graph or None, launches)
-        self._seen: OrderedDict = OrderedDict()
-        self._limits = (graphs, seen)
+        self._seen: OrderedDict = OrderedDict()  # key -> direct launches so far
+        self._limits = (direct, graphs, seen)
 
     def launch(self, stream, launches: list) -> None:
         """Queue ``launches``, a list of (function, grid, block, arguments, shared bytes) of
         pycuda prepared functions, on ``stream``."""
         key = tuple((id(function), grid, block, args, shared)
                     for function, grid, block, args, shared in launches)
+        direct, graphs, seen = self._limits
         entry = self._graphs.get(key)
         if entry is not None:
             self._graphs.move_to_end(key)
-        elif key in self._seen:
+        elif self._seen.get(key, 0) >= direct:
             del self._seen[key]
             # The launches are kept with the graph: their functions stay alive, their ids
             # (part of the key) are not reused.
             entry = self._graphs[key] = (capture(stream, lambda s: _queue(s, launches)),
                                          launches)
-            if len(self._graphs) > self._limits[0]:
+            if len(self._graphs) > graphs:
                 self._graphs.popitem(last=False)
         else:
-            self._seen[key] = None
-            if len(self._seen) > self._limits[1]:
+            self._seen[key] = self._seen.pop(key, 0) + 1
+            if len(self._seen) > seen:
                 self._seen.popitem(last=False)
         if entry is not None and entry[0] is not None:
             entry[0].launch(stream)

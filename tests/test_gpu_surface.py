@@ -196,9 +196,9 @@ def test_device_surface_traces_match_the_cpu(backend, sample):
 
 
 def test_launches_replayed_as_cuda_graphs_give_what_the_first_launches_gave(sample, monkeypatch):
-    """The evidence kernels' and the DP's launch lists are captured the second time they come
-    back and replayed as CUDA graphs after that: the planes and traces stay those of the first,
-    direct launches (the sample cases, each three times, the others in between)."""
+    """The evidence kernels' and the DP's launch lists are captured once they come back and
+    replayed as CUDA graphs after that: the planes and traces stay those of the first, direct
+    launches (the sample cases, each four times, the others in between)."""
     from gpu import graphs
     from gpu.backend import GpuBackend
 
@@ -218,7 +218,7 @@ def test_launches_replayed_as_cuda_graphs_give_what_the_first_launches_gave(samp
         first = [backend.score_planes(kind, pixels, a, b, 1.5)[0] for pixels, a, b in windows]
         raster, cases = sample
         cpu = [trace(raster, case["a"], case["b"], TraceParams(), CpuBackend()) for case in cases]
-        for _ in range(3):
+        for _ in range(4):
             for (pixels, a, b), expected in zip(windows, first, strict=True):
                 np.testing.assert_array_equal(backend.score_planes(kind, pixels, a, b, 1.5)[0],
                                               expected)
