@@ -202,17 +202,18 @@ extern "C" __global__ void reverse_windows(const int* __restrict__ lo, const int
 }
 
 // Merge the two halves and backtrack on the device.
-// best, best_arg (n_best): per node j of the middle guide c, the best total over its successors
+// best, best_arg (sizes[c]): per node j of the middle guide c, the best total over its successors
 // k and which k. merge_arg[j, k]: the predecessor i. args[t]: the argmax table of step t
 // (forward (n_t, n_{t+1}) for t < c, backward (n_{t+1}, n_t) for t >= c). links[t]: link scores
 // of stage t, transposed for t >= c. sizes: n_0 .. n_{m+1}.
 // result (2m + 4 doubles): [total, link score of stage 0..m, node index x_0..x_{m+1}].
 extern "C" __global__ void finish(const real* __restrict__ best, const int* __restrict__ best_arg,
-                                  int n_best, const int* __restrict__ merge_arg,
+                                  const int* __restrict__ merge_arg,
                                   const unsigned long long* __restrict__ args,
                                   const unsigned long long* __restrict__ links,
                                   const int* __restrict__ sizes, int m, int c, double* result)
 {
+    const int n_best = sizes[c];
     real value = -INFINITY;
     int j = NO_INDEX;
     for (int r = threadIdx.x; r < n_best; r += blockDim.x)

@@ -31,6 +31,9 @@ MAX_STAGED_BYTES = 16 * 1024 * 1024
 LINK_THREADS = 256
 #: Static shared memory a block may use without opting in.
 _DEFAULT_SHARED = 48 * 1024
+#: A plan's node-set sizes are rounded up to multiples of this (:func:`plan_bucket`): a drag
+#: whose corridor gains or loses a few points per guide keeps its plan and replays its DP.
+PLAN_ROUNDING = 16
 _SHORT_MAX = 32767
 #: Headroom for the static shared memory of the step kernel (its block reduction).
 _STATIC_SHARED = 1024
@@ -45,6 +48,22 @@ def rmq_shared_bytes(n_p: int, itemsize: int = 8) -> int:
 
 def _align(nbytes: int) -> int:
     return -(-max(int(nbytes), 1) // 256) * 256
+
+
+def plan_bucket(sizes: tuple[int, ...]) -> tuple[int, ...]:
+    """Node-set sizes rounded up to multiples of ``PLAN_ROUNDING`` (a and b, 1 each, kept):
+    the sizes a plan's buffers and grids are made for."""
+    return tuple(n if n == 1 else -(-int(n) // PLAN_ROUNDING) * PLAN_ROUNDING for n in sizes)
+
+
+def _groups(schedule: Schedule) -> list[list]:
+    """The steps launched together: each round, then the merge."""
+    return [*schedule.rounds, [schedule.merge]]
+
+
+def _steps(schedule: Schedule) -> list:
+    """Every step in launch order (the rows of the step table)."""
+    return [step for group in _groups(schedule) for step in group]
 
 
 def _threads(n: int, cap: int) -> int:
@@ -206,10 +225,14 @@ class DeviceTracer:
     # -- problem data ----------------------------------------------------------------------
 
     def plan(self, sizes: tuple[int, ...]) -> _Plan:
-        """The plan of node-set sizes ``sizes`` (n_0..n_{m+1}), reused while they stay."""
-        if self._plan is None or self._plan.schedule.sizes != tuple(sizes):
+        """The plan of node-set sizes ``sizes`` (n_0..n_{m+1}), bound to them: the plan of their
+        bucket (:func:`plan_bucket`) is reused while the bucket stays."""
+        sizes = tuple(int(n) for n in sizes)
+        bucket = plan_bucket(sizes)
+        if self._plan is None or self._plan.bucket.sizes != bucket:
             self._plan = None
-            self._plan = _Plan(self, Schedule(tuple(int(n) for n in sizes)))
+            self._plan = _Plan(self, Schedule(bucket))
+        self._plan.resize(self, Schedule(sizes))
         return self._plan
 
     def use_rmq(self, schedule: Schedule) -> bool:
@@ -289,19 +312,22 @@ class DeviceTracer:
 
 
 class _Plan:
-    """Buffer layout, descriptors and launches for one schedule (one problem shape).
+    """Buffer layout, descriptors and launches for the problem shapes of one bucket.
 
-    Holds device addresses (ints) inside the tracer's "plan" slot, not the tracer itself.
+    The buffers and the launches' grids are those of ``bucket`` (a Schedule of node-set sizes
+    rounded up by :func:`plan_bucket`); :meth:`resize` binds the actual sizes (their
+    descriptors, link stages and sizes table; the kernels stop at them), so corridors that
+    differ by a few points per guide share one plan, and the DP's launches stay the same list
+    (replayed as one CUDA graph, ``DeviceTracer.graphs``). Holds device addresses (ints) inside
+    the tracer's "plan" slot, not the tracer itself.
     """
 
-    def __init__(self, tracer: DeviceTracer, schedule: Schedule):
-        self.schedule = schedule
-        sizes, m = schedule.sizes, schedule.guides
-        self.rmq = tracer.use_rmq(schedule)
+    def __init__(self, tracer: DeviceTracer, bucket: Schedule):
+        self.bucket = bucket
+        sizes, m = bucket.sizes, bucket.guides
+        self.rmq = tracer.use_rmq(bucket)
         self.real = tracer.real
         real = self.real.itemsize
-        self.groups = [*schedule.rounds, [schedule.merge]]
-        self.steps = [step for group in self.groups for step in group]
         self.result_size = 2 * m + 4
 
         layout: dict = {}
@@ -314,16 +340,15 @@ class _Plan:
 
         for t in range(m + 1):
             place(("link", t), real * sizes[t] * sizes[t + 1])
-        for step in self.steps:
+        for step in _steps(bucket):
             if step.kind != "merge" or not self.rmq:
                 place(("out", step.kind, step.stage), real * step.n_r * step.n_o)
             place(("arg", step.kind, step.stage), 4 * step.n_r * step.n_o)
-        offsets = np.concatenate([[0], np.cumsum(sizes)])
-        place("points", 16 * int(offsets[-1]))  # the step table right after: one upload (bind)
-        place("step_table", STEP_DTYPE.itemsize * len(self.steps))
+        place("points", 16 * sum(sizes))  # the step table right after: one upload (bind)
+        place("step_table", STEP_DTYPE.itemsize * len(_steps(bucket)))
         place("link_stages", LINK_STAGE_DTYPE.itemsize * (m + 1))
-        place("best", real * schedule.merge.n_r)
-        place("best_arg", 4 * schedule.merge.n_r)
+        place("best", real * bucket.merge.n_r)
+        place("best_arg", 4 * bucket.merge.n_r)
         place("arg_table", 8 * (m + 1))
         place("link_table", 8 * (m + 1))
         place("sizes", 4 * (m + 2))
@@ -336,7 +361,23 @@ class _Plan:
         self.link_stages = address["link_stages"]
         self.step_table = address["step_table"]
         self.result = address["result"]
+        arg_table = np.zeros(m + 1, dtype=np.uint64)
+        for step in _steps(bucket):
+            if step.kind != "merge":
+                arg_table[step.stage] = address["arg", step.kind, step.stage]
+        tracer.upload(arg_table, address["arg_table"])
+        tracer.upload(np.array(self.links, dtype=np.uint64), address["link_table"])
+        self.schedule = None
 
+    def resize(self, tracer: DeviceTracer, schedule: Schedule) -> None:
+        """Run the next problems on node-set sizes ``schedule.sizes`` (each at most the
+        bucket's): their link stages, sizes table, step descriptors and launches."""
+        if self.schedule is not None and self.schedule.sizes == schedule.sizes:
+            return
+        self.schedule = schedule
+        self.windows = self.corridor = self.host_links = None  # the step table is rewritten
+        sizes, m = schedule.sizes, schedule.guides
+        offsets = np.concatenate([[0], np.cumsum(sizes)])
         stages = np.zeros(m + 1, dtype=LINK_STAGE_DTYPE)
         stages["from"] = self.points + 16 * offsets[:-2]
         stages["to"] = self.points + 16 * offsets[1:-1]
@@ -348,20 +389,11 @@ class _Plan:
         stages["first_block"] = np.concatenate([[0], np.cumsum(blocks)[:-1]])
         self.link_blocks = int(blocks.sum())
         tracer.upload(stages, self.link_stages)
-        arg_table = np.zeros(m + 1, dtype=np.uint64)
-        for step in self.steps:
-            if step.kind != "merge":
-                arg_table[step.stage] = address["arg", step.kind, step.stage]
-        tracer.upload(arg_table, address["arg_table"])
-        tracer.upload(np.array(self.links, dtype=np.uint64), address["link_table"])
-        tracer.upload(np.array(sizes, dtype=np.int32), address["sizes"])
+        tracer.upload(np.array(sizes, dtype=np.int32), self.address["sizes"])
+        self.steps = _steps(schedule)
         self.step_template = np.array([self._descriptor(step) for step in self.steps],
                                       dtype=STEP_DTYPE)
         self.launches = self._launches(tracer.kernels)
-
-        self.windows = None
-        self.corridor = None
-        self.host_links = None
 
     # -- inputs -----------------------------------------------------------------------------
 
@@ -473,11 +505,12 @@ class _Plan:
                 address["best_arg"] if best else 0, step.n_r, step.n_o, step.n_p, *strides, 0)
 
     def _launches(self, kernels) -> list[tuple]:
-        """(function, grid, block, arguments, shared bytes) of every DP launch, in order."""
+        """(function, grid, block, arguments, shared bytes) of every DP launch, in order: grids,
+        blocks and shared memory those of the bucket's sizes."""
         schedule, address = self.schedule, self.address
         launches = []
         first = 0
-        for group in self.groups:
+        for group in _groups(self.bucket):
             pointer = self.step_table + first * STEP_DTYPE.itemsize
             first += len(group)
             n_r = max(step.n_r for step in group)
@@ -491,14 +524,16 @@ class _Plan:
                 launches.append((kernels.step_reduce, (n_o, n_r, len(group)),
                                  (_threads(n_p, 128), 1, 1), (pointer,), 0))
         merge, m, c = schedule.merge, schedule.guides, schedule.middle
+        widest = self.bucket.merge
         if not self.rmq:
-            launches.append((kernels.row_argmax, (merge.n_r, 1), (_threads(merge.n_o, 256), 1, 1),
+            launches.append((kernels.row_argmax, (widest.n_r, 1),
+                             (_threads(widest.n_o, 256), 1, 1),
                              (address["out", "merge", c], merge.n_r, merge.n_o,
                               address["best"], address["best_arg"]), 0))
-        launches.append((kernels.finish, (1, 1), (_threads(merge.n_r, 256), 1, 1),
-                         (address["best"], address["best_arg"], merge.n_r,
-                          address["arg", "merge", c], address["arg_table"],
-                          address["link_table"], address["sizes"], m, c, self.result), 0))
+        launches.append((kernels.finish, (1, 1), (_threads(widest.n_r, 256), 1, 1),
+                         (address["best"], address["best_arg"], address["arg", "merge", c],
+                          address["arg_table"], address["link_table"], address["sizes"], m, c,
+                          self.result), 0))
         return launches
 
     def launch_dp(self, tracer: DeviceTracer, result: int | None = None) -> None:

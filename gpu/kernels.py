@@ -104,7 +104,7 @@ class Kernels:
     step_reduce: object      # (const Step*)
     row_argmax: object       # (values, n_rows, n_cols, best, best_arg)
     reverse_windows: object  # (lo, hi, n_r, n_q, n_o, rlo, rhi)
-    finish: object           # (best, best_arg, n_best, merge_arg, args, links, sizes, m, c, result)
+    finish: object           # (best, best_arg, merge_arg, args, links, sizes, m, c, result)
     links: dict              # sampler -> (const LinkStage*, n_stages, Image by value)
     evidence: dict           # evidence.cu kernel name -> function (formats in _load)
     network: dict            # network.cu kernel name -> function
@@ -132,7 +132,7 @@ def _load(precision: str, shared: tuple):
         step_reduce=prepared(dp, "dp_step_reduce", "P"),
         row_argmax=prepared(dp, "row_argmax", "PiiPP"),
         reverse_windows=prepared(dp, "reverse_windows", "PPiiiPP"),
-        finish=prepared(dp, "finish", "PPiPPPPiiP"),
+        finish=prepared(dp, "finish", "PPPPPPiiP"),
         # (stages, n_stages, struct Image {const float* planes; int rows, cols, col0, row0,
         # width, height; double tau})
         links={sampler: prepared(links, name, "PiPiiiiiid")

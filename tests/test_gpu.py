@@ -164,6 +164,29 @@ def test_gpu_matches_cpu_on_random_scores(any_precision_backend, m, d, max_angle
         _assert_same_optimum(problem, backend.solve(problem), expected)
 
 
+def test_plan_buckets_round_guide_sizes_up_to_a_multiple():
+    from gpu.engine import PLAN_ROUNDING, plan_bucket
+
+    assert plan_bucket((1, 17, 17, 1)) == (1, 2 * PLAN_ROUNDING, 2 * PLAN_ROUNDING, 1)
+    assert plan_bucket((1, PLAN_ROUNDING, 3, 1)) == (1, PLAN_ROUNDING, PLAN_ROUNDING, 1)
+    assert plan_bucket((1, 101, 101, 101, 1)) == (1, 112, 112, 112, 1)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("method", ["auto", "reduce"])
+def test_problems_of_one_plan_bucket_in_turn_match_cpu(method):
+    """Sizes that share a plan (its buffers and grids made for the bucket's largest) and sizes
+    that do not, solved in turn on one backend, each its own optimum: the kernels stop at each
+    problem's own sizes, and the DP's launches replayed as a CUDA graph give the same."""
+    from gpu.backend import GpuBackend
+
+    backend = GpuBackend.create(method=method)
+    rng = np.random.default_rng(11)
+    for d in (17, 30, 23, 32, 17, 33, 24, 30, 30, 30, 17):
+        problem = random_problem(rng, 5, d, 45)
+        _assert_same_optimum(problem, backend.solve(problem), solve_fast(problem))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize(("m", "d", "max_angle"),
                          [(3, 1024, 180), (6, 1024, 30), (12, 1024, 5), (6, 512, 90),
