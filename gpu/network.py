@@ -52,8 +52,11 @@ POINTWISE_THREADS, POINTWISE_SLICE_CHANNELS = 256, 4
 #: fastest of 4, 8, 16 and 32 on the H100 from 40 x 48 to 136 x 168 inputs).
 CONV_SPLIT_CHANNELS = 8
 #: Input size buckets whose programs of their own (activations, CUDA graph) are kept on the
-#: device.
-CACHED_SIZES = 8
+#: device: at most this many, and their activations at most ``CACHED_BYTES`` (and an eighth of
+#: the device's memory) together; the program in use is always kept. A user's clicks of many
+#: lengths then mostly find theirs.
+CACHED_SIZES = 32
+CACHED_BYTES = 512 * 1024 * 1024
 #: One input's rows and columns are rounded up to multiples of this for its program: a drag's
 #: windows of many sizes replay a few CUDA graphs.
 PROGRAM_BUCKET = 32
@@ -447,6 +450,7 @@ class DeviceNetwork:
         self.path = path
         self.stream = stream
         self.kernels = kernels
+        self._device_bytes = cuda.mem_get_info()[1]
         model, constants = load_model(path)
         self.graph, self.constants = parse_graph(model), fold_constants(model, constants)
         self._weights: dict[str, object] = {}
@@ -491,9 +495,10 @@ class DeviceNetwork:
     def prepared(self, rows: int, cols: int, upload=None) -> _Prepared:
         """The program of the input size bucket (``PROGRAM_BUCKET``) of (1, C, rows, cols) on
         its own buffers, bound to this size: its ``input`` and ``output`` are this size's until
-        the next call (cached; the least recently used beyond ``CACHED_SIZES`` are freed, after
-        the work queued on the stream). A changed Sample table is queued by ``upload(array,
-        pointer)`` (a :class:`gpu.engine.DeviceTracer`'s), else copied before this returns."""
+        the next call (cached; the least recently used beyond ``CACHED_SIZES`` or the bytes
+        budget, ``CACHED_BYTES``, are freed, after the work queued on the stream). A changed Sample
+        table is queued by ``upload(array, pointer)`` (a :class:`gpu.engine.DeviceTracer`'s),
+        else copied before this returns."""
         key = (-(-int(rows) // PROGRAM_BUCKET) * PROGRAM_BUCKET,
                -(-int(cols) // PROGRAM_BUCKET) * PROGRAM_BUCKET)
         prepared = self._programs.get(key)
@@ -501,11 +506,19 @@ class DeviceNetwork:
             self._programs.move_to_end(key)
         else:
             prepared = self._programs[key] = _Prepared(self, self.layout(*key))
-            if len(self._programs) > CACHED_SIZES:
+            held, budget = self.cached_bytes(), min(CACHED_BYTES, self._device_bytes // 8)
+            while len(self._programs) > 1 and (len(self._programs) > CACHED_SIZES
+                                               or held > budget):
                 self.stream.synchronize()  # queued forward passes may still use it
-                self._programs.popitem(last=False)[1].free()
+                dropped = self._programs.popitem(last=False)[1]
+                held -= dropped.capacity
+                dropped.free()
         prepared.bind(self.layout(rows, cols), upload)
         return prepared
+
+    def cached_bytes(self) -> int:
+        """Bytes of activations of the programs kept (:meth:`prepared`)."""
+        return sum(program.capacity for program in self._programs.values())
 
     def forward(self, sizes: list, slot, upload) -> _Prepared | _Batched:
         """A forward pass over inputs of ``sizes`` ((rows, cols) each) to launch: for one, its

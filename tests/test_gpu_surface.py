@@ -94,6 +94,42 @@ def test_inputs_of_one_size_bucket_replay_its_graph_with_their_own_sizes(backend
         assert network.prepared(*sizes[0]).graph is not None
 
 
+def test_programs_beyond_the_cache_s_bytes_are_freed_and_made_again(sample, monkeypatch):
+    """With room for about two programs' activations, inputs of five size buckets in turn
+    (twice over) keep at most what fits, the one in use always, and each output stays ONNX
+    Runtime's."""
+    import onnxruntime
+
+    from gpu import network as device_network
+    from gpu.backend import GpuBackend
+
+    bucket = device_network.PROGRAM_BUCKET
+    top = 8 * bucket
+    sizes = [(top - bucket * k, top) for k in range(4)] + [(top, top - bucket)]
+    rng = np.random.default_rng(4)
+    images = {size: rng.uniform(-0.5, 1.5, (1, surface.INPUT_PLANES, *size)).astype(np.float32)
+              for size in sizes}
+    session = onnxruntime.InferenceSession(str(surface.MODEL_PATH),
+                                           providers=["CPUExecutionProvider"])
+    backend = GpuBackend.create()
+    try:
+        network = backend.surface_network()
+        assert network is not None, backend.model_note
+        with backend.context.active():
+            largest = network.prepared(top, top).capacity
+            monkeypatch.setattr(device_network, "CACHED_BYTES", 2 * largest + largest // 2)
+            for _ in range(2):
+                for size in sizes:
+                    got = network.run(images[size])
+                    expected = session.run(None, {"image": images[size]})[0][0]
+                    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-3)
+                    held = network.cached_bytes()
+                    assert held <= device_network.CACHED_BYTES
+                    assert held >= network.prepared(*size).capacity
+    finally:
+        backend.release()
+
+
 def test_device_model_inputs_and_outputs_match_the_host(backend, sample, monkeypatch):
     """The model's input planes on the device (block means, stretch, similarity, and the
     endpoint plane, which must be equal) and its surface and path probabilities against
