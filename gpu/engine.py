@@ -2,9 +2,10 @@
 
 A :class:`DeviceTracer` owns a stream, the kernels of one context and a few named device
 buffers ("slots") that grow when a request needs more and are otherwise reused, so a drag that
-changes the corridor's size on every mouse move allocates nothing. For a problem shape it keeps
-a :class:`_Plan`: the layout of every buffer of that shape inside the "plan" slot, the step
-descriptor table and the list of launches. Windows, corridor points, evidence and host link
+changes the corridor's size on every mouse move allocates nothing. For the problem shapes of a
+bucket of sizes it keeps a :class:`_Plan`: its buffers in one allocation of its own, the step
+descriptor table and the list of launches; the most recently used plans are kept, so clicks of
+lengths met before find theirs. Windows, corridor points, evidence and host link
 scores are uploaded when they change (by object identity), so repeated traces of the same
 request keep their data resident. Only the result (2m+4 doubles: total, per-link scores, node
 indices) comes back to the host. Call every method inside ``context.active()``.
@@ -14,6 +15,8 @@ context is current (garbage collection on another thread, interpreter exit) abor
 """
 
 from __future__ import annotations
+
+from collections import OrderedDict
 
 import numpy as np
 
@@ -34,6 +37,9 @@ _DEFAULT_SHARED = 48 * 1024
 #: A plan's node-set sizes are rounded up to multiples of this (:func:`plan_bucket`): a drag
 #: whose corridor gains or loses a few points per guide keeps its plan and replays its DP.
 PLAN_ROUNDING = 16
+#: Plans kept (the least recently used freed first), and at most this many bytes of them.
+CACHED_PLANS = 16
+CACHED_PLAN_BYTES = 256 * 1024 * 1024
 _SHORT_MAX = 32767
 #: Headroom for the static shared memory of the step kernel (its block reduction).
 _STATIC_SHARED = 1024
@@ -121,7 +127,7 @@ class DeviceTracer:
         #: (host array, staging) a queued download fills on the next synchronisation.
         self._download_host = cuda.pagelocked_empty(4096, np.uint8)
         self._pending_downloads = []
-        self._plan: _Plan | None = None
+        self._plans: OrderedDict = OrderedDict()  # bucket sizes -> _Plan
         #: Launch lists that come back (a click traced again, a batch's equal shapes) replayed
         #: as CUDA graphs: the DP's here, the evidence kernels' in gpu/evidence.py.
         self.graphs = LaunchGraphs()
@@ -214,7 +220,9 @@ class DeviceTracer:
     def release(self) -> None:
         """Free every device buffer (they are made again on the next request)."""
         self.synchronize()
-        self._plan = None
+        for plan in self._plans.values():
+            plan.free()
+        self._plans.clear()
         self.graphs.clear()
         self._evidence = None
         self._resident_planes = []
@@ -229,11 +237,22 @@ class DeviceTracer:
         bucket (:func:`plan_bucket`) is reused while the bucket stays."""
         sizes = tuple(int(n) for n in sizes)
         bucket = plan_bucket(sizes)
-        if self._plan is None or self._plan.bucket.sizes != bucket:
-            self._plan = None
-            self._plan = _Plan(self, Schedule(bucket))
-        self._plan.resize(self, Schedule(sizes))
-        return self._plan
+        plan = self._plans.get(bucket)
+        if plan is not None:
+            if next(reversed(self._plans)) != bucket:
+                plan.windows = None  # the windows' slot holds another plan's windows now
+            self._plans.move_to_end(bucket)
+        else:
+            plan = self._plans[bucket] = _Plan(self, Schedule(bucket))
+            held = sum(kept.nbytes for kept in self._plans.values())
+            while len(self._plans) > 1 and (len(self._plans) > CACHED_PLANS
+                                            or held > CACHED_PLAN_BYTES):
+                self.synchronize()  # queued work may still use it
+                dropped = self._plans.popitem(last=False)[1]
+                held -= dropped.nbytes
+                dropped.free()
+        plan.resize(self, Schedule(sizes))
+        return plan
 
     def use_rmq(self, schedule: Schedule) -> bool:
         """Whether the sparse-table step kernel serves every step of ``schedule``."""
@@ -318,8 +337,8 @@ class _Plan:
     rounded up by :func:`plan_bucket`); :meth:`resize` binds the actual sizes (their
     descriptors, link stages and sizes table; the kernels stop at them), so corridors that
     differ by a few points per guide share one plan, and the DP's launches stay the same list
-    (replayed as one CUDA graph, ``DeviceTracer.graphs``). Holds device addresses (ints) inside
-    the tracer's "plan" slot, not the tracer itself.
+    (replayed as one CUDA graph, ``DeviceTracer.graphs``). Holds its buffers in one allocation
+    (``nbytes``; :meth:`free`), not the tracer itself.
     """
 
     def __init__(self, tracer: DeviceTracer, bucket: Schedule):
@@ -353,7 +372,9 @@ class _Plan:
         place("link_table", 8 * (m + 1))
         place("sizes", 4 * (m + 2))
         place("result", 8 * self.result_size)
-        base = tracer.slot("plan", total)
+        self.nbytes = total
+        self.allocation = tracer.cuda.mem_alloc(total)
+        base = int(self.allocation)
         self.address = {key: base + offset for key, offset in layout.items()}
         address = self.address
         self.links = [address["link", t] for t in range(m + 1)]
@@ -368,6 +389,10 @@ class _Plan:
         tracer.upload(arg_table, address["arg_table"])
         tracer.upload(np.array(self.links, dtype=np.uint64), address["link_table"])
         self.schedule = None
+
+    def free(self) -> None:
+        """Free the plan's buffers (after the work that uses them)."""
+        self.allocation.free()
 
     def resize(self, tracer: DeviceTracer, schedule: Schedule) -> None:
         """Run the next problems on node-set sizes ``schedule.sizes`` (each at most the

@@ -188,6 +188,19 @@ def test_problems_of_one_plan_bucket_in_turn_match_cpu(method):
 
 
 @pytest.mark.gpu
+def test_problems_of_kept_plans_in_turn_match_cpu(fast_backend):
+    """Problems of two plan buckets solved in turn, the same objects again (their plans kept,
+    the windows uploaded again when the other plan's were in between)."""
+    rng = np.random.default_rng(12)
+    problems = [random_problem(rng, 5, 20, 45), random_problem(rng, 5, 40, 45),
+                random_problem(rng, 4, 20, 45)]
+    expected = [solve_fast(problem) for problem in problems]
+    for _ in range(3):
+        for problem, optimum in zip(problems, expected, strict=True):
+            _assert_same_optimum(problem, fast_backend.solve(problem), optimum)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize(("m", "d", "max_angle"),
                          [(3, 1024, 180), (6, 1024, 30), (12, 1024, 5), (6, 512, 90),
                           (2, 2048, 45)])
