@@ -355,8 +355,8 @@ class _Batch:
         self.forward.launch(stream)
         self._launch("surface_probability", self.grid, _BLOCK)
         self._launch("surface_trust", (1, 1, count), (256, 1, 1))
-        self._launch("surface_membership", (-(-_rounded(max(self.sizes)) // 256), 1, count),
-                     (256, 1, 1))
+        pixels = max(_rounded(rows) * _rounded(cols) for rows, cols in self.shapes)
+        self._launch("surface_membership", (-(-pixels // 256), 1, count), (256, 1, 1))
 
     def centred(self, clicked_offset: bool, deferred: bool = False) -> list[np.ndarray]:
         """Planes (1, rows', cols') of core.scores' centred term of every window's membership
