@@ -359,12 +359,13 @@ class _Plan:
 
         for t in range(m + 1):
             place(("link", t), real * sizes[t] * sizes[t + 1])
-        for step in _steps(bucket):
+        steps = _steps(bucket)
+        for step in steps:
             if step.kind != "merge" or not self.rmq:
                 place(("out", step.kind, step.stage), real * step.n_r * step.n_o)
             place(("arg", step.kind, step.stage), 4 * step.n_r * step.n_o)
         place("points", 16 * sum(sizes))  # the step table right after: one upload (bind)
-        place("step_table", STEP_DTYPE.itemsize * len(_steps(bucket)))
+        place("step_table", STEP_DTYPE.itemsize * len(steps))
         place("link_stages", LINK_STAGE_DTYPE.itemsize * (m + 1))
         place("best", real * bucket.merge.n_r)
         place("best_arg", 4 * bucket.merge.n_r)
@@ -383,7 +384,7 @@ class _Plan:
         self.step_table = address["step_table"]
         self.result = address["result"]
         arg_table = np.zeros(m + 1, dtype=np.uint64)
-        for step in _steps(bucket):
+        for step in steps:
             if step.kind != "merge":
                 arg_table[step.stage] = address["arg", step.kind, step.stage]
         tracer.upload(arg_table, address["arg_table"])
