@@ -14,7 +14,9 @@ b).
 
 Each step's crops are of two kinds, half and half (``--path-share``):
 
-* surface crops (rotated, scaled 0.6–1.6×, recoloured, bands shuffled half the time) from road
+* surface crops (rotated, scaled 0.6–1.6×, recoloured, bands shuffled half the time; with
+  ``--match-histograms F`` a fraction F of the crops first takes each band's histogram from
+  another crop of the step, another source's look on its shapes) from road
   images (road masks) and water images (water masks), three to one; the two clicks are random
   pixels inside the crop's surface (their 5×5 neighbourhood all surface), as a user's are; they
   train the surface and centreline outputs;
@@ -400,7 +402,7 @@ def boxed(images: torch.Tensor) -> torch.Tensor:
 
 
 def batch(data, size, generator, device_generator, grey=GREY_FRACTION, scales=SCALES,
-          box_below=0.0, blur=0.0, colour_mix=0.0):
+          box_below=0.0, blur=0.0, colour_mix=0.0, match=0.0):
     """Surface crops: random rotated, scaled, flipped, recoloured crops centred near the
     surface, two clicks on it: inputs (N, INPUTS, C, C), targets (N, OUTPUTS, C, C) (surface,
     centreline, path = 0), weights (N, OUTPUTS, C, C) (0 outside the image and in the unsure
@@ -411,7 +413,8 @@ def batch(data, size, generator, device_generator, grey=GREY_FRACTION, scales=SC
     of the image (:func:`boxed`, ``data[4]``), as the half-resolution inference sees it. A
     fraction ``blur`` of the crops is blurred (σ 0.5–1.5 px: a softer sensor), and each crop's
     bands are mixed by I + E, E with entries of spread ``colour_mix`` (another sensor's colour
-    balance).
+    balance); a fraction ``match`` of the crops takes each band's histogram from another crop
+    of the batch (:func:`match_histograms`).
 
     Road images give three crops in four (water images the rest), when both are present."""
     images, sizes, labels, surface, box_means = data
@@ -437,7 +440,7 @@ def batch(data, size, generator, device_generator, grey=GREY_FRACTION, scales=SC
     weight = ((sampled[:, 5:6] > 0.99) & (sampled[:, 6:7] < 0.5)).float()
     target = (sampled[:, 3:4] > 0.5).float()
     x = recolour(sampled[:, :3] / 255.0, uniform, generator, device_generator, grey, blur,
-                 colour_mix)
+                 colour_mix, match)
     clicks = random_clicks(target, weight, device_generator).float()
     inputs = network_inputs(x, clicks[:, 0], clicks[:, 1])
     zero = torch.zeros_like(target)
@@ -446,7 +449,7 @@ def batch(data, size, generator, device_generator, grey=GREY_FRACTION, scales=SC
 
 
 def path_batch(data, cases, size, generator, device_generator, grey=GREY_FRACTION,
-               scales=SCALES, blur=0.0, colour_mix=0.0):
+               scales=SCALES, blur=0.0, colour_mix=0.0, match=0.0):
     """Path crops: crops (as :func:`batch`'s, scale capped so that [a, b] spans at most
     PATH_SPAN px) around click cases of :func:`load_cases` drawn by their weights, the clicks
     jittered by up to 1.5 px: inputs (N, INPUTS, C, C), targets (N, OUTPUTS, C, C) (surface,
@@ -477,7 +480,7 @@ def path_batch(data, cases, size, generator, device_generator, grey=GREY_FRACTIO
     distance = torch.stack([torch.cdist(grid, lines[i:i + 1]).amin(2)[0] for i in range(size)])
     path = torch.exp(-distance.view(size, 1, CROP, CROP) ** 2 / (2 * CENTRELINE_SIGMA ** 2))
     x = recolour(sampled[:, :3] / 255.0, uniform, generator, device_generator, grey, blur,
-                 colour_mix)
+                 colour_mix, match)
     inputs = network_inputs(x, clicks[:, 0], clicks[:, 1])
     return (inputs, torch.cat([target, sampled[:, 4:5].clamp(0, 1), path], dim=1),
             torch.cat([weight, weight, inside], dim=1))
@@ -525,11 +528,25 @@ def _to_crop(points, pose):
                         scale * (-sin * x + cos * y) + middle], dim=2)
 
 
-def recolour(x, uniform, generator, device_generator, grey, blur=0.0, colour_mix=0.0):
-    """Crops (N, 3, C, C) in [0, 1] with random gains and gamma, band mixing (``colour_mix``),
+def match_histograms(x: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    """(N, B, H, W) → each band of each crop remapped, rank for rank, to the values of the same
+    band of ``reference`` (N, B, H, W): the crop's shapes with the reference's histograms."""
+    flat = x.flatten(2)
+    out = torch.empty_like(flat)
+    out.scatter_(2, flat.argsort(dim=2), reference.flatten(2).sort(dim=2).values)
+    return out.view_as(x)
+
+
+def recolour(x, uniform, generator, device_generator, grey, blur=0.0, colour_mix=0.0,
+             match=0.0):
+    """Crops (N, 3, C, C) in [0, 1] with their histograms taken from another crop of the batch
+    (a fraction ``match``), random gains and gamma, band mixing (``colour_mix``),
     blur (a fraction ``blur``), grey (a fraction ``grey``), noise, and bands shuffled half the
     time."""
     size, device = len(x), x.device
+    if match > 0 and size > 1:
+        matched = match_histograms(x, x.roll(1, dims=0))
+        x = torch.where((uniform(0, 1) < match).view(size, 1, 1, 1), matched, x)
     gains = uniform(0.85, 1.15, (size, 3)).view(size, 3, 1, 1)
     gamma = torch.exp(uniform(-0.3, 0.3)).view(size, 1, 1, 1)
     x = (x * gains).clamp(0, 1) ** gamma
@@ -593,12 +610,14 @@ def generators(seed, device):
 
 
 def train(items, cases, steps, device, seed, log, network, grey, scales=SCALES, box_below=0.0,
-          batch_size=16, blur=0.0, colour_mix=0.0, ema=0.0, path_share=0.5, encoder_lr=1.0):
+          batch_size=16, blur=0.0, colour_mix=0.0, ema=0.0, path_share=0.5, encoder_lr=1.0,
+          match=0.0):
     """The trained model (eval mode) made by ``network()``; with ``ema`` > 0 the exponential
     moving average of its weights and batch-norm statistics (that decay per step). A fraction
     ``path_share`` of each step's crops are path crops of ``cases`` (:func:`load_cases`), the
     rest surface crops. The parameters of the model's ``encoder``, where it has one, learn at
-    ``encoder_lr`` times the rate of the others."""
+    ``encoder_lr`` times the rate of the others; a fraction ``match`` of the crops takes its
+    histograms from another crop (:func:`recolour`)."""
     torch.manual_seed(seed)
     draws = generators(seed, device)
     data = stack(items, device, box=box_below > 0)
@@ -621,10 +640,11 @@ def train(items, cases, steps, device, seed, log, network, grey, scales=SCALES, 
         parts = []
         if paths < batch_size:
             parts.append(batch(data, batch_size - paths, *draws, grey=grey, scales=scales,
-                               box_below=box_below, blur=blur, colour_mix=colour_mix))
+                               box_below=box_below, blur=blur, colour_mix=colour_mix,
+                               match=match))
         if paths:
             parts.append(path_batch(data, cases, paths, *draws, grey=grey, scales=scales,
-                                    blur=blur, colour_mix=colour_mix))
+                                    blur=blur, colour_mix=colour_mix, match=match))
         x, y, w = (torch.cat(planes) for planes in zip(*parts, strict=True))
         x = x.contiguous(memory_format=torch.channels_last)
         with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda"):
@@ -703,6 +723,9 @@ def main():
                              "more: core.surface.SIZE_MULTIPLE must follow)")
     parser.add_argument("--grey", type=float, default=GREY_FRACTION,
                         help="fraction of training crops turned grey")
+    parser.add_argument("--match-histograms", type=float, default=0.0, metavar="FRACTION",
+                        help="fraction of training crops whose band histograms are taken from "
+                             "another crop of the step (another source's look)")
     parser.add_argument("--scales", default=",".join(map(str, SCALES)),
                         help="LOW,HIGH: range of crop scales (crop px per image px)")
     parser.add_argument("--box-below", type=float, default=0.0,
@@ -757,7 +780,7 @@ def main():
     def train_on(images, seed):
         return train(images, cases_on(images), args.steps, device, seed, print, network,
                      args.grey, scales, args.box_below, args.batch, args.blur, args.colour_mix,
-                     args.ema, args.path_share, args.encoder_lr)
+                     args.ema, args.path_share, args.encoder_lr, args.match_histograms)
 
     if args.folds:
         fold_of = {item["id"]: -1 for item in items if args.fold_water_only and item["label"] == 0}

@@ -182,3 +182,31 @@ def test_pretrained_encoder_learns_slower_and_exports_with_inputs_of_multiples_o
     session = onnxruntime.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
     out = session.run(None, {"image": np.zeros((1, trainer.INPUTS, 48, 64), np.float32)})[0]
     assert out.shape == (1, len(trainer.EXPORTED), 48, 64)
+
+
+def test_matched_histograms_keep_each_crop_s_shapes_with_the_reference_s_values(trainer):
+    generator = torch.Generator().manual_seed(0)
+    crops = torch.rand((3, 3, 16, 16), generator=generator)
+    reference = torch.rand((3, 3, 16, 16), generator=generator) ** 3
+    matched = trainer.match_histograms(crops, reference)
+    flat, matched_flat = crops.flatten(2), matched.flatten(2)
+    # Each band holds exactly the reference band's values ...
+    assert torch.equal(matched_flat.sort(dim=2).values, reference.flatten(2).sort(dim=2).values)
+    # ... in the crop's own order: brighter stays brighter.
+    assert torch.equal(matched_flat.argsort(dim=2), flat.argsort(dim=2))
+
+
+def test_recolour_with_matching_gives_a_flat_crop_another_crop_s_spread(trainer):
+    crops = torch.stack([torch.full((3, 8, 8), 0.2), torch.linspace(0, 1, 192).view(3, 8, 8)])
+
+    def recoloured(match):
+        generator = torch.Generator().manual_seed(3)
+        uniform = trainer._uniform(2, generator, "cpu")
+        return trainer.recolour(crops, uniform, generator, torch.Generator().manual_seed(3),
+                                grey=0.0, match=match)
+
+    # Without matching the flat crop stays flat but for the noise (σ 0.02); with it, it takes
+    # the ramp's spread of values (σ ≈ 0.3).
+    plain, matched = recoloured(0.0), recoloured(1.0)
+    assert plain[0].std() < 0.05
+    assert matched[0].std() > 0.2
