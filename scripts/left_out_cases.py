@@ -62,11 +62,11 @@ def read_cases(path: str) -> list[dict]:
     folder = Path(path).resolve().parent
     out = []
     for number, case in enumerate(cases):
-        try:
-            source, image, tags = case["meta"]["source"], case["image"], case.get("tags", [])
-            case["a"], case["b"]  # noqa: B018 (present)
-        except (KeyError, TypeError, AttributeError):
-            raise BadInput(f"{path}: case {number} lacks image, a, b or meta.source") from None
+        meta = case.get("meta") if isinstance(case, dict) else None
+        if not isinstance(meta, dict) or not {"image", "a", "b"} <= case.keys() \
+                or "source" not in meta:
+            raise BadInput(f"{path}: case {number} lacks image, a, b or meta.source")
+        source, image, tags = meta["source"], case["image"], case.get("tags", [])
         if not isinstance(source, str) or not isinstance(image, str) or not isinstance(tags, list):
             raise BadInput(f"{path}: case {number}: meta.source and image must be text, tags a "
                            "list")
