@@ -7,11 +7,11 @@ every ``--source NAME=PREFIX[,PREFIX...][:CAP]`` the cases whose source id start
 the prefixes are shuffled and taken in turn, at most CAP of each kind per image (default
 ``--per-image``), until ``--nontrivial`` cases tagged ``nontrivial`` (a straight line misses
 the road) and ``--straight`` others are chosen. Repeated cases (the same image and endpoints,
-as two draws may give) are taken once. The chosen cases go to ``OUT_DIR/<NAME>.json`` with
-their image paths made absolute: relative to ``--images-from DIR`` (the generator writes them
-relative to the training folder it read), or else to the cases file's folder. They are ready
-for ``scripts/crossval_surface.py`` with the model trained without that source
-(``train_surface_model.py --exclude PREFIX``).
+as two draws may give) are taken once, and ids repeated across draws are made unique. The
+chosen cases go to ``OUT_DIR/<NAME>.json`` with their image paths made absolute: relative to
+``--images-from DIR`` (the generator writes them relative to the training folder it read), or
+else to the cases file's folder. They are ready for ``scripts/crossval_surface.py`` with the
+model trained without that source (``train_surface_model.py --exclude PREFIX``).
 
 Usage:
 
@@ -77,6 +77,17 @@ def read_cases(path: str, images_from: str | None = None) -> list[dict]:
     return out
 
 
+def unique_ids(cases: list[dict]) -> list[dict]:
+    """The cases with ids made unique: two draws of the generator number the cases of an image
+    alike, so a repeated id gets ``-2``, ``-3``, … in the order met (reports key cases by id)."""
+    met, out = Counter(), []
+    for case in cases:
+        name = str(case.get("id", case["meta"]["source"]))
+        met[name] += 1
+        out.append({**case, "id": name if met[name] == 1 else f"{name}-{met[name]}"})
+    return out
+
+
 def choose(cases: list[dict], prefixes: tuple[str, ...], nontrivial: int, straight: int,
            cap: int, seed: int) -> list[dict]:
     """Up to ``nontrivial`` cases tagged nontrivial and ``straight`` others from the images
@@ -125,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
             raise BadInput("each --source needs a name of its own")
         if args.images_from and not os.path.isdir(args.images_from):
             raise BadInput(f"--images-from {args.images_from}: no such folder")
-        cases = [case for path in args.cases for case in read_cases(path, args.images_from)]
+        cases = unique_ids([case for path in args.cases
+                            for case in read_cases(path, args.images_from)])
         chosen = {name: choose(cases, prefixes, args.nontrivial, args.straight, cap, args.seed)
                   for name, prefixes, cap in sources}
         empty = [name for name, picked in chosen.items() if not picked]

@@ -116,3 +116,16 @@ def test_image_paths_are_made_absolute_from_the_folder_given(script, tmp_path):
     assert {c["image"] for c in chosen} == {str(training / "images" / "gsi_1.jpg")}
     assert script.main([draw, "--images-from", str(tmp_path / "missing"), "--out", str(out),
                         "--source", "gsi=gsi_"]) == 2
+
+
+def test_ids_repeated_across_draws_are_made_unique(script, tmp_path):
+    first = _cases({"gsi_1": 3})
+    second = [{**case, "a": [case["a"][0] + 100, 0]} for case in first]  # same ids, other spans
+    out = tmp_path / "sets"
+    assert script.main([_write(tmp_path, "one.json", first), _write(tmp_path, "two.json", second),
+                        "--out", str(out), "--source", "gsi=gsi_", "--per-image", "50"]) == 0
+    ids = [case["id"] for case in json.loads((out / "gsi.json").read_text())]
+    assert len(ids) == 12
+    assert len(set(ids)) == 12
+    assert "gsi_1_00" in ids
+    assert "gsi_1_00-2" in ids
