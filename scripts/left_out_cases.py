@@ -7,14 +7,16 @@ every ``--source NAME=PREFIX[,PREFIX...][:CAP]`` the cases whose source id start
 the prefixes are shuffled and taken in turn, at most CAP of each kind per image (default
 ``--per-image``), until ``--nontrivial`` cases tagged ``nontrivial`` (a straight line misses
 the road) and ``--straight`` others are chosen. Repeated cases (the same image and endpoints,
-as two draws may give) are taken once. The chosen cases go to ``OUT_DIR/<NAME>.json`` with
-their image paths made absolute, ready for ``scripts/crossval_surface.py`` with the model
-trained without that source (``train_surface_model.py --exclude PREFIX``).
+as two draws may give) are taken once, and ids repeated across draws are made unique. The
+chosen cases go to ``OUT_DIR/<NAME>.json`` with their image paths made absolute: relative to
+``--images-from DIR`` (the generator writes them relative to the training folder it read), or
+else to the cases file's folder. They are ready for ``scripts/crossval_surface.py`` with the
+model trained without that source (``train_surface_model.py --exclude PREFIX``).
 
 Usage:
 
-    python scripts/left_out_cases.py draw9.json draw10.json --out LOSO \\
-        --source gsi=gsi_:7 --source shanghai=sn3shanghai:7 --source vegas=sn3vegas:3
+    python scripts/left_out_cases.py draw9.json draw10.json --images-from ROADS_TRAIN \\
+        --out LOSO --source gsi=gsi_:7 --source shanghai=sn3shanghai:7 --source vegas=sn3vegas:3
     python scripts/crossval_surface.py LOSO/gsi.json --model gsi_=NO_GSI.onnx --json gsi.json
 """
 
@@ -50,8 +52,9 @@ def parse_source(spec: str, default_cap: int) -> tuple[str, tuple[str, ...], int
     return name, names, limit
 
 
-def read_cases(path: str) -> list[dict]:
-    """The cases of a generator's file, image paths made absolute (relative to the file)."""
+def read_cases(path: str, images_from: str | None = None) -> list[dict]:
+    """The cases of a generator's file, image paths made absolute (relative to ``images_from``,
+    default the file's folder)."""
     try:
         with open(path, encoding="utf-8") as handle:
             cases = json.load(handle)
@@ -59,7 +62,7 @@ def read_cases(path: str) -> list[dict]:
         raise BadInput(f"cannot read cases file {path}: {exc}") from None
     if not isinstance(cases, list):
         raise BadInput(f"{path}: expected a JSON list of cases")
-    folder = Path(path).resolve().parent
+    folder = Path(images_from).resolve() if images_from else Path(path).resolve().parent
     out = []
     for number, case in enumerate(cases):
         meta = case.get("meta") if isinstance(case, dict) else None
@@ -71,6 +74,17 @@ def read_cases(path: str) -> list[dict]:
             raise BadInput(f"{path}: case {number}: meta.source and image must be text, tags a "
                            "list")
         out.append({**case, "image": os.fspath(folder / image)})
+    return out
+
+
+def unique_ids(cases: list[dict]) -> list[dict]:
+    """The cases with ids made unique: two draws of the generator number the cases of an image
+    alike, so a repeated id gets ``-2``, ``-3``, … in the order met (reports key cases by id)."""
+    met, out = Counter(), []
+    for case in cases:
+        name = str(case.get("id", case["meta"]["source"]))
+        met[name] += 1
+        out.append({**case, "id": name if met[name] == 1 else f"{name}-{met[name]}"})
     return out
 
 
@@ -101,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("cases", nargs="+", help="the generator's cases files (several draws)")
     parser.add_argument("--out", required=True, metavar="DIR")
+    parser.add_argument("--images-from", metavar="DIR",
+                        help="the folder the cases' image paths are relative to (default: each "
+                             "cases file's folder)")
     parser.add_argument("--source", action="append", required=True,
                         metavar="NAME=PREFIX[,PREFIX...][:CAP]")
     parser.add_argument("--nontrivial", type=int, default=150,
@@ -117,7 +134,10 @@ def main(argv: list[str] | None = None) -> int:
         sources = [parse_source(spec, args.per_image) for spec in args.source]
         if len({name for name, _, _ in sources}) < len(sources):
             raise BadInput("each --source needs a name of its own")
-        cases = [case for path in args.cases for case in read_cases(path)]
+        if args.images_from and not os.path.isdir(args.images_from):
+            raise BadInput(f"--images-from {args.images_from}: no such folder")
+        cases = unique_ids([case for path in args.cases
+                            for case in read_cases(path, args.images_from)])
         chosen = {name: choose(cases, prefixes, args.nontrivial, args.straight, cap, args.seed)
                   for name, prefixes, cap in sources}
         empty = [name for name, picked in chosen.items() if not picked]

@@ -101,3 +101,31 @@ def test_hostile_cases_files_end_in_one_message(script, tmp_path, capsys, conten
     path.write_text(content)
     assert script.main([str(path), "--out", str(tmp_path / "out"), "--source", "gsi=gsi_"]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_image_paths_are_made_absolute_from_the_folder_given(script, tmp_path):
+    # The generator writes image paths relative to the training folder it read, not to the
+    # folder of its output.
+    training = tmp_path / "roads-train"
+    training.mkdir()
+    draw = _write(tmp_path, "draw.json", _cases({"gsi_1": 2}))
+    out = tmp_path / "sets"
+    assert script.main([draw, "--images-from", str(training), "--out", str(out),
+                        "--source", "gsi=gsi_"]) == 0
+    chosen = json.loads((out / "gsi.json").read_text())
+    assert {c["image"] for c in chosen} == {str(training / "images" / "gsi_1.jpg")}
+    assert script.main([draw, "--images-from", str(tmp_path / "missing"), "--out", str(out),
+                        "--source", "gsi=gsi_"]) == 2
+
+
+def test_ids_repeated_across_draws_are_made_unique(script, tmp_path):
+    first = _cases({"gsi_1": 3})
+    second = [{**case, "a": [case["a"][0] + 100, 0]} for case in first]  # same ids, other spans
+    out = tmp_path / "sets"
+    assert script.main([_write(tmp_path, "one.json", first), _write(tmp_path, "two.json", second),
+                        "--out", str(out), "--source", "gsi=gsi_", "--per-image", "50"]) == 0
+    ids = [case["id"] for case in json.loads((out / "gsi.json").read_text())]
+    assert len(ids) == 12
+    assert len(set(ids)) == 12
+    assert "gsi_1_00" in ids
+    assert "gsi_1_00-2" in ids
