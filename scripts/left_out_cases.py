@@ -42,8 +42,8 @@ def parse_source(spec: str, default_cap: int) -> tuple[str, tuple[str, ...], int
     prefixes, _, cap = rest.partition(":")
     names = tuple(prefix for prefix in prefixes.split(",") if prefix)
     if not separator or not name or not names or not name.replace("_", "").isalnum():
-        raise BadParameter(f"--source {spec!r}: expected NAME=PREFIX[,PREFIX...][:CAP], NAME in "
-                       "letters, digits and _")
+        raise BadParameter(f"--source {spec!r}: expected NAME=PREFIX[,PREFIX...][:CAP], "
+                           "NAME in letters, digits and _")
     try:
         limit = int(cap) if cap else default_cap
     except ValueError:
