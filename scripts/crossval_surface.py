@@ -37,17 +37,14 @@ from core.evaluate import (  # noqa: E402
     report_document,
     summarise,
 )
+from core.output import read_json  # noqa: E402
 from core.tracer import TraceParams  # noqa: E402
 
 
 def fold_models(folder: str) -> dict[str, Path]:
     """Image id → its fold's model, from ``folder``/folds.json."""
     path = os.path.join(folder, "folds.json")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            fold_of = json.load(handle)
-    except (OSError, ValueError) as exc:
-        raise BadParameter(f"cannot read the folds of {folder}: {exc}") from None
+    fold_of = read_json(path, "the folds file")
     if not isinstance(fold_of, dict):
         raise BadParameter(f"{path} must map image ids to folds")
     return {image: Path(folder) / f"fold{fold}.onnx" for image, fold in fold_of.items()}

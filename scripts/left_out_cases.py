@@ -30,9 +30,10 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-class BadInput(Exception):
-    """A cases file or an option that cannot be used; the message names it."""
+from core.errors import BadParameter  # noqa: E402
+from core.output import read_json  # noqa: E402
 
 
 def parse_source(spec: str, default_cap: int) -> tuple[str, tuple[str, ...], int]:
@@ -41,37 +42,33 @@ def parse_source(spec: str, default_cap: int) -> tuple[str, tuple[str, ...], int
     prefixes, _, cap = rest.partition(":")
     names = tuple(prefix for prefix in prefixes.split(",") if prefix)
     if not separator or not name or not names or not name.replace("_", "").isalnum():
-        raise BadInput(f"--source {spec!r}: expected NAME=PREFIX[,PREFIX...][:CAP], NAME in "
-                       "letters, digits and _")
+        raise BadParameter(f"--source {spec!r}: expected NAME=PREFIX[,PREFIX...][:CAP], "
+                           "NAME in letters, digits and _")
     try:
         limit = int(cap) if cap else default_cap
     except ValueError:
-        raise BadInput(f"--source {spec!r}: CAP must be a whole number") from None
+        raise BadParameter(f"--source {spec!r}: CAP must be a whole number") from None
     if limit < 1:
-        raise BadInput(f"--source {spec!r}: CAP must be at least 1")
+        raise BadParameter(f"--source {spec!r}: CAP must be at least 1")
     return name, names, limit
 
 
 def read_cases(path: str, images_from: str | None = None) -> list[dict]:
     """The cases of a generator's file, image paths made absolute (relative to ``images_from``,
     default the file's folder)."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            cases = json.load(handle)
-    except (OSError, ValueError) as exc:
-        raise BadInput(f"cannot read cases file {path}: {exc}") from None
+    cases = read_json(path, "cases file")
     if not isinstance(cases, list):
-        raise BadInput(f"{path}: expected a JSON list of cases")
+        raise BadParameter(f"{path}: expected a JSON list of cases")
     folder = Path(images_from).resolve() if images_from else Path(path).resolve().parent
     out = []
     for number, case in enumerate(cases):
         meta = case.get("meta") if isinstance(case, dict) else None
         if not isinstance(meta, dict) or not {"image", "a", "b"} <= case.keys() \
                 or "source" not in meta:
-            raise BadInput(f"{path}: case {number} lacks image, a, b or meta.source")
+            raise BadParameter(f"{path}: case {number} lacks image, a, b or meta.source")
         source, image, tags = meta["source"], case["image"], case.get("tags", [])
         if not isinstance(source, str) or not isinstance(image, str) or not isinstance(tags, list):
-            raise BadInput(f"{path}: case {number}: meta.source and image must be text, tags a "
+            raise BadParameter(f"{path}: case {number}: meta.source and image must be text, tags a "
                            "list")
         out.append({**case, "image": os.fspath(folder / image)})
     return out
@@ -130,19 +127,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.nontrivial < 0 or args.straight < 0:
-            raise BadInput("--nontrivial and --straight must not be negative")
+            raise BadParameter("--nontrivial and --straight must not be negative")
         sources = [parse_source(spec, args.per_image) for spec in args.source]
         if len({name for name, _, _ in sources}) < len(sources):
-            raise BadInput("each --source needs a name of its own")
+            raise BadParameter("each --source needs a name of its own")
         if args.images_from and not os.path.isdir(args.images_from):
-            raise BadInput(f"--images-from {args.images_from}: no such folder")
+            raise BadParameter(f"--images-from {args.images_from}: no such folder")
         cases = unique_ids([case for path in args.cases
                             for case in read_cases(path, args.images_from)])
         chosen = {name: choose(cases, prefixes, args.nontrivial, args.straight, cap, args.seed)
                   for name, prefixes, cap in sources}
         empty = [name for name, picked in chosen.items() if not picked]
         if empty:
-            raise BadInput(f"no case lies on an image of source {', '.join(empty)}")
+            raise BadParameter(f"no case lies on an image of source {', '.join(empty)}")
         os.makedirs(args.out, exist_ok=True)
         for name, picked in chosen.items():
             target = Path(args.out) / f"{name}.json"
@@ -151,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             partial.replace(target)
             hard = sum("nontrivial" in case.get("tags", []) for case in picked)
             print(f"{target}: {hard} nontrivial, {len(picked) - hard} straight-line-right cases")
-    except (BadInput, OSError) as exc:
+    except (BadParameter, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -14,9 +14,7 @@ b).
 
 Each step's crops are of two kinds, half and half (``--path-share``):
 
-* surface crops (rotated, scaled 0.6–1.6×, recoloured, bands shuffled half the time; with
-  ``--match-histograms F`` a fraction F of the crops first takes each band's histogram from
-  another crop of the step, another source's look on its shapes) from road
+* surface crops (rotated, scaled 0.6–1.6×, recoloured, bands shuffled half the time) from road
   images (road masks) and water images (water masks), three to one; the two clicks are random
   pixels inside the crop's surface (their 5×5 neighbourhood all surface), as a user's are; they
   train the surface and centreline outputs;
@@ -25,6 +23,9 @@ Each step's crops are of two kinds, half and half (``--path-share``):
   measured cases), the segment [a, b] inside the crop, the clicks jittered by up to 1.5 px; they
   train all three outputs, cases tagged ``nontrivial`` (a straight line misses the road) drawn
   ``--nontrivial-weight`` times as often.
+
+With ``--match-histograms F`` a fraction F of the crops of either kind first takes each band's
+histogram from another crop of the step (another source's look on its shapes).
 
 Folders are laid out like the project's development sets: ``DIR/sources.json`` lists
 ``{"id", "image", "gt", "dataset"}`` records. Outputs in ``--out``:

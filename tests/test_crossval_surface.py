@@ -73,7 +73,7 @@ def test_folds_map_each_image_to_its_fold_model(crossval, tmp_path, capsys):
     (["--model", "no-equals-sign"], "expected PREFIX[,PREFIX...]=MODEL.onnx"),
     (["--model", "=model.onnx"], "expected PREFIX"),
     (["--model", "dubai=missing.onnx"], "model missing.onnx not found"),
-    (["--folds", "no/such/folder"], "cannot read the folds of"),
+    (["--folds", "no/such/folder"], "cannot read the folds file"),
 ])
 def test_bad_models_are_one_message(crossval, capsys, args, message):
     assert crossval.main([str(CASES), *args]) == 2

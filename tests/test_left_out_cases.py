@@ -91,7 +91,8 @@ def test_bad_options_end_in_one_message(script, tmp_path, capsys, argv, message)
 
 
 @pytest.mark.parametrize(("content", "message"), [
-    ("{", "cannot read cases file"),
+    ("{", "is not JSON"),
+    ("[" * 200 + "]" * 200, "nests arrays or objects deeper"),
     ('{"a": 1}', "expected a JSON list"),
     ('[{"image": "x.jpg", "a": [0, 0], "b": [1, 1]}]', "lacks image, a, b or meta.source"),
     ('[{"image": 3, "a": [0, 0], "b": [1, 1], "meta": {"source": "gsi_1"}}]', "must be text"),
@@ -129,3 +130,10 @@ def test_ids_repeated_across_draws_are_made_unique(script, tmp_path):
     assert len(set(ids)) == 12
     assert "gsi_1_00" in ids
     assert "gsi_1_00-2" in ids
+
+
+def test_a_missing_cases_file_ends_in_one_message(script, tmp_path, capsys):
+    assert script.main([str(tmp_path / "none.json"), "--out", str(tmp_path / "out"),
+                        "--source", "gsi=gsi_"]) == 2
+    assert "cannot read cases file" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
