@@ -25,7 +25,8 @@ Each step's crops are of two kinds, half and half (``--path-share``):
   ``--nontrivial-weight`` times as often.
 
 With ``--match-histograms F`` a fraction F of the crops of either kind first takes each band's
-histogram from another crop of the step (another source's look on its shapes).
+histogram from another crop of the step (another source's look on its shapes); with
+``--match-same-kind`` that other crop is of the same kind of image (road or water).
 
 Folders are laid out like the project's development sets: ``DIR/sources.json`` lists
 ``{"id", "image", "gt", "dataset"}`` records. Outputs in ``--out``:
@@ -403,7 +404,7 @@ def boxed(images: torch.Tensor) -> torch.Tensor:
 
 
 def batch(data, size, generator, device_generator, grey=GREY_FRACTION, scales=SCALES,
-          box_below=0.0, blur=0.0, colour_mix=0.0, match=0.0):
+          box_below=0.0, blur=0.0, colour_mix=0.0, match=0.0, match_same_kind=False):
     """Surface crops: random rotated, scaled, flipped, recoloured crops centred near the
     surface, two clicks on it: inputs (N, INPUTS, C, C), targets (N, OUTPUTS, C, C) (surface,
     centreline, path = 0), weights (N, OUTPUTS, C, C) (0 outside the image and in the unsure
@@ -415,7 +416,8 @@ def batch(data, size, generator, device_generator, grey=GREY_FRACTION, scales=SC
     fraction ``blur`` of the crops is blurred (σ 0.5–1.5 px: a softer sensor), and each crop's
     bands are mixed by I + E, E with entries of spread ``colour_mix`` (another sensor's colour
     balance); a fraction ``match`` of the crops takes each band's histogram from another crop
-    of the batch (:func:`match_histograms`).
+    of the batch (:func:`match_histograms`), with ``match_same_kind`` a crop of the same kind
+    of image (:func:`previous_of_kind`).
 
     Road images give three crops in four (water images the rest), when both are present."""
     images, sizes, labels, surface, box_means = data
@@ -440,8 +442,9 @@ def batch(data, size, generator, device_generator, grey=GREY_FRACTION, scales=SC
     sampled = _sample(source.float(), pose, images.shape)
     weight = ((sampled[:, 5:6] > 0.99) & (sampled[:, 6:7] < 0.5)).float()
     target = (sampled[:, 3:4] > 0.5).float()
+    reference = previous_of_kind(labels[pick].cpu() if match_same_kind else torch.zeros(size))
     x = recolour(sampled[:, :3] / 255.0, uniform, generator, device_generator, grey, blur,
-                 colour_mix, match)
+                 colour_mix, match, reference)
     clicks = random_clicks(target, weight, device_generator).float()
     inputs = network_inputs(x, clicks[:, 0], clicks[:, 1])
     zero = torch.zeros_like(target)
@@ -529,6 +532,18 @@ def _to_crop(points, pose):
                         scale * (-sin * x + cos * y) + middle], dim=2)
 
 
+def previous_of_kind(kinds: torch.Tensor) -> torch.Tensor:
+    """For crops of ``kinds`` (N,): the index (N,) of the nearest earlier crop of the same kind,
+    counting round from the end; a crop alone of its kind is its own."""
+    kinds = kinds.tolist()
+    size = len(kinds)
+    out = list(range(size))
+    for i in range(size):
+        earlier = [j % size for j in range(i - 1, i - size, -1) if kinds[j % size] == kinds[i]]
+        out[i] = earlier[0] if earlier else i
+    return torch.tensor(out)
+
+
 def match_histograms(x: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
     """(N, B, H, W) → each band of each crop remapped, rank for rank, to the values of the same
     band of ``reference`` (N, B, H, W): the crop's shapes with the reference's histograms."""
@@ -539,14 +554,16 @@ def match_histograms(x: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
 
 
 def recolour(x, uniform, generator, device_generator, grey, blur=0.0, colour_mix=0.0,
-             match=0.0):
+             match=0.0, reference=None):
     """Crops (N, 3, C, C) in [0, 1] with their histograms taken from another crop of the batch
-    (a fraction ``match``), random gains and gamma, band mixing (``colour_mix``),
+    (a fraction ``match``; crop ``reference[i]`` (N,) for crop i, by default the previous one),
+    random gains and gamma, band mixing (``colour_mix``),
     blur (a fraction ``blur``), grey (a fraction ``grey``), noise, and bands shuffled half the
     time."""
     size, device = len(x), x.device
     if match > 0 and size > 1:
-        matched = match_histograms(x, x.roll(1, dims=0))
+        order = torch.arange(size).roll(1) if reference is None else reference
+        matched = match_histograms(x, x[order.to(device)])
         x = torch.where((uniform(0, 1) < match).view(size, 1, 1, 1), matched, x)
     gains = uniform(0.85, 1.15, (size, 3)).view(size, 3, 1, 1)
     gamma = torch.exp(uniform(-0.3, 0.3)).view(size, 1, 1, 1)
@@ -612,13 +629,14 @@ def generators(seed, device):
 
 def train(items, cases, steps, device, seed, log, network, grey, scales=SCALES, box_below=0.0,
           batch_size=16, blur=0.0, colour_mix=0.0, ema=0.0, path_share=0.5, encoder_lr=1.0,
-          match=0.0):
+          match=0.0, match_same_kind=False):
     """The trained model (eval mode) made by ``network()``; with ``ema`` > 0 the exponential
     moving average of its weights and batch-norm statistics (that decay per step). A fraction
     ``path_share`` of each step's crops are path crops of ``cases`` (:func:`load_cases`), the
     rest surface crops. The parameters of the model's ``encoder``, where it has one, learn at
     ``encoder_lr`` times the rate of the others; a fraction ``match`` of the crops takes its
-    histograms from another crop (:func:`recolour`)."""
+    histograms from another crop (:func:`recolour`), of the same kind of image with
+    ``match_same_kind``."""
     torch.manual_seed(seed)
     draws = generators(seed, device)
     data = stack(items, device, box=box_below > 0)
@@ -642,7 +660,7 @@ def train(items, cases, steps, device, seed, log, network, grey, scales=SCALES, 
         if paths < batch_size:
             parts.append(batch(data, batch_size - paths, *draws, grey=grey, scales=scales,
                                box_below=box_below, blur=blur, colour_mix=colour_mix,
-                               match=match))
+                               match=match, match_same_kind=match_same_kind))
         if paths:
             parts.append(path_batch(data, cases, paths, *draws, grey=grey, scales=scales,
                                     blur=blur, colour_mix=colour_mix, match=match))
@@ -727,6 +745,9 @@ def main():
     parser.add_argument("--match-histograms", type=float, default=0.0, metavar="FRACTION",
                         help="fraction of training crops whose band histograms are taken from "
                              "another crop of the step (another source's look)")
+    parser.add_argument("--match-same-kind", action="store_true",
+                        help="histograms are taken from a crop of the same kind of image "
+                             "(road or water)")
     parser.add_argument("--scales", default=",".join(map(str, SCALES)),
                         help="LOW,HIGH: range of crop scales (crop px per image px)")
     parser.add_argument("--box-below", type=float, default=0.0,
@@ -781,7 +802,8 @@ def main():
     def train_on(images, seed):
         return train(images, cases_on(images), args.steps, device, seed, print, network,
                      args.grey, scales, args.box_below, args.batch, args.blur, args.colour_mix,
-                     args.ema, args.path_share, args.encoder_lr, args.match_histograms)
+                     args.ema, args.path_share, args.encoder_lr, args.match_histograms,
+                     args.match_same_kind)
 
     if args.folds:
         fold_of = {item["id"]: -1 for item in items if args.fold_water_only and item["label"] == 0}

@@ -210,3 +210,16 @@ def test_recolour_with_matching_gives_a_flat_crop_another_crop_s_spread(trainer)
     plain, matched = recoloured(0.0), recoloured(1.0)
     assert plain[0].std() < 0.05
     assert matched[0].std() > 0.2
+    # Each crop its own reference: the flat crop stays flat.
+    generator = torch.Generator().manual_seed(3)
+    itself = trainer.recolour(crops, trainer._uniform(2, generator, "cpu"), generator,
+                              torch.Generator().manual_seed(3), grey=0.0, match=1.0,
+                              reference=torch.tensor([0, 1]))
+    assert itself[0].std() < 0.05
+
+
+def test_previous_of_kind_finds_the_nearest_earlier_crop_of_the_same_kind(trainer):
+    kinds = torch.tensor([0, 0, 0, 1, 0, 0, 0, 1, 2])
+    assert trainer.previous_of_kind(kinds).tolist() == [6, 0, 1, 7, 2, 4, 5, 3, 8]
+    # One kind only: every crop's reference is the one before it, as without kinds.
+    assert trainer.previous_of_kind(torch.zeros(4)).tolist() == [3, 0, 1, 2]
