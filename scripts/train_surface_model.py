@@ -26,7 +26,9 @@ Each step's crops are of two kinds, half and half (``--path-share``):
 
 With ``--match-histograms F`` a fraction F of the crops of either kind first takes each band's
 histogram from another crop of the step (another source's look on its shapes); with
-``--match-same-kind`` that other crop is of the same kind of image (road or water).
+``--match-same-kind`` that other crop is of the same kind of image (road or water). With
+``--amplitude-mix F`` a fraction F of the crops mixes its Fourier amplitudes with that crop's
+(its texture and contrast; the phases, which hold the shapes, stay).
 
 Folders are laid out like the project's development sets: ``DIR/sources.json`` lists
 ``{"id", "image", "gt", "dataset"}`` records. Outputs in ``--out``:
@@ -61,6 +63,7 @@ import json
 import math
 import os
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -86,6 +89,22 @@ GREY_FRACTION = 0.1
 SCALES = (0.6, 1.6)
 #: Learning rate of a pretrained encoder, as a fraction of the decoder's.
 ENCODER_LR = 0.3
+
+
+@dataclass(frozen=True)
+class Looks:
+    """How training crops are recoloured (:func:`recolour`): the fractions of the crops turned
+    ``grey``, blurred (``blur``: σ 0.5–1.5 px, a softer sensor), whose band histograms are taken
+    from another crop of the step (``match``; with ``match_same_kind`` a crop of the same kind
+    of image, road or water: :func:`previous_of_kind`) and whose Fourier amplitudes are mixed
+    with that crop's (``amplitude_mix``: :func:`mix_amplitudes`), and the spread of a random
+    band-mixing matrix I + E (``colour_mix``: another sensor's colour balance)."""
+    grey: float = GREY_FRACTION
+    blur: float = 0.0
+    colour_mix: float = 0.0
+    match: float = 0.0
+    match_same_kind: bool = False
+    amplitude_mix: float = 0.0
 
 
 class Block(nn.Sequential):
@@ -403,21 +422,16 @@ def boxed(images: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def batch(data, size, generator, device_generator, grey=GREY_FRACTION, scales=SCALES,
-          box_below=0.0, blur=0.0, colour_mix=0.0, match=0.0, match_same_kind=False):
+def batch(data, size, generator, device_generator, looks=Looks(), scales=SCALES,
+          box_below=0.0):
     """Surface crops: random rotated, scaled, flipped, recoloured crops centred near the
     surface, two clicks on it: inputs (N, INPUTS, C, C), targets (N, OUTPUTS, C, C) (surface,
     centreline, path = 0), weights (N, OUTPUTS, C, C) (0 outside the image and in the unsure
     band; 0 for the path). ``generator`` (CPU) draws the per-crop choices,
-    ``device_generator`` (on the images' device) the per-pixel noise and the clicks; a
-    fraction ``grey`` of the crops is made grey. Scales (crop px per image px) are drawn
-    log-uniform in ``scales``; crops at a scale below ``box_below`` sample the 2×2 box means
-    of the image (:func:`boxed`, ``data[4]``), as the half-resolution inference sees it. A
-    fraction ``blur`` of the crops is blurred (σ 0.5–1.5 px: a softer sensor), and each crop's
-    bands are mixed by I + E, E with entries of spread ``colour_mix`` (another sensor's colour
-    balance); a fraction ``match`` of the crops takes each band's histogram from another crop
-    of the batch (:func:`match_histograms`), with ``match_same_kind`` a crop of the same kind
-    of image (:func:`previous_of_kind`).
+    ``device_generator`` (on the images' device) the per-pixel noise and the clicks; crops are
+    recoloured as ``looks`` says. Scales (crop px per image px) are drawn log-uniform in
+    ``scales``; crops at a scale below ``box_below`` sample the 2×2 box means of the image
+    (:func:`boxed`, ``data[4]``), as the half-resolution inference sees it.
 
     Road images give three crops in four (water images the rest), when both are present."""
     images, sizes, labels, surface, box_means = data
@@ -442,9 +456,9 @@ def batch(data, size, generator, device_generator, grey=GREY_FRACTION, scales=SC
     sampled = _sample(source.float(), pose, images.shape)
     weight = ((sampled[:, 5:6] > 0.99) & (sampled[:, 6:7] < 0.5)).float()
     target = (sampled[:, 3:4] > 0.5).float()
-    reference = previous_of_kind(labels[pick].cpu() if match_same_kind else torch.zeros(size))
-    x = recolour(sampled[:, :3] / 255.0, uniform, generator, device_generator, grey, blur,
-                 colour_mix, match, reference)
+    kinds = labels[pick].cpu() if looks.match_same_kind else torch.zeros(size)
+    x = recolour(sampled[:, :3] / 255.0, uniform, generator, device_generator, looks,
+                 previous_of_kind(kinds))
     clicks = random_clicks(target, weight, device_generator).float()
     inputs = network_inputs(x, clicks[:, 0], clicks[:, 1])
     zero = torch.zeros_like(target)
@@ -452,8 +466,7 @@ def batch(data, size, generator, device_generator, grey=GREY_FRACTION, scales=SC
             torch.cat([weight, weight, zero], dim=1))
 
 
-def path_batch(data, cases, size, generator, device_generator, grey=GREY_FRACTION,
-               scales=SCALES, blur=0.0, colour_mix=0.0, match=0.0):
+def path_batch(data, cases, size, generator, device_generator, looks=Looks(), scales=SCALES):
     """Path crops: crops (as :func:`batch`'s, scale capped so that [a, b] spans at most
     PATH_SPAN px) around click cases of :func:`load_cases` drawn by their weights, the clicks
     jittered by up to 1.5 px: inputs (N, INPUTS, C, C), targets (N, OUTPUTS, C, C) (surface,
@@ -483,8 +496,7 @@ def path_batch(data, cases, size, generator, device_generator, grey=GREY_FRACTIO
     grid = torch.stack([grid_x.flatten(), grid_y.flatten()], 1)[None]  # (1, C², 2)
     distance = torch.stack([torch.cdist(grid, lines[i:i + 1]).amin(2)[0] for i in range(size)])
     path = torch.exp(-distance.view(size, 1, CROP, CROP) ** 2 / (2 * CENTRELINE_SIGMA ** 2))
-    x = recolour(sampled[:, :3] / 255.0, uniform, generator, device_generator, grey, blur,
-                 colour_mix, match)
+    x = recolour(sampled[:, :3] / 255.0, uniform, generator, device_generator, looks)
     inputs = network_inputs(x, clicks[:, 0], clicks[:, 1])
     return (inputs, torch.cat([target, sampled[:, 4:5].clamp(0, 1), path], dim=1),
             torch.cat([weight, weight, inside], dim=1))
@@ -553,29 +565,41 @@ def match_histograms(x: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
     return out.view_as(x)
 
 
-def recolour(x, uniform, generator, device_generator, grey, blur=0.0, colour_mix=0.0,
-             match=0.0, reference=None):
-    """Crops (N, 3, C, C) in [0, 1] with their histograms taken from another crop of the batch
-    (a fraction ``match``; crop ``reference[i]`` (N,) for crop i, by default the previous one),
-    random gains and gamma, band mixing (``colour_mix``),
-    blur (a fraction ``blur``), grey (a fraction ``grey``), noise, and bands shuffled half the
-    time."""
+def mix_amplitudes(x: torch.Tensor, reference: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """(N, B, H, W) crops whose 2-D Fourier amplitudes, band by band, are (1 − w)·their own +
+    w·``reference``'s (N, B, H, W), ``weight`` w (N,) per crop, the phases their own (the
+    crop's shapes with some of the reference's texture and contrast), clipped to [0, 1]."""
+    spectrum, other = torch.fft.rfft2(x.float()), torch.fft.rfft2(reference.float())
+    w = weight.view(-1, 1, 1, 1)
+    amplitude = (1 - w) * spectrum.abs() + w * other.abs()
+    mixed = torch.polar(amplitude, spectrum.angle())
+    return torch.fft.irfft2(mixed, s=x.shape[-2:]).clamp(0, 1).to(x.dtype)
+
+
+def recolour(x, uniform, generator, device_generator, looks, reference=None):
+    """Crops (N, 3, C, C) in [0, 1] recoloured as ``looks`` says: histograms taken from another
+    crop of the batch (crop ``reference[i]`` (N,) for crop i, by default the previous one),
+    Fourier amplitudes mixed with that crop's, random gains and gamma, band mixing, blur, grey,
+    noise, and bands shuffled half the time."""
     size, device = len(x), x.device
-    if match > 0 and size > 1:
-        order = torch.arange(size).roll(1) if reference is None else reference
-        matched = match_histograms(x, x[order.to(device)])
-        x = torch.where((uniform(0, 1) < match).view(size, 1, 1, 1), matched, x)
+    order = (torch.arange(size).roll(1) if reference is None else reference).to(device)
+    if looks.match > 0 and size > 1:
+        matched = match_histograms(x, x[order])
+        x = torch.where((uniform(0, 1) < looks.match).view(size, 1, 1, 1), matched, x)
+    if looks.amplitude_mix > 0 and size > 1:
+        mixed = mix_amplitudes(x, x[order], uniform(0, 1))
+        x = torch.where((uniform(0, 1) < looks.amplitude_mix).view(size, 1, 1, 1), mixed, x)
     gains = uniform(0.85, 1.15, (size, 3)).view(size, 3, 1, 1)
     gamma = torch.exp(uniform(-0.3, 0.3)).view(size, 1, 1, 1)
     x = (x * gains).clamp(0, 1) ** gamma
-    if colour_mix > 0:
-        mix = torch.eye(3, device=device) + colour_mix * torch.randn(
+    if looks.colour_mix > 0:
+        mix = torch.eye(3, device=device) + looks.colour_mix * torch.randn(
             (size, 3, 3), generator=device_generator, device=device)
         x = torch.einsum("nij,njhw->nihw", mix, x).clamp(0, 1)
-    if blur > 0:
-        x = torch.where((uniform(0, 1) < blur).view(size, 1, 1, 1),
+    if looks.blur > 0:
+        x = torch.where((uniform(0, 1) < looks.blur).view(size, 1, 1, 1),
                         gaussian_blur(x, uniform(0.5, 1.5)), x)
-    grey = (uniform(0, 1) < grey).view(size, 1, 1, 1)
+    grey = (uniform(0, 1) < looks.grey).view(size, 1, 1, 1)
     x = torch.where(grey, x.mean(dim=1, keepdim=True).expand_as(x), x)
     x = x + 0.02 * torch.randn(x.shape, generator=device_generator, device=device)
     # Shuffled bands: the absolute colour of a surface should not decide; the clicks' does.
@@ -627,16 +651,13 @@ def generators(seed, device):
             torch.Generator(device=device).manual_seed(seed))
 
 
-def train(items, cases, steps, device, seed, log, network, grey, scales=SCALES, box_below=0.0,
-          batch_size=16, blur=0.0, colour_mix=0.0, ema=0.0, path_share=0.5, encoder_lr=1.0,
-          match=0.0, match_same_kind=False):
+def train(items, cases, steps, device, seed, log, network, looks=Looks(), scales=SCALES,
+          box_below=0.0, batch_size=16, ema=0.0, path_share=0.5, encoder_lr=1.0):
     """The trained model (eval mode) made by ``network()``; with ``ema`` > 0 the exponential
     moving average of its weights and batch-norm statistics (that decay per step). A fraction
     ``path_share`` of each step's crops are path crops of ``cases`` (:func:`load_cases`), the
     rest surface crops. The parameters of the model's ``encoder``, where it has one, learn at
-    ``encoder_lr`` times the rate of the others; a fraction ``match`` of the crops takes its
-    histograms from another crop (:func:`recolour`), of the same kind of image with
-    ``match_same_kind``."""
+    ``encoder_lr`` times the rate of the others; crops are recoloured as ``looks`` says."""
     torch.manual_seed(seed)
     draws = generators(seed, device)
     data = stack(items, device, box=box_below > 0)
@@ -658,12 +679,10 @@ def train(items, cases, steps, device, seed, log, network, grey, scales=SCALES, 
     for step in range(steps):
         parts = []
         if paths < batch_size:
-            parts.append(batch(data, batch_size - paths, *draws, grey=grey, scales=scales,
-                               box_below=box_below, blur=blur, colour_mix=colour_mix,
-                               match=match, match_same_kind=match_same_kind))
+            parts.append(batch(data, batch_size - paths, *draws, looks=looks, scales=scales,
+                               box_below=box_below))
         if paths:
-            parts.append(path_batch(data, cases, paths, *draws, grey=grey, scales=scales,
-                                    blur=blur, colour_mix=colour_mix, match=match))
+            parts.append(path_batch(data, cases, paths, *draws, looks=looks, scales=scales))
         x, y, w = (torch.cat(planes) for planes in zip(*parts, strict=True))
         x = x.contiguous(memory_format=torch.channels_last)
         with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda"):
@@ -748,6 +767,9 @@ def main():
     parser.add_argument("--match-same-kind", action="store_true",
                         help="histograms are taken from a crop of the same kind of image "
                              "(road or water)")
+    parser.add_argument("--amplitude-mix", type=float, default=0.0, metavar="FRACTION",
+                        help="fraction of training crops whose Fourier amplitudes are mixed "
+                             "with another crop's by a random weight (its texture and contrast)")
     parser.add_argument("--scales", default=",".join(map(str, SCALES)),
                         help="LOW,HIGH: range of crop scales (crop px per image px)")
     parser.add_argument("--box-below", type=float, default=0.0,
@@ -799,11 +821,13 @@ def main():
         print(f"  {len(cases[0])} click cases", flush=True)
         return cases
 
+    looks = Looks(args.grey, args.blur, args.colour_mix, args.match_histograms,
+                  args.match_same_kind, args.amplitude_mix)
+
     def train_on(images, seed):
         return train(images, cases_on(images), args.steps, device, seed, print, network,
-                     args.grey, scales, args.box_below, args.batch, args.blur, args.colour_mix,
-                     args.ema, args.path_share, args.encoder_lr, args.match_histograms,
-                     args.match_same_kind)
+                     looks, scales, args.box_below, args.batch, args.ema, args.path_share,
+                     args.encoder_lr)
 
     if args.folds:
         fold_of = {item["id"]: -1 for item in items if args.fold_water_only and item["label"] == 0}

@@ -110,7 +110,8 @@ def test_a_short_run_trains_and_exports_surface_and_path(trainer, road_set, tmp_
     items = trainer.load_sets([(str(road_set), 0)])
     cases = trainer.load_cases([str(road_set / "cases.json")], items)
     model = trainer.train(items, cases, 2, "cpu", 0, lambda line: None,
-                          lambda: trainer.SurfaceNet((4, 8, 16, 32)), 0.0, batch_size=4)
+                          lambda: trainer.SurfaceNet((4, 8, 16, 32)), trainer.Looks(grey=0.0),
+                          batch_size=4)
     path = tmp_path / "surface.onnx"
     trainer.export(model, path)
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -170,8 +171,8 @@ def test_pretrained_encoder_learns_slower_and_exports_with_inputs_of_multiples_o
     path, _ = imagenet_weights
     started = trainer.MobileNetUNet(str(path))
     model = trainer.train(items, cases, 3, "cpu", 0, lambda line: None,
-                          lambda: trainer.MobileNetUNet(str(path)), 0.0, batch_size=4,
-                          encoder_lr=0.0)
+                          lambda: trainer.MobileNetUNet(str(path)), trainer.Looks(grey=0.0),
+                          batch_size=4, encoder_lr=0.0)
     # A zero learning rate leaves the encoder's weights as they were (its batch norms'
     # statistics still follow the crops); the decoder moves.
     torch.testing.assert_close(model.encoder[5].conv[1][0].weight.float(),
@@ -203,7 +204,7 @@ def test_recolour_with_matching_gives_a_flat_crop_another_crop_s_spread(trainer)
         generator = torch.Generator().manual_seed(3)
         uniform = trainer._uniform(2, generator, "cpu")
         return trainer.recolour(crops, uniform, generator, torch.Generator().manual_seed(3),
-                                grey=0.0, match=match)
+                                trainer.Looks(grey=0.0, match=match))
 
     # Without matching the flat crop stays flat but for the noise (σ 0.02); with it, it takes
     # the ramp's spread of values (σ ≈ 0.3).
@@ -213,8 +214,8 @@ def test_recolour_with_matching_gives_a_flat_crop_another_crop_s_spread(trainer)
     # Each crop its own reference: the flat crop stays flat.
     generator = torch.Generator().manual_seed(3)
     itself = trainer.recolour(crops, trainer._uniform(2, generator, "cpu"), generator,
-                              torch.Generator().manual_seed(3), grey=0.0, match=1.0,
-                              reference=torch.tensor([0, 1]))
+                              torch.Generator().manual_seed(3),
+                              trainer.Looks(grey=0.0, match=1.0), torch.tensor([0, 1]))
     assert itself[0].std() < 0.05
 
 
@@ -223,3 +224,20 @@ def test_previous_of_kind_finds_the_nearest_earlier_crop_of_the_same_kind(traine
     assert trainer.previous_of_kind(kinds).tolist() == [6, 0, 1, 7, 2, 4, 5, 3, 8]
     # One kind only: every crop's reference is the one before it, as without kinds.
     assert trainer.previous_of_kind(torch.zeros(4)).tolist() == [3, 0, 1, 2]
+
+
+def test_mixed_amplitudes_keep_the_crop_s_phases_and_move_toward_the_reference_s(trainer):
+    generator = torch.Generator().manual_seed(1)
+    crops = torch.rand((2, 3, 16, 16), generator=generator) * 0.5 + 0.25
+    reference = torch.rand((2, 3, 16, 16), generator=generator) * 0.5 + 0.25
+    # Weight 0: the crop itself; weight 1 with the crop as its own reference: unchanged.
+    assert torch.allclose(trainer.mix_amplitudes(crops, reference, torch.zeros(2)), crops,
+                          atol=1e-5)
+    assert torch.allclose(trainer.mix_amplitudes(crops, crops, torch.ones(2)), crops, atol=1e-5)
+    # Halfway: the amplitude spectrum is the mean of the two, the phases the crop's.
+    half = trainer.mix_amplitudes(crops, reference, torch.full((2,), 0.5))
+    spectrum, mixed = torch.fft.rfft2(crops), torch.fft.rfft2(half)
+    expected = 0.5 * (spectrum.abs() + torch.fft.rfft2(reference).abs())
+    assert torch.allclose(mixed.abs(), expected, atol=1e-3)
+    strong = spectrum.abs() > 0.5
+    assert torch.allclose(mixed.angle()[strong], spectrum.angle()[strong], atol=1e-3)
