@@ -109,6 +109,71 @@ def _case(record, index: int, folder: str, path: str) -> Case:
                 points["b"], points["gt"], tuple(tags))
 
 
+def read_report(path: str | os.PathLike) -> dict[str, dict[str, dict]]:
+    """The per-case rows of a report written by ``eval --json`` (or scripts/crossval_surface.py).
+
+    Returns
+    -------
+    dict
+        ``{method: {case id: row}}``, each row a dict with ``completeness_3`` and
+        ``completeness_5`` in [0, 1] (a failed case's null read as 0) and the other fields of
+        :func:`report_document`.
+
+    Raises
+    ------
+    BadParameter
+        If the file is unreadable or not such a report (one message naming what is wrong).
+    """
+    path = os.fspath(path)
+    document = read_json(path, "report")
+    methods = document.get("methods") if isinstance(document, dict) else None
+    if not isinstance(methods, dict) or not methods:
+        raise BadParameter(f"report {path} lists no methods: expected the JSON that eval --json "
+                           "writes")
+    runs = {}
+    for method, run in methods.items():
+        rows = run.get("cases") if isinstance(run, dict) else None
+        if not isinstance(rows, list):
+            raise BadParameter(f"report {path}: method {method!r} has no list of cases")
+        by_id = {}
+        for row in rows:
+            if not isinstance(row, dict) or not isinstance(row.get("id"), str):
+                raise BadParameter(f"report {path}: method {method!r} has a case without an id")
+            if row["id"] in by_id:
+                raise BadParameter(f"report {path}: method {method!r} lists case {row['id']!r} "
+                                   "twice")
+            row = dict(row)
+            for metric in ("completeness_3", "completeness_5"):
+                value = 0.0 if row.get(metric) is None else row[metric]
+                if (isinstance(value, bool) or not isinstance(value, (int, float))
+                        or not 0.0 <= value <= 1.0):
+                    raise BadParameter(f"report {path}: case {row['id']!r}: {metric} must be a "
+                                       "number in [0, 1]")
+                row[metric] = float(value)
+            by_id[row["id"]] = row
+        runs[method] = by_id
+    return runs
+
+
+def report_tags(runs: dict[str, dict[str, dict]], cases_path: str | os.PathLike
+                ) -> dict[str, tuple[str, ...]]:
+    """Case id → tags (the first: its dataset) for every case of ``runs``
+    (:func:`read_report`), from the cases file the report measured.
+
+    Raises
+    ------
+    BadParameter
+        If the cases file cannot be read (:func:`load_cases`) or lacks a case of the report.
+    """
+    tags = {case.id: case.tags for case in load_cases(cases_path)}
+    unknown = sorted({case for rows in runs.values() for case in rows} - tags.keys())
+    if unknown:
+        raise BadParameter(f"{len(unknown)} cases of the report are not in {os.fspath(cases_path)} "
+                           f"(e.g. {unknown[0]!r}): give the cases file it measured")
+    return {case: found for case, found in tags.items()
+            if any(case in rows for rows in runs.values())}
+
+
 class RasterCache:
     """Loads each image once (cases share images)."""
 

@@ -11,39 +11,45 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
+import sys
+from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-def read_report(report: str, cases: str) -> tuple[dict, dict]:
-    """The ``methods`` of an ``eval --json`` report, and the cases it measured by id."""
-    with open(report, encoding="utf-8") as handle:
-        methods = json.load(handle)["methods"]
-    with open(cases, encoding="utf-8") as handle:
-        return methods, {case["id"]: case for case in json.load(handle)}
+from core.errors import BadParameter  # noqa: E402
+from core.evaluate import read_report, report_tags  # noqa: E402
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("report", help="the JSON written by eval --json")
     parser.add_argument("cases", help="the cases file it measured (for the tags)")
-    args = parser.parse_args()
-    methods, cases = read_report(args.report, args.cases)
-    tags = {case_id: case.get("tags", []) for case_id, case in cases.items()}
-    datasets = sorted({found[0] for found in tags.values() if found})
+    args = parser.parse_args(argv)
+    try:
+        methods = read_report(args.report)
+        tags = report_tags(methods, args.cases)
+    except BadParameter as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    dataset_of = {case: found[0] if found else "" for case, found in tags.items()}
+    datasets = sorted({name for name in dataset_of.values() if name and name != "nontrivial"})
     for title, wanted in (("nontrivial", True), ("straight line right", False)):
         print(f"\n{title}: median c@3 / c@5 (cases)\n")
         print("| method | " + " | ".join(datasets) + " | all |")
         print("|---" * (len(datasets) + 2) + "|")
-        for method, run in methods.items():
+        for method, rows in methods.items():
             cells = []
             for dataset in [*datasets, None]:
-                chosen = [case for case in run["cases"]
+                chosen = [case for case in rows.values()
                           if ("nontrivial" in tags[case["id"]]) == wanted
-                          and (dataset is None or tags[case["id"]][0] == dataset)]
-                c3 = np.median([case["completeness_3"] or 0.0 for case in chosen])
-                c5 = np.median([case["completeness_5"] or 0.0 for case in chosen])
+                          and dataset in (None, dataset_of[case["id"]])]
+                if not chosen:
+                    cells.append("–")
+                    continue
+                c3 = np.median([case["completeness_3"] for case in chosen])
+                c5 = np.median([case["completeness_5"] for case in chosen])
                 cells.append(f"{c3:.2f} / {c5:.2f} ({len(chosen)})")
             print(f"| {method} | " + " | ".join(cells) + " |")
     return 0
