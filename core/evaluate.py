@@ -155,9 +155,9 @@ def read_report(path: str | os.PathLike) -> dict[str, dict[str, dict]]:
     return runs
 
 
-def report_tags(runs: dict[str, dict[str, dict]], cases_path: str | os.PathLike
-                ) -> dict[str, tuple[str, ...]]:
-    """Case id → tags (the first: its dataset) for every case of ``runs``
+def report_cases(runs: dict[str, dict[str, dict]], cases_path: str | os.PathLike
+                 ) -> dict[str, Case]:
+    """Case id → :class:`Case` (its first tag: its dataset) for every case of ``runs``
     (:func:`read_report`), from the cases file the report measured.
 
     Raises
@@ -165,13 +165,13 @@ def report_tags(runs: dict[str, dict[str, dict]], cases_path: str | os.PathLike
     BadParameter
         If the cases file cannot be read (:func:`load_cases`) or lacks a case of the report.
     """
-    tags = {case.id: case.tags for case in load_cases(cases_path)}
-    unknown = sorted({case for rows in runs.values() for case in rows} - tags.keys())
+    cases = {case.id: case for case in load_cases(cases_path)}
+    unknown = sorted({case for rows in runs.values() for case in rows} - cases.keys())
     if unknown:
         raise BadParameter(f"{len(unknown)} cases of the report are not in {os.fspath(cases_path)} "
                            f"(e.g. {unknown[0]!r}): give the cases file it measured")
-    return {case: found for case, found in tags.items()
-            if any(case in rows for rows in runs.values())}
+    return {name: case for name, case in cases.items()
+            if any(name in rows for rows in runs.values())}
 
 
 class RasterCache:

@@ -19,7 +19,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from core.errors import BadParameter  # noqa: E402
-from core.evaluate import read_report, report_tags  # noqa: E402
+from core.evaluate import read_report, report_cases  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         methods = read_report(args.report)
-        tags = report_tags(methods, args.cases)
+        tags = {name: case.tags for name, case in report_cases(methods, args.cases).items()}
     except BadParameter as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,7 +1,8 @@
 """Did a change help? A case-by-case comparison of two ``eval --json`` reports on the same
 cases: per group of cases, the mean completeness @3 / @5 px before and after, the mean of the
-case-by-case differences with its standard error, how many cases got better or worse, and the
-share of gross misses (less than half of the true line within 5 px).
+case-by-case differences with its standard error, how many cases got better or worse, the
+share of gross misses (less than half of the true line within 5 px) and how many cases fall
+more than 0.1 below the straight line a → b at 5 px.
 
 A difference of less than about two standard errors is within the noise of the cases drawn.
 
@@ -27,12 +28,15 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from core.errors import BadParameter  # noqa: E402
-from core.evaluate import OURS, read_report, report_tags  # noqa: E402
+from core.evaluate import OURS, Case, read_report, report_cases  # noqa: E402
+from core.metrics import path_metrics  # noqa: E402
 
 #: A case counts as better or worse when its completeness @3 px moves by more than this.
 CHANGE = 0.01
 #: A gross miss: completeness @5 px below this.
 GROSS_MISS = 0.5
+#: Below the straight line: completeness @5 px this much under the straight line's.
+BELOW_STRAIGHT = 0.1
 
 
 def pick_method(runs: dict[str, dict], wanted: str | None, path: str) -> dict[str, dict]:
@@ -58,9 +62,11 @@ def groups(tags: dict[str, tuple[str, ...]]) -> list[tuple[str, list[str]]]:
     return [(name, ids) for name, ids in chosen if ids]
 
 
-def compare(before: dict[str, dict], after: dict[str, dict], ids: list[str]) -> dict:
-    """Means, differences (after − before, mean and standard error), better / worse counts
-    and gross-miss shares of cases ``ids``."""
+def compare(before: dict[str, dict], after: dict[str, dict], ids: list[str],
+            straight: dict[str, float]) -> dict:
+    """Means, differences (after − before, mean and standard error), better / worse counts,
+    gross-miss shares and counts below the straight line (whose completeness @5 px per case is
+    ``straight``) of cases ``ids``."""
     out = {"n": len(ids)}
     for radius in (3, 5):
         key = f"completeness_{radius}"
@@ -75,14 +81,22 @@ def compare(before: dict[str, dict], after: dict[str, dict], ids: list[str]) -> 
             out["worse"] = int(np.sum(difference < -CHANGE))
         else:
             out["gross"] = (np.mean(old < GROSS_MISS), np.mean(new < GROSS_MISS))
+            line = np.array([straight[case] for case in ids]) - BELOW_STRAIGHT
+            out["below"] = (int(np.sum(old < line)), int(np.sum(new < line)))
     return out
+
+
+def straight_line_completeness(cases: dict[str, Case]) -> dict[str, float]:
+    """Case id → completeness @5 px of the straight line a → b."""
+    return {name: path_metrics(np.vstack([case.a, case.b]), case.gt).completeness_5
+            for name, case in cases.items()}
 
 
 def format_table(rows: list[tuple[str, dict]]) -> str:
     """Markdown table of :func:`compare` results."""
     lines = ["| cases | n | mean c@3 / c@5 before | after | difference c@3 | difference c@5 | "
-             "better / worse (c@3) | gross misses |",
-             "|---|---|---|---|---|---|---|---|"]
+             "better / worse (c@3) | gross misses | below the straight line |",
+             "|---|---|---|---|---|---|---|---|---|"]
     def difference(cell: dict) -> str:
         error = "" if np.isnan(cell["error"]) else f" ± {cell['error']:.3f}"
         return f"{cell['difference']:+.3f}{error}"
@@ -92,7 +106,8 @@ def format_table(rows: list[tuple[str, dict]]) -> str:
             f"| {name} | {row['n']} | {row[3]['before']:.3f} / {row[5]['before']:.3f} | "
             f"{row[3]['after']:.3f} / {row[5]['after']:.3f} | {difference(row[3])} | "
             f"{difference(row[5])} | {row['better']} / {row['worse']} | "
-            f"{row['gross'][0]:.0%} → {row['gross'][1]:.0%} |")
+            f"{row['gross'][0]:.0%} → {row['gross'][1]:.0%} | "
+            f"{row['below'][0]} → {row['below'][1]} |")
     return "\n".join(lines)
 
 
@@ -111,9 +126,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"the reports measured different cases ({len(before.keys() - after.keys())} "
                 f"only in {args.before}, {len(after.keys() - before.keys())} only in "
                 f"{args.after})")
-        tags = report_tags({"before": before}, args.cases)
-        measured = {case: found or ("untagged",) for case, found in tags.items()}
-        print(format_table([(name, compare(before, after, ids))
+        cases = report_cases({"before": before}, args.cases)
+        straight = straight_line_completeness(cases)
+        measured = {name: case.tags or ("untagged",) for name, case in cases.items()}
+        print(format_table([(name, compare(before, after, ids, straight))
                             for name, ids in groups(measured)]))
     except BadParameter as exc:
         print(f"error: {exc}", file=sys.stderr)
