@@ -1,0 +1,42 @@
+"""scripts/overlay_cases.py: pictures of traced cases from an eval report."""
+
+from __future__ import annotations
+
+import json
+
+from PIL import Image
+
+from core.evaluate import load_cases
+from tests.conftest import SAMPLE_CASES, load_script
+
+
+def _report(path, case, method_names=("ours", "route_flat")) -> str:
+    line = case.gt.tolist()
+    rows = [{"id": case.id, "completeness_3": 1.0, "completeness_5": 1.0, "polyline": line}]
+    path.write_text(json.dumps({"params": {}, "methods": {name: {"cases": rows}
+                                                          for name in method_names}}))
+    return str(path)
+
+
+def test_one_picture_per_case_enlarged_around_the_truth(tmp_path):
+    script = load_script("overlay_cases")
+    case = load_cases(SAMPLE_CASES)[0]
+    report = _report(tmp_path / "report.json", case)
+    assert script.main([report, str(SAMPLE_CASES), str(tmp_path / "out"), case.id]) == 0
+    picture = Image.open(tmp_path / "out" / f"{case.id}.png")
+    # The crop is the truth's box plus the margin, enlarged towards SIZE px on its longer side.
+    assert max(picture.size) >= script.SIZE * 0.75
+    # The truth is drawn in yellow (ours, drawn last over it here, in red).
+    colours = {colour for _, colour in picture.getcolors(1 << 20)}
+    assert script.COLOURS["ours"] in colours
+
+
+def test_a_missing_peer_or_case_is_one_message(tmp_path, capsys):
+    script = load_script("overlay_cases")
+    case = load_cases(SAMPLE_CASES)[0]
+    report = _report(tmp_path / "report.json", case, ("ours",))
+    assert script.main([report, str(SAMPLE_CASES), str(tmp_path / "out"), case.id]) == 2
+    assert "has no method 'route_flat'" in capsys.readouterr().err
+    report = _report(tmp_path / "report.json", case)
+    assert script.main([report, str(SAMPLE_CASES), str(tmp_path / "out"), "nope"]) == 2
+    assert "no case 'nope'" in capsys.readouterr().err
