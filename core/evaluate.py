@@ -45,6 +45,12 @@ class Case:
     tags: tuple[str, ...]
     ground_resolution: float | None = None
 
+    @property
+    def dataset(self) -> str | None:
+        """The case's data set: its first tag (None when it has none, or the first is
+        ``nontrivial``)."""
+        return self.tags[0] if self.tags and self.tags[0] != "nontrivial" else None
+
 
 @dataclass(frozen=True)
 class CaseResult:

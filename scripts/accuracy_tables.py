@@ -29,12 +29,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         methods = read_report(args.report)
-        tags = {name: case.tags for name, case in report_cases(methods, args.cases).items()}
+        cases = report_cases(methods, args.cases)
     except BadParameter as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    dataset_of = {case: found[0] if found else "" for case, found in tags.items()}
-    datasets = sorted({name for name in dataset_of.values() if name and name != "nontrivial"})
+    datasets = sorted({case.dataset for case in cases.values() if case.dataset is not None})
     for title, wanted in (("nontrivial", True), ("straight line right", False)):
         print(f"\n{title}: median c@3 / c@5 (cases)\n")
         print("| method | " + " | ".join(datasets) + " | all |")
@@ -42,14 +41,14 @@ def main(argv: list[str] | None = None) -> int:
         for method, rows in methods.items():
             cells = []
             for dataset in [*datasets, None]:
-                chosen = [case for case in rows.values()
-                          if ("nontrivial" in tags[case["id"]]) == wanted
-                          and dataset in (None, dataset_of[case["id"]])]
+                chosen = [row for row in rows.values()
+                          if ("nontrivial" in cases[row["id"]].tags) == wanted
+                          and dataset in (None, cases[row["id"]].dataset)]
                 if not chosen:
                     cells.append("–")
                     continue
-                c3 = np.median([case["completeness_3"] for case in chosen])
-                c5 = np.median([case["completeness_5"] for case in chosen])
+                c3 = np.median([row["completeness_3"] for row in chosen])
+                c5 = np.median([row["completeness_5"] for row in chosen])
                 cells.append(f"{c3:.2f} / {c5:.2f} ({len(chosen)})")
             print(f"| {method} | " + " | ".join(cells) + " |")
     return 0

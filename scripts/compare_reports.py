@@ -50,15 +50,16 @@ def pick_method(runs: dict[str, dict], wanted: str | None, path: str) -> dict[st
     return runs[wanted]
 
 
-def groups(tags: dict[str, tuple[str, ...]]) -> list[tuple[str, list[str]]]:
+def groups(cases: dict[str, Case]) -> list[tuple[str, list[str]]]:
     """(name, case ids) of each group: nontrivial, nontrivial per dataset, straight line right;
     empty groups left out."""
-    hard = [case for case, found in tags.items() if "nontrivial" in found]
-    datasets = sorted({tags[case][0] for case in hard if tags[case][0] != "nontrivial"})
+    hard = [name for name, case in cases.items() if "nontrivial" in case.tags]
+    easy = [name for name, case in cases.items() if "nontrivial" not in case.tags]
+    datasets = sorted({cases[name].dataset for name in hard} - {None})
     chosen = [("nontrivial", hard)]
-    chosen += [(f"nontrivial, {name}", [case for case in hard if tags[case][0] == name])
-               for name in datasets]
-    chosen.append(("straight line right", [case for case in tags if case not in set(hard)]))
+    chosen += [(f"nontrivial, {dataset}", [name for name in hard if cases[name].dataset == dataset])
+               for dataset in datasets]
+    chosen.append(("straight line right", easy))
     return [(name, ids) for name, ids in chosen if ids]
 
 
@@ -128,9 +129,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{args.after})")
         cases = report_cases({"before": before}, args.cases)
         straight = straight_line_completeness(cases)
-        measured = {name: case.tags or ("untagged",) for name, case in cases.items()}
         print(format_table([(name, compare(before, after, ids, straight))
-                            for name, ids in groups(measured)]))
+                            for name, ids in groups(cases)]))
     except BadParameter as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -47,12 +47,18 @@ def main(argv: list[str] | None = None) -> int:
     except BadParameter as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    images = {}
+    for case_id in args.ids:  # every image readable before any picture is written
+        try:
+            images[case_id] = Image.open(cases[case_id].image)
+        except OSError as exc:
+            print(f"error: cannot read the image of case {case_id!r}: {exc}", file=sys.stderr)
+            return 2
     lines = {name: {case_id: row.get("polyline") for case_id, row in methods[method].items()}
              for name, method in (("ours", "ours"), ("peer", args.peer))}
     os.makedirs(args.out, exist_ok=True)
     for case_id in args.ids:
-        case = cases[case_id]
-        image = Image.open(case.image)
+        case, image = cases[case_id], images[case_id]
         xs = [x for x, _ in case.gt]
         ys = [y for _, y in case.gt]
         box = (max(min(xs) - MARGIN, 0), max(min(ys) - MARGIN, 0),

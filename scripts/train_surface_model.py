@@ -456,9 +456,8 @@ def batch(data, size, generator, device_generator, looks=Looks(), scales=SCALES,
     sampled = _sample(source.float(), pose, images.shape)
     weight = ((sampled[:, 5:6] > 0.99) & (sampled[:, 6:7] < 0.5)).float()
     target = (sampled[:, 3:4] > 0.5).float()
-    kinds = labels[pick].cpu() if looks.match_same_kind else torch.zeros(size)
     x = recolour(sampled[:, :3] / 255.0, uniform, generator, device_generator, looks,
-                 previous_of_kind(kinds))
+                 previous_of_kind(labels[pick].cpu()) if looks.match_same_kind else None)
     clicks = random_clicks(target, weight, device_generator).float()
     inputs = network_inputs(x, clicks[:, 0], clicks[:, 1])
     zero = torch.zeros_like(target)

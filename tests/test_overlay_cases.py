@@ -40,3 +40,16 @@ def test_a_missing_peer_or_case_is_one_message(tmp_path, capsys):
     report = _report(tmp_path / "report.json", case)
     assert script.main([report, str(SAMPLE_CASES), str(tmp_path / "out"), "nope"]) == 2
     assert "no case 'nope'" in capsys.readouterr().err
+
+
+def test_an_unreadable_image_is_one_message_and_no_picture(tmp_path, capsys):
+    script = load_script("overlay_cases")
+    case = load_cases(SAMPLE_CASES)[0]
+    record = json.loads(SAMPLE_CASES.read_text())[0]
+    (tmp_path / "broken.png").write_bytes(b"not a png")
+    cases = tmp_path / "cases.json"
+    cases.write_text(json.dumps([dict(record, image="broken.png")]))
+    report = _report(tmp_path / "report.json", case)
+    assert script.main([report, str(cases), str(tmp_path / "out"), case.id]) == 2
+    assert f"cannot read the image of case {case.id!r}" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
