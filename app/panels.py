@@ -80,6 +80,12 @@ class ParamsPanel(QWidget):
         self.sigma.setSingleStep(0.25)
         self.sigma.setToolTip("Gaussian scale σ of the image gradient: larger smooths noise and "
                               "fine texture.")
+        self.ground = _spin_box(PARAM_RANGES["ground_resolution"], " m/px")
+        self.ground.setSingleStep(0.1)
+        self.ground.setToolTip("The image's metres per pixel, for an image whose georeferencing "
+                               "does not say (a PNG or JPEG). On imagery of 0.3 m/px or coarser "
+                               "the surface model reads larger windows at full resolution. "
+                               "Auto: from the georeferencing, else unknown.")
         self.score = QComboBox()
         for name, kind in SCORE_KINDS.items():
             self.score.addItem(name)
@@ -110,14 +116,16 @@ class ParamsPanel(QWidget):
         form = QFormLayout(self)
         for label, widget in (("Guides", self.guides), ("Points per guide", self.points),
                               ("Half-width", self.halfwidth), ("Max angle", self.max_angle),
-                              ("σ", self.sigma), ("Score", self.score), ("Backend", self.backend),
+                              ("σ", self.sigma), ("Ground resolution", self.ground),
+                              ("Score", self.score), ("Backend", self.backend),
                               ("Evidence", evidence)):
             form.addRow(label, widget)
         self.choose_evidence.clicked.connect(self.evidence_requested)
         self.clear_evidence.clicked.connect(lambda: self.set_evidence(None))
         self._debounce = QTimer(self, singleShot=True, interval=250)
         self._debounce.timeout.connect(lambda: self.params_changed.emit(self.params()))
-        for spin in (self.guides, self.points, self.halfwidth, self.max_angle, self.sigma):
+        for spin in (self.guides, self.points, self.halfwidth, self.max_angle, self.sigma,
+                     self.ground):
             spin.valueChanged.connect(self._debounce.start)
         self.score.currentTextChanged.connect(self._debounce.start)
         self.backend.currentTextChanged.connect(self.backend_changed)
@@ -126,7 +134,8 @@ class ParamsPanel(QWidget):
         return TraceParams(guides=self.guides.value() or None, points=self.points.value() or None,
                            halfwidth=self.halfwidth.value() or None,
                            max_angle=self.max_angle.value(), sigma=self.sigma.value(),
-                           score=self.score.currentText(), evidence_path=self.evidence_path)
+                           score=self.score.currentText(), evidence_path=self.evidence_path,
+                           ground_resolution=self.ground.value() or None)
 
     def set_evidence(self, path: str | None) -> None:
         """Trace on the raster ``path`` (None: the image itself); emits ``params_changed``."""
@@ -146,13 +155,15 @@ class ParamsPanel(QWidget):
         """Show parameters (from a session, checked by :func:`app.params.params_from_dict`)
         without emitting ``params_changed``."""
         blockers = [QSignalBlocker(widget) for widget in (
-            self.guides, self.points, self.halfwidth, self.max_angle, self.sigma, self.score)]
+            self.guides, self.points, self.halfwidth, self.max_angle, self.sigma, self.ground,
+            self.score)]
         try:
             self.guides.setValue(params.guides or 0)
             self.points.setValue(params.points or 0)
             self.halfwidth.setValue(params.halfwidth or 0.0)
             self.max_angle.setValue(params.max_angle)
             self.sigma.setValue(params.sigma)
+            self.ground.setValue(params.ground_resolution or 0.0)
             self.score.setCurrentText(params.score)
         finally:
             for blocker in blockers:

@@ -52,6 +52,8 @@ PARAM_RANGES = {
     "halfwidth": ParamRange(0.1, _MAX_HALFWIDTH, decimals=1, auto=True),
     "max_angle": ParamRange(1.0, 180.0, decimals=1),
     "sigma": ParamRange(0.3, 20.0, decimals=2),
+    # The imagery's metres per pixel where its georeferencing does not say (null: unknown).
+    "ground_resolution": ParamRange(0.001, 10000.0, decimals=3, auto=True),
 }
 
 

@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from core import surface  # noqa: E402
 from core.backend import CpuBackend  # noqa: E402
 from core.errors import TraceError  # noqa: E402
-from core.evaluate import RasterCache, load_cases  # noqa: E402
+from core.evaluate import RasterCache, case_params, load_cases  # noqa: E402
 from core.scores import endpoint_similarity  # noqa: E402
-from core.tracer import TraceParams, trace  # noqa: E402
+from core.tracer import trace  # noqa: E402
 from gpu.backend import GpuBackend  # noqa: E402
 
 
@@ -47,7 +47,7 @@ def hausdorff(first: np.ndarray, second: np.ndarray) -> float:
 
 def polyline(raster, case, backend):
     try:
-        return trace(raster, case.a, case.b, TraceParams(), backend).polyline
+        return trace(raster, case.a, case.b, case_params(None, case), backend).polyline
     except TraceError as exc:
         return f"{type(exc).__name__}: {exc}"
 

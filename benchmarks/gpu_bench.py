@@ -40,6 +40,8 @@ from core.tracer import TraceParams, corridor_evidence, trace  # noqa: E402
 from gpu.backend import GpuBackend  # noqa: E402
 
 SAMPLE = Path(__file__).resolve().parent.parent / "resources" / "sample" / "gsi_108.png"
+#: Metres per pixel of the coarse-imagery click (full-resolution model on its window).
+COARSE_IMAGERY = 0.5
 
 
 def median(values) -> float:
@@ -105,22 +107,25 @@ def model_ms(backend: GpuBackend, rows: int, cols: int, repeats: int) -> float:
     return median(times[1:])
 
 
-def interactive(backend: GpuBackend, raster, repeats: int, profile: bool = False) -> dict:
-    """A 300 px click pair along the sample's road of case gsi_108_05, default parameters."""
+def interactive(backend: GpuBackend, raster, repeats: int, profile: bool = False,
+                ground_resolution: float | None = None) -> dict:
+    """A 300 px click pair along the sample's road of case gsi_108_05, default parameters
+    (with ``ground_resolution``: as on imagery of that many metres per pixel)."""
     a = np.array([27.0, 431.0])
     direction = np.array([239.0, 328.0]) - a
     b = a + 300.0 * direction / np.hypot(*direction)
-    params = TraceParams().resolve(300.0)
+    chosen = TraceParams(ground_resolution=ground_resolution)
+    params = chosen.resolve(300.0)
     corridor = build_corridor(a, b, params.guides, params.points, params.halfwidth)
     windows = admissible_windows(corridor, check_max_angle(params.max_angle))
     evidence = corridor_evidence(raster, corridor, params)
     rows, cols = evidence.planes.shape[1:]
-    step = surface.model_step(rows, cols)
+    step = surface.model_step(rows, cols, ground_resolution=ground_resolution)
     multiple = surface.SIZE_MULTIPLE
     model_shape = [-(-math.ceil(size / step) // multiple) * multiple for size in (rows, cols)]
     cpu = CpuBackend()
-    result = trace(raster, a, b, TraceParams(), backend)
-    expected = trace(raster, a, b, TraceParams(), cpu)
+    result = trace(raster, a, b, chosen, backend)
+    expected = trace(raster, a, b, chosen, cpu)
     # A fresh click: new evidence and windows objects, built before the clock starts.
     fresh = [(corridor_evidence(raster, corridor, params),
               admissible_windows(corridor, check_max_angle(params.max_angle)))
@@ -148,6 +153,7 @@ def interactive(backend: GpuBackend, raster, repeats: int, profile: bool = False
         "a": a.tolist(), "b": b.round(2).tolist(), "guides": params.guides,
         "points": params.points, "halfwidth": params.halfwidth, "max_angle": params.max_angle,
         "score": params.score, "precision": backend.precision, "window": [rows, cols],
+        "ground_resolution": ground_resolution,
         "model_input": model_shape, "model_note": backend.model_note,
         "same_path_as_cpu": bool(np.allclose(result.polyline, expected.polyline, atol=1e-9)),
         "model_device_ms": model_ms(backend, *model_shape, repeats),
@@ -157,9 +163,9 @@ def interactive(backend: GpuBackend, raster, repeats: int, profile: bool = False
         "backend_wall_ms": median(backend_wall),
         "evidence_wall_ms": median(wall_ms(lambda: corridor_evidence(raster, corridor, params),
                                            repeats)),
-        "trace_wall_ms": median(wall_ms(lambda: trace(raster, a, b, TraceParams(), backend),
+        "trace_wall_ms": median(wall_ms(lambda: trace(raster, a, b, chosen, backend),
                                         repeats)),
-        "cpu_trace_wall_ms": median(wall_ms(lambda: trace(raster, a, b, TraceParams(), cpu),
+        "cpu_trace_wall_ms": median(wall_ms(lambda: trace(raster, a, b, chosen, cpu),
                                             repeats)),
         "gpu_trace_timings_ms": {k: round(v, 4) for k, v in result.timings_ms.items()},
         "cpu_trace_timings_ms": {k: round(v, 4) for k, v in expected.timings_ms.items()},
@@ -195,8 +201,10 @@ def markdown(device: str, rows: list[dict], lives: list[dict], repeats: int) -> 
 
 
 def _interactive_lines(live: dict) -> list[str]:
-    lines = ["", f"Interactive default ({live['precision']}): a = {live['a']}, b = {live['b']} "
-             f"(300 px), "
+    coarse = ("" if live["ground_resolution"] is None
+              else f", as on imagery of {live['ground_resolution']:g} m per pixel")
+    lines = ["", f"Interactive default ({live['precision']}{coarse}): a = {live['a']}, "
+             f"b = {live['b']} (300 px), "
               f"m = {live['guides']}, d = {live['points']}, w = {live['halfwidth']:g} px, "
               f"θ = {live['max_angle']:g}°, score {live['score']}, window {live['window']}, "
               f"model input {live['model_input']} {live['model_note']}; "
@@ -240,6 +248,8 @@ def main(argv=None) -> int:
                 [int(v) for v in args.points.split(",")])
     lives = [interactive(backends[name], raster, args.repeats, args.profile)
              for name in ("rmq", "rmq32")]
+    lives.append(interactive(backends["rmq"], raster, args.repeats,
+                             ground_resolution=COARSE_IMAGERY))
     text = markdown(backends["rmq"].description.removeprefix("GPU: "), rows, lives,
                     args.repeats)
     print(text)

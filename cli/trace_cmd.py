@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import time
 
@@ -32,6 +33,18 @@ def band_numbers(text: str) -> tuple[int, ...]:
     return bands
 
 
+def metres_per_pixel(text: str) -> float:
+    """argparse type: a positive, finite number of metres per pixel."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected metres per pixel (a positive number), got "
+                                         f"{text!r}")
+    return value
+
+
 def add_trace_parameters(parser: argparse.ArgumentParser) -> None:
     """Options shared by every command that traces (trace, batch, eval)."""
     from core.scores import SCORE_KINDS
@@ -56,6 +69,11 @@ def add_trace_parameters(parser: argparse.ArgumentParser) -> None:
                        help="what is traced: with 'river' the surface kinds run as for water "
                             "and the line is moved to the middle of the water surface "
                             "(default: %(default)s)")
+    group.add_argument("--ground-resolution", type=metres_per_pixel, metavar="M",
+                       help="the imagery's metres per pixel where its georeferencing does not "
+                            "say (a PNG or JPEG): imagery of 0.3 m or coarser is read by the "
+                            "surface model at full resolution on larger windows (default: from "
+                            "the georeferencing, else unknown)")
     group.add_argument("--backend", default="auto", choices=BACKEND_CHOICES,
                        help="compute backend (default: %(default)s: GPU if available)")
     group.add_argument("--memory-budget", metavar="SIZE",
@@ -95,7 +113,7 @@ def params_from_args(args: argparse.Namespace) -> TraceParams:
     return TraceParams(guides=args.guides, points=args.points, halfwidth=args.halfwidth,
                        max_angle=args.max_angle, sigma=args.sigma, score=args.score,
                        evidence_path=getattr(args, "evidence", None),
-                       line_kind=args.line_kind)
+                       line_kind=args.line_kind, ground_resolution=args.ground_resolution)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -37,18 +37,21 @@ class TracerBackend:
     description = "abstract backend"
 
     def score_planes(self, kind: ScoreKind, pixels: np.ndarray, a: np.ndarray, b: np.ndarray,
-                     sigma: float) -> tuple[np.ndarray, float]:
+                     sigma: float, ground_resolution: float | None = None
+                     ) -> tuple[np.ndarray, float]:
         """Evidence planes of ``kind`` over a window: ``(planes (P, rows, cols), tau)``.
 
         ``pixels`` is the window (rows, cols, bands), float32; a, b are the endpoints (x, y) in
-        window coordinates; σ the gradient scale. Computed on the CPU here; a backend may
-        compute the kinds it knows on its device (same values within float32 rounding).
+        window coordinates; σ the gradient scale; ``ground_resolution`` the imagery's metres per
+        pixel where known. Computed on the CPU here; a backend may compute the kinds it knows
+        on its device (same values within float32 rounding).
         """
         gx, gy = gaussian_gradient(pixels, sigma) if kind.uses_gradient else (None, None)
-        return kind.planes(ScoreInputs(pixels, gx, gy, a, b))
+        return kind.planes(ScoreInputs(pixels, gx, gy, a, b, ground_resolution))
 
     def score_planes_many(self, kind: ScoreKind, windows: list, sigma: float,
-                          deferred: bool = False, pads: list | None = None
+                          deferred: bool = False, pads: list | None = None,
+                          ground_resolution: float | None = None
                           ) -> list[tuple[np.ndarray, float]]:
         """:meth:`score_planes` of every (pixels, a, b) of ``windows``: a list of
         ``(planes (P, rows', cols'), tau)``. A backend may compute them together.
@@ -59,7 +62,7 @@ class TracerBackend:
         whose values it writes only by the end of its next :meth:`trace_many` (the host then
         goes on while the device computes them): read them after that call, not before.
         """
-        return pad_each([self.score_planes(kind, pixels, a, b, sigma)
+        return pad_each([self.score_planes(kind, pixels, a, b, sigma, ground_resolution)
                          for pixels, a, b in windows], pads, kind.sampler)
 
     def link_scores(self, evidence: Evidence, corridor: Corridor) -> list[np.ndarray]:

@@ -1,10 +1,11 @@
 """Accuracy runner: trace every ground-truth case with our tracer or a peer and summarise.
 
 A cases file is a JSON list of ``{"id", "image", "a": [x, y], "b": [x, y], "gt": [[x, y], …],
-"tags": […]}``; ``image`` is relative to the cases file's folder. Every case yields one
-:class:`CaseResult`; a trace that raises counts as a failure (completeness 0, distances ∞),
-it is never dropped. :func:`summarise` reports, overall (``all``) and per tag, the count,
-the failures, and the median and mean of every metric and of the latency.
+"tags": […]}``; ``image`` is relative to the cases file's folder; an optional
+``"ground_resolution"`` (metres per pixel) says what a PNG's georeferencing cannot. Every case
+yields one :class:`CaseResult`; a trace that raises counts as a failure (completeness 0,
+distances ∞), it is never dropped. :func:`summarise` reports, overall (``all``) and per tag,
+the count, the failures, and the median and mean of every metric and of the latency.
 
 Latency is wall time of one click (tracing only; the image is already in memory). Our
 tracer is warmed up once before timing so that numba's one-off compilation is not counted.
@@ -15,7 +16,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,8 @@ OURS = "ours"
 
 @dataclass(frozen=True)
 class Case:
-    """One click-to-trace case; ``gt`` has shape (g, 2), ``a`` and ``b`` shape (2,), (x, y)."""
+    """One click-to-trace case; ``gt`` has shape (g, 2), ``a`` and ``b`` shape (2,), (x, y);
+    ``ground_resolution``: the image's metres per pixel where the case says it."""
 
     id: str
     image: str
@@ -41,6 +43,7 @@ class Case:
     b: np.ndarray
     gt: np.ndarray
     tags: tuple[str, ...]
+    ground_resolution: float | None = None
 
     @property
     def dataset(self) -> str | None:
@@ -111,8 +114,13 @@ def _case(record, index: int, folder: str, path: str) -> Case:
     tags = record.get("tags", [])
     if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
         raise bad("tags", "must be a list of strings")
+    ground = record.get("ground_resolution")
+    if ground is not None and (isinstance(ground, bool) or not isinstance(ground, (int, float))
+                               or not np.isfinite(ground) or ground <= 0):
+        raise bad("ground_resolution", "must be a positive number of metres per pixel")
     return Case(str(record["id"]), os.path.join(folder, record["image"]), points["a"],
-                points["b"], points["gt"], tuple(tags))
+                points["b"], points["gt"], tuple(tags),
+                None if ground is None else float(ground))
 
 
 def read_report(path: str | os.PathLike) -> dict[str, dict[str, dict]]:
@@ -205,9 +213,12 @@ def ours_method(params: TraceParams, backend=None) -> Callable:
 def case_params(params: TraceParams | None, case: Case,
                 evidence_dir: str | os.PathLike | None = None) -> TraceParams:
     """Our parameters for ``case``: with ``evidence_dir``, traced on the evidence raster there
-    that is named like the case's image (:func:`core.tracer.with_evidence_from`)."""
-    return with_evidence_from(params or TraceParams(),
-                              None if evidence_dir is None else Path(evidence_dir),
+    that is named like the case's image (:func:`core.tracer.with_evidence_from`); the case's
+    ground resolution where it gives one and ``params`` do not."""
+    params = params or TraceParams()
+    if case.ground_resolution is not None and params.ground_resolution is None:
+        params = replace(params, ground_resolution=case.ground_resolution)
+    return with_evidence_from(params, None if evidence_dir is None else Path(evidence_dir),
                               Path(case.image).name)
 
 
@@ -250,7 +261,8 @@ def evaluate(cases: list[Case], method: str, params: TraceParams | None = None, 
     each case."""
     rasters = rasters or RasterCache()
     shared = method_function(method, params, backend)  # an unknown method fails here
-    functions = [shared if method != OURS or evidence_dir is None
+    functions = [shared if method != OURS or (evidence_dir is None
+                                               and case.ground_resolution is None)
                  else method_function(method, case_params(params, case, evidence_dir), backend)
                  for case in cases]
     if method == OURS and cases:

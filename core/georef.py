@@ -228,6 +228,39 @@ class RpcGeoref:
     lonlat_to_pixel = map_to_pixel
 
 
+def ground_resolution(georef, point) -> float | None:
+    """Metres on the ground per pixel of an image around pixel ``point`` (x, y).
+
+    The geodesic lengths (WGS84 ellipsoid) of one pixel's step along x and along y, averaged.
+
+    Parameters
+    ----------
+    georef : Georef, RpcGeoref or None
+    point : array_like of shape (2,)
+
+    Returns
+    -------
+    float or None
+        None without a georeferencing, without a CRS, or where the point cannot be placed.
+
+    Call it where the georeferencing was made (PROJ objects must not cross threads):
+    :mod:`core.raster` does, when it reads an image.
+    """
+    if georef is None or georef.crs is None:
+        return None
+    x, y = (float(value) for value in point)
+    try:
+        lonlat = georef.pixel_to_lonlat([[x, y], [x + 1.0, y], [x, y + 1.0]])
+    except (GeorefError, ValueError):
+        return None
+    if not np.all(np.isfinite(lonlat)):
+        return None
+    geod = _pyproj().Geod(ellps="WGS84")
+    _, _, steps = geod.inv(lonlat[[0, 0], 0], lonlat[[0, 0], 1], lonlat[1:, 0], lonlat[1:, 1])
+    metres = float(np.mean(steps))
+    return metres if np.isfinite(metres) and metres > 0 else None
+
+
 def as_points(points) -> np.ndarray:
     """``points`` as a float64 array of shape (N, 2)."""
     xy = np.asarray(points, dtype=np.float64)

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from core.errors import BadParameter, ImageReadError
-from core.georef import Georef, RpcGeoref, read_georef
+from core.georef import Georef, RpcGeoref, ground_resolution, read_georef
 
 #: File suffixes opened through rasterio as windowed rasters (lower case).
 TIFF_SUFFIXES = (".tif", ".tiff", ".gtiff")
@@ -152,12 +152,16 @@ class Raster:
         Which of the file's bands are traced, where that is a choice a user should know of
         (a multispectral file, or bands asked for), e.g. "bands 4, 3, 2 of 13 (red, green,
         blue)"; None otherwise.
+    ground_resolution : float or None
+        Metres on the ground per pixel at the image's centre, from its georeferencing
+        (core.georef.ground_resolution); None where it does not say.
     """
 
     pixels: np.ndarray
     path: str | None = None
     georef: Georef | RpcGeoref | None = field(default=None)
     band_note: str | None = None
+    ground_resolution: float | None = None
 
     @property
     def height(self) -> int:
@@ -299,6 +303,7 @@ class WindowedRaster(Raster):
         self._lock = threading.Lock()
         self._pixels: np.ndarray | None = None
         self._indexes = list(indexes)  # 1 or 3 bands, never alpha
+        self.ground_resolution = ground_resolution(self.georef, (self.width / 2, self.height / 2))
 
     def __repr__(self) -> str:
         return (f"WindowedRaster({self.path!r}, {self.width}×{self.height} px, "
@@ -494,5 +499,7 @@ def load_image(path: str | os.PathLike, crs=None, bands=None, grid=None) -> Rast
     if pixels.shape[0] < 2 or pixels.shape[1] < 2:
         raise ImageReadError(f"{path}: image of {pixels.shape[1]}×{pixels.shape[0]} px "
                              "is too small")
-    return Raster(pixels=np.ascontiguousarray(pixels), path=path, georef=read_georef(path, crs),
-                  band_note=note)
+    georef = read_georef(path, crs)
+    centre = (pixels.shape[1] / 2, pixels.shape[0] / 2)
+    return Raster(pixels=np.ascontiguousarray(pixels), path=path, georef=georef, band_note=note,
+                  ground_resolution=ground_resolution(georef, centre))

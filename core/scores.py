@@ -86,7 +86,8 @@ class ScoreInputs:
 
     pixels : (rows, cols, bands) float32; gx, gy : (rows, cols) float32, or None for kinds
     registered with ``uses_gradient=False``; a, b : (2,) endpoints (x, y) relative to the
-    window origin.
+    window origin; ground_resolution : the imagery's metres per pixel, or None where not known
+    (core.surface.model_step).
     """
 
     pixels: np.ndarray
@@ -94,6 +95,7 @@ class ScoreInputs:
     gy: np.ndarray | None
     a: np.ndarray
     b: np.ndarray
+    ground_resolution: float | None = None
 
 
 @dataclass(frozen=True)
@@ -329,7 +331,8 @@ def _surface_terms(inputs, half_resolution: bool):
     """
     similarity = endpoint_similarity(inputs.pixels, inputs.a, inputs.b)
     probability, path = surface_model(inputs.pixels, similarity, inputs.a, inputs.b,
-                                      half_resolution=half_resolution)
+                                      half_resolution=half_resolution,
+                                      ground_resolution=inputs.ground_resolution)
     at_clicks = np.vstack([patch_colours(probability[:, :, None], point, PATCH_RADIUS)
                            for point in (inputs.a, inputs.b)])
     trust = min(1.0, float(at_clicks.mean()) / MODEL_TRUST)

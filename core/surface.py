@@ -30,6 +30,11 @@ MODEL_PATH = Path(__file__).resolve().parent.parent / "resources" / "models" / "
 SIZE_MULTIPLE = 16
 #: Windows larger than this (px) run at half resolution (interactive latency).
 FULL_RESOLUTION_PIXELS = 160 * 160
+#: Imagery this coarse (metres per pixel) or coarser: windows up to
+#: ``COARSE_FULL_RESOLUTION_PIXELS`` run at full resolution (at half, a model pixel would be
+#: 0.6 m or more and narrow roads a few pixels wide).
+COARSE_GROUND_RESOLUTION = 0.3
+COARSE_FULL_RESOLUTION_PIXELS = 320 * 320
 #: The model's band planes are stretched so that these percentiles of the window map to 0 and 1,
 #: then clipped to ``STRETCH_CLIP``.
 STRETCH_PERCENTILES = (1.0, 99.0)
@@ -118,9 +123,22 @@ def model_inputs(pixels: np.ndarray, similarity: np.ndarray, a: np.ndarray,
     return np.concatenate([planes, clicks[None]])[None]
 
 
-def model_step(rows: int, cols: int, half_resolution: bool = False) -> int:
-    """1, or 2 where a (rows, cols) window runs on 2×2 block means (:func:`surface_model`)."""
-    return 1 if rows * cols <= FULL_RESOLUTION_PIXELS and not half_resolution else 2
+def full_resolution_pixels(ground_resolution: float | None) -> int:
+    """The largest window (px) the model runs on at full resolution, for imagery of
+    ``ground_resolution`` metres per pixel (None: not known)."""
+    if ground_resolution is not None and ground_resolution >= COARSE_GROUND_RESOLUTION:
+        return COARSE_FULL_RESOLUTION_PIXELS
+    return FULL_RESOLUTION_PIXELS
+
+
+def model_step(rows: int, cols: int, half_resolution: bool = False,
+               ground_resolution: float | None = None) -> int:
+    """1, or 2 where a (rows, cols) window runs on 2×2 block means (:func:`surface_model`):
+    windows over :func:`full_resolution_pixels` of the imagery's ground resolution (metres per
+    pixel, None: not known), or every window with ``half_resolution``."""
+    if half_resolution:
+        return 2
+    return 1 if rows * cols <= full_resolution_pixels(ground_resolution) else 2
 
 
 def model_point(point: np.ndarray, step: int) -> np.ndarray:
@@ -130,10 +148,11 @@ def model_point(point: np.ndarray, step: int) -> np.ndarray:
 
 def surface_model(pixels: np.ndarray, similarity: np.ndarray, a: np.ndarray, b: np.ndarray,
                   model_path: str | os.PathLike | None = None,
-                  half_resolution: bool = False) -> tuple[np.ndarray, np.ndarray]:
+                  half_resolution: bool = False,
+                  ground_resolution: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Probability that each pixel lies on the clicked surface, and on the clicked road's
-    centreline between the clicks (windows over ``FULL_RESOLUTION_PIXELS``, or every window
-    with ``half_resolution``, run on 2×2 block means and are upsampled bilinearly).
+    centreline between the clicks (windows that :func:`model_step` gives step 2 run on 2×2
+    block means and are upsampled bilinearly).
 
     Parameters
     ----------
@@ -146,6 +165,8 @@ def surface_model(pixels: np.ndarray, similarity: np.ndarray, a: np.ndarray, b: 
         An ONNX model with the same input and output; default: the module's ``MODEL_PATH``.
     half_resolution : bool
         Run on 2×2 block means whatever the window's size.
+    ground_resolution : float, optional
+        The imagery's metres per pixel, where known (:func:`full_resolution_pixels`).
 
     Returns
     -------
@@ -160,7 +181,7 @@ def surface_model(pixels: np.ndarray, similarity: np.ndarray, a: np.ndarray, b: 
     model_file = os.fspath(MODEL_PATH if model_path is None else model_path)
     session = _session(model_file)
     rows, cols = similarity.shape
-    step = model_step(rows, cols, half_resolution)
+    step = model_step(rows, cols, half_resolution, ground_resolution)
     if step > 1:  # 2×2 block means; the model saw scales 0.6..1.6 in training
         pixels = _block_mean(pixels, step)
         similarity = _block_mean(similarity[:, :, None], step)[:, :, 0]

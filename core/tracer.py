@@ -74,7 +74,10 @@ class TraceParams:
     ``evidence_path``: optional raster on the image's grid whose pixels the score kind reads
     instead of the image's (module docstring). ``line_kind``: "road", or "river": score kinds that
     follow a surface then run as for water (``ScoreKind.river``) and the traced line is moved
-    to the middle of the water surface (core/centring.py).
+    to the middle of the water surface (core/centring.py). ``ground_resolution``: the imagery's
+    metres per pixel where the image's georeferencing does not say (a PNG or JPEG); the
+    surface model runs at full resolution on larger windows of imagery 0.3 m per pixel or
+    coarser (core/surface.py).
     """
 
     guides: int | None = None
@@ -85,6 +88,7 @@ class TraceParams:
     score: str = "surface"
     evidence_path: str | None = None
     line_kind: str = "road"
+    ground_resolution: float | None = None
 
     def resolve(self, length: float) -> TraceParams:
         """A copy with every ``None`` replaced by its default for click distance ``length``;
@@ -256,22 +260,31 @@ def _evidence_many(raster: Raster, corridors: list, backend: TracerBackend,
     params = corridors[0][1]
     kind = get_score_kind(params.score)
     source = evidence_source(raster, params)
+    ground = ground_resolution_of(raster, params)
     reads = [_read_corridor(raster, source, corridor, shift, params.sigma)
              for corridor, _, shift in corridors]
     if params.line_kind == "river" and kind.river is not None:
         made = []
         for read in reads:
             planes, tau, surface = kind.river(ScoreInputs(read.pixels, None, None, read.a,
-                                                          read.b))
+                                                          read.b, ground))
             made.append((pad_planes(np.asarray(planes, dtype=np.float32), read.pad,
                                     kind.sampler), tau,
                          None if surface is None else np.pad(surface, read.pad)))
     else:
         made = [(planes, tau, None) for planes, tau in backend.score_planes_many(
             kind, [(read.pixels, read.a, read.b) for read in reads], params.sigma, deferred,
-            [read.pad for read in reads])]
+            [read.pad for read in reads], ground)]
     return [read.evidence(kind, planes, tau, surface)
             for read, (planes, tau, surface) in zip(reads, made, strict=True)]
+
+
+def ground_resolution_of(raster: Raster, params: TraceParams) -> float | None:
+    """The imagery's metres per pixel: ``params.ground_resolution`` where given, else the
+    raster's (from its georeferencing; None where neither says)."""
+    if params.ground_resolution is not None:
+        return params.ground_resolution
+    return raster.ground_resolution
 
 
 @dataclass(frozen=True)

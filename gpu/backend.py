@@ -127,15 +127,18 @@ class GpuBackend(TracerBackend):
     # -- TracerBackend ----------------------------------------------------------------------
 
     def score_planes(self, kind: ScoreKind, pixels: np.ndarray, a: np.ndarray, b: np.ndarray,
-                     sigma: float) -> tuple[np.ndarray, float]:
+                     sigma: float, ground_resolution: float | None = None
+                     ) -> tuple[np.ndarray, float]:
         """``(planes (P, rows, cols), tau)`` of a (rows, cols, bands) window: the kinds of
         :data:`gpu.kinds.DEVICE_KINDS` computed on the device (the surface model too), other
         kinds on the CPU. The planes stay in the device's evidence
         buffer too, so the trace that follows uploads nothing."""
-        return self.score_planes_many(kind, [(pixels, a, b)], sigma)[0]
+        return self.score_planes_many(kind, [(pixels, a, b)], sigma,
+                                      ground_resolution=ground_resolution)[0]
 
     def score_planes_many(self, kind: ScoreKind, windows: list, sigma: float,
-                          deferred: bool = False, pads: list | None = None
+                          deferred: bool = False, pads: list | None = None,
+                          ground_resolution: float | None = None
                           ) -> list[tuple[np.ndarray, float]]:
         """:meth:`score_planes` of every (pixels, a, b) of ``windows``, each device kernel
         launched once for all of them, padded by ``pads`` (on the device for ``surface`` and
@@ -146,7 +149,7 @@ class GpuBackend(TracerBackend):
         if (implementation is None
                 or not all(self._evidence.supports(pixels) for pixels, _, _ in windows)
                 or (implementation.centred and not self._centre_on_device)):
-            return self._host_planes(kind, windows, sigma, pads)
+            return self._host_planes(kind, windows, sigma, pads, ground_resolution)
         windows = [(pixels, np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64))
                    for pixels, a, b in windows]
         with self.context.active():
@@ -154,13 +157,15 @@ class GpuBackend(TracerBackend):
             if implementation.needs_model:
                 network = self._surface_network()
                 if network is None:
-                    return self._host_planes(kind, windows, sigma, pads)
+                    return self._host_planes(kind, windows, sigma, pads, ground_resolution)
             return implementation.planes(self._evidence, windows, sigma, network, deferred,
-                                         pads)
+                                         pads, ground_resolution)
 
-    def _host_planes(self, kind: ScoreKind, windows: list, sigma: float, pads) -> list:
+    def _host_planes(self, kind: ScoreKind, windows: list, sigma: float, pads,
+                     ground_resolution: float | None) -> list:
         """The CPU's planes of every window (:meth:`TracerBackend.score_planes`), padded."""
-        return pad_each([TracerBackend.score_planes(self, kind, pixels, a, b, sigma)
+        return pad_each([TracerBackend.score_planes(self, kind, pixels, a, b, sigma,
+                                                    ground_resolution)
                          for pixels, a, b in windows], pads, kind.sampler)
 
     @property

@@ -174,13 +174,15 @@ class DeviceEvidence:
         return self.surface_many([(pixels, a, b)], network)[0]
 
     def surface_many(self, windows: list, network, deferred: bool = False,
-                     pads: list | None = None) -> list[np.ndarray]:
+                     pads: list | None = None,
+                     ground_resolution: float | None = None) -> list[np.ndarray]:
         """:meth:`surface` of each (pixels (rows, cols, bands) float32, a (2,), b (2,)) of
         ``windows``: every kernel is launched once for all of them, the network once per
         window, each plane padded by its ((top, bottom), (left, right)) of ``pads``
-        (core.scores.pad_planes); with ``deferred``, the planes are filled at the tracer's
-        next synchronisation (nothing waits here)."""
-        batch = _Batch(self, windows, network, pads=pads)
+        (core.scores.pad_planes), the network's resolution chosen for imagery of
+        ``ground_resolution`` metres per pixel (core.surface.model_step); with ``deferred``,
+        the planes are filled at the tracer's next synchronisation (nothing waits here)."""
+        batch = _Batch(self, windows, network, pads=pads, ground_resolution=ground_resolution)
         batch.similarity()
         batch.surface_model()
         return batch.centred(clicked_offset=True, deferred=deferred)
@@ -250,11 +252,15 @@ class _Batch:
     pads : list, optional
         Per window ((top, bottom), (left, right)): rows and columns its plane is padded by
         (core.scores.pad_planes, on the device); default none.
+    ground_resolution : float, optional
+        The imagery's metres per pixel, where known (core.surface.model_step).
     """
 
     def __init__(self, evidence: DeviceEvidence, windows: list, network=None,
-                 pixels: bool = True, pads: list | None = None):
+                 pixels: bool = True, pads: list | None = None,
+                 ground_resolution: float | None = None):
         tracer = self.tracer = evidence.tracer
+        self.ground_resolution = ground_resolution
         self.kernels = evidence.kernels
         self.windows = windows
         count = len(windows)
@@ -400,7 +406,8 @@ class _ModelLayout:
     def __init__(self, batch: _Batch, network, arena: dict, end: int):
         tracer, count = batch.tracer, len(batch.windows)
         bands = [int(window.shape[2]) for window, _, _ in batch.windows]
-        self.steps = [surface.model_step(rows, cols) for rows, cols in batch.shapes]
+        self.steps = [surface.model_step(rows, cols, ground_resolution=batch.ground_resolution)
+                      for rows, cols in batch.shapes]
         self.model = [(-(-rows // step), -(-cols // step))
                       for (rows, cols), step in zip(batch.shapes, self.steps, strict=True)]
         self.used = [3 if band >= 3 else 1 for band in bands]

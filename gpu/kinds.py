@@ -36,12 +36,15 @@ class DeviceKind:
     centred : bool
         Whether it ends with the centring blur (needs :func:`gpu.evidence.centre_supported`).
     planes : callable
-        ``planes(evidence, windows, sigma, network, deferred, pads) -> [(planes (P, rows',
+        ``planes(evidence, windows, sigma, network, deferred, pads, ground_resolution) ->
+        [(planes (P, rows',
         cols') float32, tau), ...]``, one per (pixels (rows, cols, bands) float32, a (2,),
         b (2,)) of ``windows``, with ``evidence`` a :class:`gpu.evidence.DeviceEvidence` and
         ``network`` the :class:`gpu.network.DeviceNetwork` (None unless ``needs_model``),
-        padded by ``pads`` (:meth:`core.backend.TracerBackend.score_planes_many`); with
-        ``deferred``, the planes may be filled at the tracer's next synchronisation.
+        padded by ``pads`` (:meth:`core.backend.TracerBackend.score_planes_many`), the
+        imagery's ``ground_resolution`` (metres per pixel or None) choosing the surface model's
+        resolution; with ``deferred``, the planes may be filled at the tracer's next
+        synchronisation.
     """
 
     produces: str
@@ -50,22 +53,22 @@ class DeviceKind:
     centred: bool = False
 
 
-def _centre(evidence, windows, sigma, network, deferred, pads):
+def _centre(evidence, windows, sigma, network, deferred, pads, ground_resolution):
     return [(planes, 0.0) for planes in evidence.centre_many(windows, deferred, pads)]
 
 
-def _surface(evidence, windows, sigma, network, deferred, pads):
+def _surface(evidence, windows, sigma, network, deferred, pads, ground_resolution):
     return [(planes, 0.0) for planes in evidence.surface_many(windows, network, deferred,
-                                                               pads)]
+                                                               pads, ground_resolution)]
 
 
-def _gradient(evidence, windows, sigma, network, deferred, pads):
+def _gradient(evidence, windows, sigma, network, deferred, pads, ground_resolution):
     return pad_each([(evidence.gradient(pixels, float(sigma)), 0.0) for pixels, _, _ in windows],
                     pads, CROSS)
 
 
-def _gradient_median(evidence, windows, sigma, network, deferred, pads):
-    made = _gradient(evidence, windows, sigma, network, False, None)
+def _gradient_median(evidence, windows, sigma, network, deferred, pads, ground_resolution):
+    made = _gradient(evidence, windows, sigma, network, False, None, ground_resolution)
     return pad_each([(planes, float(np.median(np.hypot(planes[0], planes[1]))))
                      for planes, _ in made], pads, SINE)
 

@@ -116,12 +116,16 @@ def _read_8bit(path: str) -> np.ndarray:
 
 
 def _write_cases(path: str, cases, names: dict[str, str], scale: float) -> None:
-    """The cases file of the shifted copy: image names from ``names``, points scaled."""
+    """The cases file of the shifted copy: image names from ``names``, points scaled, a ground
+    resolution (where the case gives one) divided by the scale."""
     records = [{"id": case.id, "image": names[case.image],
                 "a": scaled_point(case.a, scale).round(3).tolist(),
                 "b": scaled_point(case.b, scale).round(3).tolist(),
                 "gt": scaled_point(case.gt, scale).round(3).tolist(),
-                "tags": list(case.tags)} for case in cases]
+                "tags": list(case.tags),
+                **({} if case.ground_resolution is None
+                   else {"ground_resolution": case.ground_resolution / scale})}
+               for case in cases]
     with open(path, "w", encoding="utf-8") as handle:
         json.dump(records, handle)
 

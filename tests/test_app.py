@@ -897,3 +897,15 @@ def test_emitting_python_signals_keeps_the_references_of_true_and_false():
         emitter.value.emit(True)
     received.clear()
     assert (sys.getrefcount(True), sys.getrefcount(False)) == before
+
+
+def test_params_panel_shows_and_gives_the_ground_resolution(qtbot):
+    panel = ParamsPanel()
+    qtbot.addWidget(panel)
+    assert panel.params().ground_resolution is None  # auto: from the georeferencing
+    panel.set_params(TraceParams(ground_resolution=0.5))
+    assert panel.ground.value() == 0.5
+    assert panel.params().ground_resolution == 0.5
+    with qtbot.waitSignal(panel.params_changed, timeout=5_000) as changed:
+        panel.ground.setValue(0.0)
+    assert changed.args[0].ground_resolution is None

@@ -177,11 +177,14 @@ def test_device_model_inputs_and_outputs_match_the_host(backend, sample, monkeyp
     assert steps == {1, 2}  # full and half resolution (clicks in block coordinates)
 
 
-def test_device_surface_planes_match_the_cpu(backend, sample):
+@pytest.mark.parametrize("ground_resolution", [None, 0.5])
+def test_device_surface_planes_match_the_cpu(backend, sample, ground_resolution):
+    """Also on coarse imagery (0.5 m per pixel), where windows up to 320² px run the model at
+    full resolution."""
     kind = get_score_kind("surface")
     for pixels, a, b in _windows(sample):
-        got, tau = backend.score_planes(kind, pixels, a, b, 1.5)
-        expected, _ = CpuBackend().score_planes(kind, pixels, a, b, 1.5)
+        got, tau = backend.score_planes(kind, pixels, a, b, 1.5, ground_resolution)
+        expected, _ = CpuBackend().score_planes(kind, pixels, a, b, 1.5, ground_resolution)
         assert got.dtype == np.float32
         assert got.shape == expected.shape
         assert tau == 0.0
@@ -223,11 +226,13 @@ def test_device_road_term_equals_the_host_on_real_windows(backend, sample):
     assert offset_wins > 100  # the offset ridge decides the term on many pixels
 
 
-def test_device_surface_traces_match_the_cpu(backend, sample):
+@pytest.mark.parametrize("ground_resolution", [None, 0.5])
+def test_device_surface_traces_match_the_cpu(backend, sample, ground_resolution):
     raster, cases = sample
+    params = TraceParams(ground_resolution=ground_resolution)
     for case in cases:
-        got = trace(raster, case["a"], case["b"], TraceParams(), backend)
-        expected = trace(raster, case["a"], case["b"], TraceParams(), CpuBackend())
+        got = trace(raster, case["a"], case["b"], params, backend)
+        expected = trace(raster, case["a"], case["b"], params, CpuBackend())
         np.testing.assert_allclose(got.polyline, expected.polyline, atol=1e-9)
 
 

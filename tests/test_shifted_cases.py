@@ -97,3 +97,20 @@ def test_a_bad_image_leaves_nothing_behind(shifter, tmp_path, capsys, content, m
     assert shifter.main([str(cases), str(tmp_path / "out"), "--colour", "grey"]) == 2
     assert message in capsys.readouterr().err
     assert sorted(os.listdir(tmp_path)) == ["bad.png", "cases.json"]
+
+
+def test_a_stated_ground_resolution_follows_the_scale(shifter, tmp_path):
+    pytest.importorskip("skimage")
+    records = json.loads(CASES.read_text())
+    records[0]["ground_resolution"] = 0.3
+    stated = tmp_path / "dubai_t6_003_cases.json"
+    stated.write_text(json.dumps(records))
+    for image in {record["image"] for record in records}:
+        os.makedirs(tmp_path / os.path.dirname(image), exist_ok=True)
+        os.symlink(CASES.parent / image, tmp_path / image)
+    out = tmp_path / "half"
+    assert shifter.main([str(stated), str(out), "--scale", "0.5"]) == 0
+    after = load_cases(out / "cases.json")
+    # Half as many pixels over the same ground: each is twice as large.
+    assert after[0].ground_resolution == pytest.approx(0.6)
+    assert all(case.ground_resolution is None for case in after[1:])

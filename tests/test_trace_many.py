@@ -98,10 +98,11 @@ class _RecordingBackend(CpuBackend):
     def __init__(self):
         self.deferred, self.pads, self.traced = [], [], []
 
-    def score_planes_many(self, kind, windows, sigma, deferred=False, pads=None):
+    def score_planes_many(self, kind, windows, sigma, deferred=False, pads=None,
+                          ground_resolution=None):
         self.deferred.append(deferred)
         self.pads.append(pads)
-        return super().score_planes_many(kind, windows, sigma, deferred, pads)
+        return super().score_planes_many(kind, windows, sigma, deferred, pads, ground_resolution)
 
     def trace_many(self, problems):
         self.traced.append(len(problems))
