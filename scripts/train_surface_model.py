@@ -149,6 +149,10 @@ MOBILENET_STAGES = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), 
 MOBILENET_SKIPS = (1, 3, 6)
 #: Decoder channels from stride 8 to full resolution.
 MOBILENET_DECODER = (64, 32, 24, 16)
+#: MobileNetV2's stages from stride 16 to 32 (``--encoder-stride 32``: a wider view), the layer
+#: at stride 16 the decoder then also reads, and the decoder's channels there.
+MOBILENET_DEEP_STAGES, MOBILENET_DEEP_SKIP, MOBILENET_DEEP_DECODER = (
+    ((6, 160, 3, 2), (6, 320, 1, 1)), 13, 96)
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
@@ -181,13 +185,18 @@ class InvertedResidual(nn.Module):
 class MobileNetUNet(nn.Module):
     """U-Net whose encoder is MobileNetV2 to stride 16 (its first layer reads all INPUTS
     planes), plus a full-resolution block of the input: (N, INPUTS, H, W) → (N, OUTPUTS, H, W)
-    logits (surface, centreline, path), H and W multiples of 16. ``weights``: torchvision's
-    ImageNet ``mobilenet_v2`` state dict file for the encoder (None: random start)."""
+    logits (surface, centreline, path), H and W multiples of ``stride`` (16 or 32: the
+    encoder's last stride). ``weights``: torchvision's ImageNet ``mobilenet_v2`` state dict file
+    for the encoder (None: random start)."""
 
-    def __init__(self, weights: str | None = None):
+    def __init__(self, weights: str | None = None, stride: int = 16):
         super().__init__()
+        deep = stride == 32
+        stages = MOBILENET_STAGES + (MOBILENET_DEEP_STAGES if deep else ())
+        self.skip_layers = MOBILENET_SKIPS + ((MOBILENET_DEEP_SKIP,) if deep else ())
+        decoder = ((MOBILENET_DEEP_DECODER,) if deep else ()) + MOBILENET_DECODER
         layers, channels = [conv_bn_relu6(INPUTS, 32, 3, 2)], 32
-        for expansion, width, repeats, stride in MOBILENET_STAGES:
+        for expansion, width, repeats, stride in stages:
             for i in range(repeats):
                 layers.append(InvertedResidual(channels, width, stride if i == 0 else 1,
                                                expansion))
@@ -195,18 +204,18 @@ class MobileNetUNet(nn.Module):
         self.encoder = nn.Sequential(*layers)
         if weights:
             self.encoder.load_state_dict(imagenet_encoder(weights, len(layers)))
-        self.full = Block(INPUTS, MOBILENET_DECODER[-1])
-        skips = [layers[i].conv[-1].num_features for i in reversed(MOBILENET_SKIPS)]
-        widths = (channels, *MOBILENET_DECODER)
+        self.full = Block(INPUTS, decoder[-1])
+        skips = [layers[i].conv[-1].num_features for i in reversed(self.skip_layers)]
+        widths = (channels, *decoder)
         self.up = nn.ModuleList(Block(widths[i] + skip, widths[i + 1])
-                                for i, skip in enumerate([*skips, MOBILENET_DECODER[-1]]))
-        self.head = nn.Conv2d(MOBILENET_DECODER[-1], OUTPUTS, 1)
+                                for i, skip in enumerate([*skips, decoder[-1]]))
+        self.head = nn.Conv2d(decoder[-1], OUTPUTS, 1)
 
     def forward(self, x):
         skips = [self.full(x)]
         for i, layer in enumerate(self.encoder):
             x = layer(x)
-            if i in MOBILENET_SKIPS:
+            if i in self.skip_layers:
                 skips.append(x)
         for block, skip in zip(self.up, reversed(skips), strict=True):
             x = F.interpolate(x, scale_factor=2.0, mode="bilinear", align_corners=False)
@@ -753,6 +762,9 @@ def main():
     parser.add_argument("--backbone-weights", metavar="PTH",
                         help="torchvision's ImageNet MobileNetV2 weights, "
                              "mobilenet_v2-b0353104.pth (omitted: a random start)")
+    parser.add_argument("--encoder-stride", type=int, choices=(16, 32), default=16,
+                        help="mobilenet_v2: the encoder's last stride (32: two more stages, "
+                             "a wider view; core.surface.SIZE_MULTIPLE must follow)")
     parser.add_argument("--encoder-lr", type=float, default=ENCODER_LR,
                         help="the pretrained encoder's learning rate, as a fraction of the rest's")
     parser.add_argument("--widths", default="16,32,64,128",
@@ -805,7 +817,7 @@ def main():
                   "bundled model's starts from ImageNet weights)", flush=True)
 
         def network():
-            return MobileNetUNet(args.backbone_weights)
+            return MobileNetUNet(args.backbone_weights, args.encoder_stride)
     scales = tuple(float(value) for value in args.scales.split(","))
     device = "cuda" if torch.cuda.is_available() else "cpu"
     os.makedirs(args.out, exist_ok=True)

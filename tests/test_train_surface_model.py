@@ -241,3 +241,19 @@ def test_mixed_amplitudes_keep_the_crop_s_phases_and_move_toward_the_reference_s
     assert torch.allclose(mixed.abs(), expected, atol=1e-3)
     strong = spectrum.abs() > 0.5
     assert torch.allclose(mixed.angle()[strong], spectrum.angle()[strong], atol=1e-3)
+
+
+def test_an_encoder_to_stride_32_has_mobilenet_s_deep_stages_and_keeps_the_input_size(trainer):
+    """``--encoder-stride 32``: MobileNetV2's layers 14–17 (to 320 channels at stride 32, as
+    torchvision's, whose weights then load), the decoder reading stride 16 too; the logits
+    keep the input's size (a multiple of 32)."""
+    model = trainer.MobileNetUNet(stride=32).eval()
+    assert len(model.encoder) == 18 == len(trainer.MobileNetUNet().encoder) + 4
+    assert model.encoder[-1].conv[-1].num_features == 320
+    with torch.no_grad():
+        x = torch.rand(1, trainer.INPUTS, 64, 96)
+        logits = model(x)
+        assert logits.shape == (1, trainer.OUTPUTS, 64, 96)
+        # The deepest stage's output reaches the logits.
+        model.encoder[-1].register_forward_hook(lambda module, inputs, output: output + 1.0)
+        assert not torch.equal(model(x), logits)
