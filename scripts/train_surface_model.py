@@ -294,6 +294,7 @@ def load_sets(folders: list[tuple[str, int]], exclude: tuple[str, ...] = (),
             mask = (mask if mask.ndim == 2 else mask[:, :, 0]) > 127
             buffered = "buffered" in source.get("label_kind", "")
             items.append({"id": source["id"], "dataset": source["dataset"], "label": label,
+                          "ground": source.get("gsd_m"),
                           "image": torch.from_numpy(image.transpose(2, 0, 1).astype(np.float32)),
                           "mask": torch.from_numpy(mask.astype(np.float32)),
                           "centre": torch.from_numpy(centreline_target(mask)),
@@ -303,8 +304,9 @@ def load_sets(folders: list[tuple[str, int]], exclude: tuple[str, ...] = (),
 
 def stack(items, device, box=False):
     """Images in one zero-padded tensor (I, 7, Hmax, Wmax) (RGB 0..255, mask, centreline,
-    inside, unsure), sizes (I, 2) (width, height), labels (I,), each mask's pixels (x, y), and the
-    images with 2×2 box means of their RGB (:func:`boxed`; only with ``box``, else None)."""
+    inside, unsure), sizes (I, 2) (width, height), labels (I,), each mask's pixels (x, y), the
+    images with 2×2 box means of their RGB (:func:`boxed`; only with ``box``, else None) and
+    their ground resolutions (I,) (metres per pixel, NaN where the sources do not say)."""
     height = max(item["mask"].shape[0] for item in items)
     width = max(item["mask"].shape[1] for item in items)
     # Half precision: 8-bit pixels and 0/1 planes are exact, and every image is padded to the
@@ -321,7 +323,10 @@ def stack(items, device, box=False):
     labels = torch.tensor([item["label"] for item in items])
     surface = [torch.nonzero(item["mask"] > 0.5).flip(1) for item in items]  # (x, y) each
     out = out.to(device)
-    return out, sizes.to(device), labels.to(device), surface, boxed(out) if box else None
+    grounds = torch.tensor([math.nan if item.get("ground") is None else item["ground"]
+                            for item in items], dtype=torch.float32, device=device)
+    return (out, sizes.to(device), labels.to(device), surface, boxed(out) if box else None,
+            grounds)
 
 
 def similarity(x: torch.Tensor, clicks: torch.Tensor) -> torch.Tensor:
@@ -431,8 +436,20 @@ def boxed(images: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def crop_scales(uniform, scales, ground_range, grounds):
+    """Each crop's scale (crop px per image px): log-uniform in ``scales``; with
+    ``ground_range`` (LOW, HIGH metres per crop px), images of known ground resolution
+    ``grounds`` (N,) (NaN: unknown) are scaled so that a crop pixel covers a log-uniform
+    LOW..HIGH metres instead (every source seen at every ground scale the tracer uses)."""
+    scale = torch.exp(uniform(math.log(scales[0]), math.log(scales[1])))
+    if ground_range is None:
+        return scale
+    metres = torch.exp(uniform(math.log(ground_range[0]), math.log(ground_range[1])))
+    return torch.where(torch.isnan(grounds), scale, grounds / metres)
+
+
 def batch(data, size, generator, device_generator, looks=Looks(), scales=SCALES,
-          box_below=0.0):
+          box_below=0.0, ground_range=None):
     """Surface crops: random rotated, scaled, flipped, recoloured crops centred near the
     surface, two clicks on it: inputs (N, INPUTS, C, C), targets (N, OUTPUTS, C, C) (surface,
     centreline, path = 0), weights (N, OUTPUTS, C, C) (0 outside the image and in the unsure
@@ -443,7 +460,7 @@ def batch(data, size, generator, device_generator, looks=Looks(), scales=SCALES,
     (:func:`boxed`, ``data[4]``), as the half-resolution inference sees it.
 
     Road images give three crops in four (water images the rest), when both are present."""
-    images, sizes, labels, surface, box_means = data
+    images, sizes, labels, surface, box_means, grounds = data
     device = images.device
     uniform = _uniform(size, generator, device)
     present = torch.unique(labels.cpu())
@@ -456,7 +473,7 @@ def batch(data, size, generator, device_generator, looks=Looks(), scales=SCALES,
     centre = torch.stack([surface[int(i)][torch.randint(len(surface[int(i)]), (1,),
                                                         generator=generator)][0] for i in pick])
     pick = pick.to(device)
-    scale = torch.exp(uniform(math.log(scales[0]), math.log(scales[1])))
+    scale = crop_scales(uniform, scales, ground_range, grounds[pick])
     jitter = uniform(-0.3, 0.3, (size, 2)) * (CROP / 2 / scale)[:, None]
     centre = centre.to(device).float() + jitter
     pose = _pose(centre, scale, uniform)
@@ -474,7 +491,8 @@ def batch(data, size, generator, device_generator, looks=Looks(), scales=SCALES,
             torch.cat([weight, weight, zero], dim=1))
 
 
-def path_batch(data, cases, size, generator, device_generator, looks=Looks(), scales=SCALES):
+def path_batch(data, cases, size, generator, device_generator, looks=Looks(), scales=SCALES,
+               ground_range=None):
     """Path crops: crops (as :func:`batch`'s, scale capped so that [a, b] spans at most
     PATH_SPAN px) around click cases of :func:`load_cases` drawn by their weights, the clicks
     jittered by up to 1.5 px: inputs (N, INPUTS, C, C), targets (N, OUTPUTS, C, C) (surface,
@@ -489,7 +507,7 @@ def path_batch(data, cases, size, generator, device_generator, looks=Looks(), sc
     clicks = case_clicks[which].to(device)  # (N, 2, 2)
     lines = case_lines[which].to(device)  # (N, PATH_POINTS, 2)
     chord = (clicks[:, 1] - clicks[:, 0]).norm(dim=1)
-    scale = torch.exp(uniform(math.log(scales[0]), math.log(scales[1])))
+    scale = crop_scales(uniform, scales, ground_range, data[5][pick])
     scale = torch.minimum(scale, PATH_SPAN / chord).clamp_min(0.3)
     centre = clicks.mean(1) + uniform(-0.15, 0.15, (size, 2)) * chord[:, None]
     pose = _pose(centre, scale, uniform)
@@ -660,7 +678,8 @@ def generators(seed, device):
 
 
 def train(items, cases, steps, device, seed, log, network, looks=Looks(), scales=SCALES,
-          box_below=0.0, batch_size=16, ema=0.0, path_share=0.5, encoder_lr=1.0):
+          box_below=0.0, batch_size=16, ema=0.0, path_share=0.5, encoder_lr=1.0,
+          ground_range=None):
     """The trained model (eval mode) made by ``network()``; with ``ema`` > 0 the exponential
     moving average of its weights and batch-norm statistics (that decay per step). A fraction
     ``path_share`` of each step's crops are path crops of ``cases`` (:func:`load_cases`), the
@@ -688,9 +707,10 @@ def train(items, cases, steps, device, seed, log, network, looks=Looks(), scales
         parts = []
         if paths < batch_size:
             parts.append(batch(data, batch_size - paths, *draws, looks=looks, scales=scales,
-                               box_below=box_below))
+                               box_below=box_below, ground_range=ground_range))
         if paths:
-            parts.append(path_batch(data, cases, paths, *draws, looks=looks, scales=scales))
+            parts.append(path_batch(data, cases, paths, *draws, looks=looks, scales=scales,
+                                    ground_range=ground_range))
         x, y, w = (torch.cat(planes) for planes in zip(*parts, strict=True))
         x = x.contiguous(memory_format=torch.channels_last)
         with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda"):
@@ -783,6 +803,9 @@ def main():
                              "with another crop's by a random weight (its texture and contrast)")
     parser.add_argument("--scales", default=",".join(map(str, SCALES)),
                         help="LOW,HIGH: range of crop scales (crop px per image px)")
+    parser.add_argument("--ground-range", metavar="LOW,HIGH",
+                        help="crops of images whose sources.json gives gsd_m cover LOW..HIGH "
+                             "metres per crop pixel (log-uniform) instead of --scales")
     parser.add_argument("--box-below", type=float, default=0.0,
                         help="crops at a scale below this sample 2x2 box means of the image "
                              "(as the half-resolution inference); 0: never")
@@ -819,6 +842,8 @@ def main():
         def network():
             return MobileNetUNet(args.backbone_weights, args.encoder_stride)
     scales = tuple(float(value) for value in args.scales.split(","))
+    ground_range = (None if args.ground_range is None
+                    else tuple(float(value) for value in args.ground_range.split(",")))
     device = "cuda" if torch.cuda.is_available() else "cpu"
     os.makedirs(args.out, exist_ok=True)
     items = load_sets([(f, 0) for f in args.roads] + [(f, 1) for f in args.water],
@@ -838,7 +863,7 @@ def main():
     def train_on(images, seed):
         return train(images, cases_on(images), args.steps, device, seed, print, network,
                      looks, scales, args.box_below, args.batch, args.ema, args.path_share,
-                     args.encoder_lr)
+                     args.encoder_lr, ground_range)
 
     if args.folds:
         fold_of = {item["id"]: -1 for item in items if args.fold_water_only and item["label"] == 0}

@@ -5,6 +5,7 @@ scikit-image for the centreline target); skipped where they are not installed.""
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -257,3 +258,25 @@ def test_an_encoder_to_stride_32_has_mobilenet_s_deep_stages_and_keeps_the_input
         # The deepest stage's output reaches the logits.
         model.encoder[-1].register_forward_hook(lambda module, inputs, output: output + 1.0)
         assert not torch.equal(model(x), logits)
+
+
+def test_crop_scales_follow_each_image_s_ground_resolution_within_the_range(trainer):
+    """``--ground-range 0.2,0.8``: a crop pixel of an image of known ground resolution covers
+    0.2..0.8 m; images of unknown resolution keep the --scales range."""
+    generator = torch.Generator().manual_seed(0)
+    uniform = trainer._uniform(4000, generator, "cpu")
+    grounds = torch.tensor([0.2, 0.76, math.nan, 0.38]).repeat(1000)
+    scale = trainer.crop_scales(uniform, (0.6, 1.6), (0.2, 0.8), grounds)
+    metres = grounds / scale
+    known = ~torch.isnan(grounds)
+    assert float(metres[known].min()) >= 0.2 - 1e-6
+    assert float(metres[known].max()) <= 0.8 + 1e-6
+    assert float(metres[known].min()) < 0.22
+    assert float(metres[known].max()) > 0.75
+    assert float(scale[~known].min()) >= 0.6 - 1e-6
+    assert float(scale[~known].max()) <= 1.6 + 1e-6
+    # Without a range every crop draws from --scales, as before.
+    plain = trainer.crop_scales(trainer._uniform(4000, torch.Generator().manual_seed(0), "cpu"),
+                                (0.6, 1.6), None, grounds)
+    assert float(plain.min()) >= 0.6 - 1e-6
+    assert float(plain.max()) <= 1.6 + 1e-6
