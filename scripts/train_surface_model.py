@@ -436,20 +436,22 @@ def boxed(images: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def crop_scales(uniform, scales, ground_range, grounds):
+def crop_scales(uniform, scales, ground_range, grounds, ground_share=1.0):
     """Each crop's scale (crop px per image px): log-uniform in ``scales``; with
-    ``ground_range`` (LOW, HIGH metres per crop px), images of known ground resolution
-    ``grounds`` (N,) (NaN: unknown) are scaled so that a crop pixel covers a log-uniform
-    LOW..HIGH metres instead (every source seen at every ground scale the tracer uses)."""
+    ``ground_range`` (LOW, HIGH metres per crop px), a share ``ground_share`` of the crops of
+    images of known ground resolution ``grounds`` (N,) (NaN: unknown) are scaled so that a crop
+    pixel covers a log-uniform LOW..HIGH metres instead (every source seen at every ground
+    scale the tracer uses)."""
     scale = torch.exp(uniform(math.log(scales[0]), math.log(scales[1])))
     if ground_range is None:
         return scale
     metres = torch.exp(uniform(math.log(ground_range[0]), math.log(ground_range[1])))
-    return torch.where(torch.isnan(grounds), scale, grounds / metres)
+    chosen = ~torch.isnan(grounds) & (uniform(0.0, 1.0) < ground_share)
+    return torch.where(chosen, grounds / metres, scale)
 
 
 def batch(data, size, generator, device_generator, looks=Looks(), scales=SCALES,
-          box_below=0.0, ground_range=None):
+          box_below=0.0, ground_range=None, ground_share=1.0):
     """Surface crops: random rotated, scaled, flipped, recoloured crops centred near the
     surface, two clicks on it: inputs (N, INPUTS, C, C), targets (N, OUTPUTS, C, C) (surface,
     centreline, path = 0), weights (N, OUTPUTS, C, C) (0 outside the image and in the unsure
@@ -473,7 +475,7 @@ def batch(data, size, generator, device_generator, looks=Looks(), scales=SCALES,
     centre = torch.stack([surface[int(i)][torch.randint(len(surface[int(i)]), (1,),
                                                         generator=generator)][0] for i in pick])
     pick = pick.to(device)
-    scale = crop_scales(uniform, scales, ground_range, grounds[pick])
+    scale = crop_scales(uniform, scales, ground_range, grounds[pick], ground_share)
     jitter = uniform(-0.3, 0.3, (size, 2)) * (CROP / 2 / scale)[:, None]
     centre = centre.to(device).float() + jitter
     pose = _pose(centre, scale, uniform)
@@ -492,7 +494,7 @@ def batch(data, size, generator, device_generator, looks=Looks(), scales=SCALES,
 
 
 def path_batch(data, cases, size, generator, device_generator, looks=Looks(), scales=SCALES,
-               ground_range=None):
+               ground_range=None, ground_share=1.0):
     """Path crops: crops (as :func:`batch`'s, scale capped so that [a, b] spans at most
     PATH_SPAN px) around click cases of :func:`load_cases` drawn by their weights, the clicks
     jittered by up to 1.5 px: inputs (N, INPUTS, C, C), targets (N, OUTPUTS, C, C) (surface,
@@ -507,7 +509,7 @@ def path_batch(data, cases, size, generator, device_generator, looks=Looks(), sc
     clicks = case_clicks[which].to(device)  # (N, 2, 2)
     lines = case_lines[which].to(device)  # (N, PATH_POINTS, 2)
     chord = (clicks[:, 1] - clicks[:, 0]).norm(dim=1)
-    scale = crop_scales(uniform, scales, ground_range, data[5][pick])
+    scale = crop_scales(uniform, scales, ground_range, data[5][pick], ground_share)
     scale = torch.minimum(scale, PATH_SPAN / chord).clamp_min(0.3)
     centre = clicks.mean(1) + uniform(-0.15, 0.15, (size, 2)) * chord[:, None]
     pose = _pose(centre, scale, uniform)
@@ -679,7 +681,7 @@ def generators(seed, device):
 
 def train(items, cases, steps, device, seed, log, network, looks=Looks(), scales=SCALES,
           box_below=0.0, batch_size=16, ema=0.0, path_share=0.5, encoder_lr=1.0,
-          ground_range=None):
+          ground_range=None, ground_share=1.0):
     """The trained model (eval mode) made by ``network()``; with ``ema`` > 0 the exponential
     moving average of its weights and batch-norm statistics (that decay per step). A fraction
     ``path_share`` of each step's crops are path crops of ``cases`` (:func:`load_cases`), the
@@ -707,10 +709,11 @@ def train(items, cases, steps, device, seed, log, network, looks=Looks(), scales
         parts = []
         if paths < batch_size:
             parts.append(batch(data, batch_size - paths, *draws, looks=looks, scales=scales,
-                               box_below=box_below, ground_range=ground_range))
+                               box_below=box_below, ground_range=ground_range,
+                               ground_share=ground_share))
         if paths:
             parts.append(path_batch(data, cases, paths, *draws, looks=looks, scales=scales,
-                                    ground_range=ground_range))
+                                    ground_range=ground_range, ground_share=ground_share))
         x, y, w = (torch.cat(planes) for planes in zip(*parts, strict=True))
         x = x.contiguous(memory_format=torch.channels_last)
         with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda"):
@@ -806,6 +809,8 @@ def main():
     parser.add_argument("--ground-range", metavar="LOW,HIGH",
                         help="crops of images whose sources.json gives gsd_m cover LOW..HIGH "
                              "metres per crop pixel (log-uniform) instead of --scales")
+    parser.add_argument("--ground-share", type=float, default=1.0, metavar="FRACTION",
+                        help="with --ground-range: the share of those crops scaled by it")
     parser.add_argument("--box-below", type=float, default=0.0,
                         help="crops at a scale below this sample 2x2 box means of the image "
                              "(as the half-resolution inference); 0: never")
@@ -863,7 +868,7 @@ def main():
     def train_on(images, seed):
         return train(images, cases_on(images), args.steps, device, seed, print, network,
                      looks, scales, args.box_below, args.batch, args.ema, args.path_share,
-                     args.encoder_lr, ground_range)
+                     args.encoder_lr, ground_range, args.ground_share)
 
     if args.folds:
         fold_of = {item["id"]: -1 for item in items if args.fold_water_only and item["label"] == 0}

@@ -280,3 +280,12 @@ def test_crop_scales_follow_each_image_s_ground_resolution_within_the_range(trai
                                 (0.6, 1.6), None, grounds)
     assert float(plain.min()) >= 0.6 - 1e-6
     assert float(plain.max()) <= 1.6 + 1e-6
+
+
+def test_a_ground_share_scales_that_share_of_the_known_crops_by_the_range(trainer):
+    generator = torch.Generator().manual_seed(1)
+    grounds = torch.full((4000,), 0.1)
+    scale = trainer.crop_scales(trainer._uniform(4000, generator, "cpu"), (0.6, 1.6),
+                                (0.2, 0.8), grounds, ground_share=0.5)
+    by_range = scale < 0.5 + 1e-6  # 0.1 m / 0.2..0.8 m: 0.125..0.5; --scales: 0.6..1.6
+    assert 0.45 < float(by_range.float().mean()) < 0.55
