@@ -451,7 +451,7 @@ def crop_scales(uniform, scales, ground_range, grounds, ground_share=1.0):
 
 
 def batch(data, size, generator, device_generator, looks=Looks(), scales=SCALES,
-          box_below=0.0, ground_range=None, ground_share=1.0):
+          box_below=0.0, ground_range=None, ground_share=1.0, occlusion=0.0):
     """Surface crops: random rotated, scaled, flipped, recoloured crops centred near the
     surface, two clicks on it: inputs (N, INPUTS, C, C), targets (N, OUTPUTS, C, C) (surface,
     centreline, path = 0), weights (N, OUTPUTS, C, C) (0 outside the image and in the unsure
@@ -459,7 +459,8 @@ def batch(data, size, generator, device_generator, looks=Looks(), scales=SCALES,
     ``device_generator`` (on the images' device) the per-pixel noise and the clicks; crops are
     recoloured as ``looks`` says. Scales (crop px per image px) are drawn log-uniform in
     ``scales``; crops at a scale below ``box_below`` sample the 2×2 box means of the image
-    (:func:`boxed`, ``data[4]``), as the half-resolution inference sees it.
+    (:func:`boxed`, ``data[4]``), as the half-resolution inference sees it. A fraction
+    ``occlusion`` of the crops have parts of their surface covered (:func:`occlude`).
 
     Road images give three crops in four (water images the rest), when both are present."""
     images, sizes, labels, surface, box_means, grounds = data
@@ -487,6 +488,9 @@ def batch(data, size, generator, device_generator, looks=Looks(), scales=SCALES,
     x = recolour(sampled[:, :3] / 255.0, uniform, generator, device_generator, looks,
                  previous_of_kind(labels[pick].cpu()) if looks.match_same_kind else None)
     clicks = random_clicks(target, weight, device_generator).float()
+    if occlusion > 0:
+        x = occlude(x, target, sampled[:, 5:6] > 0.99, clicks, occlusion, uniform,
+                    device_generator)
     inputs = network_inputs(x, clicks[:, 0], clicks[:, 1])
     zero = torch.zeros_like(target)
     return (inputs, torch.cat([target, sampled[:, 4:5].clamp(0, 1), zero], dim=1),
@@ -494,12 +498,13 @@ def batch(data, size, generator, device_generator, looks=Looks(), scales=SCALES,
 
 
 def path_batch(data, cases, size, generator, device_generator, looks=Looks(), scales=SCALES,
-               ground_range=None, ground_share=1.0):
+               ground_range=None, ground_share=1.0, occlusion=0.0):
     """Path crops: crops (as :func:`batch`'s, scale capped so that [a, b] spans at most
     PATH_SPAN px) around click cases of :func:`load_cases` drawn by their weights, the clicks
     jittered by up to 1.5 px: inputs (N, INPUTS, C, C), targets (N, OUTPUTS, C, C) (surface,
     centreline, path: exp(−d²/2σ²) of the distance d to the case's true line), weights (the
-    surface's for the first two, 1 inside the image for the path)."""
+    surface's for the first two, 1 inside the image for the path); a fraction ``occlusion`` of
+    the crops have parts of their surface covered (:func:`occlude`)."""
     images = data[0]
     device = images.device
     uniform = _uniform(size, generator, device)
@@ -525,9 +530,40 @@ def path_batch(data, cases, size, generator, device_generator, looks=Looks(), sc
     distance = torch.stack([torch.cdist(grid, lines[i:i + 1]).amin(2)[0] for i in range(size)])
     path = torch.exp(-distance.view(size, 1, CROP, CROP) ** 2 / (2 * CENTRELINE_SIGMA ** 2))
     x = recolour(sampled[:, :3] / 255.0, uniform, generator, device_generator, looks)
+    if occlusion > 0:
+        x = occlude(x, target, inside, clicks, occlusion, uniform, device_generator)
     inputs = network_inputs(x, clicks[:, 0], clicks[:, 1])
     return (inputs, torch.cat([target, sampled[:, 4:5].clamp(0, 1), path], dim=1),
             torch.cat([weight, weight, inside], dim=1))
+
+
+#: Occluders per occluded crop, their radius range (crop px) and how far from the clicks they
+#: stay (a user clicks where the road is visible).
+OCCLUDERS, OCCLUDER_RADIUS, OCCLUDER_CLEARANCE = 3, (4.0, 16.0), 8.0
+
+
+def occlude(x, target, inside, clicks, share, uniform, device_generator):
+    """Crops ``x`` (N, 3, C, C) with, for a fraction ``share`` of them, up to OCCLUDERS discs
+    centred on random surface pixels of ``target`` (N, 1, C, C) filled with the same pixels of
+    the previous crop of the batch where they show its image (``inside`` (N, 1, C, C) > 0.5) off
+    its surface (trees, roofs, shadows of another place), none within OCCLUDER_CLEARANCE px of
+    the clicks (N, 2, 2) (x, y); the targets stay: the surface runs on under what covers it."""
+    size, _, rows, cols = x.shape
+    device = x.device
+    chosen = (uniform(0, 1) < share) & (target.flatten(1).amax(1) > 0.5)
+    keys = torch.rand((OCCLUDERS, size, rows * cols), generator=device_generator, device=device)
+    centres = keys.masked_fill(~(target[:, 0] > 0.5).flatten(1), -1.0).argmax(dim=2)  # (K, N)
+    radius = uniform(*OCCLUDER_RADIUS, OCCLUDERS * size).view(OCCLUDERS, size, 1, 1)
+    ys = torch.arange(rows, device=device, dtype=torch.float32).view(1, 1, rows, 1)
+    xs = torch.arange(cols, device=device, dtype=torch.float32).view(1, 1, 1, cols)
+    cy, cx = (centres // cols).float()[..., None, None], (centres % cols).float()[..., None, None]
+    cover = (torch.hypot(xs - cx, ys - cy) < radius).any(dim=0)  # (N, C, C)
+    for k in range(2):
+        click = clicks[:, k].view(size, 2, 1, 1)
+        cover &= torch.hypot(xs[0] - click[:, 0], ys[0] - click[:, 1]) >= OCCLUDER_CLEARANCE
+    cover &= chosen.view(size, 1, 1)
+    cover &= ((inside[:, 0] > 0.5) & (target[:, 0] < 0.5)).roll(1, dims=0)
+    return torch.where(cover[:, None], x.roll(1, dims=0), x)
 
 
 def _uniform(size, generator, device):
@@ -681,12 +717,13 @@ def generators(seed, device):
 
 def train(items, cases, steps, device, seed, log, network, looks=Looks(), scales=SCALES,
           box_below=0.0, batch_size=16, ema=0.0, path_share=0.5, encoder_lr=1.0,
-          ground_range=None, ground_share=1.0):
+          ground_range=None, ground_share=1.0, occlusion=0.0):
     """The trained model (eval mode) made by ``network()``; with ``ema`` > 0 the exponential
     moving average of its weights and batch-norm statistics (that decay per step). A fraction
     ``path_share`` of each step's crops are path crops of ``cases`` (:func:`load_cases`), the
     rest surface crops. The parameters of the model's ``encoder``, where it has one, learn at
-    ``encoder_lr`` times the rate of the others; crops are recoloured as ``looks`` says."""
+    ``encoder_lr`` times the rate of the others; crops are recoloured as ``looks`` says and a
+    fraction ``occlusion`` of them partly covered (:func:`occlude`)."""
     torch.manual_seed(seed)
     draws = generators(seed, device)
     data = stack(items, device, box=box_below > 0)
@@ -710,10 +747,11 @@ def train(items, cases, steps, device, seed, log, network, looks=Looks(), scales
         if paths < batch_size:
             parts.append(batch(data, batch_size - paths, *draws, looks=looks, scales=scales,
                                box_below=box_below, ground_range=ground_range,
-                               ground_share=ground_share))
+                               ground_share=ground_share, occlusion=occlusion))
         if paths:
             parts.append(path_batch(data, cases, paths, *draws, looks=looks, scales=scales,
-                                    ground_range=ground_range, ground_share=ground_share))
+                                    ground_range=ground_range, ground_share=ground_share,
+                                    occlusion=occlusion))
         x, y, w = (torch.cat(planes) for planes in zip(*parts, strict=True))
         x = x.contiguous(memory_format=torch.channels_last)
         with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda"):
@@ -814,6 +852,9 @@ def main():
     parser.add_argument("--box-below", type=float, default=0.0,
                         help="crops at a scale below this sample 2x2 box means of the image "
                              "(as the half-resolution inference); 0: never")
+    parser.add_argument("--occlusion", type=float, default=0.0, metavar="FRACTION",
+                        help="fraction of training crops with parts of their surface covered "
+                             "by another crop's pixels (trees, shadows; the label runs on)")
     parser.add_argument("--blur", type=float, default=0.0,
                         help="fraction of training crops blurred (σ 0.5–1.5 px)")
     parser.add_argument("--colour-mix", type=float, default=0.0,
@@ -868,7 +909,7 @@ def main():
     def train_on(images, seed):
         return train(images, cases_on(images), args.steps, device, seed, print, network,
                      looks, scales, args.box_below, args.batch, args.ema, args.path_share,
-                     args.encoder_lr, ground_range, args.ground_share)
+                     args.encoder_lr, ground_range, args.ground_share, args.occlusion)
 
     if args.folds:
         fold_of = {item["id"]: -1 for item in items if args.fold_water_only and item["label"] == 0}

@@ -289,3 +289,46 @@ def test_a_ground_share_scales_that_share_of_the_known_crops_by_the_range(traine
                                 (0.2, 0.8), grounds, ground_share=0.5)
     by_range = scale < 0.5 + 1e-6  # 0.1 m / 0.2..0.8 m: 0.125..0.5; --scales: 0.6..1.6
     assert 0.45 < float(by_range.float().mean()) < 0.55
+
+
+def test_occluders_cover_the_surface_away_from_the_clicks_with_another_crop_s_pixels(trainer):
+    """``--occlusion``: discs of the previous crop's pixels on the surface, never within
+    OCCLUDER_CLEARANCE px of a click nor from outside the previous crop's image or its surface;
+    crops without surface, and share 0, stay as they were."""
+    size, side = 64, 48
+    x = torch.arange(size, dtype=torch.float32).view(size, 1, 1, 1).expand(size, 3, side,
+                                                                         side).clone()
+    target = torch.zeros(size, 1, side, side)
+    target[:, :, 20:28, :] = 1.0  # a horizontal road
+    target[-1] = 0.0  # one crop without surface
+    clicks = torch.tensor([[4.0, 24.0], [43.0, 24.0]]).expand(size, 2, 2)
+    inside = torch.ones(size, 1, side, side)
+    inside[:, :, :, 30:] = 0.0  # the right part of every crop lies outside its image
+    inside[0] = 0.0  # the first crop shows no image: the second takes nothing from it
+    generator = torch.Generator().manual_seed(0)
+    out = trainer.occlude(x, target, inside, clicks, 1.0,
+                          trainer._uniform(size, generator, "cpu"),
+                          torch.Generator().manual_seed(0))
+    changed = (out != x).any(dim=1)  # (N, C, C)
+    previous = x.roll(1, dims=0)
+    assert torch.equal(out[changed[:, None].expand_as(out)],
+                       previous[changed[:, None].expand_as(out)])
+    # Nearly every crop with a road takes some (the covers here can take only the previous
+    # crop's rows beside its road), but not the second; the previous crop's road is never taken.
+    assert int(changed[:-1].flatten(1).any(1).sum()) >= 0.8 * size
+    assert not changed[1].any()
+    assert not changed[-1].any()
+    assert not changed[:, :, 30:].any()
+    assert not changed[1:, 20:28].any()  # the first takes from the last, which has no road
+    ys, xs = torch.meshgrid(torch.arange(side), torch.arange(side), indexing="ij")
+    near = ((torch.hypot(xs - 4.0, ys - 24.0) < trainer.OCCLUDER_CLEARANCE)
+            | (torch.hypot(xs - 43.0, ys - 24.0) < trainer.OCCLUDER_CLEARANCE))
+    assert not changed[:, near].any()
+    # Covers reach at most the largest radius beyond the road.
+    rows = torch.nonzero(changed.any(dim=(0, 2))).flatten()
+    assert int(rows.min()) > 20 - trainer.OCCLUDER_RADIUS[1] - 1
+    assert int(rows.max()) < 28 + trainer.OCCLUDER_RADIUS[1] + 1
+    none = trainer.occlude(x, target, inside, clicks, 0.0,
+                           trainer._uniform(size, generator, "cpu"),
+                           torch.Generator().manual_seed(0))
+    assert torch.equal(none, x)
