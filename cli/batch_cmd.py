@@ -222,6 +222,8 @@ def run_batch(args: argparse.Namespace) -> int:
         write_summary,
     )
     from core.output import printable
+    from core.surface import COARSE_GROUND_RESOLUTION
+    from core.tracer import reads_ground_resolution
     from gpu.select import choose_backend
 
     start = time.perf_counter()
@@ -284,8 +286,13 @@ def run_batch(args: argparse.Namespace) -> int:
         raise KeyboardInterrupt
     pixel = [printable(report.image) for report in reports if report.coordinate_space == "pixel"]
     if pixel:
+        params = params_from_args(args)
+        unscaled = ("; their ground resolution is unknown too: traced as imagery finer than "
+                    f"{COARSE_GROUND_RESOLUTION} m per pixel (--ground-resolution M for coarser "
+                    "imagery)" if reads_ground_resolution(params)
+                    and params.ground_resolution is None else "")
         note(args, f"{len(pixel)} image(s) have no usable georeferencing; their GeoJSON "
-             f"coordinates are pixels (x = column, y = row): {', '.join(pixel[:5])}"
+             f"coordinates are pixels (x = column, y = row){unscaled}: {', '.join(pixel[:5])}"
              + (" …" if len(pixel) > 5 else ""))
     failures = [(report.image, failure) for report in reports for failure in report.failures]
     for image, failure in failures[:MAX_LISTED_FAILURES]:

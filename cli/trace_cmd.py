@@ -154,7 +154,8 @@ def result_record(result, image: str, note: str) -> dict:
 def run(args: argparse.Namespace) -> int:
     from core.output import write_text_or_stdout
     from core.raster import load_image
-    from core.tracer import trace
+    from core.surface import COARSE_GROUND_RESOLUTION
+    from core.tracer import ground_resolution_of, reads_ground_resolution, trace
     from gpu.select import choose_backend
 
     start = time.perf_counter()
@@ -170,6 +171,10 @@ def run(args: argparse.Namespace) -> int:
         note(args, f"using {backend_note}")
     if raster.band_note:
         note(args, f"{args.image}: tracing {raster.band_note}")
+    if reads_ground_resolution(params) and ground_resolution_of(raster, params) is None:
+        note(args, f"{args.image}: ground resolution unknown (no georeferencing): traced as "
+                   f"imagery finer than {COARSE_GROUND_RESOLUTION} m per pixel; for coarser "
+                   "imagery (most satellite imagery) give --ground-resolution M")
     result = trace(raster, args.a, args.b, params, backend)
     result.timings_ms["load"] = 1e3 * (time.perf_counter() - start) - result.timings_ms["total"]
     if args.format == "geojson":

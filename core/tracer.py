@@ -279,6 +279,13 @@ def _evidence_many(raster: Raster, corridors: list, backend: TracerBackend,
             for read, (planes, tau, surface) in zip(reads, made, strict=True)]
 
 
+def reads_ground_resolution(params: TraceParams) -> bool:
+    """Whether traces with ``params`` depend on the imagery's ground resolution: road lines
+    scored ``surface`` on the image itself (the surface model's resolution follows it)."""
+    return (params.score == "surface" and params.line_kind == "road"
+            and params.evidence_path is None)
+
+
 def ground_resolution_of(raster: Raster, params: TraceParams) -> float | None:
     """The imagery's metres per pixel: ``params.ground_resolution`` where given, else the
     raster's (from its georeferencing; None where neither says)."""

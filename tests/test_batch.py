@@ -146,6 +146,8 @@ def test_batch_with_corrupt_image_and_bad_seeds(tmp_path, capsys):
     assert "seed off segment 0:" in rows[2]["reasons"]
     assert "bad seed: seed ghost" in err
     assert "coordinates are pixels" in err
+    assert "ground resolution is unknown too" in err
+    assert "--ground-resolution M" in err
     assert "failed: corrupt.png" in err
 
     geo = json.loads((out / "geo.geojson").read_text())

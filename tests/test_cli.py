@@ -118,6 +118,19 @@ def test_auto_backend_says_which_backend_runs(capsys):
         assert "note: using CPU" in err
 
 
+def test_unknown_ground_resolution_is_noted_where_the_trace_depends_on_it(capsys):
+    code, _, err = run_cli(capsys, SAMPLE_IMAGE, "--a", A, "--b", B, "--backend", "cpu")
+    assert code == 0
+    assert "ground resolution unknown" in err
+    assert "--ground-resolution M" in err
+    for given in (("--ground-resolution", "0.2"), ("--line-kind", "river"),
+                  ("--score", "centre"), ("--quiet",)):
+        code, _, err = run_cli(capsys, SAMPLE_IMAGE, "--a", A, "--b", B, "--backend", "cpu",
+                               *given)
+        assert code == 0
+        assert "ground resolution" not in err, given
+
+
 def test_bad_point_syntax_is_a_usage_error():
     process = subprocess.run([sys.executable, "main.py", "trace", str(SAMPLE_IMAGE), "--a", "1;2",
                               "--b", B], cwd=ROOT, capture_output=True, text=True, timeout=120)
