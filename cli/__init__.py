@@ -13,6 +13,7 @@ a user mistake ends the run with one ``error: ...`` line (always the last line) 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
@@ -51,9 +52,62 @@ def usage() -> str:
     return "\n".join(lines)
 
 
+class CommandParser(argparse.ArgumentParser):
+    """A command's argument parser whose usage mistakes end, as every user mistake does, in
+    one ``error: ...`` line (with where to find the options) and exit code 2."""
+
+    def error(self, message: str):
+        hint = ""
+        if "expected one argument" in message:
+            hint = "; a value that starts with '-' goes after '=', e.g. --a=-1,5"
+        print(f"error: {message}{hint} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+class CheckedStdout:
+    """Standard output for a command: a write or flush that fails (a full disk, a closed
+    descriptor) raises :class:`core.errors.OutputWriteError`, which ends the command with one
+    ``error: ...`` line and exit code 2; a reader that went away still raises
+    ``BrokenPipeError`` (a quiet exit, see :func:`entry`)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def _failed(self, exc: OSError | None):
+        from core.errors import OutputWriteError
+
+        reason = "standard output is closed" if exc is None else exc.strerror or str(exc)
+        return OutputWriteError(f"cannot write the output: {reason}")
+
+    def write(self, text: str) -> int:
+        """Write ``text`` to the stream."""
+        if self._stream is None:
+            raise self._failed(None)
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise self._failed(exc) from None
+
+    def flush(self) -> None:
+        """Flush the stream."""
+        if self._stream is None:
+            return
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise self._failed(exc) from None
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def build_parser(command: str) -> argparse.ArgumentParser:
     module_name, summary = COMMANDS[command]
-    parser = argparse.ArgumentParser(prog=f"{program_name()} {command}", description=summary)
+    parser = CommandParser(prog=f"{program_name()} {command}", description=summary)
     importlib.import_module(module_name).add_arguments(parser)
     if command in COMMANDS_WITH_NOTES:
         parser.add_argument("-q", "--quiet", action="store_true",
@@ -78,7 +132,10 @@ def main(argv: list[str]) -> int:
     parser = build_parser(command)
     args = parser.parse_args(argv[1:])
     try:
-        return int(importlib.import_module(COMMANDS[command][0]).run(args) or 0)
+        with contextlib.redirect_stdout(CheckedStdout(sys.stdout)):
+            code = int(importlib.import_module(COMMANDS[command][0]).run(args) or 0)
+            sys.stdout.flush()
+        return code
     except TraceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -114,7 +171,8 @@ def start_app_argument_problem(argv: list[str]) -> str | None:
 def flush_output(code: int) -> int:
     """Flush stdout and stderr; the exit code, 2 where stdout could not be written."""
     try:
-        sys.stdout.flush()
+        if sys.stdout is not None:
+            sys.stdout.flush()
     except BrokenPipeError:
         raise  # handled by entry
     except OSError as exc:
@@ -132,6 +190,8 @@ def entry(argv: list[str] | None = None) -> int:
     (``roadtracer --help | head -1``) ends the run quietly with exit code 141, as a command
     ended by SIGPIPE.
     """
+    if sys.stderr is None:  # closed (2>&-): notes and errors go nowhere, never onto stdout
+        sys.stderr = open(os.devnull, "w")
     try:
         return dispatch(sys.argv[1:] if argv is None else argv)
     except BrokenPipeError:

@@ -24,19 +24,52 @@ import numpy as np
 PAPER_TABLE2_MS = {5: [1.9, 7.5, 53.1, 460.9], 6: [2.5, 11.4, 88.5, 787.8],
                    7: [3.6, 14.8, 108.1, 1004.4], 8: [5.4, 22.0, 157.0, 1397.8]}
 POINTS = [128, 256, 512, 1024]
+#: Largest grid cell the command times (d points per guide, n division points: the DP's link
+#: scores then take about 0.5 GB) and most runs per cell.
+MAX_POINTS, MAX_DIVISIONS, MAX_REPEATS = 2048, 16, 1000
 HALFWIDTH = 50.0
 CLICK_LENGTH = 300.0
+
+
+def number_list(kind, low, high, what: str):
+    """argparse type: comma-separated ``kind`` values (int or float) in [low, high]."""
+    def parse(text: str) -> list:
+        try:
+            values = [kind(part) for part in text.split(",")]
+        except ValueError:
+            values = []
+        if not values or not all(low <= value <= high for value in values):
+            raise argparse.ArgumentTypeError(f"expected {what}, comma-separated, each from "
+                                             f"{low:g} to {high:g}; got {text!r}")
+        return values
+    return parse
+
+
+def repeat_count(text: str) -> int:
+    """argparse type: runs per cell, 1 to MAX_REPEATS."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_REPEATS:
+        raise argparse.ArgumentTypeError(f"expected a number of runs from 1 to {MAX_REPEATS}, "
+                                         f"got {text!r}")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from gpu.select import BACKEND_CHOICES
 
     parser.add_argument("--backend", default="cpu", choices=BACKEND_CHOICES)
-    parser.add_argument("--repeats", type=int, default=5, help="runs per cell (median reported)")
-    parser.add_argument("--angles", default="180,30", help="max angles θ to time, degrees")
-    parser.add_argument("--points", default=",".join(map(str, POINTS)),
-                        help="points per guide d to time")
-    parser.add_argument("--divisions", default="5,6,7,8", help="division points n = m + 2")
+    parser.add_argument("--repeats", type=repeat_count, default=5,
+                        help="runs per cell (median reported)")
+    parser.add_argument("--angles", type=number_list(float, 1e-3, 180, "angles in degrees"),
+                        default="180,30", help="max angles θ to time, degrees")
+    parser.add_argument("--points", type=number_list(int, 2, MAX_POINTS, "points per guide"),
+                        default=",".join(map(str, POINTS)), help="points per guide d to time")
+    parser.add_argument("--divisions", type=number_list(int, 3, MAX_DIVISIONS,
+                                                        "division points"),
+                        default="5,6,7,8", help="division points n = m + 2")
     parser.add_argument("--image", default=None, help="image for end-to-end (default: sample)")
     parser.add_argument("--json", metavar="FILE", help="also write the raw figures here")
 
@@ -77,27 +110,30 @@ def table2_case(raster, theta: float, n: int, d: int, rng: np.random.Generator):
 
 
 def run(args: argparse.Namespace) -> int:
+    from core.output import refuse_overwriting_input, write_text_atomic
     from core.raster import load_image
     from core.tracer import corridor_evidence
     from gpu.select import choose_backend
 
+    refuse_overwriting_input(args.json, (args.image or sample_image_path(),), "--json")
     backend, note = choose_backend(args.backend)
     raster = load_image(args.image or sample_image_path())
     rng = np.random.default_rng(0)
     rows = []
     print(f"backend: {note}\nmachine: {machine_description()}", file=sys.stderr)
-    for theta in [float(v) for v in args.angles.split(",")]:
-        for n in [int(v) for v in args.divisions.split(",")]:
-            for d in [int(v) for v in args.points.split(",")]:
+    repeats = args.repeats
+    for theta in args.angles:
+        for n in args.divisions:
+            for d in args.points:
                 m = n - 2
                 problem, params = table2_case(raster, theta, n, d, rng)
                 corridor, windows = problem.corridor, problem.windows
                 backend.time_dp(problem, 1)  # warm-up (compilation, allocations)
-                dp_ms = statistics.median(backend.time_dp(problem, args.repeats))
+                dp_ms = statistics.median(backend.time_dp(problem, repeats))
                 evidence = corridor_evidence(raster, corridor, params, backend=backend)
                 backend.time_trace(evidence, corridor, windows, 1)
                 e2e = []
-                for _ in range(args.repeats):
+                for _ in range(repeats):
                     start = time.perf_counter()
                     evidence = corridor_evidence(raster, corridor, params, backend=backend)
                     gradient_ms = 1e3 * (time.perf_counter() - start)
@@ -114,8 +150,6 @@ def run(args: argparse.Namespace) -> int:
     print(markdown_table(rows, note))
     print(f"\nPeak resident memory of the whole run: {peak_mb:.0f} MB.")
     if args.json:
-        from core.output import write_text_atomic
-
         write_text_atomic(args.json, json.dumps({"backend": note, "machine": machine_description(),
                                                  "rows": rows}, indent=1))
     return 0

@@ -7,7 +7,12 @@ import json
 import sys
 
 from cli import note
-from cli.trace_cmd import add_trace_parameters, params_from_args, use_memory_budget
+from cli.trace_cmd import (
+    add_trace_parameters,
+    params_from_args,
+    positive_pixels,
+    use_memory_budget,
+)
 
 METHOD_CHOICES = ("ours", "livewire", "route_flat", "route_edge", "straight", "all")
 
@@ -25,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tags", action="store_true",
                         help="print a row for every tag (default: all, nontrivial and the "
                              "headline tags)")
-    parser.add_argument("--stability", type=float, metavar="PX",
+    parser.add_argument("--stability", type=positive_pixels, metavar="PX",
                         help="also measure how far our trace moves when an endpoint moves by "
                              "PX px (8 moves per case)")
     parser.add_argument("--json", metavar="OUT", help="write the full report (per case too) here")
@@ -50,11 +55,12 @@ def run(args: argparse.Namespace) -> int:
         stability,
         summarise,
     )
-    from core.output import write_text_atomic
+    from core.output import refuse_overwriting_input, write_text_atomic
     from core.peers import PEERS
     from core.tracer import evidence_folder
     from gpu.select import choose_backend
 
+    refuse_overwriting_input(args.json, (args.cases,), "--json")
     use_memory_budget(args)
     if args.limit is not None and args.limit < 1:
         raise BadParameter(f"--limit must be >= 1, got {args.limit}")
@@ -89,8 +95,9 @@ def run(args: argparse.Namespace) -> int:
     document = report_document(runs, params)
     document["evidence_dir"] = args.evidence_dir
     if args.stability is not None:
-        median = float(np.median(shifts)) if len(shifts) else float("nan")
-        print(f"stability: endpoint moved {args.stability:g} px → line moves {median:.2f} px "
+        median = float(np.median(shifts)) if len(shifts) else None  # JSON has no NaN
+        moves = "no case could be traced" if median is None else f"line moves {median:.2f} px"
+        print(f"stability: endpoint moved {args.stability:g} px → {moves} "
               f"(median over {len(shifts)} cases)")
         document["stability"] = {"shift_px": args.stability, "median_px": median,
                                  "cases": shifts.round(3).tolist()}

@@ -45,6 +45,18 @@ def metres_per_pixel(text: str) -> float:
     return value
 
 
+def positive_pixels(text: str) -> float:
+    """argparse type: a positive, finite distance in pixels."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a distance in px (a positive number), got "
+                                         f"{text!r}")
+    return value
+
+
 def add_trace_parameters(parser: argparse.ArgumentParser) -> None:
     """Options shared by every command that traces (trace, batch, eval)."""
     from core.scores import SCORE_KINDS
@@ -152,13 +164,14 @@ def result_record(result, image: str, note: str) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from core.output import write_text_or_stdout
+    from core.output import refuse_overwriting_input, write_text_or_stdout
     from core.raster import load_image
     from core.surface import COARSE_GROUND_RESOLUTION
     from core.tracer import ground_resolution_of, reads_ground_resolution, trace
     from gpu.select import choose_backend
 
     start = time.perf_counter()
+    refuse_overwriting_input(args.output, (args.image, args.evidence), "-o")
     use_memory_budget(args)
     if args.image_crs is not None:  # checked whether or not the image needs it, as batch does
         from core.georef import parse_crs

@@ -37,8 +37,9 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` so that readers see the old file or the whole new one.
 
     A symbolic link is followed (its target is replaced, the link stays); an existing file
-    keeps its permission bits (a new one gets those ``open()`` would give); a path that is not
-    a regular file, or lies under ``/dev/`` or ``/proc/``, is written in place.
+    keeps its permission bits (a new one gets those ``open()`` would give) and is replaced only
+    where it could be written; a path that is not a regular file, or lies under ``/dev/`` or
+    ``/proc/``, is written in place.
 
     Raises
     ------
@@ -54,12 +55,18 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     target = os.path.realpath(path)
     try:
         mode = os.stat(target).st_mode
-    except OSError:
+    except FileNotFoundError:
         mode = None
+    except OSError as exc:  # a loop of symbolic links, a folder we may not look into
+        raise OutputWriteError(f"cannot write {path}: {exc.strerror or exc}") from None
     if (mode is not None and not stat.S_ISREG(mode)) \
             or os.path.abspath(path).startswith(SPECIAL_FOLDERS):
         _write_in_place(path, data)
         return
+    if path.endswith(os.sep):  # "file.json/" names a folder, never that file
+        raise OutputWriteError(f"cannot write {path}: Not a directory")
+    if mode is not None and not os.access(target, os.W_OK):  # replacing would get round it
+        raise OutputWriteError(f"cannot write {path}: Permission denied")
     keep = stat.S_IMODE(mode) if mode is not None else 0o666 & ~UMASK
     try:
         handle, temporary = tempfile.mkstemp(dir=os.path.dirname(target),
@@ -90,6 +97,17 @@ def _write_in_place(path: str, data: bytes) -> None:
         pass  # the reader went away: what it did not read is not wanted
     except OSError as exc:
         raise OutputWriteError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def refuse_overwriting_input(output: str | os.PathLike | None, inputs, option: str) -> None:
+    """Raise :class:`BadParameter` when the output file ``output`` (given as ``option``) is one
+    of the files ``inputs`` read (None entries skipped): writing it would destroy that input."""
+    if output is None or os.fspath(output) == "-" or not os.path.isfile(output):
+        return
+    for source in inputs:
+        if source is not None and os.path.isfile(source) and os.path.samefile(output, source):
+            raise BadParameter(f"{option} {os.fspath(output)} is the input {os.fspath(source)}: "
+                               "writing it would destroy the input; choose another file")
 
 
 def write_text_or_stdout(path: str | os.PathLike | None, text: str) -> None:

@@ -310,3 +310,85 @@ def run_as_nobody(folder: Path) -> subprocess.CompletedProcess:
          "admissible_windows(build_corridor((0, 0), (40, 0), 2, 5, 8.0), 0.5)\nprint('ok')"],
         cwd=folder, capture_output=True, text=True, timeout=300,
         env={"HOME": "/nonexistent", "PATH": os.environ.get("PATH", "")})
+
+
+def run_shell(command: str) -> subprocess.CompletedProcess:
+    """``command`` in bash from the project's root, ``$PY`` the interpreter."""
+    return subprocess.run(["bash", "-c", command], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PY": sys.executable})
+
+
+@pytest.mark.parametrize("command", [
+    f"$PY main.py trace {SAMPLE_IMAGE} --a {A} --b {B} --backend cpu -q > /dev/full",
+    f"$PY main.py trace {SAMPLE_IMAGE} --a {A} --b {B} --backend cpu -q --format geojson "
+    "-o - > /dev/full",
+    f"$PY main.py trace {SAMPLE_IMAGE} --a {A} --b {B} --backend cpu -q >&-",
+    "$PY main.py eval resources/sample/gsi_108_cases.json --limit 1 --backend cpu -q "
+    "> /dev/full",
+    "$PY main.py bench --angles 30 --divisions 5 --points 8 --repeats 1 > /dev/full",
+])
+def test_standard_output_that_cannot_be_written_is_one_error(command):
+    process = run_shell(command)
+    assert process.returncode == 2, process.stderr
+    assert process.stderr.strip().splitlines()[-1].startswith("error: cannot write the output")
+    assert "Traceback" not in process.stderr
+
+
+def test_closed_standard_error_keeps_notes_off_the_output():
+    process = run_shell(f"$PY main.py trace {SAMPLE_IMAGE} --a {A} --b {B} --backend cpu 2>&-")
+    assert process.returncode == 0
+    assert json.loads(process.stdout)["pixels"][0] == [430.0, 241.0]
+    process = run_shell(f"$PY main.py trace {SAMPLE_IMAGE} --a {A} --b {B} --guides 0 2>&-")
+    assert process.returncode == 2
+    assert process.stdout == ""
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["trace", str(SAMPLE_IMAGE), "--a", "5", "--b", B], "expected X,Y"),
+    (["trace", str(SAMPLE_IMAGE), "--a", "-1,-1", "--b", B], "goes after '='"),
+    (["trace", str(SAMPLE_IMAGE), "--a", A, "--b", B, "--bogus"], "unrecognized arguments"),
+    (["trace", str(SAMPLE_IMAGE), "--a", A], "--b"),
+    (["trace", str(SAMPLE_IMAGE), "--a", A, "--b", B, "--ground-resolution", "nan"],
+     "metres per pixel"),
+    (["eval", "resources/sample/gsi_108_cases.json", "--stability", "nan"], "distance in px"),
+    (["eval", "resources/sample/gsi_108_cases.json", "--stability", "-5"], "distance in px"),
+    (["bench", "--angles", "abc"], "angles in degrees"),
+    (["bench", "--points", "100000000"], "points per guide"),
+    (["bench", "--divisions", "2"], "division points"),
+    (["bench", "--repeats", "0"], "number of runs"),
+])
+def test_usage_mistakes_are_one_error_line(capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("error: ")
+    assert message in lines[0]
+    assert "--help" in lines[0]
+
+
+def test_an_output_that_names_an_input_is_refused(capsys, tmp_path):
+    image = tmp_path / "image.png"
+    shutil.copy(SAMPLE_IMAGE, image)
+    before = image.read_bytes()
+    code, _, err = run_cli(capsys, image, "--a", A, "--b", B, "-o", image)
+    assert code == 2
+    assert "would destroy the input" in err
+    assert image.read_bytes() == before
+    cases = tmp_path / "cases.json"
+    shutil.copy(ROOT / "resources" / "sample" / "gsi_108_cases.json", cases)
+    code = cli_main(["eval", str(cases), "--json", str(cases), "-q"])
+    assert code == 2
+    assert "would destroy the input" in capsys.readouterr().err
+
+
+def test_stability_of_no_traceable_case_is_null_in_the_report(capsys, tmp_path):
+    report = tmp_path / "report.json"
+    code = cli_main(["eval", "resources/sample/gsi_108_cases.json", "--limit", "1", "-q",
+                     "--backend", "cpu", "--stability", "1e6", "--json", str(report)])
+    assert code == 0
+    assert "no case could be traced" in capsys.readouterr().out
+    stability = json.loads(report.read_text())["stability"]  # strict JSON: no NaN
+    assert stability == {"shift_px": 1e6, "median_px": None, "cases": []}

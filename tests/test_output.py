@@ -17,6 +17,7 @@ from core.output import (
     json_depth_exceeds,
     printable,
     read_json,
+    refuse_overwriting_input,
     write_text_atomic,
 )
 from core.resources import BUDGET_VARIABLE, check_trace_plan, memory_budget, parse_size
@@ -69,6 +70,55 @@ def test_a_failed_write_leaves_no_temporary_file(tmp_path):
     with pytest.raises(OutputWriteError, match="folder.json"):
         write_text_atomic(tmp_path / "folder.json", "x")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["folder.json"]
+
+
+def test_a_file_that_may_not_be_written_is_left_as_it_was(tmp_path, monkeypatch):
+    """Replacing a file needs only the folder's write permission: the file's own is checked
+    first (root may write anything, so the check is seen through os.access)."""
+    path = tmp_path / "read-only.json"
+    path.write_text("old")
+    path.chmod(0o444)
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda target, mode: False if str(target) == str(path)
+                        else real_access(target, mode))
+    with pytest.raises(OutputWriteError, match="Permission denied"):
+        write_text_atomic(path, "new")
+    assert path.read_text() == "old"
+    assert sorted(item.name for item in tmp_path.iterdir()) == ["read-only.json"]
+
+
+def test_a_path_ending_in_a_separator_never_replaces_a_file(tmp_path):
+    path = tmp_path / "report.json"
+    path.write_text("old")
+    with pytest.raises(OutputWriteError, match="Not a directory"):
+        write_text_atomic(f"{path}{os.sep}", "new")
+    assert path.read_text() == "old"
+
+
+def test_a_loop_of_links_is_one_error_and_stays(tmp_path):
+    (tmp_path / "a").symlink_to("b")
+    (tmp_path / "b").symlink_to("a")
+    with pytest.raises(OutputWriteError, match="symbolic links"):
+        write_text_atomic(tmp_path / "a", "x")
+    assert (tmp_path / "a").is_symlink()
+    assert os.readlink(tmp_path / "a") == "b"
+
+
+def test_an_output_that_is_an_input_is_refused(tmp_path):
+    image = tmp_path / "image.png"
+    image.write_bytes(b"pixels")
+    link = tmp_path / "link.png"
+    link.symlink_to("image.png")
+    for output in (image, link):
+        with pytest.raises(BadParameter, match="would destroy the input"):
+            refuse_overwriting_input(output, (None, image), "-o")
+    refuse_overwriting_input(tmp_path / "new.json", (image,), "-o")  # not there yet
+    refuse_overwriting_input(None, (image,), "-o")
+    refuse_overwriting_input("-", (image,), "-o")
+    other = tmp_path / "other.json"
+    other.write_text("{}")
+    refuse_overwriting_input(other, (image, None), "-o")
+    assert image.read_bytes() == b"pixels"
 
 
 def test_deep_json_is_one_error(tmp_path):
