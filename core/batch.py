@@ -392,9 +392,9 @@ def lock_output_folder(out_dir: str | os.PathLike) -> Iterator[Path]:
     temporary files that a run killed while writing left there.
 
     The kernel releases the lock when its holder exits, however it ends, so a lock file left
-    by a killed run is stale and taken over. A folder this call created is removed again if
-    nothing but the lock file is in it at the end (a run refused for a usage error leaves no
-    trace).
+    by a killed run is stale and taken over. The folders this call created (``out_dir`` and
+    any missing parents) are removed again, deepest first, if nothing but the lock file is in
+    them at the end (a run refused for a usage error leaves no trace).
 
     Yields
     ------
@@ -411,7 +411,7 @@ def lock_output_folder(out_dir: str | os.PathLike) -> Iterator[Path]:
     import fcntl
 
     out_dir = Path(out_dir)
-    created = not out_dir.exists()
+    created = [folder for folder in (out_dir, *out_dir.parents) if not folder.exists()]
     _check_writable(out_dir)
     path = out_dir / LOCK_FILE
     try:
@@ -435,8 +435,17 @@ def lock_output_folder(out_dir: str | os.PathLike) -> Iterator[Path]:
     finally:
         if created and [entry.name for entry in out_dir.iterdir()] == [LOCK_FILE]:
             path.unlink()
-            out_dir.rmdir()
+            _remove_empty(created)
         os.close(handle)  # releases the lock; the file stays (removing it would race)
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove ``folders`` (deepest first) while they are empty; stop at the first that is not."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
 
 
 def earlier_record(output: Path) -> dict | None:

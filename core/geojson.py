@@ -40,6 +40,9 @@ LONLAT_DECIMALS = 7
 MAP_DECIMALS = 3
 #: Decimals of pixel coordinates.
 PIXEL_DECIMALS = 3
+#: Largest longitude (degrees) exported: beyond it the image's CRS must be wrong (within it,
+#: a longitude past ±180° is an image across the antimeridian).
+MAX_LONGITUDE = 360.0
 
 PIXEL_SPACE_NOTE = ("coordinates are image pixels (x = column, y = row, integer values at "
                     "pixel centres), not longitude/latitude: the image has no georeferencing")
@@ -93,7 +96,8 @@ def coordinate_decimals(raster: Raster, space: str) -> int:
     degrees = space == "lonlat" or georef.crs.is_geographic
     # How much each output axis moves per pixel step; rounding to 10^-d moves a point by
     # at most 0.5·10^-d per axis, i.e. 0.5·10^-d / per_px pixels: 10^-d <= 0.01·per_px.
-    per_px = np.abs(out[1:] - out[0]).max(axis=0).min()
+    with np.errstate(invalid="ignore", over="ignore"):  # points off the CRS: inf, nan
+        per_px = np.abs(out[1:] - out[0]).max(axis=0).min()
     fewest = LONLAT_DECIMALS if degrees else MAP_DECIMALS
     if not np.isfinite(per_px) or per_px <= 0:
         return fewest
@@ -111,6 +115,12 @@ def coordinates(pixels: np.ndarray, raster: Raster, crs: str = "wgs84") -> list[
     Returns
     -------
     list of N [x, y] lists
+
+    Raises
+    ------
+    GeorefError
+        If a point cannot be projected, or falls beyond longitude/latitude (the image's CRS
+        is then probably wrong).
     """
     points = np.asarray(pixels, dtype=np.float64).reshape(-1, 2)
     space = coordinate_space(raster, crs)
@@ -118,11 +128,27 @@ def coordinates(pixels: np.ndarray, raster: Raster, crs: str = "wgs84") -> list[
         return np.round(points, PIXEL_DECIMALS).tolist()
     georef = raster.georef
     out = georef.pixel_to_lonlat(points) if space == "lonlat" else georef.pixel_to_map(points)
-    decimals = coordinate_decimals(raster, space)
-    if not np.all(np.isfinite(out)):
-        raise GeorefError(f"{raster.path}: pixel points {points[~np.isfinite(out).all(1)][:3]} "
-                          f"cannot be projected from {georef.crs_name}")
-    return np.round(out, decimals).tolist()
+    unprojected = points[~np.isfinite(out).all(1)]
+    if len(unprojected):
+        more = f" and {len(unprojected) - 2} more" if len(unprojected) > 2 else ""
+        raise GeorefError(f"{raster.path}: pixel point{'s' if len(unprojected) > 1 else ''} "
+                          f"{', '.join(map(_point, unprojected[:2]))}{more} cannot be "
+                          f"projected from {georef.crs_name}")
+    if space == "lonlat":
+        beyond = (np.abs(out[:, 0]) > MAX_LONGITUDE) | (np.abs(out[:, 1]) > 90)
+        if beyond.any():
+            first = np.argmax(beyond)
+            raise GeorefError(
+                f"{raster.path}: pixel point {_point(points[first])} lies at longitude "
+                f"{out[first, 0]:.10g}, latitude {out[first, 1]:.10g}, beyond "
+                f"±{MAX_LONGITUDE:g}° or ±90°: the image's CRS ({georef.crs_name}) is "
+                "probably wrong; add a .prj beside the image or give its CRS as an option")
+    return np.round(out, coordinate_decimals(raster, space)).tolist()
+
+
+def _point(xy: np.ndarray) -> str:
+    """``(x, y)`` for a message."""
+    return f"({xy[0]:.10g}, {xy[1]:.10g})"
 
 
 def line_feature(pixels: np.ndarray, raster: Raster, properties: dict | None = None,

@@ -114,10 +114,11 @@ def to_float_bands(array: np.ndarray, source: str = "image") -> np.ndarray:
     if np.issubdtype(array.dtype, np.floating):
         with np.errstate(over="ignore"):  # beyond float32: refused below as too large
             out = array.astype(np.float32)
-        if not np.all(np.isfinite(out)):
-            np.nan_to_num(out, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
-        largest = float(np.abs(out).max(initial=0.0))
-        if largest > MAX_FLOAT_VALUE:
+        finite = np.isfinite(array)
+        if not finite.all():
+            out[~finite] = 0.0  # NaN and ±inf in the file: no data
+        if float(np.abs(out).max(initial=0.0)) > MAX_FLOAT_VALUE:
+            largest = float(np.abs(array[finite]).max())
             raise ImageReadError(f"{source}: pixel values reach {largest:.3g}; float images "
                                  f"must stay within ±{MAX_FLOAT_VALUE:g} (rescale it)")
         return out

@@ -25,6 +25,7 @@ seeds.
 
 from __future__ import annotations
 
+import numbers
 import os
 from dataclasses import dataclass, field
 
@@ -100,8 +101,8 @@ def feature_lines(feature, index: int, lonlat: bool = True) -> tuple[list[Seed],
     seeds, failures = [], []
     for part_id, coords in parts:
         try:
-            vertices = np.array([[float(v) for v in vertex[:2]] for vertex in coords])
-        except (TypeError, ValueError, IndexError, OverflowError):
+            vertices = np.array([_position(vertex) for vertex in coords])
+        except (TypeError, ValueError, OverflowError):
             failures.append(Failure(f"coordinates {_shorten(coords)} are not [x, y] "
                                     "number pairs", part_id))
             continue
@@ -119,6 +120,20 @@ def feature_lines(feature, index: int, lonlat: bool = True) -> tuple[list[Seed],
         else:
             seeds.append(Seed(part_id, vertices, image, properties))
     return seeds, failures
+
+
+def _position(vertex) -> list[float]:
+    """(x, y) of a GeoJSON position: a list of 2 or 3 numbers (a third, the height, is dropped).
+
+    Raises
+    ------
+    TypeError
+        If ``vertex`` is anything else (text, an object, a bool, 1 or 4 numbers).
+    """
+    if not (isinstance(vertex, list | tuple) and len(vertex) in (2, 3) and all(
+            isinstance(value, numbers.Real) and not isinstance(value, bool) for value in vertex)):
+        raise TypeError(f"{vertex!r} is not a position")
+    return [float(vertex[0]), float(vertex[1])]
 
 
 def _shorten(value, limit: int = 80) -> str:
@@ -140,7 +155,8 @@ def read_seeds(path: str | os.PathLike) -> tuple[list[Seed], list[Failure]]:
     -------
     seeds : list of Seed
     failures : list of Failure
-        One per feature (or MultiLineString part) that is not a usable seed.
+        One per feature (or MultiLineString part) that is not a usable seed, e.g. one whose
+        ``kind`` property is not one of :data:`core.tracer.LINE_KINDS`.
 
     Raises
     ------
@@ -150,8 +166,14 @@ def read_seeds(path: str | os.PathLike) -> tuple[list[Seed], list[Failure]]:
     seeds, failures = [], []
     for index, feature in enumerate(geojson_features(read_json(path, "seeds file"), path)):
         found, bad = feature_lines(feature, index)
-        seeds += found
         failures += bad
+        for seed in found:
+            kind = seed.properties.get("kind")
+            if kind is None or kind in LINE_KINDS:
+                seeds.append(seed)
+            else:
+                failures.append(Failure(f"properties.kind={_shorten(kind)} is not a line kind "
+                                        f"({' or '.join(LINE_KINDS)})", seed.id))
     return seeds, failures
 
 

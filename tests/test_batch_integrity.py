@@ -76,6 +76,20 @@ def test_a_held_output_folder_refuses_a_second_run(tmp_path, capsys):
     assert not out.exists()  # made for the lock, removed with it
 
 
+def test_a_refused_run_leaves_none_of_the_folders_it_made(tmp_path, capsys):
+    images, _ = make_folder(tmp_path, names=("a.png",))
+    seeds = tmp_path / "seeds.json"
+    seeds.write_text("[]")  # JSON, but not GeoJSON
+    (tmp_path / "kept").mkdir()
+    for out in (tmp_path / "out" / "p1" / "p2" / "p3", tmp_path / "kept" / "p1" / "p2"):
+        code, err = batch(capsys, images, seeds, out)
+        assert code == 2
+        assert err.startswith(f"error: {seeds} is not a GeoJSON")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["images", "kept",
+                                                               "seeds.geojson", "seeds.json"]
+    assert list((tmp_path / "kept").iterdir()) == []
+
+
 def test_a_stale_lock_file_is_taken_over(tmp_path, capsys):
     images, seeds = make_folder(tmp_path)
     out = tmp_path / "out"
@@ -251,6 +265,27 @@ def test_hostile_seeds(tmp_path, capsys):
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["totals"]["segments"] == 1
     assert "are not [x, y] number pairs" in summary["seed_failures"][0]["reason"]
+
+
+def test_seeds_of_text_coordinates_or_an_unknown_kind_are_bad_seeds(tmp_path, capsys):
+    images, _ = make_folder(tmp_path, names=("a.png",))
+    seeds = tmp_path / "odd.geojson"
+    seeds.write_text(json.dumps({"type": "FeatureCollection", "features": [
+        {"type": "Feature", "id": id_, "properties": {"image": "a.png", **properties},
+         "geometry": {"type": "LineString", "coordinates": coordinates}}
+        for id_, properties, coordinates in (
+            ("good", {}, [[5, 40], [90, 40]]), ("text", {}, ["55", "92"]),
+            ("texts", {}, [["55", "92"], ["60", "90"]]),
+            ("lake", {"kind": "lake"}, [[5, 40], [90, 40]]))]}))
+    code, err = batch(capsys, images, seeds, tmp_path / "out", "--quiet")
+    assert code == 1
+    assert err.splitlines() == [
+        "bad seed: seed text: coordinates ['55', '92'] are not [x, y] number pairs",
+        "bad seed: seed texts: coordinates [['55', '92'], ['60', '90']] are not [x, y] number "
+        "pairs",
+        "bad seed: seed lake: properties.kind='lake' is not a line kind (road or river)"]
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["totals"]["segments"] == 1
 
 
 def test_scheduler_that_is_no_address_is_refused_at_once(tmp_path, capsys):

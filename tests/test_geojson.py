@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import warnings
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ from core.geojson import (
     trace_feature,
     write_geojson,
 )
+from core.georef import GeorefError
 from core.raster import load_image
 from core.tracer import TraceParams, trace
 from tests.conftest import SAMPLE_IMAGE
@@ -129,6 +131,51 @@ def test_precision_follows_pixel_size(tmp_path):
             assert coordinate_decimals(raster, "source") == metres
 
 
+def world_file_image(tmp_path, transform) -> str:
+    """The sample image as a PNG beside a world file of ``transform``."""
+    image = tmp_path / "w.png"
+    shutil.copy(SAMPLE_IMAGE, image)
+    write_world_file(tmp_path / "w.pgw", transform)
+    return str(image)
+
+
+def test_points_that_cannot_be_projected_are_one_line_and_no_warning(tmp_path):
+    image = world_file_image(tmp_path, TRANSFORM.__class__(0.2, 0, 9e11, 0, -0.2, 9e11))
+    raster = load_image(image, crs=UTM54)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's RuntimeWarning would leak onto stderr
+        with pytest.raises(GeorefError) as error:
+            line_feature(np.array([A, B, (560, 80)]), raster)
+    assert str(error.value) == (f"{image}: pixel points (505, 158), (552, 92) and 1 more "
+                                "cannot be projected from EPSG:32654")
+
+
+def test_lonlat_out_of_range_says_the_crs_is_probably_wrong(tmp_path):
+    image = world_file_image(tmp_path, TRANSFORM)  # metres, said to be degrees
+    raster = load_image(image, crs="EPSG:4326")
+    with pytest.raises(GeorefError) as error:
+        line_feature(np.array([A, B]), raster)
+    assert str(error.value) == (
+        f"{image}: pixel point (505, 158) lies at longitude 500101.1, latitude 3899968.3, "
+        "beyond ±360° or ±90°: the image's CRS (EPSG:4326) is probably wrong; add a .prj "
+        "beside the image or give its CRS as an option")
+    degrees = TRANSFORM.__class__(1e-5, 0, 179.999, 0, -1e-5, 89.999)  # past 180°: kept
+    raster = load_image(world_file_image(tmp_path, degrees), crs="EPSG:4326")
+    lonlat = line_feature(np.array([A, B]), raster)["geometry"]["coordinates"]
+    np.testing.assert_allclose(lonlat[0], [180.004055, 89.997415], atol=1e-6)
+
+
+def test_cli_refuses_lonlat_out_of_range_in_one_line(capsys, tmp_path):
+    image = world_file_image(tmp_path, TRANSFORM)
+    output = tmp_path / "t.geojson"
+    code, out, err = run_trace(capsys, image, "--image-crs", "EPSG:4326", "-o", output,
+                               "--quiet")
+    assert (code, out) == (2, "")
+    assert err.startswith(f"error: {image}: pixel point (505, 158) lies at longitude ")
+    assert err.count("\n") == 1
+    assert not output.exists()
+
+
 def test_bad_crs_argument():
     raster = load_image(SAMPLE_IMAGE)
     with pytest.raises(BadParameter, match="'utm'"):
@@ -186,6 +233,17 @@ def test_cli_image_crs_option(capsys, tmp_path):
     code, out, err = run_trace(capsys, image, "--image-crs", "EPSG:999999")
     assert code == 2
     assert err.startswith("error: unknown CRS 'EPSG:999999'")
+
+
+def test_cli_unprojectable_points_are_one_line_under_quiet(capsys, tmp_path):
+    image = world_file_image(tmp_path, TRANSFORM.__class__(0.2, 0, 9e11, 0, -0.2, 9e11))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        code, out, err = run_trace(capsys, image, "--image-crs", UTM54, "--quiet")
+    assert (code, out) == (2, "")
+    assert err.startswith(f"error: {image}: pixel points (505, 158), (")
+    assert err.endswith(" cannot be projected from EPSG:32654\n")
+    assert err.count("\n") == 1
 
 
 def test_cli_write_failure(capsys, tmp_path):

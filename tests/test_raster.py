@@ -1,5 +1,6 @@
 """Image loading: every pixel layout and type becomes float32 (rows, cols, bands)."""
 
+import re
 import warnings
 
 import imageio.v3 as iio
@@ -131,3 +132,31 @@ def test_bands_of_a_png(tmp_path):
     assert swapped.band_note == "bands 3, 2, 1 of 3"
     with pytest.raises(BadParameter, match="between 1 and 3"):
         load_image(tmp_path / "a.png", bands=(4,))
+
+
+@pytest.mark.parametrize("value", [1e200, -1e200, 1e30])
+def test_float_pixels_beyond_range_are_refused(value):
+    array = np.full((4, 5), 0.5)
+    array[1, 2] = value
+    message = f"pixel values reach {abs(value):.3g}; float images must stay within ±1e+15"
+    with pytest.raises(ImageReadError, match=re.escape(message)):
+        to_float_bands(array)
+
+
+def test_float_pixels_nan_and_inf_read_as_zero():
+    array = np.array([[np.nan, np.inf, -np.inf, 0.25]])
+    np.testing.assert_array_equal(to_float_bands(array)[..., 0], [[0, 0, 0, 0.25]])
+
+
+def test_float64_tiff_beyond_float32_is_refused(tmp_path):
+    rasterio = pytest.importorskip("rasterio")
+    from rasterio.errors import NotGeoreferencedWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NotGeoreferencedWarning)
+        with rasterio.open(tmp_path / "f.tif", "w", driver="GTiff", width=6, height=5, count=1,
+                           dtype="float64") as dataset:
+            dataset.write(np.full((1, 5, 6), 1e200))
+    with load_image(tmp_path / "f.tif") as raster, \
+            pytest.raises(ImageReadError, match=r"pixel values reach 1e\+200"):
+        raster.read_window(0, 5, 0, 6)

@@ -1,5 +1,5 @@
-"""Reading a GeoJSON file's lines onto an image's pixel grid (the app's Import lines;
-batch seeds are tested in test_batch)."""
+"""Reading a GeoJSON file's lines onto an image's pixel grid (the app's Import lines; batch
+seeds are tested in test_batch, here only which of them are refused)."""
 
 import json
 
@@ -10,7 +10,7 @@ from core.errors import BadParameter
 from core.georef import Georef
 from core.raster import Raster
 from core.tracer import TraceParams
-from core.vectors import read_lines
+from core.vectors import read_lines, read_seeds
 from tests.test_georef import TRANSFORM, UTM54
 
 PIXELS = np.array([[100.0, 200.0], [180.5, 150.25], [300.0, 90.0]])
@@ -128,3 +128,31 @@ def test_batch_output_imports_with_its_anchors(tmp_path):
     (line,), failures = read_lines(write(tmp_path, document), raster, SAMPLE_IMAGE.name)
     assert failures == []
     np.testing.assert_allclose(line.anchors, anchors)
+
+
+@pytest.mark.parametrize("coordinates", [
+    ["55", "92"], [["55", "92"], ["60", "90"]], [[5, 40], {"x": 90, "y": 40}],
+    {"a": [5, 40], "b": [90, 40]}, [[True, 40], [90, 40]], [[5, 40, 0, 1], [90, 40]], [[5], [90]]])
+def test_seed_vertices_must_be_number_pairs(tmp_path, coordinates):
+    path = write(tmp_path, {"type": "Feature", "properties": {"image": "a.png"},
+                            "geometry": {"type": "LineString", "coordinates": coordinates}})
+    seeds, (failure,) = read_seeds(path)
+    assert seeds == []
+    assert "are not [x, y] number pairs" in failure.reason
+
+
+def test_seed_vertices_may_carry_a_height(tmp_path):
+    path = write(tmp_path, collection([[5, 40, 3], [90, 40.5, 2]], {"image": "a.png"}))
+    (seed,), failures = read_seeds(path)
+    assert failures == []
+    np.testing.assert_array_equal(seed.vertices, [[5, 40], [90, 40.5]])
+
+
+def test_seed_of_an_unknown_kind_is_refused(tmp_path):
+    document = collection([[5, 40], [90, 40]], {"image": "a.png", "kind": "lake"})
+    document["features"] += collection([[5, 40], [90, 40]], {"image": "a.png",
+                                                             "kind": "river"})["features"]
+    seeds, (failure,) = read_seeds(write(tmp_path, document))
+    assert [seed.properties["kind"] for seed in seeds] == ["river"]
+    assert (failure.seed, failure.reason) == (
+        "#0", "properties.kind='lake' is not a line kind (road or river)")
