@@ -36,6 +36,17 @@ COMMANDS = {
 COMMANDS_WITH_NOTES = ("trace", "batch", "eval")
 
 
+#: Line breaks and other control characters, escaped in messages (as \n, \x1b, ...).
+_CONTROL = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7f)} | {
+    ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"}
+
+
+def one_line(text: str) -> str:
+    """``text`` with line breaks and other control characters escaped: a file name holding
+    ``\\n`` cannot split a message or forge another ``error:`` line."""
+    return text.translate(_CONTROL)
+
+
 def program_name() -> str:
     """How the user started us: ``python main.py`` in a checkout, else ``roadtracer``."""
     return "python main.py" if Path(sys.argv[0]).name == "main.py" else "roadtracer"
@@ -60,7 +71,7 @@ class CommandParser(argparse.ArgumentParser):
         hint = ""
         if "expected one argument" in message:
             hint = "; a value that starts with '-' goes after '=', e.g. --a=-1,5"
-        print(f"error: {message}{hint} (see {self.prog} --help)", file=sys.stderr)
+        print(f"error: {one_line(message)}{hint} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(2)
 
 
@@ -119,7 +130,7 @@ def build_parser(command: str) -> argparse.ArgumentParser:
 def note(args: argparse.Namespace, message: str) -> None:
     """Print ``note: message`` on stderr unless ``--quiet`` was given."""
     if not getattr(args, "quiet", False):
-        print(f"note: {message}", file=sys.stderr)
+        print(f"note: {one_line(message)}", file=sys.stderr)
 
 
 def main(argv: list[str]) -> int:
@@ -137,7 +148,7 @@ def main(argv: list[str]) -> int:
             sys.stdout.flush()
         return code
     except TraceError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {one_line(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -216,7 +227,7 @@ def dispatch(argv: list[str]) -> int:
         return code
     problem = start_app_argument_problem(argv)
     if problem:
-        print(f"error: {problem}", file=sys.stderr)
+        print(f"error: {one_line(problem)}", file=sys.stderr)
         return 2
     from app.start import start_app
 

@@ -34,7 +34,7 @@ import sys
 import time
 from dataclasses import replace
 
-from cli import note
+from cli import note, one_line
 from cli.trace_cmd import (
     add_crs_arguments,
     add_trace_parameters,
@@ -240,7 +240,7 @@ def run_batch(args: argparse.Namespace) -> int:
     if args.backend == "auto" and backend.name != "gpu":
         note(args, f"using {backend_note}")
     for failure in plan.seed_failures:
-        print(f"bad seed: {failure.describe()}", file=sys.stderr)
+        print(f"bad seed: {one_line(failure.describe())}", file=sys.stderr)
     if plan.skipped:
         note(args, f"skipping {len(plan.skipped)} image(s) whose output exists "
              "(--overwrite traces them again)")
@@ -296,7 +296,8 @@ def run_batch(args: argparse.Namespace) -> int:
              + (" …" if len(pixel) > 5 else ""))
     failures = [(report.image, failure) for report in reports for failure in report.failures]
     for image, failure in failures[:MAX_LISTED_FAILURES]:
-        print(f"failed: {printable(image)}: {failure.describe()}", file=sys.stderr)
+        print(f"failed: {one_line(printable(image))}: {one_line(failure.describe())}",
+              file=sys.stderr)
     if len(failures) > MAX_LISTED_FAILURES:
         print(f"… and {len(failures) - MAX_LISTED_FAILURES} more failure(s)", file=sys.stderr)
     totals = summary["totals"]

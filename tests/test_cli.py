@@ -392,3 +392,13 @@ def test_stability_of_no_traceable_case_is_null_in_the_report(capsys, tmp_path):
     assert "no case could be traced" in capsys.readouterr().out
     stability = json.loads(report.read_text())["stability"]  # strict JSON: no NaN
     assert stability == {"shift_px": 1e6, "median_px": None, "cases": []}
+
+
+def test_a_line_break_in_a_file_name_cannot_forge_a_message(capsys, tmp_path):
+    code, out, err = run_cli(capsys, tmp_path / "x\nerror: forged.png", "--a", A, "--b", B)
+    assert code == 2
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("error: image file not found")
+    assert "x\\nerror: forged.png" in lines[0]
