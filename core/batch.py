@@ -102,6 +102,8 @@ SUMMARY_JSON = "summary.json"
 SUMMARY_CSV = "summary.csv"
 CSV_COLUMNS = ("image", "status", "coordinate_space", "lines", "segments", "failures",
                "seconds", "reasons")
+#: First characters that make a spreadsheet read a CSV cell as a formula.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 #: Lock file of an output folder, held (``flock``) by the one batch run that owns the folder.
 LOCK_FILE = ".roadtracer-batch.lock"
 #: Modules every local worker needs, imported once by the server workers are forked from
@@ -890,20 +892,28 @@ def summarize(plan: BatchPlan, reports: list[ImageReport], seconds: float,
     }
 
 
+def inert_cell(cell):
+    """``cell`` as a spreadsheet shows it as text: prefixed with ``'`` when it starts with
+    :data:`FORMULA_STARTS` (OWASP's advice against CSV formula injection)."""
+    return f"'{cell}" if isinstance(cell, str) and cell.startswith(FORMULA_STARTS) else cell
+
+
 def summary_csv(summary: dict) -> str:
-    """``summary.csv``: one row per image (:data:`CSV_COLUMNS`), then one for bad seeds."""
+    """``summary.csv``: one row per image (:data:`CSV_COLUMNS`), then one for bad seeds;
+    cells that a spreadsheet would read as a formula are made text (:func:`inert_cell`)."""
     stream = io.StringIO()
     writer = csv.writer(stream, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for record in summary["images"]:
         reasons = "; ".join(Failure(**failure).describe() for failure in record["failures"])
-        writer.writerow([record["image"], record["status"], record["coordinate_space"] or "",
-                         record["lines"], record["segments"], len(record["failures"]),
-                         f"{record['seconds']:.3f}", reasons])
+        writer.writerow(map(inert_cell, [
+            record["image"], record["status"], record["coordinate_space"] or "",
+            record["lines"], record["segments"], len(record["failures"]),
+            f"{record['seconds']:.3f}", reasons]))
     if summary["seed_failures"]:
         failures = [Failure(**failure) for failure in summary["seed_failures"]]
-        writer.writerow(["(seeds)", "failed", "", 0, 0, len(failures), "0.000",
-                         "; ".join(failure.describe() for failure in failures)])
+        writer.writerow(map(inert_cell, ["(seeds)", "failed", "", 0, 0, len(failures), "0.000",
+                                         "; ".join(failure.describe() for failure in failures)]))
     return stream.getvalue()
 
 

@@ -2,11 +2,13 @@
 
 A :class:`Raster` hands out float32 windows of shape ``(rows, cols, bands)``; tracing reads
 only the corridor around a and b. PNG/JPEG images are decoded whole (imageio) into a
-:class:`Raster`; TIFFs and GeoTIFFs open as a :class:`WindowedRaster` (rasterio) that reads
-from disk only the windows asked for, so tracing latency does not grow with the image size.
-Values are scaled by the integer type's range (8-bit /255, 16-bit /65535); float images are
-kept as they are. Alpha channels (the 2nd of 2 or the 4th of 4 bands) are dropped. EXIF
-orientation tags are ignored: pixels are used in the order the file stores them.
+:class:`Raster`, once their header shows that they fit the memory budget; TIFFs and GeoTIFFs
+open as a :class:`WindowedRaster` (rasterio) that reads from disk only the windows asked for,
+so tracing latency does not grow with the image size. Values are scaled by the integer type's
+range (8-bit /255, 16-bit /65535); float images are kept as they are. 16-bit TIFFs and 16-bit
+grey PNGs keep their depth; the PNG decoder (Pillow) reads 16-bit colour PNGs (RGB, RGBA,
+grey+alpha) at 8 bits per band. Alpha channels (the 2nd of 2 or the 4th of 4 bands) are
+dropped. EXIF orientation tags are ignored: pixels are used in the order the file stores them.
 
 Multispectral images (more than 4 bands: Sentinel-2 or Landsat stacks, 8-band WorldView) are
 traced on three of their bands: those a GeoTIFF tags red, green and blue, else its first
@@ -33,6 +35,7 @@ import numpy as np
 
 from core.errors import BadParameter, ImageReadError
 from core.georef import Georef, RpcGeoref, ground_resolution, read_georef
+from core.resources import check_decode_memory
 
 #: File suffixes opened through rasterio as windowed rasters (lower case).
 TIFF_SUFFIXES = (".tif", ".tiff", ".gtiff")
@@ -457,7 +460,9 @@ def load_image(path: str | os.PathLike, crs=None, bands=None, grid=None) -> Rast
         If the file is missing, cannot be decoded, or has an unsupported layout (also
         :class:`core.georef.GeorefError` for an unreadable world file or ``.prj``).
     BadParameter
-        If ``crs`` is not a CRS, or ``bands`` names bands the image does not have.
+        If ``crs`` is not a CRS, ``bands`` names bands the image does not have, or a PNG,
+        JPEG, … would need more than the memory budget to decode
+        (:func:`core.resources.check_decode_memory`, from its header).
     """
     import imageio.v3 as iio
 
@@ -475,11 +480,17 @@ def load_image(path: str | os.PathLike, crs=None, bands=None, grid=None) -> Rast
     try:
         with warnings.catch_warnings():  # plugins probed on undecodable files warn noisily
             warnings.simplefilter("ignore")
-            # One opening for both (the metadata decodes the image, the read reuses it). A
+            # One opening for all (the metadata decodes the image, the read reuses it). A
             # CMYK JPEG would otherwise come as 4 bands whose last (K) reads as alpha.
             with iio.imopen(path, "r") as file:
+                header = file.properties()  # the header only: nothing is decoded yet
+                frames = header.n_images if header.is_batch else 1
+                rows, cols, *channels = header.shape[1:] if header.is_batch else header.shape
+                check_decode_memory(path, cols, rows, frames * math.prod(channels))
                 cmyk = file.metadata(exclude_applied=True).get("mode") == "CMYK"
                 array = np.asarray(file.read(mode="RGB") if cmyk else file.read())
+    except BadParameter:  # over the memory budget: not a decoding failure
+        raise
     except Exception as exc:  # imageio raises many types for undecodable files
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise ImageReadError(f"cannot read image {path}: {type(exc).__name__}: "

@@ -3,6 +3,7 @@ interruptions that never leave results disagreeing with their parameters, hostil
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 
 from cli import main as cli_main
-from core.batch import LOCK_FILE, RECORD_MEMBER, lock_output_folder
+from core.batch import LOCK_FILE, RECORD_MEMBER, lock_output_folder, summary_csv
 from core.resources import BUDGET_VARIABLE
 from tests.conftest import ROOT, SAMPLE_IMAGE
 
@@ -295,6 +296,36 @@ def test_scheduler_that_is_no_address_is_refused_at_once(tmp_path, capsys):
     assert time.perf_counter() - start < 5
     assert (code, err) == (2, "error: --scheduler 'notaurl' is not a Dask scheduler address "
                               "such as tcp://HOST:8786\n")
+
+
+def test_names_a_spreadsheet_reads_as_formulas_are_text_in_the_csv_only(tmp_path, capsys):
+    names = ("=cmd.png", "+x.png", "-x.png", "@x.png", "\tx.png", "a.png")
+    images, seeds = make_folder(tmp_path, names=names)
+    out = tmp_path / "out"
+    code, err = batch(capsys, images, seeds, out)
+    assert code == 0, err
+    summary = json.loads((out / "summary.json").read_text())
+    assert [record["image"] for record in summary["images"]] == sorted(names)
+    with open(out / "summary.csv", newline="") as stream:
+        rows = list(csv.reader(stream))
+    assert [row[0] for row in rows[1:]] == [
+        "'\tx.png", "'+x.png", "'-x.png", "'=cmd.png", "'@x.png", "a.png"]
+    assert all(row[1:4] == ["ok", "pixel", "1"] for row in rows[1:])
+    summary["seed_failures"] = [{"reason": "=HYPERLINK(\"x\")", "seed": None, "segment": None}]
+    assert summary_csv(summary).endswith('(seeds),failed,,0,0,1,0.000,"\'=HYPERLINK(""x"")"\n')
+
+
+def test_an_image_over_the_memory_budget_fails_alone(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv(BUDGET_VARIABLE, "1G")  # --memory-budget replaces it: undone after
+    images, seeds = make_folder(tmp_path, names=("a.png", "big.png"))
+    iio.imwrite(images / "big.png", np.zeros((2000, 2000), np.uint8))  # 24.4 MiB to decode
+    code, _ = batch(capsys, images, seeds, tmp_path / "out", "--memory-budget", "20M")
+    assert code == 1
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert [record["status"] for record in summary["images"]] == ["ok", "failed"]
+    [failure] = summary["images"][1]["failures"]
+    assert "big.png: decoding its 2000×2000 px needs about 24.4 MiB, over the memory " \
+           "budget of 20.0 MiB" in failure["reason"]
 
 
 # ----------------------------------------------------------------- separate processes

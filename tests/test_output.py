@@ -195,3 +195,13 @@ def test_a_document_that_is_no_regular_file_is_one_error(tmp_path):
         read_json(fifo, "seeds file")
     with pytest.raises(BadParameter, match="cannot read cases file .*: it is a folder"):
         read_json(tmp_path, "cases file")
+
+
+def test_decoding_over_budget_is_refused(monkeypatch):
+    from core.resources import check_decode_memory
+
+    monkeypatch.setenv(BUDGET_VARIABLE, "1G")
+    check_decode_memory("ok.png", 5000, 5000, 3)  # 447 MiB of float32 planes × 1.6
+    with pytest.raises(BadParameter, match=r"^big.png: decoding its 10000×10000 px needs about "
+                                           r"1.8 GiB, over the memory budget of 1.0 GiB"):
+        check_decode_memory("big.png", 10000, 10000, 3)

@@ -1,6 +1,7 @@
 """Image loading: every pixel layout and type becomes float32 (rows, cols, bands)."""
 
 import re
+import tracemalloc
 import warnings
 
 import imageio.v3 as iio
@@ -9,6 +10,8 @@ import pytest
 
 from core.errors import BadParameter, ImageReadError
 from core.raster import load_image, to_float_bands
+from core.resources import BUDGET_VARIABLE
+from tests.conftest import SAMPLE_IMAGE
 
 
 @pytest.mark.parametrize(("array", "bands", "top"), [
@@ -160,3 +163,38 @@ def test_float64_tiff_beyond_float32_is_refused(tmp_path):
     with load_image(tmp_path / "f.tif") as raster, \
             pytest.raises(ImageReadError, match=r"pixel values reach 1e\+200"):
         raster.read_window(0, 5, 0, 6)
+
+
+def test_an_image_over_the_memory_budget_is_refused_before_decoding(tmp_path, monkeypatch):
+    """A 100 KiB PNG declaring 6000 × 6000 RGB would decode to 400+ MiB of float32."""
+    iio.imwrite(tmp_path / "bomb.png", np.zeros((6000, 6000, 3), np.uint8))
+    monkeypatch.setenv(BUDGET_VARIABLE, "100M")
+    tracemalloc.start()
+    try:
+        with pytest.raises(BadParameter, match=(
+                r"bomb.png: decoding its 6000×6000 px needs about 659.2 MiB, "
+                r"over the memory budget of 100.0 MiB \(ROADTRACER_MEMORY_BUDGET=100M\): "
+                r"convert it to a tiled GeoTIFF \(read window by window\) or give a larger "
+                r"--memory-budget$")):
+            load_image(tmp_path / "bomb.png")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 10 * 2**20  # its 103 MiB of 8-bit pixels were never decoded
+
+
+@pytest.mark.parametrize(("budget", "fits"), [("20M", False), ("30M", True)])
+def test_the_decode_estimate_follows_the_budget(tmp_path, monkeypatch, budget, fits):
+    """2000 × 2000 grey: 15.3 MiB of float32 planes, estimated at 24.4 MiB to decode."""
+    iio.imwrite(tmp_path / "grey.png", np.zeros((2000, 2000), np.uint8))
+    monkeypatch.setenv(BUDGET_VARIABLE, budget)
+    if fits:
+        assert load_image(tmp_path / "grey.png").pixels.shape == (2000, 2000, 1)
+    else:
+        with pytest.raises(BadParameter, match="needs about 24.4 MiB, over the memory budget"):
+            load_image(tmp_path / "grey.png")
+
+
+def test_the_sample_loads_with_the_default_budget(monkeypatch):
+    monkeypatch.delenv(BUDGET_VARIABLE, raising=False)
+    assert load_image(SAMPLE_IMAGE).pixels.shape == (572, 572, 3)
