@@ -70,8 +70,8 @@ def load_cases(path: str | os.PathLike, limit: int | None = None) -> list[Case]:
     Raises
     ------
     BadParameter
-        If the file is unreadable, not JSON, not a non-empty list of cases, or a case is
-        malformed (one message naming the case and its field).
+        If the file is unreadable, not JSON, not a non-empty list of cases, a case is
+        malformed (one message naming the case and its field), or two cases share an id.
     """
     path = os.fspath(path)
     records = read_json(path, "cases file")
@@ -80,8 +80,14 @@ def load_cases(path: str | os.PathLike, limit: int | None = None) -> list[Case]:
                            '({"id", "image", "a", "b", "gt", "tags"}), got '
                            f"{type(records).__name__ if records else 'an empty list'}")
     folder = os.path.dirname(os.path.abspath(path))
-    return [_case(record, index, folder, path)
-            for index, record in enumerate(records[:limit] if limit is not None else records)]
+    cases = [_case(record, index, folder, path)
+             for index, record in enumerate(records[:limit] if limit is not None else records)]
+    seen = set()
+    for case in cases:  # reports key cases by id
+        if case.id in seen:
+            raise BadParameter(f"{path}: case id {case.id!r} is given twice; ids must be unique")
+        seen.add(case.id)
+    return cases
 
 
 def _case(record, index: int, folder: str, path: str) -> Case:

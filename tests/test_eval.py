@@ -69,6 +69,7 @@ GOOD_CASE = {"id": "c", "image": "i.png", "a": [0, 0], "b": [9, 0], "gt": [[0, 0
     ([{**GOOD_CASE, "image": ["x"]}], "case 'c': image must be a file name"),
     ([{**GOOD_CASE, "tags": "road"}], "case 'c': tags must be a list of strings"),
     ([{**GOOD_CASE, "id": None}], "case #0: id must be a string or an integer"),
+    ([GOOD_CASE, {**GOOD_CASE, "a": [1, 1]}], "case id 'c' is given twice"),
 ])
 def test_malformed_cases_are_one_clear_error(tmp_path, document, message):
     path = tmp_path / "cases.json"
