@@ -244,7 +244,11 @@ class MainWindow(QMainWindow):
         """Start-up: the given image (a folder: its first image, PgDown for the next), else
         the most recent one, else the bundled sample."""
         if path and os.path.isdir(path):
-            images = list_images(Path(path))
+            try:
+                images = list_images(Path(path))
+            except TraceError as exc:
+                self.show_error(str(exc), "Cannot open image")
+                return
             if not images:
                 self.show_error(f"no image (PNG, JPEG, TIFF) in the folder {path}",
                                 "Cannot open image")
@@ -264,7 +268,11 @@ class MainWindow(QMainWindow):
         if self.image_path is None:
             self.show_status("open an image first")
             return False
-        images = [str(path) for path in list_images(Path(self.image_path).parent)]
+        try:
+            images = [str(path) for path in list_images(Path(self.image_path).parent)]
+        except TraceError as exc:
+            self.show_status(str(exc))
+            return False
         index = images.index(self.image_path) + offset if self.image_path in images else -1
         if not 0 <= index < len(images):
             self.show_status(f"no {'next' if offset > 0 else 'previous'} image in "
@@ -273,7 +281,8 @@ class MainWindow(QMainWindow):
         return self.open_image(images[index])
 
     def open_image(self, path: str, session: tuple | None = None) -> bool:
-        """Open an image in the worker; ``session`` = (lines, params, session file) to install.
+        """Open an image in the worker; ``session`` = (lines, params, backend, session file) to
+        install once the image is loaded (nothing changes if it cannot be).
 
         Returns False if the user kept the current lines instead.
         """
@@ -285,12 +294,15 @@ class MainWindow(QMainWindow):
         def loaded(result) -> None:
             raster, levels = result
             self._flush_autosave()
+            # The lines first: nothing of the window changes until they are known.
+            lines = session[0] if session is not None else self._autosaved_lines(path)
             self.raster, self.image_path = raster, path
             self._image_levels = levels
             self.canvas.set_image(levels)
             self.controller.set_raster(raster)
             if session is not None:
-                lines, params, self.session_path = session
+                _, params, backend, self.session_path = session
+                self.params_panel.backend.setCurrentText(backend)
                 lost = self._unusable_evidence(params)
                 if lost:
                     self.show_error(f"{lost}; tracing on the image itself", "Evidence raster")
@@ -302,7 +314,7 @@ class MainWindow(QMainWindow):
                 self.session_path = None
                 if self.params_panel.evidence_path is not None:  # it was the last image's
                     self.params_panel.set_evidence(None)
-                self.model.reset(self._autosaved_lines(path))
+                self.model.reset(lines)
             self._add_recent(path)
             self._update_title()
             restored = f", {len(self.model.lines)} lines" if self.model.lines else ""
@@ -425,10 +437,7 @@ class MainWindow(QMainWindow):
         if not image:
             self.show_error(f"session {path} names no image", "Cannot open session")
             return False
-        if not self.open_image(image, session=(lines, params, path)):
-            return False
-        self.params_panel.backend.setCurrentText(backend)
-        return True
+        return self.open_image(image, session=(lines, params, backend, path))
 
     def save_session(self, ask: bool = False) -> bool:
         """Save to the current session file (asking for one if there is none); True if saved."""

@@ -43,9 +43,18 @@ TIFF_SUFFIXES = (".tif", ".tiff", ".gtiff")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff")
 
 def list_images(folder: Path) -> list[Path]:
-    """Image files (:data:`IMAGE_SUFFIXES`) directly in ``folder``, sorted by name."""
-    return sorted(path for path in folder.iterdir()
-                  if path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES)
+    """Image files (:data:`IMAGE_SUFFIXES`) directly in ``folder``, sorted by name.
+
+    Raises
+    ------
+    ImageReadError
+        If the folder cannot be listed (gone, not a folder, no permission).
+    """
+    try:
+        return sorted(path for path in folder.iterdir()
+                      if path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES)
+    except OSError as exc:
+        raise ImageReadError(f"cannot list the folder {folder}: {exc.strerror or exc}") from None
 
 
 #: Largest image (in pixels) a :class:`WindowedRaster` reads whole for ``pixels``.

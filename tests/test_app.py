@@ -7,6 +7,7 @@ import os
 os.environ["QT_QPA_PLATFORM"] = "offscreen"
 
 import json
+import shutil
 import sys
 import threading
 import time
@@ -754,6 +755,36 @@ def test_next_and_previous_image_in_folder(make_window, qtbot, tmp_path):
     with qtbot.waitSignal(window.error_shown, timeout=10_000):
         window.open_initial(str(tmp_path / "notes.txt.d"))
     assert window.last_error == f"no image (PNG, JPEG, TIFF) in the folder {tmp_path}/notes.txt.d"
+    # The open image's folder gone (unmounted, removed): PgDown says so, nothing breaks.
+    shutil.rmtree(tmp_path)
+    assert not window.step_image(1)
+    assert window.statusBar().currentMessage().startswith("cannot list the folder")
+    assert window.image_path == str(tmp_path / "a.png")
+
+
+def test_a_session_whose_image_cannot_open_changes_nothing(make_window, qtbot, tmp_path):
+    """The session's backend, parameters and lines are installed only with its image."""
+    window = make_window()
+    click(qtbot, window, A)
+    click_and_wait(qtbot, window, B)
+    window.controller.finish()
+    saved = tmp_path / "saved.json"
+    window.write_session(str(saved))
+    path = tmp_path / "moved.json"
+    document = json.loads(saved.read_text())
+    document["image"] = str(tmp_path / "gone.png")
+    document["image_relative"] = "gone.png"
+    document["backend"] = "cpu" if window.params_panel.backend.currentText() != "cpu" else "auto"
+    document["params"]["max_angle"] = 20.0
+    path.write_text(json.dumps(document))
+    before = (window.params_panel.backend.currentText(), window.params_panel.params())
+    with qtbot.waitSignal(window.error_shown, timeout=30_000):
+        window.open_session(str(path))
+    assert "not found" in window.last_error
+    assert (window.params_panel.backend.currentText(), window.params_panel.params()) == before
+    assert window.image_path == str(SAMPLE_IMAGE)
+    assert len(window.model.lines) == 1
+    assert window.session_path == str(saved)
 
 
 def test_export_in_the_image_crs_and_import_back(make_window, qtbot, tmp_path, monkeypatch):
