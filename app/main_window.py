@@ -450,7 +450,18 @@ class MainWindow(QMainWindow):
                 return False
         return self.write_session(path)
 
+    def _not_a_file(self, path: str, title: str) -> bool:
+        """True (after a message) where ``path`` exists but is no regular file: writing to a
+        FIFO or device from the window would block it, or lose the lines."""
+        target = os.path.realpath(path)
+        if not os.path.exists(target) or os.path.isfile(target):
+            return False
+        self.show_error(f"cannot write {path}: it is not a regular file", title)
+        return True
+
     def write_session(self, path: str) -> bool:
+        if self._not_a_file(path, "Cannot save session"):
+            return False
         try:
             write_session(path, self.image_path, self.model.lines, self.params_panel.params(),
                           self.params_panel.backend.currentText())
@@ -553,6 +564,8 @@ class MainWindow(QMainWindow):
     def export_geojson(self, path: str, crs: str = "wgs84") -> bool:
         """Export the lines to ``path`` (:func:`app.files.export_lines`); False (and a message
         box) if that fails."""
+        if self._not_a_file(path, "Cannot export"):
+            return False
         try:
             export_lines(path, self.model.lines, self.raster, crs)
         except TraceError as exc:

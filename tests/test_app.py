@@ -329,6 +329,13 @@ def test_export_writes_valid_geojson(make_window, qtbot, tmp_path):
     assert feature.properties["anchors"] == [list(A), list(B), list(C)]
     assert feature.properties["score"] < 0
     assert feature.geometry.coordinates[0] == pytest.approx(A)
+    # A FIFO (or device) would block the window until a reader came: refused at once.
+    fifo = tmp_path / "fifo.geojson"
+    os.mkfifo(fifo)
+    for write, title in ((window.export_geojson, "export"), (window.write_session, "session")):
+        with qtbot.waitSignal(window.error_shown, timeout=5_000):
+            assert not write(str(fifo)), title
+        assert window.last_error == f"cannot write {fifo}: it is not a regular file"
 
 
 def test_session_save_and_load_round_trip(make_window, qtbot, tmp_path):
