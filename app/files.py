@@ -37,6 +37,15 @@ def write_autosave(folder: str, image_path: str, lines: tuple[Line, ...], params
     write_session(autosave_path(folder, image_path), image_path, lines, params, backend)
 
 
+def _unused_name(path: str) -> str:
+    """``path``, or ``path-2``, ``path-3``, …: the first name that nothing has yet."""
+    name, number = path, 1
+    while os.path.lexists(name):
+        number += 1
+        name = f"{path}-{number}"
+    return name
+
+
 def read_autosave(folder: str, image_path: str) -> tuple[Line, ...]:
     """The autosaved lines of an image (none if it has no autosave).
 
@@ -44,8 +53,9 @@ def read_autosave(folder: str, image_path: str) -> tuple[Line, ...]:
     ------
     SessionReadError
         For an autosave that cannot be read; the file is first moved aside to
-        ``<autosave>.bad`` (named in the message), so that the next autosave does not
-        overwrite what it holds.
+        ``<autosave>.bad`` (``.bad-2``, ``.bad-3``, … when that is taken; named in the
+        message), so that neither the next autosave nor the next bad one overwrites what it
+        holds.
     """
     path = autosave_path(folder, image_path)
     if not os.path.exists(path):
@@ -53,7 +63,7 @@ def read_autosave(folder: str, image_path: str) -> tuple[Line, ...]:
     try:
         return read_session(path)[1]
     except SessionReadError as exc:
-        kept = path + ".bad"
+        kept = _unused_name(path + ".bad")
         try:
             os.replace(path, kept)
         except OSError:

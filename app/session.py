@@ -14,7 +14,7 @@ import numpy as np
 
 from app.model import LINE_KINDS, Line, Segment
 from app.params import check_backend, params_from_dict
-from core.errors import BadParameter, TraceError
+from core.errors import BadParameter, OutputWriteError, TraceError
 from core.output import read_json, write_text_atomic
 from core.tracer import TraceParams
 
@@ -26,24 +26,40 @@ class SessionReadError(TraceError, ValueError):
     """A session file is missing, not JSON, or not a roadtracer session."""
 
 
-def _number(value: float) -> float | None:
-    """JSON has no NaN: NaN scores are written as null."""
-    return None if math.isnan(value) else float(value)
-
-
 def params_to_dict(params: TraceParams | None) -> dict | None:
     return None if params is None else params.as_dict()
 
 
-def _fail(where: str, expected: str, value: object) -> SessionReadError:
+#: Longest shown value in a message (a number of hundreds of digits is cut short).
+MAX_SHOWN = 40
+
+
+def _shown(value: object) -> str:
+    """``value`` for a message: a JSON scalar as written (cut short), else its type's name."""
     shown = repr(value) if isinstance(value, str | int | float | bool | None) \
         else type(value).__name__
-    return SessionReadError(f"{where} must be {expected}, got {shown}")
+    return shown if len(shown) <= MAX_SHOWN else shown[:MAX_SHOWN - 1] + "…"
+
+
+def _fail(where: str, expected: str, value: object) -> SessionReadError:
+    return SessionReadError(f"{where} must be {expected}, got {_shown(value)}")
 
 
 def _is_number(value: object) -> bool:
     """A JSON number (true and false are not numbers, although Python's bool is an int)."""
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _finite(value: object, where: str, expected: str) -> float:
+    """``value`` as a float if it is a finite JSON number, else a SessionReadError naming
+    ``where`` (NaN, infinity and integers beyond a float's range are refused)."""
+    try:
+        number = float(value) if _is_number(value) else math.nan
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise _fail(where, expected, value)
+    return number
 
 
 def _get(data: dict, key: str, where: str, types: tuple[type, ...], expected: str,
@@ -70,11 +86,10 @@ def _points(value: object, where: str) -> np.ndarray:
     """At least two (x, y) pixel points as shape (n, 2) float64."""
     expected = f"a list of at least 2 [x, y] pairs of numbers within ±{MAX_COORDINATE:g}"
     if not isinstance(value, list) or len(value) < 2 or not all(
-            isinstance(p, list) and len(p) == 2 and all(_is_number(c) for c in p)
-            for p in value):
+            isinstance(p, list) and len(p) == 2 for p in value):
         raise _fail(where, expected, value)
-    points = np.asarray(value, dtype=np.float64)
-    if not np.all(np.abs(points) <= MAX_COORDINATE):  # NaN fails too
+    points = np.array([[_finite(c, where, expected) for c in p] for p in value])
+    if not np.all(np.abs(points) <= MAX_COORDINATE):
         raise _fail(where, expected, "a coordinate beyond it")
     return points
 
@@ -89,30 +104,43 @@ def _params(value: object, where: str, rounded: bool) -> TraceParams | None:
 
 
 def _segment_to_dict(segment: Segment) -> dict:
+    """A segment as JSON; a straight segment's score (NaN) is null."""
     return {"polyline": segment.polyline.tolist(), "link_scores": segment.link_scores.tolist(),
-            "score": _number(segment.score), "request": params_to_dict(segment.request),
-            "params": params_to_dict(segment.params), "backend": segment.backend}
+            "score": None if segment.is_straight else float(segment.score),
+            "request": params_to_dict(segment.request), "params": params_to_dict(segment.params),
+            "backend": segment.backend}
 
 
 def _segment_from_dict(data: object, where: str, kind: str) -> Segment:
     """A segment of a line of ``kind``; its request is traced as that kind (sessions older
-    than river mode stored none)."""
+    than river mode stored none).
+
+    A traced segment (one with a request) has a finite score and one finite score per link of
+    its polyline; a straight one (``"request": null``) has no link scores and no score (null,
+    or a finite number that is not kept: its score is NaN).
+    """
     if not isinstance(data, dict):
         raise _fail(where, "an object", data)
     polyline = _points(data.get("polyline"), f"{where}.polyline")
-    scores = _get(data, "link_scores", where, (list,), "a list of numbers", [])
-    if not all(_is_number(v) for v in scores) \
-            or len(scores) not in (0, len(polyline) - 1):
-        raise _fail(f"{where}.link_scores", f"{len(polyline) - 1} numbers (one per link) or "
-                    "none", scores)
-    score = _get(data, "score", where, (int, float, type(None)), "a number or null", None)
     request = _params(data.get("request"), f"{where}.request", rounded=True)
     params = _params(data.get("params"), f"{where}.params", rounded=False)
     if request is not None and params is None:
         raise _fail(f"{where}.params", "the parameters the trace used", None)
-    return Segment(polyline, np.asarray(scores, dtype=np.float64).reshape(-1),
-                   float("nan") if score is None else float(score),
-                   None if request is None else replace(request, line_kind=kind), params,
+    traced = request is not None
+    links = len(polyline) - 1 if traced else 0
+    expected = f"{links} numbers (finite, one per link)" if traced \
+        else "empty (a straight segment has no link scores)"
+    scores = _get(data, "link_scores", where, (list,), expected, [])
+    if len(scores) != links:
+        raise SessionReadError(f"{where}.link_scores must be {expected}, got {len(scores)}")
+    link_scores = np.array([_finite(v, f"{where}.link_scores", expected) for v in scores],
+                           dtype=np.float64)
+    score = data.get("score")
+    if traced or score is not None:
+        score = _finite(score, f"{where}.score", "a number (finite: the trace's score)"
+                        if traced else "a number (finite) or null")
+    return Segment(polyline, link_scores, score if traced else math.nan,
+                   replace(request, line_kind=kind) if traced else None, params,
                    _get(data, "backend", where, (str,), "a string", ""))
 
 
@@ -122,11 +150,17 @@ def line_to_dict(line: Line) -> dict:
             "segments": [_segment_to_dict(s) for s in line.segments]}
 
 
+#: Line ids are below this, far within what Qt's item data holds (new lines count up from them).
+LINE_ID_LIMIT = 2 ** 31
+
+
 def line_from_dict(data: object, where: str = "line") -> Line:
     """A line from its JSON object; :class:`SessionReadError` names the first bad field."""
     if not isinstance(data, dict):
         raise _fail(where, "an object", data)
     line_id = _get(data, "id", where, (int,), "a whole number")
+    if not 0 <= line_id < LINE_ID_LIMIT:
+        raise _fail(f"{where}.id", f"a whole number in [0, {LINE_ID_LIMIT - 1}]", line_id)
     name = _get(data, "name", where, (str,), "a string")
     kind = _get(data, "kind", where, (str,), f"one of {', '.join(LINE_KINDS)}")
     if kind not in LINE_KINDS:
@@ -161,7 +195,12 @@ def write_session(path: str | os.PathLike, image_path: str | None, lines: tuple[
     """Write a session file atomically (raises ``OutputWriteError``)."""
     folder = os.path.dirname(os.path.abspath(path))
     document = session_document(image_path, lines, params, backend, folder)
-    write_text_atomic(path, json.dumps(document, indent=1) + "\n")
+    try:
+        text = json.dumps(document, indent=1, allow_nan=False)
+    except ValueError:  # a coordinate or link score that is NaN or infinite
+        raise OutputWriteError(f"cannot write session {path}: a line holds a coordinate or "
+                               "score that is not a finite number") from None
+    write_text_atomic(path, text + "\n")
 
 
 def read_session(path: str | os.PathLike) -> tuple[str | None, tuple[Line, ...], TraceParams, str]:
@@ -177,9 +216,11 @@ def read_session(path: str | os.PathLike) -> tuple[str | None, tuple[Line, ...],
         raise SessionReadError(f"{path} is not a roadtracer session")
     try:
         version = _get(document, "version", "", (int,), "a whole number", SESSION_VERSION)
+        if version < 1:
+            raise _fail("version", "a whole number from 1", version)
         if version > SESSION_VERSION:
-            raise SessionReadError(f"session version {version} is newer than this roadtracer "
-                                   f"reads ({SESSION_VERSION})")
+            raise SessionReadError(f"session version {_shown(version)} is newer than this "
+                                   f"roadtracer reads ({SESSION_VERSION})")
         image = _get(document, "image", "", (str, type(None)), "a file path or null",
                      None)
         relative = _get(document, "image_relative", "", (str, type(None)),

@@ -287,12 +287,22 @@ def transform_points(points, source: pyproj.CRS, target: pyproj.CRS) -> np.ndarr
     -------
     ndarray of shape (N, 2), float64
         Non-finite where PROJ cannot transform a point.
+
+    Raises
+    ------
+    GeorefError
+        Naming both CRSs when PROJ has no transformation between them at all (e.g. from a
+        local engineering CRS to a map projection).
     """
     xy = as_points(points)
     if source == target:
         return xy.copy()
-    x, y = _transformer(source.to_wkt(), target.to_wkt()).transform(
-        xy[:, 0], xy[:, 1], errcheck=False)
+    try:
+        transformer = _transformer(source.to_wkt(), target.to_wkt())
+    except _pyproj().exceptions.ProjError:
+        raise GeorefError(f"PROJ cannot transform coordinates from {source.name!r} to "
+                          f"{target.name!r}") from None
+    x, y = transformer.transform(xy[:, 0], xy[:, 1], errcheck=False)
     return np.column_stack([np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)])
 
 

@@ -373,6 +373,8 @@ def read_lines(path: str | os.PathLike, raster: Raster,
     ------
     BadParameter
         If the file cannot be read, is not GeoJSON, or names a CRS PROJ does not know.
+    GeorefError
+        If PROJ cannot transform from the CRS it names to the image's.
     """
     document = read_json(path, "GeoJSON file")
     features = geojson_features(document, path)
@@ -414,7 +416,8 @@ def _coordinates_of(document) -> tuple[str, object]:
     if document.get("coordinate_space") == "pixel":
         return "pixel", None
     member = document.get("crs")
-    name = member.get("properties", {}).get("name") if isinstance(member, dict) else None
+    properties = member.get("properties") if isinstance(member, dict) else None
+    name = properties.get("name") if isinstance(properties, dict) else None
     if not isinstance(name, str) or name in LONLAT_NAMES:
         return "lonlat", None
     return "source", parse_crs(name)
@@ -439,7 +442,7 @@ def _anchors(properties: dict, pixels: np.ndarray) -> np.ndarray:
     for key in ("anchors", "anchors_px"):
         try:
             anchors = np.asarray(properties.get(key), dtype=np.float64)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # not numbers, ragged, beyond a float
             continue
         if anchors.ndim == 2 and anchors.shape[0] >= 2 and anchors.shape[1] == 2 \
                 and np.all(np.isfinite(anchors)) and np.all(np.isfinite(pixels[[0, -1]])) \

@@ -84,7 +84,7 @@ def test_the_trace_hands_the_ground_resolution_to_the_model(monkeypatch):
 def test_cases_may_give_the_ground_resolution_and_bad_values_are_named(tmp_path):
     record = {"id": "c", "image": "x.png", "a": [0, 0], "b": [5, 0], "gt": [[0, 0], [5, 0]]}
     path = tmp_path / "cases.json"
-    path.write_text(json.dumps([dict(record, ground_resolution=0.3), record]))
+    path.write_text(json.dumps([dict(record, ground_resolution=0.3), dict(record, id="d")]))
     given, unsaid = load_cases(path)
     assert (given.ground_resolution, unsaid.ground_resolution) == (0.3, None)
     assert case_params(None, given).ground_resolution == 0.3
