@@ -18,11 +18,14 @@ from core.geojson import feature_collection, line_feature, write_geojson
 from core.raster import Raster
 from core.tracer import TraceParams
 
+#: Suffix of an autosave file (:func:`autosave_path`), kept by the copies moved aside.
+AUTOSAVE_SUFFIX = ".roadtracer.json"
+
 
 def autosave_path(folder: str, image_path: str) -> str:
     """The autosave file of an image: one per image, named by a hash of its absolute path."""
     digest = hashlib.sha1(os.path.abspath(image_path).encode("utf-8")).hexdigest()[:16]
-    return os.path.join(folder, f"{Path(image_path).stem}-{digest}.roadtracer.json")
+    return os.path.join(folder, f"{Path(image_path).stem}-{digest}{AUTOSAVE_SUFFIX}")
 
 
 def write_autosave(folder: str, image_path: str, lines: tuple[Line, ...], params: TraceParams,
@@ -69,6 +72,30 @@ def read_autosave(folder: str, image_path: str) -> tuple[Line, ...]:
         except OSError:
             raise exc from None
         raise SessionReadError(f"{exc} (the file is kept as {kept})") from None
+
+
+def keep_autosave(folder: str, image_path: str) -> str:
+    """Move the image's autosave aside, to ``<autosave>.kept.roadtracer.json``
+    (``.kept-2.roadtracer.json``, … when taken), so that lines installed from elsewhere (a
+    session) are not autosaved over unsaved ones; the path it now has (a session file).
+
+    Raises
+    ------
+    OutputWriteError
+        If it cannot be moved (it then stays where it was).
+    """
+    path = autosave_path(folder, image_path)
+    stem = path[:-len(AUTOSAVE_SUFFIX)] + ".kept"
+    kept, number = stem + AUTOSAVE_SUFFIX, 1
+    while os.path.lexists(kept):
+        number += 1
+        kept = f"{stem}-{number}{AUTOSAVE_SUFFIX}"
+    try:
+        os.replace(path, kept)
+    except OSError as exc:
+        raise OutputWriteError(f"cannot keep the autosave {path}: {exc.strerror or exc}") \
+            from None
+    return kept
 
 
 def remove_autosave(folder: str, image_path: str) -> None:

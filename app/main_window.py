@@ -21,11 +21,17 @@ from PySide6.QtWidgets import (
 
 from app.canvas import Canvas
 from app.display import display_levels, load_for_display
-from app.files import export_lines, read_autosave, remove_autosave, write_autosave
+from app.files import (
+    export_lines,
+    keep_autosave,
+    read_autosave,
+    remove_autosave,
+    write_autosave,
+)
 from app.jobs import Job, JobQueue
 from app.model import LinesModel, ModelChange
 from app.panels import LinesPanel, ParamsPanel
-from app.session import read_session, write_session
+from app.session import line_to_dict, read_session, write_session
 from app.traces import TraceOutcome, error_text
 from app.tracing import TracingController
 from core.errors import TraceError
@@ -67,6 +73,7 @@ class MainWindow(QMainWindow):
         self.image_path: str | None = None
         self.session_path: str | None = None
         self.last_error: str | None = None
+        self.last_notice: str | None = None  # the last message box shown (errors too)
         self.model = LinesModel()
         self.jobs = JobQueue(self)
         self.controller = TracingController(self.model, self.jobs, self)
@@ -193,12 +200,16 @@ class MainWindow(QMainWindow):
     def show_error(self, text: str, title: str = "roadtracer") -> None:
         """Report an error in the status bar and a (non-blocking) message box."""
         self.last_error = text
+        self._show_box(text, title, QMessageBox.Icon.Warning)
+        self.error_shown.emit(text)
+
+    def _show_box(self, text: str, title: str, icon: QMessageBox.Icon) -> None:
+        """``text`` in the status bar and a (non-blocking) message box."""
+        self.last_notice = text
         self.show_status(text)
-        box = QMessageBox(QMessageBox.Icon.Warning, title, text, QMessageBox.StandardButton.Ok,
-                          self)
+        box = QMessageBox(icon, title, text, QMessageBox.StandardButton.Ok, self)
         box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         box.open()
-        self.error_shown.emit(text)
 
     def _show_trace(self, outcome: TraceOutcome) -> None:
         score = sum(s.score for s in outcome.segments)
@@ -295,7 +306,9 @@ class MainWindow(QMainWindow):
             raster, levels = result
             self._flush_autosave()
             # The lines first: nothing of the window changes until they are known.
-            lines = session[0] if session is not None else self._autosaved_lines(path)
+            autosaved = self._autosaved_lines(path)
+            lines = autosaved if session is None else session[0]
+            kept = self._keep_other_autosave(path, autosaved, lines)
             self.raster, self.image_path = raster, path
             self._image_levels = levels
             self.canvas.set_image(levels)
@@ -322,6 +335,10 @@ class MainWindow(QMainWindow):
                 f"{raster.bands} band(s)"
             self.show_status(f"opened {os.path.basename(path)}: {raster.width}×{raster.height} px, "
                              f"{bands}{restored}")
+            if kept:
+                self._show_box(f"{os.path.basename(path)} had unsaved lines, which are kept in "
+                               f"{kept}: open it as a session to get them back.",
+                               "Autosaved lines kept", QMessageBox.Icon.Information)
             self.image_loaded.emit(path)
 
         def failed(exc: BaseException) -> None:
@@ -488,6 +505,19 @@ class MainWindow(QMainWindow):
         if self._autosave_timer.isActive():
             self._autosave_timer.stop()
             self.autosave()
+
+    def _keep_other_autosave(self, image_path: str, autosaved: tuple, lines: tuple) -> str:
+        """Where the image's autosaved lines, if they are not the ``lines`` about to be shown (a
+        session's), were moved aside so that the next autosave does not overwrite them; ""
+        if there was nothing to keep."""
+        if not autosaved or [line_to_dict(line) for line in autosaved] == \
+                [line_to_dict(line) for line in lines]:
+            return ""
+        try:
+            return keep_autosave(self.autosave_dir, image_path)
+        except TraceError as exc:
+            self.show_status(f"autosave not kept: {exc}")
+            return ""
 
     def _autosaved_lines(self, image_path: str) -> tuple:
         try:

@@ -412,6 +412,35 @@ def test_autosave_brings_lines_back(make_window, qtbot):
     assert [line.anchors for line in reopened.model.lines] == [(A, B)]
 
 
+def test_a_session_opened_over_unsaved_autosaved_lines_keeps_them(make_window, qtbot, tmp_path):
+    """Lines autosaved but in no session (the app closed without asking, or crashed) are not
+    overwritten when a session of the same image is opened: they are kept as a session."""
+    window = make_window()
+    click(qtbot, window, A)
+    click_and_wait(qtbot, window, B)
+    window.controller.finish()
+    session = tmp_path / "one-line.json"
+    window.write_session(str(session))
+    click(qtbot, window, C)
+    click_and_wait(qtbot, window, A)
+    window.controller.finish()
+    window.autosave()  # two lines autosaved, one of them in no session
+    other = make_window(open_sample=False)
+    with qtbot.waitSignal(other.image_loaded, timeout=60_000):
+        assert other.open_session(str(session))
+    assert len(other.model.lines) == 1
+    kept = other.last_notice.split("kept in ")[1].split(": open it")[0]
+    assert os.path.basename(kept).endswith(".kept.roadtracer.json")
+    with qtbot.waitSignal(other.image_loaded, timeout=60_000):
+        assert other.open_session(kept)
+    assert [line.anchors for line in other.model.lines] == [(A, B), (C, A)]
+    # The same lines as the session's: nothing to keep, no message.
+    third = make_window(open_sample=False)
+    with qtbot.waitSignal(third.image_loaded, timeout=60_000):
+        assert third.open_session(kept)
+    assert third.last_notice is None
+
+
 def test_recent_files_and_first_start(make_window, qtbot, tmp_path):
     window = make_window(open_sample=False)
     with qtbot.waitSignal(window.image_loaded, timeout=60_000):
