@@ -33,28 +33,23 @@ def band_numbers(text: str) -> tuple[int, ...]:
     return bands
 
 
-def metres_per_pixel(text: str) -> float:
-    """argparse type: a positive, finite number of metres per pixel."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected metres per pixel (a positive number), got "
-                                         f"{text!r}")
-    return value
+def positive_number(what: str):
+    """An argparse type: a positive, finite number of ``what`` (named in its error)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not math.isfinite(value) or value <= 0:
+            raise argparse.ArgumentTypeError(f"expected {what} (a positive number), got "
+                                             f"{text!r}")
+        return value
+    return parse
 
 
-def positive_pixels(text: str) -> float:
-    """argparse type: a positive, finite distance in pixels."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a distance in px (a positive number), got "
-                                         f"{text!r}")
-    return value
+#: argparse types: the imagery's metres per pixel; a distance in pixels.
+metres_per_pixel = positive_number("metres per pixel")
+positive_pixels = positive_number("a distance in px")
 
 
 def add_trace_parameters(parser: argparse.ArgumentParser) -> None:
