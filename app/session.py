@@ -80,12 +80,16 @@ def _get(data: dict, key: str, where: str, types: tuple[type, ...], expected: st
 
 #: Largest pixel coordinate a session may hold (far outside any image, still safe to draw).
 MAX_COORDINATE = 1e7
+#: Most points of one list (anchors, polyline) in a session: a trace has tens; a million
+#: would hold the window for seconds at every repaint.
+MAX_POINTS = 100_000
 
 
 def _points(value: object, where: str) -> np.ndarray:
     """At least two (x, y) pixel points as shape (n, 2) float64."""
-    expected = f"a list of at least 2 [x, y] pairs of numbers within ±{MAX_COORDINATE:g}"
-    if not isinstance(value, list) or len(value) < 2 or not all(
+    expected = (f"a list of 2 to {MAX_POINTS} [x, y] pairs of numbers within "
+                f"±{MAX_COORDINATE:g}")
+    if not isinstance(value, list) or not 2 <= len(value) <= MAX_POINTS or not all(
             isinstance(p, list) and len(p) == 2 for p in value):
         raise _fail(where, expected, value)
     points = np.array([[_finite(c, where, expected) for c in p] for p in value])

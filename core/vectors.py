@@ -76,6 +76,11 @@ class Failure:
 
 
 # ----------------------------------------------------------------------------------- seeds
+#: Most vertices a line of a GeoJSON file may have (an OpenStreetMap way has hundreds; a
+#: million would hold the application's window for many seconds).
+MAX_LINE_VERTICES = 100_000
+
+
 def feature_lines(feature, index: int, lonlat: bool = True) -> tuple[list[Seed], list[Failure]]:
     """The seed lines of one GeoJSON feature (``index``: its place in the file), or why it is
     not one. With ``lonlat``, vertices of features naming no image must be longitude/latitude;
@@ -100,6 +105,10 @@ def feature_lines(feature, index: int, lonlat: bool = True) -> tuple[list[Seed],
                             "MultiLineString", seed_id)]
     seeds, failures = [], []
     for part_id, coords in parts:
+        if isinstance(coords, list) and len(coords) > MAX_LINE_VERTICES:
+            failures.append(Failure(f"a line of {len(coords)} vertices: at most "
+                                    f"{MAX_LINE_VERTICES} are read", part_id))
+            continue
         try:
             vertices = np.array([_position(vertex) for vertex in coords])
         except (TypeError, ValueError, OverflowError):

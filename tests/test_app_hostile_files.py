@@ -228,3 +228,17 @@ def test_a_crs_proj_cannot_transform_is_a_georef_error(tmp_path):
     document = collection(PIXELS, crs={"type": "name", "properties": {"name": ENGINEERING_CRS}})
     with pytest.raises(GeorefError, match="PROJ cannot transform coordinates from 'site'"):
         read_lines(write(tmp_path, document), raster, "scene.tif")
+
+
+def test_a_polyline_of_too_many_points_is_refused_at_once(tmp_path):
+    from app.session import MAX_POINTS
+
+    document = session_document(tmp_path)
+    points = np.linspace((30, 4), (40, 40), MAX_POINTS + 1).tolist()
+    put(document, "lines.0.segments.1.polyline", points)
+    with pytest.raises(SessionReadError, match=rf"segments\[1\].polyline must be a list of 2 "
+                                               rf"to {MAX_POINTS}"):
+        read_document(tmp_path, document)
+    put(document, "lines.0.segments.1.polyline", points[:MAX_POINTS])
+    (line,) = read_document(tmp_path, document)[1]
+    assert len(line.segments[1].polyline) == MAX_POINTS

@@ -156,3 +156,17 @@ def test_seed_of_an_unknown_kind_is_refused(tmp_path):
     assert [seed.properties["kind"] for seed in seeds] == ["river"]
     assert (failure.seed, failure.reason) == (
         "#0", "properties.kind='lake' is not a line kind (road or river)")
+
+
+def test_a_line_of_too_many_vertices_is_a_bad_seed_read_at_once(tmp_path):
+    from core.vectors import MAX_LINE_VERTICES
+
+    vertices = np.column_stack([np.linspace(5, 90, MAX_LINE_VERTICES + 1),
+                                np.full(MAX_LINE_VERTICES + 1, 40.0)]).tolist()
+    seeds, (failure,) = read_seeds(write(tmp_path, collection(vertices, {"image": "a.png"})))
+    assert seeds == []
+    assert f"a line of {MAX_LINE_VERTICES + 1} vertices" in failure.reason
+    (seed,), failures = read_seeds(write(tmp_path, collection(vertices[:MAX_LINE_VERTICES],
+                                                              {"image": "a.png"})))
+    assert failures == []
+    assert len(seed.vertices) == MAX_LINE_VERTICES
