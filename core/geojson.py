@@ -168,9 +168,49 @@ def line_feature(pixels: np.ndarray, raster: Raster, properties: dict | None = N
     props = {"source_image": os.path.basename(raster.path) if raster.path else None,
              "pixels": np.round(np.asarray(pixels, dtype=np.float64), PIXEL_DECIMALS).tolist()}
     props.update(properties or {})
-    return {"type": "Feature",
-            "geometry": {"type": "LineString", "coordinates": coordinates(pixels, raster, crs)},
-            "properties": props}
+    points = coordinates(pixels, raster, crs)
+    parts = [points]
+    if coordinate_space(raster, crs) == "lonlat":
+        parts = antimeridian_parts(np.asarray(points), coordinate_decimals(raster, "lonlat"))
+    geometry = {"type": "LineString", "coordinates": parts[0]} if len(parts) == 1 else \
+        {"type": "MultiLineString", "coordinates": parts}
+    return {"type": "Feature", "geometry": geometry, "properties": props}
+
+
+def antimeridian_parts(lonlat: np.ndarray, decimals: int = LONLAT_DECIMALS) -> list[list]:
+    """A line in longitude/latitude cut where it crosses the antimeridian (RFC 7946, 3.1.9).
+
+    Parameters
+    ----------
+    lonlat : ndarray of shape (N, 2)
+        The line's vertices, consecutive ones less than 180° of longitude apart the short way
+        round (longitudes may lie beyond ±180°, as an image across the antimeridian gives).
+    decimals : int
+        Decimals of the longitudes moved by 360° and of the crossing points' latitudes.
+
+    Returns
+    -------
+    list of lists of [lon, lat]
+        One part, or one more per crossing; longitudes in [-180, 180], each part ending at
+        ±180° where the next begins at ∓180°.
+    """
+    lon = np.unwrap(lonlat[:, 0], period=360.0)
+    lat = lonlat[:, 1]
+    cell = np.floor((lon + 180.0) / 360.0)  # which copy of [-180, 180) each vertex is in
+    wrapped = np.round(lon - 360.0 * cell, decimals)
+    parts, current = [], [[float(wrapped[0]), float(lat[0])]]
+    for i in range(1, len(lon)):
+        if cell[i] != cell[i - 1]:
+            east = lon[i] > lon[i - 1]
+            boundary = -180.0 + 360.0 * max(cell[i], cell[i - 1])
+            share = (boundary - lon[i - 1]) / (lon[i] - lon[i - 1])
+            crossing = round(float(lat[i - 1] + share * (lat[i] - lat[i - 1])), decimals)
+            current.append([180.0 if east else -180.0, crossing])
+            parts.append(current)
+            current = [[-180.0 if east else 180.0, crossing]]
+        current.append([float(wrapped[i]), float(lat[i])])
+    parts.append(current)
+    return parts
 
 
 def trace_feature(result, raster: Raster, properties: dict | None = None,

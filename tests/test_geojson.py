@@ -159,10 +159,10 @@ def test_lonlat_out_of_range_says_the_crs_is_probably_wrong(tmp_path):
         f"{image}: pixel point (505, 158) lies at longitude 500101.1, latitude 3899968.3, "
         "beyond ±360° or ±90°: the image's CRS (EPSG:4326) is probably wrong; add a .prj "
         "beside the image or give its CRS as an option")
-    degrees = TRANSFORM.__class__(1e-5, 0, 179.999, 0, -1e-5, 89.999)  # past 180°: kept
+    degrees = TRANSFORM.__class__(1e-5, 0, 179.999, 0, -1e-5, 89.999)  # past 180°: wrapped
     raster = load_image(world_file_image(tmp_path, degrees), crs="EPSG:4326")
     lonlat = line_feature(np.array([A, B]), raster)["geometry"]["coordinates"]
-    np.testing.assert_allclose(lonlat[0], [180.004055, 89.997415], atol=1e-6)
+    np.testing.assert_allclose(lonlat[0], [180.004055 - 360, 89.997415], atol=1e-6)
 
 
 def test_cli_refuses_lonlat_out_of_range_in_one_line(capsys, tmp_path):
@@ -251,3 +251,38 @@ def test_cli_write_failure(capsys, tmp_path):
     assert code == 2
     assert "error: cannot write" in err
     assert "t.geojson" in err
+
+
+def test_a_line_across_the_antimeridian_is_cut_there(tmp_path):
+    """RFC 7946, 3.1.9: a line crossing 180° is a MultiLineString of parts that do not."""
+    import pyproj
+    from rasterio.transform import from_origin
+
+    east, north = pyproj.Transformer.from_crs(4326, 32601, always_xy=True).transform(180.0, 52.0)
+    path = tmp_path / "utm1.tif"
+    write_geotiff(path, sample_pixels(), crs="EPSG:32601",
+                  transform=from_origin(east - 57, north + 57, 0.2, 0.2))
+    with load_image(path) as raster:
+        feature = line_feature(np.array([[10.0, 300.0], [300.0, 280.0], [500.0, 300.0]]), raster)
+    geometry = feature["geometry"]
+    assert geometry["type"] == "MultiLineString"
+    west_part, east_part = geometry["coordinates"]  # drawn from east of 180° to west of it
+    assert west_part[0][0] > 179.99
+    assert west_part[-1][0] == 180.0
+    assert east_part[0][0] == -180.0
+    assert east_part[-1][0] < -179.99
+    assert west_part[-1][1] == east_part[0][1]  # one crossing point
+    for part in (west_part, east_part):
+        assert all(-180.0 <= lon <= 180.0 for lon, _ in part)
+    validated(feature_collection([feature], raster))
+
+
+def test_antimeridian_parts_wrap_longitudes_and_keep_other_lines_whole():
+    from core.geojson import antimeridian_parts
+
+    assert antimeridian_parts(np.array([[10.0, 1.0], [11.0, 2.0]])) == [[[10.0, 1.0],
+                                                                          [11.0, 2.0]]]
+    assert antimeridian_parts(np.array([[179.99, 1.0], [180.01, 2.0], [180.02, 3.0]])) == [
+        [[179.99, 1.0], [180.0, 1.5]], [[-180.0, 1.5], [-179.99, 2.0], [-179.98, 3.0]]]
+    assert antimeridian_parts(np.array([[-179.9, 10.0], [179.9, 11.0]])) == [
+        [[-179.9, 10.0], [-180.0, 10.5]], [[180.0, 10.5], [179.9, 11.0]]]
