@@ -64,7 +64,7 @@ import numpy as np
 
 from core import surface
 from core.backend import TracerBackend
-from core.errors import BadParameter, OutputWriteError, TraceError
+from core.errors import BadParameter, ImageReadError, OutputWriteError, TraceError
 from core.geojson import (
     check_crs,
     coordinate_space,
@@ -493,8 +493,11 @@ def image_footprint(path: Path, image_crs: str | None) -> np.ndarray | None:
             return None
         from PIL import Image
 
-        with Image.open(path) as image:
-            width, height = image.size
+        try:
+            with Image.open(path) as image:
+                width, height = image.size
+        except Image.DecompressionBombError as exc:  # a header of too many pixels
+            raise ImageReadError(f"cannot read image {path}: {exc}") from None
     if georef is None or georef.crs is None:
         return None
     t = np.linspace(0, 1, 17)
@@ -520,7 +523,9 @@ def seed_candidates(seeds: list[Seed], images: list[Path],
     -------
     dict
         image name → ids of the seeds whose box meets the image's footprint box; an image
-        whose footprint cannot be read gets every seed (its worker reports why).
+        whose footprint cannot be read, for whatever reason, gets every seed: its worker
+        reports why, as that image's failure (one line; "unexpected error: …" for an error
+        that is not a TraceError, as :func:`run_tasks` records it).
     """
     lonlat = [seed for seed in seeds if seed.image is None]
     if not lonlat:
@@ -531,7 +536,7 @@ def seed_candidates(seeds: list[Seed], images: list[Path],
     for image in images:
         try:
             box = image_footprint(image, image_crs)
-        except (TraceError, OSError):
+        except Exception:  # TraceError, OSError, or (last resort) a library's unforeseen error
             found[image.name] = {seed.id for seed in lonlat}
             continue
         if box is None:

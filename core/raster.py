@@ -228,6 +228,18 @@ class Raster:
         self.close()
 
 
+def _check_pixel_type(name: str, path: str) -> None:
+    """Raise :class:`ImageReadError` unless rasterio's band type ``name`` (e.g. ``"uint16"``,
+    ``"complex_int16"``) is an integer or float type."""
+    try:
+        dtype = np.dtype(name)
+    except TypeError:  # a GDAL type numpy lacks (complex_int16)
+        dtype = None
+    if dtype is None or not (np.issubdtype(dtype, np.integer)
+                             or np.issubdtype(dtype, np.floating)):
+        raise ImageReadError(f"{path}: unsupported pixel type {name}")
+
+
 def _pyproj_crs(crs):
     """A rasterio CRS (or None) as a pyproj CRS (or None)."""
     if crs is None:
@@ -283,7 +295,7 @@ class WindowedRaster(Raster):
         except RasterioError as exc:
             raise ImageReadError(f"cannot read image {path}: {exc}") from None
         try:
-            count, dtype = dataset.count, np.dtype(dataset.dtypes[0])
+            count = dataset.count
             tags = dataset.colorinterp
             number_of = {tag: band for band, tag in enumerate(tags, 1)}
             colours = (ColorInterp.red, ColorInterp.green, ColorInterp.blue)
@@ -292,8 +304,7 @@ class WindowedRaster(Raster):
                                if tag == ColorInterp.alpha},
                 tuple(number_of[tag] for tag in colours)
                 if all(tag in number_of for tag in colours) else None)
-            if not (np.issubdtype(dtype, np.integer) or np.issubdtype(dtype, np.floating)):
-                raise ImageReadError(f"{path}: unsupported pixel type {dtype}")
+            _check_pixel_type(dataset.dtypes[0], path)
             if dataset.width < 2 or dataset.height < 2:
                 raise ImageReadError(f"{path}: image of {dataset.width}×{dataset.height} px "
                                      "is too small")
