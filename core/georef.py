@@ -306,19 +306,53 @@ def transform_points(points, source: pyproj.CRS, target: pyproj.CRS) -> np.ndarr
     return np.column_stack([np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)])
 
 
+def check_map_crs(crs: pyproj.CRS | None, where: str,
+                  error: type[Exception] = GeorefError) -> pyproj.CRS | None:
+    """``crs`` (or None), unless it cannot place an image on a map.
+
+    Parameters
+    ----------
+    crs : pyproj.CRS or None
+    where : str
+        Where the CRS comes from, the error message's beginning (``"a.prj: "``, ``"CRS "``).
+    error : exception class
+        What to raise.
+
+    Raises
+    ------
+    error
+        Naming the CRS when it is geocentric (x, y, z from the Earth's centre) or only
+        vertical (heights): an image's CRS must be projected or geographic.
+    """
+    if crs is None:
+        return None
+    if crs.is_geocentric:
+        kind = "a geocentric CRS (x, y, z from the Earth's centre)"
+    elif crs.is_vertical and not crs.is_compound:
+        kind = "a vertical CRS (heights only)"
+    else:
+        return crs
+    code = crs.to_epsg()
+    name = f"EPSG:{code} ({crs.name})" if code is not None else repr(crs.name)
+    raise error(f"{where}{name} is {kind}, not the map CRS of an image: give a projected "
+                "or geographic CRS")
+
+
 def parse_crs(text: str) -> pyproj.CRS:
     """A CRS from user input (``"EPSG:32654"``, a PROJ string or WKT).
 
     Raises
     ------
     BadParameter
-        Naming the text when PROJ does not understand it.
+        Naming the text when PROJ does not understand it, or the CRS when it is geocentric
+        or vertical (:func:`check_map_crs`).
     """
     pyproj = _pyproj()
     try:
-        return pyproj.CRS.from_user_input(text)
+        crs = pyproj.CRS.from_user_input(text)
     except pyproj.exceptions.CRSError as exc:
         raise BadParameter(f"unknown CRS {text!r}: {exc}") from None
+    return check_map_crs(crs, "CRS ", BadParameter)
 
 
 def world_file_candidates(image: str | os.PathLike) -> list[Path]:
@@ -336,8 +370,57 @@ def world_file_candidates(image: str | os.PathLike) -> list[Path]:
     return candidates
 
 
-#: Largest magnitude of a world file's numbers (map units: larger ones are no place on Earth).
-MAX_WORLD_FILE_VALUE = 1e12
+#: Largest world file or ``.prj`` read (bytes): either holds a few hundred bytes.
+MAX_SIDECAR_BYTES = 64 * 1024
+
+#: Most characters of a file's content quoted in an error message.
+MAX_QUOTED_CHARS = 80
+
+
+def _read_sidecar(path: str | os.PathLike, what: str) -> str:
+    """The text of a world file or ``.prj`` (UTF-8, a byte-order mark dropped), refused
+    unread beyond :data:`MAX_SIDECAR_BYTES`."""
+    try:
+        with open(path, "rb") as file:
+            data = file.read(MAX_SIDECAR_BYTES + 1)
+    except OSError as exc:
+        raise GeorefError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_SIDECAR_BYTES:
+        raise GeorefError(f"{what} {path} is larger than {MAX_SIDECAR_BYTES // 1024} KiB: "
+                          f"not a {what}")
+    return data.decode("utf-8-sig", errors="replace")
+
+
+def _excerpt(text: str) -> str:
+    """``text`` cut to :data:`MAX_QUOTED_CHARS` characters (``…`` where cut)."""
+    return text if len(text) <= MAX_QUOTED_CHARS else text[:MAX_QUOTED_CHARS] + "…"
+
+
+#: Largest magnitude of a geotransform's terms (map units: larger ones are no place on Earth).
+MAX_TRANSFORM_VALUE = 1e12
+
+#: Smallest area of a pixel on the map (map units²): (1e-12 m)², or about (1e-7 m)² in
+#: degrees; a smaller one is a degenerate transform, whatever its determinant's sign.
+MIN_PIXEL_AREA = 1e-24
+
+#: What a usable geotransform needs, as error messages say it (a pixel of zero area, or of
+#: less than :data:`MIN_PIXEL_AREA`, has no size).
+_USABLE_TRANSFORM = (f"it needs finite values below {MAX_TRANSFORM_VALUE:g} in magnitude and "
+                     "a pixel size that is not zero")
+
+
+def _is_usable_transform(a, b, c, d, e, f) -> bool:
+    """Whether affine terms (``x = a·col + b·row + c``, ``y = d·col + e·row + f``) are finite,
+    below :data:`MAX_TRANSFORM_VALUE` in magnitude and invertible (pixel area at least
+    :data:`MIN_PIXEL_AREA`)."""
+    terms = np.array([a, b, c, d, e, f], dtype=np.float64)
+    return bool(np.all(np.abs(terms) < MAX_TRANSFORM_VALUE)
+                and abs(a * e - b * d) >= MIN_PIXEL_AREA)
+
+
+def _terms(values) -> str:
+    """Numbers as ``"0.2, 0, 388000"`` for an error message."""
+    return ", ".join(f"{value:g}" for value in values)
 
 
 def read_world_file(path: str | os.PathLike) -> Affine:
@@ -351,26 +434,19 @@ def read_world_file(path: str | os.PathLike) -> Affine:
     Raises
     ------
     GeorefError
-        If the file cannot be read, does not hold six numbers, or is degenerate.
+        If the file cannot be read, is larger than :data:`MAX_SIDECAR_BYTES`, does not hold
+        six numbers, or is degenerate.
     """
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise GeorefError(f"cannot read world file {path}: {exc.strerror or exc}") from None
+    text = _read_sidecar(path, "world file")
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     try:
         a, d, b, e, c, f = (float(line) for line in lines)
     except ValueError:
         raise GeorefError(f"world file {path}: expected six numbers one a line, "
-                          f"got {lines[:8]!r}") from None
-    values = np.array([a, d, b, e, c, f])
-    determinant = a * e - b * d
-    if not (np.all(np.abs(values) < MAX_WORLD_FILE_VALUE) and np.isfinite(determinant)
-            and determinant != 0):
-        raise GeorefError(f"world file {path}: not a usable transform ("
-                          + ", ".join(f"{value:g}" for value in values)
-                          + f"): it needs finite values below {MAX_WORLD_FILE_VALUE:g} in "
-                          "magnitude and a pixel size that is not zero")
+                          f"got {_excerpt(repr(lines[:8]))}") from None
+    if not _is_usable_transform(a, b, c, d, e, f):
+        raise GeorefError(f"world file {path}: not a usable transform "
+                          f"({_terms([a, d, b, e, c, f])}): {_USABLE_TRANSFORM}")
     _pyproj()  # a world file is of no use without pyproj: say so now
     from affine import Affine
 
@@ -383,17 +459,17 @@ def read_prj(path: str | os.PathLike) -> pyproj.CRS:
     Raises
     ------
     GeorefError
-        If the file cannot be read or PROJ does not understand it.
+        If the file cannot be read, is larger than :data:`MAX_SIDECAR_BYTES`, PROJ does not
+        understand it, or its CRS is geocentric or vertical (:func:`check_map_crs`).
     """
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace").strip()
-    except OSError as exc:
-        raise GeorefError(f"cannot read {path}: {exc.strerror or exc}") from None
+    text = _read_sidecar(path, ".prj file").strip()
     pyproj = _pyproj()
     try:
-        return pyproj.CRS.from_user_input(text)
+        crs = pyproj.CRS.from_user_input(text)
     except pyproj.exceptions.CRSError as exc:
-        raise GeorefError(f"{path}: not a CRS PROJ understands: {exc}") from None
+        reason = str(exc).replace(text, _excerpt(repr(text))) if text else "the file is empty"
+        raise GeorefError(f"{path}: not a CRS PROJ understands: {reason}") from None
+    return check_map_crs(crs, f"{os.fspath(path)}: ")
 
 
 def prj_candidates(image: str | os.PathLike) -> list[Path]:
@@ -415,9 +491,14 @@ def sidecar_crs(image: str | os.PathLike, crs: str | pyproj.CRS | None) -> pypro
     for prj in prj_candidates(image):
         if prj.is_file():
             return read_prj(prj)
-    if crs is None or not isinstance(crs, str):
-        return crs
-    return parse_crs(crs)
+    if isinstance(crs, str):
+        return parse_crs(crs)
+    return check_map_crs(crs, "CRS ", BadParameter)
+
+
+#: Largest RMS residual (px) of a ground control point fit: points further off than this from
+#: every affine map are mistaken, or need a warp (``gdalwarp -order 2``), not an affine fit.
+MAX_GCP_RMS_RESIDUAL = 5.0
 
 
 def gcp_georef(gcps, crs: pyproj.CRS | None) -> Georef:
@@ -433,7 +514,8 @@ def gcp_georef(gcps, crs: pyproj.CRS | None) -> Georef:
     Raises
     ------
     GeorefError
-        If there are fewer than 3 GCPs or they are collinear.
+        If there are fewer than 3 GCPs, their pixels or map points are collinear, the fit is
+        no usable transform, or its RMS residual is above :data:`MAX_GCP_RMS_RESIDUAL`.
     """
     from rasterio.transform import from_gcps
 
@@ -442,10 +524,22 @@ def gcp_georef(gcps, crs: pyproj.CRS | None) -> Georef:
     if np.linalg.matrix_rank(np.column_stack([pixels, np.ones(len(gcps))])) < 3:
         raise GeorefError(f"{len(gcps)} ground control points do not fix an affine "
                           "georeferencing (need 3 or more, not on one line)")
-    transform = from_gcps(gcps)
+    # GDAL's fit fails on map points on one line, and rasterio then returns uninitialised
+    # memory: check the map points, and what comes back.
+    transform = None
+    if (np.all(np.isfinite(world))
+            and np.linalg.matrix_rank(np.column_stack([world, np.ones(len(gcps))])) == 3):
+        transform = from_gcps(gcps)
+    if transform is None or not _is_usable_transform(*transform[:6]):
+        raise GeorefError(f"its {len(gcps)} ground control points do not determine a transform "
+                          "(their map points are on one line, not finite, or fit no invertible "
+                          "affine map)")
     fitted = Georef(transform, crs, "")
     residual = fitted.map_to_pixel(world) - (pixels - 0.5)
     rms = float(np.sqrt((residual ** 2).sum(axis=1).mean()))
+    if not rms <= MAX_GCP_RMS_RESIDUAL:
+        raise GeorefError(f"its {len(gcps)} ground control points fit no affine map: RMS "
+                          f"residual {rms:.3g} px, above {MAX_GCP_RMS_RESIDUAL:g} px")
     return Georef(transform, crs, f"GeoTIFF ground control points ({len(gcps)}, affine fit, "
                                   f"RMS residual {rms:.2f} px)")
 
@@ -476,11 +570,16 @@ def read_georef(image: str | os.PathLike, crs: str | pyproj.CRS | None = None,
     Raises
     ------
     GeorefError
-        If a world file or ``.prj`` is unreadable, or the GCPs fix no affine map.
+        If a world file or ``.prj`` is unreadable, the geotransform is not invertible, or
+        the GCPs fix no affine map.
     BadParameter
         If ``crs`` is not a CRS.
     """
+    file_crs = check_map_crs(file_crs, f"{os.fspath(image)}: ")
     if transform is not None and not transform.is_identity:
+        if not _is_usable_transform(*transform[:6]):
+            raise GeorefError(f"{os.fspath(image)}: its geotransform ({_terms(transform[:6])}) "
+                              f"is not usable: {_USABLE_TRANSFORM}")
         return Georef(transform, file_crs or sidecar_crs(image, crs), "GeoTIFF")
     for candidate in world_file_candidates(image):
         if candidate.is_file():
@@ -488,6 +587,7 @@ def read_georef(image: str | os.PathLike, crs: str | pyproj.CRS | None = None,
                           f"world file {candidate.name}")
     if gcps is not None:
         points, gcp_crs = gcps
+        gcp_crs = check_map_crs(gcp_crs, f"{os.fspath(image)}: its ground control points' ")
         try:
             return gcp_georef(points, gcp_crs or file_crs or sidecar_crs(image, crs))
         except GeorefError as exc:

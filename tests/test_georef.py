@@ -225,6 +225,42 @@ def test_geotiff_with_ground_control_points_only(tmp_path):
         load_image(image)
 
 
+@pytest.mark.parametrize(("world", "match"), [
+    ([[5.0, 5.0]] * 3, "3 ground control points do not determine a transform"),
+    ([[388000.0, 3950000.0], [388100.0, 3950000.0], [388200.0, 3950000.0]],
+     "3 ground control points do not determine a transform"),
+    ([[388000.0, 3950000.0], [388114.4, 3950000.0], [388000.0, 3949885.6],
+      [388614.4, 3950385.6]], "4 ground control points fit no affine map: RMS residual 884 px"),
+])
+def test_ground_control_points_that_fit_no_transform(tmp_path, world, match):
+    image = tmp_path / "gcps.tif"
+    pixels = [[0, 0], [572, 0], [0, 572], [572, 572]][:len(world)]
+    gcps = [GroundControlPoint(row=row, col=col, x=x, y=y)
+            for (col, row), (x, y) in zip(pixels, world, strict=True)]
+    write_gcp_geotiff(image, sample_pixels(), gcps)
+    with pytest.raises(GeorefError, match=rf"gcps\.tif: its {match}"):
+        load_image(image)
+
+
+@pytest.mark.parametrize("transform", [Affine(0.0, 0.0, 388000.0, 0.0, 0.0, 3950000.0),
+                                       Affine(0.2, 0.2, 388000.0, 0.2, 0.2, 3950000.0),
+                                       Affine(float("nan"), 0.0, 388000.0, 0.0, -0.2, 3.9e6),
+                                       Affine(0.2, 0.0, 1e20, 0.0, -0.2, 1e20)])
+def test_degenerate_geotransform(tmp_path, transform):
+    image = tmp_path / "degenerate.tif"
+    write_geotiff(image, sample_pixels(), transform)
+    with pytest.raises(GeorefError, match=r"degenerate\.tif: its geotransform .* not usable"):
+        load_image(image)
+    # The same from GDAL's .aux.xml beside a PNG.
+    png = tmp_path / "pam.png"
+    shutil.copy(SAMPLE_IMAGE, png)
+    (tmp_path / "pam.png.aux.xml").write_text(
+        f"<PAMDataset><GeoTransform>{', '.join(repr(v) for v in transform.to_gdal())}"
+        "</GeoTransform></PAMDataset>")
+    with pytest.raises(GeorefError, match=r"pam\.png: its geotransform .* not usable"):
+        WindowedRaster(png)
+
+
 def scene_rpcs() -> RPC:
     """RPCs of a north-up scene of 0.01° × 0.01° over 600 × 600 px, centred on 139° E, 35° N:
     sample = 300 + 300·(L + 0.1·H), line = 300 − 300·P in normalised lon L, lat P and height H
@@ -323,6 +359,37 @@ def test_bad_world_file(tmp_path, text, match):
         read_world_file(tmp_path / "bad.pgw")
 
 
+@pytest.mark.parametrize(("name", "content", "match"), [
+    ("x.pgw", "0.2\n" * 20_000, r"world file .*x\.pgw is larger than 64 KiB"),
+    ("x.prj", "EPSG:32654" + " " * 70_000, r".prj file .*x\.prj is larger than 64 KiB"),
+    ("x.pgw", "\0" * 60_000, r"x\.pgw: expected six numbers one a line, got \['\\x00.{60,80}…$"),
+    ("x.prj", 'PROJCS["x",' + "A" * 60_000 + "]",
+     r"x\.prj: not a CRS PROJ understands: .*'PROJCS\[\"x\",AAAA.{60,80}…: \(Internal"),
+    ("x.prj", "", r"x\.prj: not a CRS PROJ understands: the file is empty"),
+])
+def test_big_sidecar_files_are_refused_in_one_short_line(tmp_path, name, content, match):
+    image = tmp_path / "x.png"
+    shutil.copy(SAMPLE_IMAGE, image)
+    write_world_file(tmp_path / "x.pgw", TRANSFORM)
+    (tmp_path / name).write_text(content)
+    with pytest.raises(GeorefError, match=match) as refusal:
+        load_image(image)
+    assert len(str(refusal.value)) < 300
+    assert "\n" not in str(refusal.value)
+
+
+def test_sidecar_files_with_a_byte_order_mark(tmp_path):
+    image = tmp_path / "x.png"
+    shutil.copy(SAMPLE_IMAGE, image)
+    write_world_file(tmp_path / "x.pgw", TRANSFORM)
+    for sidecar in (tmp_path / "x.pgw", tmp_path / "x.prj"):
+        text = sidecar.read_text() if sidecar.exists() else UTM54
+        sidecar.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    georef = load_image(image).georef
+    assert georef.transform.almost_equals(TRANSFORM)
+    assert georef.crs_name == UTM54
+
+
 def test_bad_prj_and_bad_crs_option(tmp_path):
     image = tmp_path / "x.png"
     shutil.copy(SAMPLE_IMAGE, image)
@@ -332,6 +399,28 @@ def test_bad_prj_and_bad_crs_option(tmp_path):
     (tmp_path / "x.prj").write_text("not a crs")
     with pytest.raises(GeorefError, match="x.prj"):
         load_image(image)
+
+
+@pytest.mark.parametrize(("crs", "kind"), [("EPSG:4978", "geocentric"),
+                                           ("EPSG:5773", "vertical")])
+def test_geocentric_or_vertical_crs_is_refused(tmp_path, crs, kind):
+    image = tmp_path / "x.png"
+    shutil.copy(SAMPLE_IMAGE, image)
+    write_world_file(tmp_path / "x.pgw", TRANSFORM)
+    refusal = rf"{crs} \(.*\) is a {kind} CRS"
+    with pytest.raises(BadParameter, match=f"^CRS {refusal}"):
+        load_image(image, crs=crs)
+    (tmp_path / "x.prj").write_text(crs)
+    with pytest.raises(GeorefError, match=rf"x\.prj: {refusal}"):
+        load_image(image)
+    if kind == "geocentric":  # GeoTIFF keys cannot hold a vertical CRS alone
+        tiff = tmp_path / "x.tif"
+        write_geotiff(tiff, sample_pixels(), crs=crs)
+        with pytest.raises(GeorefError, match=rf"x\.tif: {refusal}"):
+            load_image(tiff)
+    # A compound CRS (a map CRS + heights) places the image.
+    (tmp_path / "x.prj").write_text("EPSG:32654+5773")
+    assert load_image(image).georef.pixel_to_lonlat([0, 0]).shape == (1, 2)
 
 
 # ------------------------------------------------------------------------ windowed rasters
