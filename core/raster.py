@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import threading
 import warnings
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from core.errors import BadParameter, ImageReadError
-from core.georef import Georef, RpcGeoref, ground_resolution, read_georef
+from core.georef import Georef, GeorefError, RpcGeoref, ground_resolution, read_georef
 from core.resources import check_decode_memory
 
 #: File suffixes opened through rasterio as windowed rasters (lower case).
@@ -59,6 +60,8 @@ def list_images(folder: Path) -> list[Path]:
 
 #: Largest image (in pixels) a :class:`WindowedRaster` reads whole for ``pixels``.
 FULL_READ_LIMIT = 32 * 2**20
+#: Longer side (px) of the decimated grid on which a resampled raster's coverage is checked.
+COVERAGE_SIZE = 1024
 
 
 def choose_bands(count: int, requested=None, alpha=(), colours=None) -> tuple[int, ...]:
@@ -275,6 +278,8 @@ class WindowedRaster(Raster):
     BadParameter
         If ``bands`` names bands the file does not have, or ``grid`` is given and either
         georeferencing is not a transform with a CRS.
+    GeorefError
+        If ``grid`` is given and the file cannot be resampled onto it or does not cover it.
     """
 
     def __init__(self, path: str | os.PathLike, crs=None, bands=None, grid=None):
@@ -288,8 +293,13 @@ class WindowedRaster(Raster):
                                  "image's grid) need rasterio: pip install -e \".[geo]\"") from None
         try:
             # Sidecar world files and .prj are read by core.georef, the same way for every
-            # format: GDAL is told to use only what the file itself (and .aux.xml) says.
-            with rasterio.Env(GDAL_GEOREF_SOURCES="PAM,INTERNAL"), warnings.catch_warnings():
+            # format: GDAL is told to use only what the file itself (and .aux.xml) says. An
+            # .aux.xml that is no file (a FIFO would block the open forever) is left unread.
+            aux = f"{path}.aux.xml"
+            pam = not os.path.exists(aux) or os.path.isfile(aux)
+            with rasterio.Env(GDAL_PAM_ENABLED="YES" if pam else "NO",
+                              GDAL_GEOREF_SOURCES="PAM,INTERNAL" if pam else "INTERNAL"), \
+                    warnings.catch_warnings():
                 warnings.simplefilter("ignore", NotGeoreferencedWarning)
                 dataset = rasterio.open(path)
         except RasterioError as exc:
@@ -402,6 +412,8 @@ class WindowedRaster(Raster):
         return self._read(None, shape)
 
     def _read(self, window, shape: tuple[int, int] | None) -> np.ndarray:
+        """Bands ``self._indexes`` of ``window`` (None: all), decimated to ``shape`` if given;
+        pixels equal to their band's nodata value read as 0, as NaN does."""
         from rasterio.errors import RasterioError
 
         out_shape = None if shape is None else (len(self._indexes), *shape)
@@ -410,6 +422,10 @@ class WindowedRaster(Raster):
                 data = self._dataset.read(self._indexes, window=window, out_shape=out_shape)
         except RasterioError as exc:
             raise ImageReadError(f"cannot read pixels of {self.path}: {exc}") from None
+        for plane, index in zip(data, self._indexes, strict=True):
+            nodata = self._dataset.nodatavals[index - 1]
+            if nodata is not None:
+                plane[plane == nodata] = 0
         return np.ascontiguousarray(to_float_bands(np.moveaxis(data, 0, -1), source=self.path))
 
     def close(self) -> None:
@@ -432,10 +448,30 @@ def on_same_grid(georef, other) -> bool:
     return georef.crs == other.crs and georef.transform.almost_equals(other.transform)
 
 
+def _crs_label(crs) -> str:
+    """A pyproj CRS in a few words: ``EPSG:32654``, else its name."""
+    code = crs.to_epsg()
+    return f"EPSG:{code}" if code is not None else repr(crs.name)
+
+
 def _warped(dataset, georef, grid, path: str):
-    """A rasterio WarpedVRT of ``dataset`` (georeferenced by ``georef``) on ``grid``."""
+    """A rasterio WarpedVRT of ``dataset`` (georeferenced by ``georef``) on ``grid``.
+
+    Raises
+    ------
+    BadParameter
+        If either georeferencing is not a transform with a CRS.
+    GeorefError
+        If GDAL cannot resample between the two (CRSs without a transformation between
+        them, a transform it cannot invert), or no pixel of the raster falls on the grid
+        (looked for on the grid decimated to at most :data:`COVERAGE_SIZE` px a side).
+    """
+    import rasterio
+    from affine import Affine
+    from rasterio._err import CPLE_BaseError  # GDAL's errors: rasterio has no public class
     from rasterio.crs import CRS
     from rasterio.enums import Resampling
+    from rasterio.errors import RasterioError
     from rasterio.vrt import WarpedVRT
 
     target, width, height = grid
@@ -443,10 +479,29 @@ def _warped(dataset, georef, grid, path: str):
         if not has_grid(each):
             raise BadParameter(f"{path} cannot be resampled onto the image's grid: {name} has "
                                "no georeferencing with a CRS")
-    return WarpedVRT(dataset, src_crs=CRS.from_wkt(georef.crs.to_wkt()),
-                     src_transform=georef.transform, crs=CRS.from_wkt(target.crs.to_wkt()),
-                     transform=target.transform, width=width, height=height, nodata=0,
-                     resampling=Resampling.bilinear)
+    options = {"src_crs": CRS.from_wkt(georef.crs.to_wkt()), "src_transform": georef.transform,
+               "crs": CRS.from_wkt(target.crs.to_wkt()), "resampling": Resampling.bilinear}
+    rows, cols = overview_shape(height, width, COVERAGE_SIZE)
+    coarse = target.transform @ Affine.scale(width / cols, height / rows)
+    try:
+        with rasterio.Env():  # GDAL then reports errors through Python, not on stderr
+            with WarpedVRT(dataset, transform=coarse, width=cols, height=rows, add_alpha=True,
+                           **options) as probe:
+                covered = bool(probe.read(probe.count).any())  # the alpha band: coverage
+            warped = None if not covered else WarpedVRT(
+                dataset, transform=target.transform, width=width, height=height, nodata=0,
+                **options)
+    except (RasterioError, CPLE_BaseError) as exc:
+        reason = re.sub(r"'\{.*\}'", "(a CRS)", " ".join(str(exc).split()))  # PROJJSON out
+        raise GeorefError(
+            f"cannot resample the evidence raster {path} ({_crs_label(georef.crs)}) onto the "
+            f"image's grid ({_crs_label(target.crs)}, {target.source}): "
+            f"{reason[:200]}{'…' if len(reason) > 200 else ''}") from None
+    if warped is None:
+        raise GeorefError(f"the evidence raster {path} ({_crs_label(georef.crs)}) does not "
+                          f"cover the image ({_crs_label(target.crs)}, {target.source}): "
+                          "none of its pixels falls on the image's grid")
+    return warped
 
 
 def _band_note(count: int, indexes, names, asked: bool) -> str | None:

@@ -7,14 +7,17 @@ import csv
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
 import time
+import zlib
 
 import imageio.v3 as iio
 import numpy as np
 import pytest
 
+import core.batch
 from cli import main as cli_main
 from core.batch import LOCK_FILE, RECORD_MEMBER, lock_output_folder, summary_csv
 from core.resources import BUDGET_VARIABLE
@@ -419,3 +422,52 @@ def test_a_closed_stderr_does_not_stop_the_batch(tmp_path):
     process.stderr.close()  # as `2>&1 | head -1` once head has its line
     assert process.wait(120) == 0
     assert json.loads((out / "summary.json").read_text())["totals"]["ok"] == 1
+
+
+def png_header(width: int, height: int) -> bytes:
+    """The start of an 8-bit grey PNG of ``width`` × ``height`` px: its signature and IHDR."""
+    header = b"IHDR" + struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + header
+            + struct.pack(">I", zlib.crc32(header)))
+
+
+def test_an_image_whose_footprint_cannot_be_read_fails_alone(tmp_path, capsys, monkeypatch):
+    from tests.test_georef import write_geotiff
+
+    images, seeds = make_folder(tmp_path, names=("a.png",))
+    write_geotiff(images / "cint.tif", np.zeros((5, 6, 1), np.complex64), dtype="complex_int16")
+    # A header of 20000 × 20000 px: Pillow's DecompressionBombError, not an OSError.
+    (images / "bomb.png").write_bytes(png_header(20000, 20000))
+    (images / "bomb.pgw").write_text("0.2\n0\n0\n-0.2\n388000\n3950000\n")
+    (images / "bomb.prj").write_text("EPSG:32654")
+    document = json.loads(seeds.read_text())
+    document["features"].append({"type": "Feature", "properties": {}, "geometry": {
+        "type": "LineString", "coordinates": [[141.0, 35.0], [141.001, 35.001]]}})
+    seeds.write_text(json.dumps(document))
+    code, _ = batch(capsys, images, seeds, tmp_path / "out")
+    assert code == 1
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    reasons = {record["image"]: [failure["reason"] for failure in record["failures"]]
+               for record in summary["images"]}
+    assert [record["status"] for record in summary["images"]] == ["ok", "failed", "failed"]
+    assert reasons["bomb.png"][0].startswith("cannot read image ")
+    assert reasons["cint.tif"][0].endswith("cint.tif: unsupported pixel type complex_int16")
+
+
+def test_an_unforeseen_error_reading_a_footprint_does_not_stop_the_plan(tmp_path, capsys,
+                                                                         monkeypatch):
+    images, seeds = make_folder(tmp_path, names=("a.png", "b.png"))
+    document = json.loads(seeds.read_text())
+    document["features"].append({"type": "Feature", "properties": {}, "geometry": {
+        "type": "LineString", "coordinates": [[141.0, 35.0], [141.001, 35.001]]}})
+    seeds.write_text(json.dumps(document))
+
+    def footprint(path, image_crs):
+        if path.name == "b.png":
+            raise ValueError("a bug")
+
+    monkeypatch.setattr(core.batch, "image_footprint", footprint)
+    code, _ = batch(capsys, images, seeds, tmp_path / "out")
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert [record["status"] for record in summary["images"]] == ["ok", "ok"]
+    assert code == 1  # the lon/lat seed crosses no image

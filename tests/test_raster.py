@@ -1,6 +1,9 @@
 """Image loading: every pixel layout and type becomes float32 (rows, cols, bands)."""
 
+import os
 import re
+import subprocess
+import sys
 import tracemalloc
 import warnings
 
@@ -9,9 +12,10 @@ import numpy as np
 import pytest
 
 from core.errors import BadParameter, ImageReadError
+from core.georef import GeorefError
 from core.raster import load_image, to_float_bands
 from core.resources import BUDGET_VARIABLE
-from tests.conftest import SAMPLE_IMAGE
+from tests.conftest import ROOT, SAMPLE_IMAGE
 
 
 @pytest.mark.parametrize(("array", "bands", "top"), [
@@ -198,3 +202,80 @@ def test_the_decode_estimate_follows_the_budget(tmp_path, monkeypatch, budget, f
 def test_the_sample_loads_with_the_default_budget(monkeypatch):
     monkeypatch.delenv(BUDGET_VARIABLE, raising=False)
     assert load_image(SAMPLE_IMAGE).pixels.shape == (572, 572, 3)
+
+
+@pytest.mark.parametrize("dtype", ["complex_int16", "complex64"])
+def test_complex_tiff_is_refused(tmp_path, dtype):
+    from tests.test_georef import write_geotiff
+
+    write_geotiff(tmp_path / "c.tif", np.zeros((5, 6, 1), np.complex64), dtype=dtype)
+    with pytest.raises(ImageReadError, match=f"c.tif: unsupported pixel type {dtype}$"):
+        load_image(tmp_path / "c.tif")
+
+
+def image_grid(tmp_path):
+    """A 40 × 30 px GeoTIFF in UTM 54N (``tests.test_georef.TRANSFORM``): its grid."""
+    from tests.test_georef import write_geotiff
+
+    write_geotiff(tmp_path / "image.tif", np.full((30, 40, 1), 100, np.uint8))
+    with load_image(tmp_path / "image.tif") as image:
+        return image.georef, image.width, image.height
+
+
+def test_evidence_in_a_crs_gdal_cannot_reach_is_a_georef_error(tmp_path, capfd):
+    from rasterio.crs import CRS
+
+    from tests.test_georef import write_geotiff
+
+    local = CRS.from_wkt('LOCAL_CS["site grid",LOCAL_DATUM["site",0],UNIT["metre",1],'
+                         'AXIS["X",EAST],AXIS["Y",NORTH]]')
+    write_geotiff(tmp_path / "local.tif", np.ones((20, 20, 1), np.float32), crs=local)
+    with pytest.raises(GeorefError, match=r"^cannot resample the evidence raster .*local\.tif "
+                       r"\('site grid'\) onto the image's grid \(EPSG:32654, GeoTIFF\): "
+                       r"Cannot find coordinate operations from \(a CRS\) to 'EPSG:32654'$"):
+        load_image(tmp_path / "local.tif", grid=image_grid(tmp_path))
+    assert capfd.readouterr().err == ""  # no GDAL "ERROR 6: …" dump
+
+
+@pytest.mark.parametrize(("east", "covers"), [(0.0, True), (5.0, True), (1000.0, False)])
+def test_evidence_that_does_not_cover_the_image_is_a_georef_error(tmp_path, east, covers):
+    from affine import Affine
+
+    from tests.test_georef import TRANSFORM, write_geotiff
+
+    evidence = np.zeros((30, 40, 1), np.float32)  # zeros: coverage is not read from values
+    write_geotiff(tmp_path / "e.tif", evidence, transform=Affine.translation(east, 0) @ TRANSFORM)
+    grid = image_grid(tmp_path)
+    if covers:  # all of it, or its western 15 columns not
+        with load_image(tmp_path / "e.tif", grid=grid) as raster:
+            assert raster.read_window(0, 30, 0, 40).shape == (30, 40, 1)
+    else:
+        with pytest.raises(GeorefError, match=r"e\.tif \(EPSG:32654\) does not cover the image"):
+            load_image(tmp_path / "e.tif", grid=grid)
+
+
+def test_an_aux_xml_that_is_a_fifo_is_not_opened(tmp_path):
+    from tests.test_georef import write_geotiff
+
+    write_geotiff(tmp_path / "fifo.tif", np.full((30, 40, 1), 100, np.uint8), transform=None)
+    os.mkfifo(tmp_path / "fifo.tif.aux.xml")  # opening it for reading blocks until a writer
+    script = ("from core.raster import load_image\n"
+              f"with load_image({str(tmp_path / 'fifo.tif')!r}) as raster:\n"
+              "    print(raster.width, raster.height)\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "40 30\n", "")
+
+
+def test_pixels_equal_to_the_nodata_value_read_as_zero(tmp_path):
+    from tests.test_georef import write_geotiff
+
+    nodata = float(np.finfo(np.float32).min)  # -3.4028235e38, a common GDAL nodata
+    array = np.full((30, 40, 1), 0.5, np.float32)
+    array[:, :10] = nodata
+    write_geotiff(tmp_path / "f.tif", array, nodata=nodata)
+    with load_image(tmp_path / "f.tif") as raster:
+        window = raster.read_window(0, 30, 5, 15)[..., 0]
+        np.testing.assert_array_equal(window, np.where(np.arange(5, 15) < 10, 0, 0.5)[None]
+                                      .repeat(30, 0))
+        assert raster.overview(20).max() == 0.5
