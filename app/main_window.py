@@ -36,7 +36,8 @@ from app.traces import TraceOutcome, error_text
 from app.tracing import TracingController
 from core.errors import TraceError
 from core.raster import Raster, list_images
-from core.tracer import TraceParams, evidence_source
+from core.surface import COARSE_GROUND_RESOLUTION
+from core.tracer import TraceParams, evidence_source, ground_resolution_of, reads_ground_resolution
 from core.vectors import read_lines
 
 SAMPLE_IMAGE = Path(__file__).resolve().parent.parent / "resources" / "sample" / "gsi_108.png"
@@ -333,8 +334,13 @@ class MainWindow(QMainWindow):
             restored = f", {len(self.model.lines)} lines" if self.model.lines else ""
             bands = f"tracing {raster.band_note}" if raster.band_note else \
                 f"{raster.bands} band(s)"
+            params = self.params_panel.params()
+            unscaled = ("; ground resolution unknown: traced as imagery finer than "
+                        f"{COARSE_GROUND_RESOLUTION} m/px (set it in the panel for satellite "
+                        "imagery)" if reads_ground_resolution(params)
+                        and ground_resolution_of(raster, params) is None else "")
             self.show_status(f"opened {os.path.basename(path)}: {raster.width}×{raster.height} px, "
-                             f"{bands}{restored}")
+                             f"{bands}{restored}{unscaled}")
             if kept:
                 self._show_box(f"{os.path.basename(path)} had unsaved lines, which are kept in "
                                f"{kept}: open it as a session to get them back.",

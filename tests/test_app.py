@@ -976,3 +976,14 @@ def test_params_panel_shows_and_gives_the_ground_resolution(qtbot):
     with qtbot.waitSignal(panel.params_changed, timeout=5_000) as changed:
         panel.ground.setValue(0.0)
     assert changed.args[0].ground_resolution is None
+
+
+def test_opening_an_image_of_unknown_ground_resolution_says_so(make_window, qtbot):
+    window = make_window(open_sample=False)
+    with qtbot.waitSignal(window.image_loaded, timeout=60_000):
+        window.open_image(str(SAMPLE_IMAGE))  # a PNG: no georeferencing
+    assert "ground resolution unknown" in window.statusBar().currentMessage()
+    window.params_panel.ground.setValue(0.2)
+    with qtbot.waitSignal(window.image_loaded, timeout=60_000):
+        window.open_image(str(SAMPLE_IMAGE))
+    assert "ground resolution" not in window.statusBar().currentMessage()
