@@ -168,12 +168,17 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     refuse_overwriting_input(args.output, (args.image, args.evidence), "-o")
     use_memory_budget(args)
+    given_crs = None
     if args.image_crs is not None:  # checked whether or not the image needs it, as batch does
         from core.georef import parse_crs
 
-        parse_crs(args.image_crs)
+        given_crs = parse_crs(args.image_crs)
     params = params_from_args(args)
     raster = load_image(args.image, crs=args.image_crs, bands=args.bands)
+    named = getattr(raster.georef, "crs", None)
+    if given_crs is not None and named is not None and named != given_crs:
+        note(args, f"{args.image}: the image or its .prj names the CRS "
+                   f"{raster.georef.crs_name}, which wins over --image-crs {args.image_crs}")
     backend, backend_note = choose_backend(args.backend)
     if args.backend == "auto" and backend.name != "gpu":
         note(args, f"using {backend_note}")

@@ -233,6 +233,19 @@ def test_cli_image_crs_option(capsys, tmp_path):
     code, out, err = run_trace(capsys, image, "--image-crs", "EPSG:999999")
     assert code == 2
     assert err.startswith("error: unknown CRS 'EPSG:999999'")
+    (tmp_path / "w.prj").write_text(pyproj_wkt(UTM54))
+    code, out, err = run_trace(capsys, image, "--image-crs", "EPSG:32653")
+    assert code == 0
+    assert "names the CRS" in err
+    assert "which wins over --image-crs EPSG:32653" in err
+    code, out, err = run_trace(capsys, image, "--image-crs", UTM54)  # the same: no note
+    assert "wins over" not in err
+
+
+def pyproj_wkt(crs: str) -> str:
+    import pyproj
+
+    return pyproj.CRS.from_user_input(crs).to_wkt("WKT1_ESRI")
 
 
 def test_cli_unprojectable_points_are_one_line_under_quiet(capsys, tmp_path):
