@@ -324,14 +324,18 @@ class WindowedRaster(Raster):
                                  gcps=(gcps, _pyproj_crs(gcp_crs)) if gcps else None,
                                  rpcs=dataset.rpcs)
             warped = None if grid is None else _warped(dataset, georef, grid, path)
+            palette = _palette(dataset) if tuple(indexes) == (1,) and grid is None \
+                and tags[0] == ColorInterp.palette else None
         except BaseException:
             dataset.close()
             raise
         self.path = path
         self.georef = georef if warped is None else grid[0]
         names = [tags[band - 1].name for band in indexes]
-        self.band_note = _band_note(count, indexes, names if set(names) <= {
-            "red", "green", "blue"} else [], asked=bands is not None)
+        self.band_note = "band 1 through its colour table" if palette is not None else \
+            _band_note(count, indexes, names if set(names) <= {"red", "green", "blue"} else [],
+                       asked=bands is not None)
+        self._palette = palette
         self._source = dataset
         self._dataset = dataset if warped is None else warped
         self._lock = threading.Lock()
@@ -358,8 +362,8 @@ class WindowedRaster(Raster):
 
     @property
     def bands(self) -> int:
-        """Bands of the image."""
-        return len(self._indexes)
+        """Bands of the image (3 for a colour-mapped one)."""
+        return len(self._indexes) if self._palette is None else 3
 
     @property
     def pixels(self) -> np.ndarray:
@@ -422,6 +426,9 @@ class WindowedRaster(Raster):
                 data = self._dataset.read(self._indexes, window=window, out_shape=out_shape)
         except RasterioError as exc:
             raise ImageReadError(f"cannot read pixels of {self.path}: {exc}") from None
+        if self._palette is not None:  # colour-mapped: the colours of the indices
+            rgb = self._palette[np.clip(data[0], 0, len(self._palette) - 1)]
+            return np.ascontiguousarray(to_float_bands(rgb, source=self.path))
         for plane, index in zip(data, self._indexes, strict=True):
             nodata = self._dataset.nodatavals[index - 1]
             if nodata is not None:
@@ -432,6 +439,19 @@ class WindowedRaster(Raster):
         """Close the file; later reads fail (``pixels`` already read stay available)."""
         self._dataset.close()
         self._source.close()  # the same dataset unless resampled
+
+
+def _palette(dataset) -> np.ndarray | None:
+    """The colour table of a dataset's band 1 as an (entries, 3) uint8 lookup of RGB by
+    index; None when it has none."""
+    try:
+        table = dataset.colormap(1)
+    except ValueError:  # no colour table after all
+        return None
+    lookup = np.zeros((max(table) + 1, 3), dtype=np.uint8)
+    for index, colour in table.items():
+        lookup[index] = colour[:3]
+    return lookup
 
 
 def has_grid(georef) -> bool:

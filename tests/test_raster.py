@@ -279,3 +279,24 @@ def test_pixels_equal_to_the_nodata_value_read_as_zero(tmp_path):
         np.testing.assert_array_equal(window, np.where(np.arange(5, 15) < 10, 0, 0.5)[None]
                                       .repeat(30, 0))
         assert raster.overview(20).max() == 0.5
+
+
+def test_a_colour_mapped_geotiff_is_read_as_its_colours(tmp_path):
+    """A palette GeoTIFF's band holds indices into its colour table: traced as the colours."""
+    rasterio = pytest.importorskip("rasterio")
+    indices = np.zeros((40, 50), np.uint8)
+    indices[:, 25:] = 1
+    indices[10:20, :] = 2
+    path = tmp_path / "palette.tif"
+    with rasterio.open(path, "w", driver="GTiff", height=40, width=50, count=1,
+                       dtype="uint8") as dataset:
+        dataset.write(indices, 1)
+        dataset.write_colormap(1, {0: (255, 0, 0, 255), 1: (0, 0, 255, 255),
+                                   2: (0, 128, 0, 255)})
+    with load_image(path) as raster:
+        assert raster.bands == 3
+        assert raster.band_note == "band 1 through its colour table"
+        np.testing.assert_allclose(raster.read_window(0, 1, 24, 26)[0],
+                                   [[1, 0, 0], [0, 0, 1]])
+        np.testing.assert_allclose(raster.read_window(12, 13, 0, 1)[0, 0], [0, 128 / 255, 0])
+        assert raster.overview(10).shape == (8, 10, 3)
