@@ -510,6 +510,7 @@ def image_footprint(path: Path, image_crs: str | None) -> np.ndarray | None:
     lonlat = lonlat[np.all(np.isfinite(lonlat), axis=1)]
     if not lonlat.size:
         return None
+    lonlat[:, 0] = np.unwrap(lonlat[:, 0], period=360.0)  # across 180°: past it, not round
     low, high = lonlat.min(axis=0), lonlat.max(axis=0)
     grow = 0.01 * (high - low)
     return np.concatenate([low - grow, high + grow])
@@ -530,8 +531,7 @@ def seed_candidates(seeds: list[Seed], images: list[Path],
     lonlat = [seed for seed in seeds if seed.image is None]
     if not lonlat:
         return {image.name: set() for image in images}
-    boxes = np.array([np.concatenate([seed.vertices.min(0), seed.vertices.max(0)])
-                      for seed in lonlat])
+    boxes = np.array([lonlat_box(seed.vertices) for seed in lonlat])
     found = {}
     for image in images:
         try:
@@ -542,10 +542,25 @@ def seed_candidates(seeds: list[Seed], images: list[Path],
         if box is None:
             found[image.name] = set()
             continue
-        meets = ((boxes[:, 2] >= box[0]) & (boxes[:, 0] <= box[2])
-                 & (boxes[:, 3] >= box[1]) & (boxes[:, 1] <= box[3]))
+        meets = boxes_meet(boxes, box)
         found[image.name] = {lonlat[i].id for i in np.flatnonzero(meets)}
     return found
+
+
+def lonlat_box(vertices: np.ndarray) -> np.ndarray:
+    """(lon min, lat min, lon max, lat max) of a line's (N, 2) lon/lat vertices, its
+    longitudes unwrapped: a line across 180° spans past it (179.9 .. 180.1), not the globe."""
+    lon = np.unwrap(vertices[:, 0], period=360.0)
+    return np.array([lon.min(), vertices[:, 1].min(), lon.max(), vertices[:, 1].max()])
+
+
+def boxes_meet(boxes: np.ndarray, box: np.ndarray) -> np.ndarray:
+    """Which lon/lat ``boxes`` (K, 4) meet ``box`` (4,) (each as :func:`lonlat_box`), the
+    globe's longitudes round: shifted by 360° either way too. Returns (K,) bool."""
+    lon = np.zeros(len(boxes), dtype=bool)
+    for shift in (-360.0, 0.0, 360.0):
+        lon |= (boxes[:, 2] + shift >= box[0]) & (boxes[:, 0] + shift <= box[2])
+    return lon & (boxes[:, 3] >= box[1]) & (boxes[:, 1] <= box[3])
 
 
 def check_params(params: TraceParams) -> None:

@@ -152,8 +152,18 @@ class Georef:
         -------
         ndarray of shape (N, 2), float64
             Non-finite where a point cannot be projected into :attr:`crs`.
+
+        Notes
+        -----
+        In a geographic CRS, longitudes are taken within 180° of the image's first pixel
+        (-179.9° is 180.1° on an image across the antimeridian).
         """
-        return self.map_to_pixel(transform_points(points, wgs84(), self._require_crs()))
+        crs = self._require_crs()
+        xy = transform_points(points, wgs84(), crs)
+        if crs.is_geographic:
+            first = self.pixel_to_map(np.zeros((1, 2)))[0, 0]
+            xy[:, 0] += 360.0 * np.round((first - xy[:, 0]) / 360.0)
+        return self.map_to_pixel(xy)
 
     def _require_crs(self) -> pyproj.CRS:
         if self.crs is None:

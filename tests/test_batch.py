@@ -770,3 +770,34 @@ def test_a_seed_of_kind_river_is_traced_as_water():
              for feature in document["features"]}
     assert kinds == {"stream": "river", "track": "road", "plain": "road", "osm way": "river",
                      "osm road": "road"}
+
+
+def test_lonlat_seeds_find_images_across_the_antimeridian(tmp_path):
+    """Footprints and seed boxes are unwrapped: an image across 180° is met by seeds on
+    either side of it (and only by those), and lon/lat there reach its pixels."""
+    from rasterio.transform import from_origin
+
+    from core.batch import seed_candidates
+    from core.raster import load_image
+
+    images = tmp_path / "images"
+    images.mkdir()
+    east, north = pyproj.Transformer.from_crs(4326, 32601, always_xy=True).transform(180.0, 52.0)
+    write_geotiff(images / "utm1.tif", sample_pixels(), crs="EPSG:32601",
+                  transform=from_origin(east - 57, north + 57, 0.2, 0.2))
+    write_geotiff(images / "degrees.tif", sample_pixels(), crs="EPSG:4326",
+                  transform=from_origin(179.99995, 52.0001, 2e-7, 2e-7))
+
+    def seed(name, vertices):
+        return Seed(name, np.array(vertices, dtype=float), None, {})
+
+    seeds = [seed("west", [[-179.99999, 52.00005], [-179.999995, 52.00004]]),
+             seed("across", [[179.99999, 52.00003], [-179.99999, 52.00003]]),
+             seed("england", [[0.0, 52.0], [0.001, 52.0]])]
+    found = seed_candidates(seeds, sorted(images.iterdir()), None)
+    assert found == {"degrees.tif": {"west", "across"}, "utm1.tif": {"west", "across"}}
+    with load_image(images / "degrees.tif") as raster:
+        x, y = raster.georef.lonlat_to_pixel([[-179.99999, 52.00005]])[0]
+    assert 0 <= x < raster.width
+    assert 0 <= y < raster.height
+    assert x == pytest.approx((180.00001 - 179.99995) / 2e-7 - 0.5, abs=1e-3)
