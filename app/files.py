@@ -40,12 +40,13 @@ def write_autosave(folder: str, image_path: str, lines: tuple[Line, ...], params
     write_session(autosave_path(folder, image_path), image_path, lines, params, backend)
 
 
-def _unused_name(path: str) -> str:
-    """``path``, or ``path-2``, ``path-3``, …: the first name that nothing has yet."""
-    name, number = path, 1
+def _unused_name(stem: str, suffix: str = "") -> str:
+    """``stem + suffix``, or ``stem-2 + suffix``, ``stem-3 + suffix``, …: the first name that
+    nothing has yet."""
+    name, number = stem + suffix, 1
     while os.path.lexists(name):
         number += 1
-        name = f"{path}-{number}"
+        name = f"{stem}-{number}{suffix}"
     return name
 
 
@@ -85,11 +86,7 @@ def keep_autosave(folder: str, image_path: str) -> str:
         If it cannot be moved (it then stays where it was).
     """
     path = autosave_path(folder, image_path)
-    stem = path[:-len(AUTOSAVE_SUFFIX)] + ".kept"
-    kept, number = stem + AUTOSAVE_SUFFIX, 1
-    while os.path.lexists(kept):
-        number += 1
-        kept = f"{stem}-{number}{AUTOSAVE_SUFFIX}"
+    kept = _unused_name(path[:-len(AUTOSAVE_SUFFIX)] + ".kept", AUTOSAVE_SUFFIX)
     try:
         os.replace(path, kept)
     except OSError as exc:

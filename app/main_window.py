@@ -37,7 +37,7 @@ from app.tracing import TracingController
 from core.errors import TraceError
 from core.raster import Raster, list_images
 from core.surface import COARSE_GROUND_RESOLUTION
-from core.tracer import TraceParams, evidence_source, ground_resolution_of, reads_ground_resolution
+from core.tracer import TraceParams, evidence_source, ground_resolution_unknown
 from core.vectors import read_lines
 
 SAMPLE_IMAGE = Path(__file__).resolve().parent.parent / "resources" / "sample" / "gsi_108.png"
@@ -334,11 +334,10 @@ class MainWindow(QMainWindow):
             restored = f", {len(self.model.lines)} lines" if self.model.lines else ""
             bands = f"tracing {raster.band_note}" if raster.band_note else \
                 f"{raster.bands} band(s)"
-            params = self.params_panel.params()
             unscaled = ("; ground resolution unknown: traced as imagery finer than "
                         f"{COARSE_GROUND_RESOLUTION} m/px (set it in the panel for satellite "
-                        "imagery)" if reads_ground_resolution(params)
-                        and ground_resolution_of(raster, params) is None else "")
+                        "imagery)" if ground_resolution_unknown(raster, self.params_panel.params())
+                        else "")
             self.show_status(f"opened {os.path.basename(path)}: {raster.width}×{raster.height} px, "
                              f"{bands}{restored}{unscaled}")
             if kept:

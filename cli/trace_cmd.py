@@ -162,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
     from core.output import refuse_overwriting_input, write_text_or_stdout
     from core.raster import load_image
     from core.surface import COARSE_GROUND_RESOLUTION
-    from core.tracer import ground_resolution_of, reads_ground_resolution, trace
+    from core.tracer import ground_resolution_unknown, trace
     from gpu.select import choose_backend
 
     start = time.perf_counter()
@@ -184,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
         note(args, f"using {backend_note}")
     if raster.band_note:
         note(args, f"{args.image}: tracing {raster.band_note}")
-    if reads_ground_resolution(params) and ground_resolution_of(raster, params) is None:
+    if ground_resolution_unknown(raster, params):
         note(args, f"{args.image}: ground resolution unknown (no georeferencing): traced as "
                    f"imagery finer than {COARSE_GROUND_RESOLUTION} m per pixel; for coarser "
                    "imagery (most satellite imagery) give --ground-resolution M")

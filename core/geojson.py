@@ -210,7 +210,11 @@ def antimeridian_parts(lonlat: np.ndarray, decimals: int = LONLAT_DECIMALS) -> l
             current = [[-180.0 if east else 180.0, crossing]]
         current.append([float(wrapped[i]), float(lat[i])])
     parts.append(current)
-    return parts
+    # A vertex on ±180° itself repeats the crossing point: keep each point once, and no part
+    # that is a single point.
+    parts = [[point for k, point in enumerate(part) if k == 0 or point != part[k - 1]]
+             for part in parts]
+    return [part for part in parts if len(part) >= 2] or parts[:1]
 
 
 def trace_feature(result, raster: Raster, properties: dict | None = None,

@@ -152,18 +152,8 @@ class Georef:
         -------
         ndarray of shape (N, 2), float64
             Non-finite where a point cannot be projected into :attr:`crs`.
-
-        Notes
-        -----
-        In a geographic CRS, longitudes are taken within 180° of the image's first pixel
-        (-179.9° is 180.1° on an image across the antimeridian).
         """
-        crs = self._require_crs()
-        xy = transform_points(points, wgs84(), crs)
-        if crs.is_geographic:
-            first = self.pixel_to_map(np.zeros((1, 2)))[0, 0]
-            xy[:, 0] += 360.0 * np.round((first - xy[:, 0]) / 360.0)
-        return self.map_to_pixel(xy)
+        return self.map_to_pixel(transform_points(points, wgs84(), self._require_crs()))
 
     def _require_crs(self) -> pyproj.CRS:
         if self.crs is None:
@@ -506,9 +496,11 @@ def sidecar_crs(image: str | os.PathLike, crs: str | pyproj.CRS | None) -> pypro
     return check_map_crs(crs, "CRS ", BadParameter)
 
 
-#: Largest RMS residual (px) of a ground control point fit: points further off than this from
-#: every affine map are mistaken, or need a warp (``gdalwarp -order 2``), not an affine fit.
-MAX_GCP_RMS_RESIDUAL = 5.0
+#: Largest RMS residual of a ground control point fit, as a share of the points' extent (px)
+#: and at least :data:`MIN_GCP_RESIDUAL_LIMIT` px: points further off every affine map are
+#: mistaken (a large scene's grid of points, such as a radar scene's, fits within it).
+MAX_GCP_RESIDUAL_SHARE = 0.02
+MIN_GCP_RESIDUAL_LIMIT = 5.0
 
 
 def gcp_georef(gcps, crs: pyproj.CRS | None) -> Georef:
@@ -525,7 +517,8 @@ def gcp_georef(gcps, crs: pyproj.CRS | None) -> Georef:
     ------
     GeorefError
         If there are fewer than 3 GCPs, their pixels or map points are collinear, the fit is
-        no usable transform, or its RMS residual is above :data:`MAX_GCP_RMS_RESIDUAL`.
+        no usable transform, or its RMS residual is above :data:`MAX_GCP_RESIDUAL_SHARE` of
+        the points' extent (and :data:`MIN_GCP_RESIDUAL_LIMIT` px).
     """
     from rasterio.transform import from_gcps
 
@@ -547,9 +540,10 @@ def gcp_georef(gcps, crs: pyproj.CRS | None) -> Georef:
     fitted = Georef(transform, crs, "")
     residual = fitted.map_to_pixel(world) - (pixels - 0.5)
     rms = float(np.sqrt((residual ** 2).sum(axis=1).mean()))
-    if not rms <= MAX_GCP_RMS_RESIDUAL:
+    limit = max(MIN_GCP_RESIDUAL_LIMIT, MAX_GCP_RESIDUAL_SHARE * float(np.ptp(pixels, 0).max()))
+    if not rms <= limit:
         raise GeorefError(f"its {len(gcps)} ground control points fit no affine map: RMS "
-                          f"residual {rms:.3g} px, above {MAX_GCP_RMS_RESIDUAL:g} px")
+                          f"residual {rms:.3g} px, above {limit:.3g} px")
     return Georef(transform, crs, f"GeoTIFF ground control points ({len(gcps)}, affine fit, "
                                   f"RMS residual {rms:.2f} px)")
 

@@ -336,6 +336,11 @@ class WindowedRaster(Raster):
             _band_note(count, indexes, names if set(names) <= {"red", "green", "blue"} else [],
                        asked=bands is not None)
         self._palette = palette
+        nodata = [dataset.nodatavals[band - 1] for band in indexes]
+        # Replacing nodata by 0 needs doing only where every band declares a nodata value
+        # other than 0 (NaN is read as 0 anyway).
+        self._nodata = None if any(value is None or value == 0 or np.isnan(value)
+                                   for value in nodata) else tuple(nodata)
         self._source = dataset
         self._dataset = dataset if warped is None else warped
         self._lock = threading.Lock()
@@ -417,7 +422,7 @@ class WindowedRaster(Raster):
 
     def _read(self, window, shape: tuple[int, int] | None) -> np.ndarray:
         """Bands ``self._indexes`` of ``window`` (None: all), decimated to ``shape`` if given;
-        pixels equal to their band's nodata value read as 0, as NaN does."""
+        pixels whose every band holds its nodata value read as 0, as NaN does."""
         from rasterio.errors import RasterioError
 
         out_shape = None if shape is None else (len(self._indexes), *shape)
@@ -429,10 +434,9 @@ class WindowedRaster(Raster):
         if self._palette is not None:  # colour-mapped: the colours of the indices
             rgb = self._palette[np.clip(data[0], 0, len(self._palette) - 1)]
             return np.ascontiguousarray(to_float_bands(rgb, source=self.path))
-        for plane, index in zip(data, self._indexes, strict=True):
-            nodata = self._dataset.nodatavals[index - 1]
-            if nodata is not None:
-                plane[plane == nodata] = 0
+        if self._nodata is not None:  # pixels where every band holds its nodata value
+            empty = np.all(data == np.asarray(self._nodata)[:, None, None], axis=0)
+            data[:, empty] = 0
         return np.ascontiguousarray(to_float_bands(np.moveaxis(data, 0, -1), source=self.path))
 
     def close(self) -> None:
@@ -488,11 +492,15 @@ def _warped(dataset, georef, grid, path: str):
     """
     import rasterio
     from affine import Affine
-    from rasterio._err import CPLE_BaseError  # GDAL's errors: rasterio has no public class
     from rasterio.crs import CRS
     from rasterio.enums import Resampling
     from rasterio.errors import RasterioError
     from rasterio.vrt import WarpedVRT
+
+    try:
+        from rasterio._err import CPLE_BaseError  # GDAL's errors: rasterio has no public class
+    except ImportError:  # a rasterio that moved it: then only its RasterioErrors are caught
+        CPLE_BaseError = RasterioError
 
     target, width, height = grid
     for name, each in ((path, georef), ("the image", target)):

@@ -35,6 +35,9 @@ BYTES_PER_WINDOW_PX = 128
 #: the header, alpha included): the decoder's and numpy's copies come on top (measured on
 #: 4000 × 4000 images: 1.27 8-bit RGB PNG or JPEG, 1.30 8-bit grey, 1.55 16-bit grey).
 DECODE_FACTOR = 1.6
+#: Share of the memory available now that decoding an image may take where no budget is set
+#: (a trace's own budget, :data:`AVAILABLE_FRACTION`, leaves room for the decoded image).
+DECODE_AVAILABLE_FRACTION = 0.9
 #: Plans up to this size pass the default budget without asking how much memory is available.
 ALWAYS_AFFORDABLE = 256 * 2**20
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
@@ -175,12 +178,18 @@ def check_decode_memory(path: str, width: int, height: int, values_per_pixel: in
         Naming the memory needed and the budget, when the first exceeds the second.
     """
     needed = DECODE_FACTOR * 4.0 * width * height * values_per_pixel
-    if needed <= ALWAYS_AFFORDABLE and not os.environ.get(BUDGET_VARIABLE):
+    setting = os.environ.get(BUDGET_VARIABLE)
+    if needed <= ALWAYS_AFFORDABLE and not setting:
         return
-    budget, source = memory_budget()
+    if setting:
+        budget, source = parse_size(setting), f"{BUDGET_VARIABLE}={setting}"
+    else:  # the image is the whole of what is decoded: all that is available, near enough
+        available = available_memory()
+        budget = None if available is None else int(DECODE_AVAILABLE_FRACTION * available)
+        source = f"{DECODE_AVAILABLE_FRACTION:.0%} of the memory available"
     if budget is None or needed <= budget:
         return
     raise BadParameter(f"{path}: decoding its {width}×{height} px needs about "
-                       f"{format_size(needed)}, over the memory budget of "
-                       f"{format_size(budget)} ({source}): convert it to a tiled GeoTIFF "
-                       "(read window by window) or give a larger --memory-budget")
+                       f"{format_size(needed)}, over the {format_size(budget)} it may use "
+                       f"({source}): convert it to a tiled GeoTIFF (read window by window), "
+                       f"or free memory or raise {BUDGET_VARIABLE} (--memory-budget)")

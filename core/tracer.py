@@ -286,6 +286,13 @@ def reads_ground_resolution(params: TraceParams) -> bool:
             and params.evidence_path is None)
 
 
+def ground_resolution_unknown(raster: Raster, params: TraceParams) -> bool:
+    """Whether traces on ``raster`` with ``params`` depend on a ground resolution that neither
+    the parameters nor the raster's georeferencing give (such imagery is traced as imagery
+    finer than ``core.surface.COARSE_GROUND_RESOLUTION``)."""
+    return reads_ground_resolution(params) and ground_resolution_of(raster, params) is None
+
+
 def ground_resolution_of(raster: Raster, params: TraceParams) -> float | None:
     """The imagery's metres per pixel: ``params.ground_resolution`` where given, else the
     raster's (from its georeferencing; None where neither says)."""

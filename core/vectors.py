@@ -132,14 +132,15 @@ def feature_lines(feature, index: int, lonlat: bool = True) -> tuple[list[Seed],
 
 
 def _position(vertex) -> list[float]:
-    """(x, y) of a GeoJSON position: a list of 2 or 3 numbers (a third, the height, is dropped).
+    """(x, y) of a GeoJSON position: a list of 2 or more numbers (a height and any further
+    values, such as a GPS track's time, are dropped).
 
     Raises
     ------
     TypeError
-        If ``vertex`` is anything else (text, an object, a bool, 1 or 4 numbers).
+        If ``vertex`` is anything else (text, an object, a bool, a single number).
     """
-    if not (isinstance(vertex, list | tuple) and len(vertex) in (2, 3) and all(
+    if not (isinstance(vertex, list | tuple) and len(vertex) >= 2 and all(
             isinstance(value, numbers.Real) and not isinstance(value, bool) for value in vertex)):
         raise TypeError(f"{vertex!r} is not a position")
     return [float(vertex[0]), float(vertex[1])]
@@ -165,7 +166,8 @@ def read_seeds(path: str | os.PathLike) -> tuple[list[Seed], list[Failure]]:
     seeds : list of Seed
     failures : list of Failure
         One per feature (or MultiLineString part) that is not a usable seed, e.g. one whose
-        ``kind`` property is not one of :data:`core.tracer.LINE_KINDS`.
+        ``kind`` property is not one of :data:`core.tracer.LINE_KINDS` while no OpenStreetMap
+        tag says its kind (:func:`line_kind_of`).
 
     Raises
     ------
@@ -178,11 +180,12 @@ def read_seeds(path: str | os.PathLike) -> tuple[list[Seed], list[Failure]]:
         failures += bad
         for seed in found:
             kind = seed.properties.get("kind")
-            if kind is None or kind in LINE_KINDS:
+            if kind is None or line_kind_of(seed.properties) is not None:
                 seeds.append(seed)
             else:
                 failures.append(Failure(f"properties.kind={_shorten(kind)} is not a line kind "
-                                        f"({' or '.join(LINE_KINDS)})", seed.id))
+                                        f"({' or '.join(LINE_KINDS)}), nor does a highway or "
+                                        "waterway tag say one", seed.id))
     return seeds, failures
 
 

@@ -287,7 +287,8 @@ def test_seeds_of_text_coordinates_or_an_unknown_kind_are_bad_seeds(tmp_path, ca
         "bad seed: seed text: coordinates ['55', '92'] are not [x, y] number pairs",
         "bad seed: seed texts: coordinates [['55', '92'], ['60', '90']] are not [x, y] number "
         "pairs",
-        "bad seed: seed lake: properties.kind='lake' is not a line kind (road or river)"]
+        "bad seed: seed lake: properties.kind='lake' is not a line kind (road or river), "
+        "nor does a highway or waterway tag say one"]
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["totals"]["segments"] == 1
 
@@ -327,8 +328,8 @@ def test_an_image_over_the_memory_budget_fails_alone(tmp_path, capsys, monkeypat
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert [record["status"] for record in summary["images"]] == ["ok", "failed"]
     [failure] = summary["images"][1]["failures"]
-    assert "big.png: decoding its 2000×2000 px needs about 24.4 MiB, over the memory " \
-           "budget of 20.0 MiB" in failure["reason"]
+    assert "big.png: decoding its 2000×2000 px needs about 24.4 MiB, over the 20.0 MiB it " \
+           "may use" in failure["reason"]
 
 
 # ----------------------------------------------------------------- separate processes

@@ -299,3 +299,8 @@ def test_antimeridian_parts_wrap_longitudes_and_keep_other_lines_whole():
         [[179.99, 1.0], [180.0, 1.5]], [[-180.0, 1.5], [-179.99, 2.0], [-179.98, 3.0]]]
     assert antimeridian_parts(np.array([[-179.9, 10.0], [179.9, 11.0]])) == [
         [[-179.9, 10.0], [-180.0, 10.5]], [[180.0, 10.5], [179.9, 11.0]]]
+    # A vertex on 180° itself: no single-point part, no repeated point.
+    assert antimeridian_parts(np.array([[179.9, 1.0], [180.0, 1.1]])) == [
+        [[179.9, 1.0], [180.0, 1.1]]]
+    assert antimeridian_parts(np.array([[179.9, 1.0], [180.0, 1.1], [-179.9, 1.2]])) == [
+        [[179.9, 1.0], [180.0, 1.1]], [[-180.0, 1.1], [-179.9, 1.2]]]

@@ -15,7 +15,7 @@ from core.errors import BadParameter, ImageReadError
 from core.georef import GeorefError
 from core.raster import load_image, to_float_bands
 from core.resources import BUDGET_VARIABLE
-from tests.conftest import ROOT, SAMPLE_IMAGE
+from tests.conftest import ROOT
 
 
 @pytest.mark.parametrize(("array", "bands", "top"), [
@@ -177,9 +177,9 @@ def test_an_image_over_the_memory_budget_is_refused_before_decoding(tmp_path, mo
     try:
         with pytest.raises(BadParameter, match=(
                 r"bomb.png: decoding its 6000×6000 px needs about 659.2 MiB, "
-                r"over the memory budget of 100.0 MiB \(ROADTRACER_MEMORY_BUDGET=100M\): "
-                r"convert it to a tiled GeoTIFF \(read window by window\) or give a larger "
-                r"--memory-budget$")):
+                r"over the 100.0 MiB it may use \(ROADTRACER_MEMORY_BUDGET=100M\): "
+                r"convert it to a tiled GeoTIFF \(read window by window\), or free memory "
+                r"or raise ROADTRACER_MEMORY_BUDGET \(--memory-budget\)$")):
             load_image(tmp_path / "bomb.png")
         peak = tracemalloc.get_traced_memory()[1]
     finally:
@@ -195,13 +195,24 @@ def test_the_decode_estimate_follows_the_budget(tmp_path, monkeypatch, budget, f
     if fits:
         assert load_image(tmp_path / "grey.png").pixels.shape == (2000, 2000, 1)
     else:
-        with pytest.raises(BadParameter, match="needs about 24.4 MiB, over the memory budget"):
+        with pytest.raises(BadParameter, match="needs about 24.4 MiB, over the 20.0 MiB"):
             load_image(tmp_path / "grey.png")
 
 
-def test_the_sample_loads_with_the_default_budget(monkeypatch):
+def test_without_a_budget_decoding_may_take_most_of_the_memory_available(tmp_path,
+                                                                           monkeypatch):
+    """A camera-sized photograph (6000 × 4000 RGB: 439 MiB estimated) decodes with 850 MiB
+    available, where a trace's own budget would be 425 MiB; with 400 MiB it is refused."""
+    import core.resources
+
+    iio.imwrite(tmp_path / "photo.jpg", np.zeros((4000, 6000, 3), np.uint8))
     monkeypatch.delenv(BUDGET_VARIABLE, raising=False)
-    assert load_image(SAMPLE_IMAGE).pixels.shape == (572, 572, 3)
+    monkeypatch.setattr(core.resources, "available_memory", lambda: 850 * 2**20)
+    assert load_image(tmp_path / "photo.jpg").width == 6000
+    monkeypatch.setattr(core.resources, "available_memory", lambda: 400 * 2**20)
+    with pytest.raises(BadParameter, match=r"needs about 439.5 MiB, over the 360.0 MiB it may "
+                                           r"use \(90% of the memory available\)"):
+        load_image(tmp_path / "photo.jpg")
 
 
 @pytest.mark.parametrize("dtype", ["complex_int16", "complex64"])
@@ -279,6 +290,21 @@ def test_pixels_equal_to_the_nodata_value_read_as_zero(tmp_path):
         np.testing.assert_array_equal(window, np.where(np.arange(5, 15) < 10, 0, 0.5)[None]
                                       .repeat(30, 0))
         assert raster.overview(20).max() == 0.5
+
+
+def test_nodata_is_a_pixel_whose_every_band_holds_it(tmp_path):
+    """In colour bands with nodata 255, a bright road pixel (255, 240, 230) is a pixel."""
+    from tests.test_georef import write_geotiff
+
+    array = np.full((20, 20, 3), 100, np.uint8)
+    array[:, :5] = 255  # no data
+    array[:, 5:10] = (255, 240, 230)  # bright, valid
+    write_geotiff(tmp_path / "rgb.tif", array, nodata=255)
+    with load_image(tmp_path / "rgb.tif") as raster:
+        pixels = raster.read_window(0, 20, 0, 20)
+    np.testing.assert_array_equal(pixels[:, :5], 0)
+    np.testing.assert_allclose(pixels[0, 7], np.array([255, 240, 230]) / 255)
+    np.testing.assert_allclose(pixels[0, 15], 100 / 255)
 
 
 def test_a_colour_mapped_geotiff_is_read_as_its_colours(tmp_path):

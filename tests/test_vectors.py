@@ -132,7 +132,8 @@ def test_batch_output_imports_with_its_anchors(tmp_path):
 
 @pytest.mark.parametrize("coordinates", [
     ["55", "92"], [["55", "92"], ["60", "90"]], [[5, 40], {"x": 90, "y": 40}],
-    {"a": [5, 40], "b": [90, 40]}, [[True, 40], [90, 40]], [[5, 40, 0, 1], [90, 40]], [[5], [90]]])
+    {"a": [5, 40], "b": [90, 40]}, [[True, 40], [90, 40]], [[5, 40, 0, "t"], [90, 40]],
+    [[5], [90]]])
 def test_seed_vertices_must_be_number_pairs(tmp_path, coordinates):
     path = write(tmp_path, {"type": "Feature", "properties": {"image": "a.png"},
                             "geometry": {"type": "LineString", "coordinates": coordinates}})
@@ -142,7 +143,8 @@ def test_seed_vertices_must_be_number_pairs(tmp_path, coordinates):
 
 
 def test_seed_vertices_may_carry_a_height(tmp_path):
-    path = write(tmp_path, collection([[5, 40, 3], [90, 40.5, 2]], {"image": "a.png"}))
+    path = write(tmp_path, collection([[5, 40, 3, 1.7e9], [90, 40.5, 2, 1.7e9]],  # and a time
+                                      {"image": "a.png"}))
     (seed,), failures = read_seeds(path)
     assert failures == []
     np.testing.assert_array_equal(seed.vertices, [[5, 40], [90, 40.5]])
@@ -152,10 +154,13 @@ def test_seed_of_an_unknown_kind_is_refused(tmp_path):
     document = collection([[5, 40], [90, 40]], {"image": "a.png", "kind": "lake"})
     document["features"] += collection([[5, 40], [90, 40]], {"image": "a.png",
                                                              "kind": "river"})["features"]
+    document["features"] += collection([[5, 40], [90, 40]], {  # a map's own kinds, OSM tags
+        "image": "a.png", "kind": "major_road", "highway": "primary"})["features"]
     seeds, (failure,) = read_seeds(write(tmp_path, document))
-    assert [seed.properties["kind"] for seed in seeds] == ["river"]
+    assert [seed.properties["kind"] for seed in seeds] == ["river", "major_road"]
     assert (failure.seed, failure.reason) == (
-        "#0", "properties.kind='lake' is not a line kind (road or river)")
+        "#0", "properties.kind='lake' is not a line kind (road or river), nor does a highway "
+        "or waterway tag say one")
 
 
 def test_a_line_of_too_many_vertices_is_a_bad_seed_read_at_once(tmp_path):
