@@ -29,7 +29,6 @@ from core.batch import (
     plan_batch,
     process_image,
     run_tasks,
-    stop_local_executor,
 )
 from core.errors import BadParameter
 from core.georef import Georef
@@ -283,16 +282,27 @@ def test_this_process_takes_calls_back_while_local_workers_start(tmp_path):
         made_here.append(threading.current_thread().name)
         return CpuBackend()
 
-    # Four calls of one image for two starting workers: the pool queues three at most, so
-    # the last is taken back at once and traced here.
-    executor = local_executor(2)
+    # Workers that have not started yet: a pool whose one worker is held, so that no call
+    # starts until the gate opens (with real processes, whether the last call is still in
+    # the pool's queue when it is asked back depends on how fast they start). Every call
+    # not started is taken back from the end of the queue and traced here.
+    from concurrent.futures import ThreadPoolExecutor
+
+    gate = threading.Event()
+    executor = ThreadPoolExecutor(1)
+    executor.submit(gate.wait)
+    opener = threading.Timer(60, gate.set)  # without taking back, the pool traces them late
+    opener.start()
     try:
         outcomes = list(run_tasks(plan.tasks, CpuBackend, executor, 1, here))
     finally:
-        stop_local_executor(executor, False)
+        opener.cancel()
+        gate.set()
+        executor.shutdown()
     assert sorted(report.image for report, _ in outcomes) == sorted(serial)
     assert {report.image: document for report, document in outcomes} == serial
-    assert made_here  # the last call, taken back
+    # All were traced while the pool's worker was held: every call was taken back.
+    assert made_here
     assert set(made_here) == {threading.current_thread().name}
 
 
