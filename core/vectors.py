@@ -279,6 +279,24 @@ def lines_in_image(vertices_px: np.ndarray, width: int, height: int) -> list[np.
     return [np.array(piece) for piece in pieces]
 
 
+def near_image(raster: Raster, line: np.ndarray) -> np.ndarray:
+    """A longitude/latitude line (N, 2) as an image in degrees reads it: its longitudes
+    unwrapped along it (no jump of 360° between neighbours) and moved by a multiple of 360°
+    so that its first vertex lies within 180° of the image's centre; on an image in a
+    projected CRS, the line as it is. On an image that runs past 180° (or starts past it,
+    0..360°), -179.9° is then 180.1°."""
+    georef = raster.georef
+    if not georef.crs.is_geographic:
+        return line
+    centre = georef.pixel_to_lonlat([[(raster.width - 1) / 2, (raster.height - 1) / 2]])
+    if not np.all(np.isfinite(centre)):
+        return line
+    line = np.array(line, dtype=np.float64)
+    line[:, 0] = np.unwrap(line[:, 0], period=360.0)
+    line[:, 0] += 360.0 * np.round((centre[0, 0] - line[0, 0]) / 360.0)
+    return line
+
+
 def seeds_in_image(seeds, image_name: str, raster: Raster) -> list[tuple[Seed, np.ndarray]]:
     """The seed lines to trace on one image, in its pixel coordinates.
 
@@ -295,7 +313,8 @@ def seeds_in_image(seeds, image_name: str, raster: Raster) -> list[tuple[Seed, n
     if not lonlat or georef is None or georef.crs is None:
         return lines
     # One projection call for every vertex of every lon/lat seed, then split per seed.
-    pixels = georef.lonlat_to_pixel(np.vstack([seed.vertices for seed in lonlat]))
+    pixels = georef.lonlat_to_pixel(np.vstack([near_image(raster, seed.vertices)
+                                               for seed in lonlat]))
     ends = np.cumsum([len(seed.vertices) for seed in lonlat])
     upper = (raster.width - 1, raster.height - 1)
     for seed, vertices in zip(lonlat, np.split(pixels, ends[:-1]), strict=True):
@@ -444,7 +463,7 @@ def _to_pixels(seed: Seed, space: str, crs, raster: Raster) -> np.ndarray:
         raise BadParameter("map coordinates, but the image has no georeferencing with a CRS "
                            "(lines in pixels come from an image without one)")
     if space == "lonlat":
-        return georef.lonlat_to_pixel(seed.vertices)
+        return georef.lonlat_to_pixel(near_image(raster, seed.vertices))
     return georef.map_to_pixel(transform_points(seed.vertices, crs, georef.crs))
 
 

@@ -784,18 +784,16 @@ def test_a_seed_of_kind_river_is_traced_as_water():
 
 def test_lonlat_seeds_find_images_across_the_antimeridian(tmp_path):
     """Footprints and seed boxes are unwrapped: an image across 180° is met by seeds on
-    either side of it (and only by those)."""
-    from rasterio.transform import from_origin
-
+    either side of it (and only by those), which reach its pixels, in degrees too."""
     from core.batch import seed_candidates
 
     images = tmp_path / "images"
     images.mkdir()
     east, north = pyproj.Transformer.from_crs(4326, 32601, always_xy=True).transform(180.0, 52.0)
     write_geotiff(images / "utm1.tif", sample_pixels(), crs="EPSG:32601",
-                  transform=from_origin(east - 57, north + 57, 0.2, 0.2))
+                  transform=Affine(0.2, 0, east - 57, 0, -0.2, north + 57))
     write_geotiff(images / "degrees.tif", sample_pixels(), crs="EPSG:4326",
-                  transform=from_origin(179.99995, 52.0001, 2e-7, 2e-7))
+                  transform=Affine(2e-7, 0, 179.99995, 0, -2e-7, 52.0001))
 
     def seed(name, vertices):
         return Seed(name, np.array(vertices, dtype=float), None, {})
@@ -805,3 +803,23 @@ def test_lonlat_seeds_find_images_across_the_antimeridian(tmp_path):
              seed("england", [[0.0, 52.0], [0.001, 52.0]])]
     found = seed_candidates(seeds, sorted(images.iterdir()), None)
     assert found == {"degrees.tif": {"west", "across"}, "utm1.tif": {"west", "across"}}
+    from core.raster import load_image
+    from core.vectors import near_image, seeds_in_image
+
+    for name in ("degrees.tif", "utm1.tif"):
+        with load_image(images / name) as raster:
+            traced = {seed.id: pixels for seed, pixels in seeds_in_image(seeds, name, raster)}
+            assert set(traced) == {"west", "across"}, name
+            for pixels in traced.values():
+                assert np.all(pixels >= -0.5), name
+                assert np.all(pixels <= [raster.width - 0.5, raster.height - 0.5]), name
+    # Images in degrees wider than 180° keep their longitudes: -180..180 and 0..360.
+    for west, expected in ((-180.0, [[189.5, 44.5], [9.5, 44.5]]),
+                           (0.0, [[9.5, 44.5], [189.5, 44.5]])):
+        path = tmp_path / f"globe{west:g}.tif"
+        write_geotiff(path, np.zeros((180, 360, 1), np.uint8), crs="EPSG:4326",
+                      transform=Affine(1.0, 0, west, 0, -1.0, 90.0))
+        with load_image(path) as raster:
+            for lonlat, pixel in zip(([10.0, 45.0], [-170.0, 45.0]), expected, strict=True):
+                line = near_image(raster, np.array([lonlat, lonlat]))
+                np.testing.assert_allclose(raster.georef.lonlat_to_pixel(line)[0], pixel)

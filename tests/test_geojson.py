@@ -269,12 +269,11 @@ def test_cli_write_failure(capsys, tmp_path):
 def test_a_line_across_the_antimeridian_is_cut_there(tmp_path):
     """RFC 7946, 3.1.9: a line crossing 180° is a MultiLineString of parts that do not."""
     import pyproj
-    from rasterio.transform import from_origin
 
     east, north = pyproj.Transformer.from_crs(4326, 32601, always_xy=True).transform(180.0, 52.0)
     path = tmp_path / "utm1.tif"
     write_geotiff(path, sample_pixels(), crs="EPSG:32601",
-                  transform=from_origin(east - 57, north + 57, 0.2, 0.2))
+                  transform=TRANSFORM.__class__(0.2, 0, east - 57, 0, -0.2, north + 57))
     with load_image(path) as raster:
         feature = line_feature(np.array([[10.0, 300.0], [300.0, 280.0], [500.0, 300.0]]), raster)
     geometry = feature["geometry"]
