@@ -15,7 +15,7 @@ import numpy as np
 from app.model import LINE_KINDS, Line, Segment
 from app.params import check_backend, params_from_dict
 from core.errors import BadParameter, OutputWriteError, TraceError
-from core.output import read_json, write_text_atomic
+from core.output import read_json, shortened, write_text_atomic
 from core.tracer import TraceParams
 
 SESSION_FORMAT = "roadtracer-session"
@@ -36,9 +36,8 @@ MAX_SHOWN = 40
 
 def _shown(value: object) -> str:
     """``value`` for a message: a JSON scalar as written (cut short), else its type's name."""
-    shown = repr(value) if isinstance(value, str | int | float | bool | None) \
+    return shortened(value, MAX_SHOWN) if isinstance(value, str | int | float | bool | None) \
         else type(value).__name__
-    return shown if len(shown) <= MAX_SHOWN else shown[:MAX_SHOWN - 1] + "…"
 
 
 def _fail(where: str, expected: str, value: object) -> SessionReadError:

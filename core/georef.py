@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from core.errors import BadParameter, ImageReadError
+from core.output import shortened
 
 if TYPE_CHECKING:
     import pyproj
@@ -391,11 +392,6 @@ def _read_sidecar(path: str | os.PathLike, what: str) -> str:
     return data.decode("utf-8-sig", errors="replace")
 
 
-def _excerpt(text: str) -> str:
-    """``text`` cut to :data:`MAX_QUOTED_CHARS` characters (``…`` where cut)."""
-    return text if len(text) <= MAX_QUOTED_CHARS else text[:MAX_QUOTED_CHARS] + "…"
-
-
 #: Largest magnitude of a geotransform's terms (map units: larger ones are no place on Earth).
 MAX_TRANSFORM_VALUE = 1e12
 
@@ -443,7 +439,7 @@ def read_world_file(path: str | os.PathLike) -> Affine:
         a, d, b, e, c, f = (float(line) for line in lines)
     except ValueError:
         raise GeorefError(f"world file {path}: expected six numbers one a line, "
-                          f"got {_excerpt(repr(lines[:8]))}") from None
+                          f"got {shortened(lines[:8], MAX_QUOTED_CHARS)}") from None
     if not _is_usable_transform(a, b, c, d, e, f):
         raise GeorefError(f"world file {path}: not a usable transform "
                           f"({_terms([a, d, b, e, c, f])}): {_USABLE_TRANSFORM}")
@@ -467,7 +463,8 @@ def read_prj(path: str | os.PathLike) -> pyproj.CRS:
     try:
         crs = pyproj.CRS.from_user_input(text)
     except pyproj.exceptions.CRSError as exc:
-        reason = str(exc).replace(text, _excerpt(repr(text))) if text else "the file is empty"
+        reason = (str(exc).replace(text, shortened(text, MAX_QUOTED_CHARS)) if text
+                  else "the file is empty")
         raise GeorefError(f"{path}: not a CRS PROJ understands: {reason}") from None
     return check_map_crs(crs, f"{os.fspath(path)}: ")
 

@@ -164,6 +164,17 @@ def printable(text: str) -> str:
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+def shortened(value, limit: int = 80) -> str:
+    """``value`` as text for a message (``repr``), at most ``limit`` characters: a number of
+    thousands of digits, a long list or a file's content is cut short (``…``), never printed
+    whole."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int beyond Python's digit limit for str()
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def json_depth_exceeds(document, limit: int = MAX_JSON_DEPTH) -> bool:
     """Whether arrays and objects in ``document`` nest deeper than ``limit`` (iterative: no
     recursion however deep)."""

@@ -33,7 +33,7 @@ import numpy as np
 
 from core.errors import BadParameter
 from core.georef import parse_crs, transform_points
-from core.output import read_json
+from core.output import read_json, shortened
 from core.raster import Raster
 from core.tracer import LINE_KINDS
 
@@ -112,12 +112,12 @@ def feature_lines(feature, index: int, lonlat: bool = True) -> tuple[list[Seed],
         try:
             vertices = np.array([_position(vertex) for vertex in coords])
         except (TypeError, ValueError, OverflowError):
-            failures.append(Failure(f"coordinates {_shorten(coords)} are not [x, y] "
+            failures.append(Failure(f"coordinates {shortened(coords)} are not [x, y] "
                                     "number pairs", part_id))
             continue
         if vertices.ndim != 2 or vertices.shape[0] < 2 or vertices.shape[1] != 2:
             failures.append(Failure(f"a line needs at least 2 [x, y] vertices, got "
-                                    f"{_shorten(coords)}", part_id))
+                                    f"{shortened(coords)}", part_id))
         elif not np.all(np.isfinite(vertices)):
             failures.append(Failure("coordinates are not finite", part_id))
         elif lonlat and image is None and (np.abs(vertices[:, 0]).max() > 180
@@ -144,16 +144,6 @@ def _position(vertex) -> list[float]:
             isinstance(value, numbers.Real) and not isinstance(value, bool) for value in vertex)):
         raise TypeError(f"{vertex!r} is not a position")
     return [float(vertex[0]), float(vertex[1])]
-
-
-def _shorten(value, limit: int = 80) -> str:
-    """``value`` as text for a message: at most ``limit`` characters (a number of hundreds of
-    digits, or a long list, is cut short rather than printed whole)."""
-    try:
-        text = repr(value)
-    except ValueError:  # an int beyond Python's digit limit for str()
-        text = f"<{type(value).__name__}>"
-    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def read_seeds(path: str | os.PathLike) -> tuple[list[Seed], list[Failure]]:
@@ -183,7 +173,7 @@ def read_seeds(path: str | os.PathLike) -> tuple[list[Seed], list[Failure]]:
             if kind is None or line_kind_of(seed.properties) is not None:
                 seeds.append(seed)
             else:
-                failures.append(Failure(f"properties.kind={_shorten(kind)} is not a line kind "
+                failures.append(Failure(f"properties.kind={shortened(kind)} is not a line kind "
                                         f"({' or '.join(LINE_KINDS)}), nor does a highway or "
                                         "waterway tag say one", seed.id))
     return seeds, failures
