@@ -54,6 +54,15 @@ def click_and_wait(qtbot, window, point, modifier=Qt.KeyboardModifier.NoModifier
         click(qtbot, window, point, modifier)
 
 
+def window_with_a_line(make_window, qtbot) -> MainWindow:
+    """A window on the sample with one finished line, traced from A to B."""
+    window = make_window()
+    click(qtbot, window, A)
+    click_and_wait(qtbot, window, B)
+    window.controller.finish()
+    return window
+
+
 def python_threads() -> int:
     """Threads started by Python; a Qt thread that ran Python code leaves a permanent
     ``_DummyThread`` entry behind, which says nothing about threads still running."""
@@ -374,10 +383,7 @@ def test_hostile_session_is_refused_and_the_app_stays_usable(make_window, qtbot,
                                                              field, value, named):
     """A session that fails validation is refused with a message box naming the field; the
     open image, its lines and the parameter panel stay as they were and keep working."""
-    window = make_window()
-    click(qtbot, window, A)
-    click_and_wait(qtbot, window, B)
-    window.controller.finish()
+    window = window_with_a_line(make_window, qtbot)
     path = tmp_path / "hostile.json"
     window.write_session(str(path))
     document = json.loads(path.read_text())
@@ -415,10 +421,7 @@ def test_autosave_brings_lines_back(make_window, qtbot):
 def test_a_session_opened_over_unsaved_autosaved_lines_keeps_them(make_window, qtbot, tmp_path):
     """Lines autosaved but in no session (the app closed without asking, or crashed) are not
     overwritten when a session of the same image is opened: they are kept as a session."""
-    window = make_window()
-    click(qtbot, window, A)
-    click_and_wait(qtbot, window, B)
-    window.controller.finish()
+    window = window_with_a_line(make_window, qtbot)
     session = tmp_path / "one-line.json"
     window.write_session(str(session))
     click(qtbot, window, C)
@@ -502,10 +505,7 @@ def test_only_the_changed_line_is_redrawn(make_window, qtbot):
 
 
 def test_lines_panel_rename_hide_kind_delete_with_undo(make_window, qtbot):
-    window = make_window()
-    click(qtbot, window, A)
-    click_and_wait(qtbot, window, B)
-    window.controller.finish()
+    window = window_with_a_line(make_window, qtbot)
     table = window.lines_panel.table
     line_id = window.model.lines[0].id
     table.item(0, 0).setText("Access road")
@@ -533,10 +533,7 @@ def test_lines_panel_rename_hide_kind_delete_with_undo(make_window, qtbot):
 
 def test_clicking_a_vertex_starts_a_line_there_and_cancel_keeps_lines(make_window, qtbot,
                                                                         monkeypatch):
-    window = make_window()
-    click(qtbot, window, A)
-    click_and_wait(qtbot, window, B)
-    window.controller.finish()
+    window = window_with_a_line(make_window, qtbot)
     click(qtbot, window, (B[0] + 1, B[1]))  # within the grab radius of vertex B
     assert window.controller.tail == B
     monkeypatch.setattr(QMessageBox, "question",
@@ -800,10 +797,7 @@ def test_next_and_previous_image_in_folder(make_window, qtbot, tmp_path):
 
 def test_a_session_whose_image_cannot_open_changes_nothing(make_window, qtbot, tmp_path):
     """The session's backend, parameters and lines are installed only with its image."""
-    window = make_window()
-    click(qtbot, window, A)
-    click_and_wait(qtbot, window, B)
-    window.controller.finish()
+    window = window_with_a_line(make_window, qtbot)
     saved = tmp_path / "saved.json"
     window.write_session(str(saved))
     path = tmp_path / "moved.json"
