@@ -77,16 +77,17 @@ def available_memory() -> int | None:
         return None
 
 
-def memory_budget() -> tuple[int | None, str]:
-    """The budget of one trace in bytes (None: no limit known) and where it comes from."""
+def memory_budget(share: float = AVAILABLE_FRACTION) -> tuple[int | None, str]:
+    """The budget of one trace in bytes (None: no limit known) and where it comes from:
+    ``ROADTRACER_MEMORY_BUDGET`` when set, else ``share`` of the memory available now."""
     setting = os.environ.get(BUDGET_VARIABLE)
     if setting:
         return parse_size(setting), f"{BUDGET_VARIABLE}={setting}"
     available = available_memory()
     if available is None:
         return None, "no limit"
-    return int(AVAILABLE_FRACTION * available), \
-        f"{AVAILABLE_FRACTION:.0%} of the {format_size(available)} available; set " \
+    return int(share * available), \
+        f"{share:.0%} of the {format_size(available)} available; set " \
         f"{BUDGET_VARIABLE} to change it"
 
 
@@ -178,18 +179,13 @@ def check_decode_memory(path: str, width: int, height: int, values_per_pixel: in
         Naming the memory needed and the budget, when the first exceeds the second.
     """
     needed = DECODE_FACTOR * 4.0 * width * height * values_per_pixel
-    setting = os.environ.get(BUDGET_VARIABLE)
-    if needed <= ALWAYS_AFFORDABLE and not setting:
+    if needed <= ALWAYS_AFFORDABLE and not os.environ.get(BUDGET_VARIABLE):
         return
-    if setting:
-        budget, source = parse_size(setting), f"{BUDGET_VARIABLE}={setting}"
-    else:  # the image is the whole of what is decoded: all that is available, near enough
-        available = available_memory()
-        budget = None if available is None else int(DECODE_AVAILABLE_FRACTION * available)
-        source = f"{DECODE_AVAILABLE_FRACTION:.0%} of the memory available"
+    # The image is the whole of what is decoded: all that is available, near enough.
+    budget, source = memory_budget(DECODE_AVAILABLE_FRACTION)
     if budget is None or needed <= budget:
         return
     raise BadParameter(f"{path}: decoding its {width}×{height} px needs about "
                        f"{format_size(needed)}, over the {format_size(budget)} it may use "
                        f"({source}): convert it to a tiled GeoTIFF (read window by window), "
-                       f"or free memory or raise {BUDGET_VARIABLE} (--memory-budget)")
+                       "or free memory, or give a larger --memory-budget")

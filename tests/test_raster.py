@@ -178,8 +178,8 @@ def test_an_image_over_the_memory_budget_is_refused_before_decoding(tmp_path, mo
         with pytest.raises(BadParameter, match=(
                 r"bomb.png: decoding its 6000×6000 px needs about 659.2 MiB, "
                 r"over the 100.0 MiB it may use \(ROADTRACER_MEMORY_BUDGET=100M\): "
-                r"convert it to a tiled GeoTIFF \(read window by window\), or free memory "
-                r"or raise ROADTRACER_MEMORY_BUDGET \(--memory-budget\)$")):
+                r"convert it to a tiled GeoTIFF \(read window by window\), or free memory, "
+                r"or give a larger --memory-budget$")):
             load_image(tmp_path / "bomb.png")
         peak = tracemalloc.get_traced_memory()[1]
     finally:
@@ -211,7 +211,8 @@ def test_without_a_budget_decoding_may_take_most_of_the_memory_available(tmp_pat
     assert load_image(tmp_path / "photo.jpg").width == 6000
     monkeypatch.setattr(core.resources, "available_memory", lambda: 400 * 2**20)
     with pytest.raises(BadParameter, match=r"needs about 439.5 MiB, over the 360.0 MiB it may "
-                                           r"use \(90% of the memory available\)"):
+                                           r"use \(90% of the 400.0 MiB available; set "
+                                           r"ROADTRACER_MEMORY_BUDGET to change it\)"):
         load_image(tmp_path / "photo.jpg")
 
 
