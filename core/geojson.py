@@ -104,8 +104,10 @@ def coordinate_decimals(raster: Raster, space: str) -> int:
     return int(np.clip(np.ceil(-np.log10(0.01 * per_px)), fewest, 12))
 
 
-def coordinates(pixels: np.ndarray, raster: Raster, crs: str = "wgs84") -> list[list[float]]:
-    """Output coordinates of pixel points, rounded (see the module docstring).
+def coordinates(pixels: np.ndarray, raster: Raster, crs: str = "wgs84") -> list[list[list]]:
+    """Output coordinates of a polyline's pixel points, rounded (see the module docstring),
+    in one part, or in longitude/latitude one more per crossing of the antimeridian
+    (:func:`antimeridian_parts`).
 
     Parameters
     ----------
@@ -114,7 +116,7 @@ def coordinates(pixels: np.ndarray, raster: Raster, crs: str = "wgs84") -> list[
 
     Returns
     -------
-    list of N [x, y] lists
+    list of parts, each a list of [x, y] lists
 
     Raises
     ------
@@ -125,7 +127,7 @@ def coordinates(pixels: np.ndarray, raster: Raster, crs: str = "wgs84") -> list[
     points = np.asarray(pixels, dtype=np.float64).reshape(-1, 2)
     space = coordinate_space(raster, crs)
     if space == "pixel":
-        return np.round(points, PIXEL_DECIMALS).tolist()
+        return [np.round(points, PIXEL_DECIMALS).tolist()]
     georef = raster.georef
     out = georef.pixel_to_lonlat(points) if space == "lonlat" else georef.pixel_to_map(points)
     unprojected = points[~np.isfinite(out).all(1)]
@@ -143,7 +145,9 @@ def coordinates(pixels: np.ndarray, raster: Raster, crs: str = "wgs84") -> list[
                 f"{out[first, 0]:.10g}, latitude {out[first, 1]:.10g}, beyond "
                 f"±{MAX_LONGITUDE:g}° or ±90°: the image's CRS ({georef.crs_name}) is "
                 "probably wrong; add a .prj beside the image or give its CRS as an option")
-    return np.round(out, coordinate_decimals(raster, space)).tolist()
+    decimals = coordinate_decimals(raster, space)
+    rounded = np.round(out, decimals)
+    return antimeridian_parts(rounded, decimals) if space == "lonlat" else [rounded.tolist()]
 
 
 def _point(xy: np.ndarray) -> str:
@@ -168,10 +172,7 @@ def line_feature(pixels: np.ndarray, raster: Raster, properties: dict | None = N
     props = {"source_image": os.path.basename(raster.path) if raster.path else None,
              "pixels": np.round(np.asarray(pixels, dtype=np.float64), PIXEL_DECIMALS).tolist()}
     props.update(properties or {})
-    points = coordinates(pixels, raster, crs)
-    parts = [points]
-    if coordinate_space(raster, crs) == "lonlat":
-        parts = antimeridian_parts(np.asarray(points), coordinate_decimals(raster, "lonlat"))
+    parts = coordinates(pixels, raster, crs)
     geometry = {"type": "LineString", "coordinates": parts[0]} if len(parts) == 1 else \
         {"type": "MultiLineString", "coordinates": parts}
     return {"type": "Feature", "geometry": geometry, "properties": props}
