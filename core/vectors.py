@@ -269,21 +269,28 @@ def lines_in_image(vertices_px: np.ndarray, width: int, height: int) -> list[np.
     return [np.array(piece) for piece in pieces]
 
 
-def near_image(raster: Raster, line: np.ndarray) -> np.ndarray:
-    """A longitude/latitude line (N, 2) as an image in degrees reads it: its longitudes
-    unwrapped along it (no jump of 360° between neighbours) and moved by a multiple of 360°
-    so that its first vertex lies within 180° of the image's centre; on an image in a
-    projected CRS, the line as it is. On an image that runs past 180° (or starts past it,
-    0..360°), -179.9° is then 180.1°."""
+def centre_longitude(raster: Raster) -> float | None:
+    """The longitude of the centre of an image in degrees (its CRS geographic), which
+    :func:`near_centre` reads lines near; None for an image in a projected CRS (or whose
+    centre cannot be projected)."""
     georef = raster.georef
     if not georef.crs.is_geographic:
-        return line
+        return None
     centre = georef.pixel_to_lonlat([[(raster.width - 1) / 2, (raster.height - 1) / 2]])
-    if not np.all(np.isfinite(centre)):
+    return float(centre[0, 0]) if np.all(np.isfinite(centre)) else None
+
+
+def near_centre(line: np.ndarray, centre: float | None) -> np.ndarray:
+    """A longitude/latitude line (N, 2) as an image in degrees whose centre lies at longitude
+    ``centre`` reads it: its longitudes unwrapped along it (no jump of 360° between neighbours)
+    and moved by a multiple of 360° so that its first vertex lies within 180° of the centre;
+    with ``centre`` None (an image in a projected CRS), the line as it is. On an image that
+    runs past 180° (or starts past it, 0..360°), -179.9° is then 180.1°."""
+    if centre is None:
         return line
     line = np.array(line, dtype=np.float64)
     line[:, 0] = np.unwrap(line[:, 0], period=360.0)
-    line[:, 0] += 360.0 * np.round((centre[0, 0] - line[0, 0]) / 360.0)
+    line[:, 0] += 360.0 * np.round((centre - line[0, 0]) / 360.0)
     return line
 
 
@@ -303,7 +310,8 @@ def seeds_in_image(seeds, image_name: str, raster: Raster) -> list[tuple[Seed, n
     if not lonlat or georef is None or georef.crs is None:
         return lines
     # One projection call for every vertex of every lon/lat seed, then split per seed.
-    pixels = georef.lonlat_to_pixel(np.vstack([near_image(raster, seed.vertices)
+    centre = centre_longitude(raster)
+    pixels = georef.lonlat_to_pixel(np.vstack([near_centre(seed.vertices, centre)
                                                for seed in lonlat]))
     ends = np.cumsum([len(seed.vertices) for seed in lonlat])
     upper = (raster.width - 1, raster.height - 1)
@@ -400,6 +408,9 @@ def read_lines(path: str | os.PathLike, raster: Raster,
     document = read_json(path, "GeoJSON file")
     features = geojson_features(document, path)
     space, crs = _coordinates_of(document)
+    georef = raster.georef
+    centre = centre_longitude(raster) if space == "lonlat" and georef is not None \
+        and georef.crs is not None else None
     lines, failures = [], []
     for index, feature in enumerate(features):
         seeds, bad = feature_lines(feature, index, lonlat=space == "lonlat")
@@ -410,7 +421,7 @@ def read_lines(path: str | os.PathLike, raster: Raster,
                                         f"({seed.image})", seed.id))
                 continue
             try:
-                pixels = _to_pixels(seed, space, crs, raster)
+                pixels = _to_pixels(seed, space, crs, raster, centre)
             except BadParameter as exc:
                 failures.append(Failure(str(exc), seed.id))
                 continue
@@ -444,8 +455,9 @@ def _coordinates_of(document) -> tuple[str, object]:
     return "source", parse_crs(name)
 
 
-def _to_pixels(seed: Seed, space: str, crs, raster: Raster) -> np.ndarray:
-    """Pixel (x, y) of a seed's vertices, shape (N, 2); BadParameter if they cannot be."""
+def _to_pixels(seed: Seed, space: str, crs, raster: Raster, centre: float | None) -> np.ndarray:
+    """Pixel (x, y) of a seed's vertices, shape (N, 2), lon/lat read near the image's centre
+    longitude ``centre`` (:func:`near_centre`); BadParameter if they cannot be."""
     if seed.image is not None or space == "pixel":
         return seed.vertices
     georef = raster.georef
@@ -453,7 +465,7 @@ def _to_pixels(seed: Seed, space: str, crs, raster: Raster) -> np.ndarray:
         raise BadParameter("map coordinates, but the image has no georeferencing with a CRS "
                            "(lines in pixels come from an image without one)")
     if space == "lonlat":
-        return georef.lonlat_to_pixel(near_image(raster, seed.vertices))
+        return georef.lonlat_to_pixel(near_centre(seed.vertices, centre))
     return georef.map_to_pixel(transform_points(seed.vertices, crs, georef.crs))
 
 

@@ -804,7 +804,7 @@ def test_lonlat_seeds_find_images_across_the_antimeridian(tmp_path):
     found = seed_candidates(seeds, sorted(images.iterdir()), None)
     assert found == {"degrees.tif": {"west", "across"}, "utm1.tif": {"west", "across"}}
     from core.raster import load_image
-    from core.vectors import near_image, seeds_in_image
+    from core.vectors import centre_longitude, near_centre, seeds_in_image
 
     for name in ("degrees.tif", "utm1.tif"):
         with load_image(images / name) as raster:
@@ -821,5 +821,5 @@ def test_lonlat_seeds_find_images_across_the_antimeridian(tmp_path):
                       transform=Affine(1.0, 0, west, 0, -1.0, 90.0))
         with load_image(path) as raster:
             for lonlat, pixel in zip(([10.0, 45.0], [-170.0, 45.0]), expected, strict=True):
-                line = near_image(raster, np.array([lonlat, lonlat]))
+                line = near_centre(np.array([lonlat, lonlat]), centre_longitude(raster))
                 np.testing.assert_allclose(raster.georef.lonlat_to_pixel(line)[0], pixel)
