@@ -333,10 +333,15 @@ def check_map_crs(crs: pyproj.CRS | None, where: str,
         kind = "a vertical CRS (heights only)"
     else:
         return crs
+    raise error(f"{where}{crs_label(crs)} is {kind}, not the map CRS of an image: give a "
+                "projected or geographic CRS")
+
+
+def crs_label(crs: pyproj.CRS) -> str:
+    """A CRS in a few words for a message: ``EPSG:32654 (WGS 84 / UTM zone 54N)``, or its
+    quoted name where it has no EPSG code."""
     code = crs.to_epsg()
-    name = f"EPSG:{code} ({crs.name})" if code is not None else repr(crs.name)
-    raise error(f"{where}{name} is {kind}, not the map CRS of an image: give a projected "
-                "or geographic CRS")
+    return f"EPSG:{code} ({crs.name})" if code is not None else repr(crs.name)
 
 
 def parse_crs(text: str) -> pyproj.CRS:

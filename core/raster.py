@@ -35,7 +35,14 @@ from pathlib import Path
 import numpy as np
 
 from core.errors import BadParameter, ImageReadError
-from core.georef import Georef, GeorefError, RpcGeoref, ground_resolution, read_georef
+from core.georef import (
+    Georef,
+    GeorefError,
+    RpcGeoref,
+    crs_label,
+    ground_resolution,
+    read_georef,
+)
 from core.resources import check_decode_memory
 
 #: File suffixes opened through rasterio as windowed rasters (lower case).
@@ -472,12 +479,6 @@ def on_same_grid(georef, other) -> bool:
     return georef.crs == other.crs and georef.transform.almost_equals(other.transform)
 
 
-def _crs_label(crs) -> str:
-    """A pyproj CRS in a few words: ``EPSG:32654``, else its name."""
-    code = crs.to_epsg()
-    return f"EPSG:{code}" if code is not None else repr(crs.name)
-
-
 def _warped(dataset, georef, grid, path: str):
     """A rasterio WarpedVRT of ``dataset`` (georeferenced by ``georef``) on ``grid``.
 
@@ -522,12 +523,12 @@ def _warped(dataset, georef, grid, path: str):
     except (RasterioError, CPLE_BaseError) as exc:
         reason = re.sub(r"'\{.*\}'", "(a CRS)", " ".join(str(exc).split()))  # PROJJSON out
         raise GeorefError(
-            f"cannot resample the evidence raster {path} ({_crs_label(georef.crs)}) onto the "
-            f"image's grid ({_crs_label(target.crs)}, {target.source}): "
+            f"cannot resample the evidence raster {path} ({crs_label(georef.crs)}) onto the "
+            f"image's grid ({crs_label(target.crs)}, {target.source}): "
             f"{reason[:200]}{'…' if len(reason) > 200 else ''}") from None
     if warped is None:
-        raise GeorefError(f"the evidence raster {path} ({_crs_label(georef.crs)}) does not "
-                          f"cover the image ({_crs_label(target.crs)}, {target.source}): "
+        raise GeorefError(f"the evidence raster {path} ({crs_label(georef.crs)}) does not "
+                          f"cover the image ({crs_label(target.crs)}, {target.source}): "
                           "none of its pixels falls on the image's grid")
     return warped
 

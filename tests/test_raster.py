@@ -243,7 +243,8 @@ def test_evidence_in_a_crs_gdal_cannot_reach_is_a_georef_error(tmp_path, capfd):
                          'AXIS["X",EAST],AXIS["Y",NORTH]]')
     write_geotiff(tmp_path / "local.tif", np.ones((20, 20, 1), np.float32), crs=local)
     with pytest.raises(GeorefError, match=r"^cannot resample the evidence raster .*local\.tif "
-                       r"\('site grid'\) onto the image's grid \(EPSG:32654, GeoTIFF\): "
+                       r"\('site grid'\) onto the image's grid \(EPSG:32654 \(WGS 84 / UTM "
+                       r"zone 54N\), GeoTIFF\): "
                        r"Cannot find coordinate operations from \(a CRS\) to 'EPSG:32654'$"):
         load_image(tmp_path / "local.tif", grid=image_grid(tmp_path))
     assert capfd.readouterr().err == ""  # no GDAL "ERROR 6: …" dump
@@ -262,7 +263,8 @@ def test_evidence_that_does_not_cover_the_image_is_a_georef_error(tmp_path, east
         with load_image(tmp_path / "e.tif", grid=grid) as raster:
             assert raster.read_window(0, 30, 0, 40).shape == (30, 40, 1)
     else:
-        with pytest.raises(GeorefError, match=r"e\.tif \(EPSG:32654\) does not cover the image"):
+        with pytest.raises(GeorefError, match=r"e\.tif \(EPSG:32654 \(WGS 84 / UTM zone "
+                                              r"54N\)\) does not cover the image"):
             load_image(tmp_path / "e.tif", grid=grid)
 
 
