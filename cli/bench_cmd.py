@@ -121,7 +121,6 @@ def run(args: argparse.Namespace) -> int:
     rng = np.random.default_rng(0)
     rows = []
     print(f"backend: {note}\nmachine: {machine_description()}", file=sys.stderr)
-    repeats = args.repeats
     for theta in args.angles:
         for n in args.divisions:
             for d in args.points:
@@ -129,11 +128,11 @@ def run(args: argparse.Namespace) -> int:
                 problem, params = table2_case(raster, theta, n, d, rng)
                 corridor, windows = problem.corridor, problem.windows
                 backend.time_dp(problem, 1)  # warm-up (compilation, allocations)
-                dp_ms = statistics.median(backend.time_dp(problem, repeats))
+                dp_ms = statistics.median(backend.time_dp(problem, args.repeats))
                 evidence = corridor_evidence(raster, corridor, params, backend=backend)
                 backend.time_trace(evidence, corridor, windows, 1)
                 e2e = []
-                for _ in range(repeats):
+                for _ in range(args.repeats):
                     start = time.perf_counter()
                     evidence = corridor_evidence(raster, corridor, params, backend=backend)
                     gradient_ms = 1e3 * (time.perf_counter() - start)
