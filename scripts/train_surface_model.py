@@ -380,14 +380,18 @@ def resample(points, step: float = 0.5) -> np.ndarray:
     return np.concatenate([dense, np.repeat(dense[-1:], PATH_POINTS - len(dense), 0)])
 
 
-def load_cases(files: list[str], items, nontrivial_weight: float = 1.0):
-    """Click cases on the road images of ``items`` (cases of other images are skipped):
-    image index (M,) long, clicks (M, 2, 2) float (a, b as (x, y)), true lines (M,
-    PATH_POINTS, 2) float, and each case's drawing weight (M,) (``nontrivial_weight`` for cases
-    tagged nontrivial, 1 otherwise). ``files``: JSON lists (``.gz`` read compressed)."""
+def load_cases(files: list[str], items, nontrivial_weight: float = 1.0,
+               water_share: float = 0.0):
+    """Click cases on the images of ``items`` (cases of other images are skipped; cases on
+    water images only where ``water_share`` > 0): image index (M,) long, clicks (M, 2, 2)
+    float (a, b as (x, y)), true lines (M, PATH_POINTS, 2) float, and each case's drawing
+    weight (M,) (``nontrivial_weight`` for cases tagged nontrivial, 1 otherwise; the cases on
+    water images then scaled to make up ``water_share`` of the draws). ``files``: JSON lists
+    (``.gz`` read compressed)."""
     import gzip
 
-    index = {item["id"]: i for i, item in enumerate(items) if item["label"] == 0}
+    index = {item["id"]: i for i, item in enumerate(items)
+             if item["label"] == 0 or water_share > 0}
     picks, clicks, lines, weights = [], [], [], []
     for file in files:
         with (gzip.open if file.endswith(".gz") else open)(file, "rt", encoding="utf-8") as handle:
@@ -400,9 +404,13 @@ def load_cases(files: list[str], items, nontrivial_weight: float = 1.0):
             clicks.append([case["a"], case["b"]])
             lines.append(resample(line))
             weights.append(nontrivial_weight if "nontrivial" in case.get("tags", ()) else 1.0)
+    weights = torch.tensor(weights, dtype=torch.float32)
+    water = torch.tensor([items[i]["label"] == 1 for i in picks], dtype=torch.bool)
+    if water.any() and not water.all():
+        weights[water] *= (water_share / (1 - water_share) * weights[~water].sum()
+                           / weights[water].sum())
     return (torch.tensor(picks, dtype=torch.long), torch.tensor(clicks, dtype=torch.float32),
-            torch.tensor(np.stack(lines), dtype=torch.float32) if lines else None,
-            torch.tensor(weights, dtype=torch.float32))
+            torch.tensor(np.stack(lines), dtype=torch.float32) if lines else None, weights)
 
 
 def random_clicks(target: torch.Tensor, weight: torch.Tensor,
@@ -717,13 +725,14 @@ def generators(seed, device):
 
 def train(items, cases, steps, device, seed, log, network, looks=Looks(), scales=SCALES,
           box_below=0.0, batch_size=16, ema=0.0, path_share=0.5, encoder_lr=1.0,
-          ground_range=None, ground_share=1.0, occlusion=0.0):
+          ground_range=None, ground_share=1.0, occlusion=0.0, weight_decay=1e-4):
     """The trained model (eval mode) made by ``network()``; with ``ema`` > 0 the exponential
     moving average of its weights and batch-norm statistics (that decay per step). A fraction
     ``path_share`` of each step's crops are path crops of ``cases`` (:func:`load_cases`), the
     rest surface crops. The parameters of the model's ``encoder``, where it has one, learn at
     ``encoder_lr`` times the rate of the others; crops are recoloured as ``looks`` says and a
-    fraction ``occlusion`` of them partly covered (:func:`occlude`)."""
+    fraction ``occlusion`` of them partly covered (:func:`occlude`). AdamW decays the weights by
+    ``weight_decay``."""
     torch.manual_seed(seed)
     draws = generators(seed, device)
     data = stack(items, device, box=box_below > 0)
@@ -734,7 +743,7 @@ def train(items, cases, steps, device, seed, log, network, looks=Looks(), scales
     groups = [{"params": list(encoder.parameters()), "lr": 3e-3 * encoder_lr},
               {"params": [p for p in model.parameters() if id(p) not in in_encoder], "lr": 3e-3}]
     groups = [group for group in groups if group["params"]]
-    optimiser = torch.optim.AdamW(groups, weight_decay=1e-4)
+    optimiser = torch.optim.AdamW(groups, weight_decay=weight_decay)
     schedule = torch.optim.lr_scheduler.OneCycleLR(
         optimiser, max_lr=[group["lr"] for group in groups], total_steps=steps)
     average = None if ema <= 0 else torch.optim.swa_utils.AveragedModel(
@@ -812,11 +821,16 @@ def main():
                         help="cases tagged nontrivial are drawn this many times as often")
     parser.add_argument("--path-share", type=float, default=0.5,
                         help="fraction of each step's crops that are path crops")
+    parser.add_argument("--water-path-share", type=float, default=0.0, metavar="FRACTION",
+                        help="share of the path crops drawn from --cases on --water images "
+                             "(the course of a clicked river; 0: such cases are not used)")
     parser.add_argument("--out", required=True)
     parser.add_argument("--folds", type=int, default=0)
     parser.add_argument("--steps", type=int, default=1800)
     parser.add_argument("--batch", type=int, default=16, help="training crops per step")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--weight-decay", type=float, default=1e-4,
+                        help="AdamW's weight decay")
     parser.add_argument("--backbone", choices=("mobilenet_v2", "unet"), default="mobilenet_v2",
                         help="mobilenet_v2: MobileNetUNet, its encoder started from ImageNet "
                              "weights (--backbone-weights); unet: SurfaceNet, from scratch")
@@ -874,6 +888,8 @@ def main():
     parser.add_argument("--fold", type=int, action="append",
                         help="train only these folds (runs in parallel processes)")
     args = parser.parse_args()
+    if not 0 <= args.water_path_share < 1:
+        parser.error("--water-path-share must be at least 0 and below 1")
     widths = tuple(int(value) for value in args.widths.split(","))
     if args.backbone == "unet":
         def network():
@@ -897,9 +913,10 @@ def main():
     print(f"{len(items)} images on {device}", flush=True)
 
     def cases_on(images):
-        cases = load_cases(args.cases, images, args.nontrivial_weight)
+        cases = load_cases(args.cases, images, args.nontrivial_weight, args.water_path_share)
         if cases[2] is None:
-            parser.error("no click case lies on a --roads image: the path output needs --cases")
+            parser.error("no click case lies on a training image: the path output needs "
+                         "--cases")
         print(f"  {len(cases[0])} click cases", flush=True)
         return cases
 
@@ -909,7 +926,8 @@ def main():
     def train_on(images, seed):
         return train(images, cases_on(images), args.steps, device, seed, print, network,
                      looks, scales, args.box_below, args.batch, args.ema, args.path_share,
-                     args.encoder_lr, ground_range, args.ground_share, args.occlusion)
+                     args.encoder_lr, ground_range, args.ground_share, args.occlusion,
+                     args.weight_decay)
 
     if args.folds:
         fold_of = {item["id"]: -1 for item in items if args.fold_water_only and item["label"] == 0}

@@ -81,6 +81,30 @@ def test_cases_load_with_their_weights_and_skip_other_images(trainer, road_set):
     assert weights.tolist() == [1.0, 3.0]  # road1's case is tagged nontrivial
 
 
+
+def test_cases_on_water_images_make_up_their_share_of_the_draws(trainer, road_set, tmp_path):
+    # The road set again as water images (ids water0, water1): cases on them are drawn only
+    # with a water share, and then make up that share of the draws.
+    import shutil
+
+    shutil.copytree(road_set, tmp_path / "water")
+    for name in ("sources.json", "cases.json"):
+        path = tmp_path / "water" / name
+        text = path.read_text().replace('"id": "road', '"id": "water')
+        path.write_text(text.replace('"source": "road', '"source": "water'))
+    items = trainer.load_sets([(str(road_set), 0), (str(tmp_path / "water"), 1)])
+    files = [str(road_set / "cases.json"), str(tmp_path / "water" / "cases.json")]
+    images, _, _, weights = trainer.load_cases(files, items, 3.0)
+    assert [items[i]["label"] for i in images.tolist()] == [0, 0]
+    assert weights.tolist() == [1.0, 3.0]
+    images, _, _, weights = trainer.load_cases(files, items, 3.0, water_share=0.25)
+    water = torch.tensor([items[i]["label"] == 1 for i in images.tolist()])
+    assert water.tolist() == [False, False, True, True]
+    assert weights[:2].tolist() == [1.0, 3.0]
+    assert float(weights[water].sum() / weights.sum()) == pytest.approx(0.25)
+    assert float(weights[3] / weights[2]) == pytest.approx(3.0)  # nontrivial
+
+
 def test_path_crops_mark_the_case_line_and_show_the_clicks(trainer, road_set):
     items = trainer.load_sets([(str(road_set), 0)])
     data = trainer.stack(items, "cpu")
