@@ -304,7 +304,8 @@ def load_sets(folders: list[tuple[str, int]], exclude: tuple[str, ...] = (),
 
 def stack(items, device, box=False):
     """Images in one zero-padded tensor (I, 7, Hmax, Wmax) (RGB 0..255, mask, centreline,
-    inside, unsure), sizes (I, 2) (width, height), labels (I,), each mask's pixels (x, y), the
+    inside, unsure), sizes (I, 2) (width, height), labels (I,) (on the CPU: they pick crops
+    there), each mask's pixels (x, y), the
     images with 2×2 box means of their RGB (:func:`boxed`; only with ``box``, else None) and
     their ground resolutions (I,) (metres per pixel, NaN where the sources do not say)."""
     height = max(item["mask"].shape[0] for item in items)
@@ -325,7 +326,7 @@ def stack(items, device, box=False):
     out = out.to(device)
     grounds = torch.tensor([math.nan if item.get("ground") is None else item["ground"]
                             for item in items], dtype=torch.float32, device=device)
-    return (out, sizes.to(device), labels.to(device), surface, boxed(out) if box else None,
+    return (out, sizes.to(device), labels, surface, boxed(out) if box else None,
             grounds)
 
 
@@ -474,19 +475,20 @@ def batch(data, size, generator, device_generator, looks=Looks(), scales=SCALES,
     images, sizes, labels, surface, box_means, grounds = data
     device = images.device
     uniform = _uniform(size, generator, device)
-    present = torch.unique(labels.cpu())
+    present = torch.unique(labels)
     wanted = present[(torch.arange(size) % 4 == 3).long() * (len(present) - 1)]  # 3 road : 1
     pick = torch.empty(size, dtype=torch.long)
     for label in present:
-        pool = torch.nonzero(labels.cpu() == label).flatten()
+        pool = torch.nonzero(labels == label).flatten()
         chosen = wanted == label
         pick[chosen] = pool[torch.randint(len(pool), (int(chosen.sum()),), generator=generator)]
     centre = torch.stack([surface[int(i)][torch.randint(len(surface[int(i)]), (1,),
                                                         generator=generator)][0] for i in pick])
-    pick = pick.to(device)
+    kinds = labels[pick]
+    pick = _to_device(pick, device)
     scale = crop_scales(uniform, scales, ground_range, grounds[pick], ground_share)
     jitter = uniform(-0.3, 0.3, (size, 2)) * (CROP / 2 / scale)[:, None]
-    centre = centre.to(device).float() + jitter
+    centre = _to_device(centre, device).float() + jitter
     pose = _pose(centre, scale, uniform)
     source = images[pick] if box_means is None else torch.where(
         (scale < box_below)[:, None, None, None], box_means[pick], images[pick])
@@ -494,7 +496,7 @@ def batch(data, size, generator, device_generator, looks=Looks(), scales=SCALES,
     weight = ((sampled[:, 5:6] > 0.99) & (sampled[:, 6:7] < 0.5)).float()
     target = (sampled[:, 3:4] > 0.5).float()
     x = recolour(sampled[:, :3] / 255.0, uniform, generator, device_generator, looks,
-                 previous_of_kind(labels[pick].cpu()) if looks.match_same_kind else None)
+                 previous_of_kind(kinds) if looks.match_same_kind else None)
     clicks = random_clicks(target, weight, device_generator).float()
     if occlusion > 0:
         x = occlude(x, target, sampled[:, 5:6] > 0.99, clicks, occlusion, uniform,
@@ -518,9 +520,9 @@ def path_batch(data, cases, size, generator, device_generator, looks=Looks(), sc
     uniform = _uniform(size, generator, device)
     case_images, case_clicks, case_lines, case_weights = cases
     which = torch.multinomial(case_weights, size, replacement=True, generator=generator)
-    pick = case_images[which].to(device)
-    clicks = case_clicks[which].to(device)  # (N, 2, 2)
-    lines = case_lines[which].to(device)  # (N, PATH_POINTS, 2)
+    pick = _to_device(case_images[which], device)
+    clicks = _to_device(case_clicks[which], device)  # (N, 2, 2)
+    lines = _to_device(case_lines[which], device)  # (N, PATH_POINTS, 2)
     chord = (clicks[:, 1] - clicks[:, 0]).norm(dim=1)
     scale = crop_scales(uniform, scales, ground_range, data[5][pick], ground_share)
     scale = torch.minimum(scale, PATH_SPAN / chord).clamp_min(0.3)
@@ -577,8 +579,17 @@ def occlude(x, target, inside, clicks, share, uniform, device_generator):
 def _uniform(size, generator, device):
     """draw(low, high, n=size): uniform values drawn by the CPU ``generator``, on ``device``."""
     def draw(low, high, n=size):
-        return (torch.rand(n, generator=generator) * (high - low) + low).to(device)
+        return _to_device(torch.rand(n, generator=generator) * (high - low) + low, device)
     return draw
+
+
+def _to_device(tensor, device):
+    """A CPU ``tensor`` on ``device``: to a GPU through pinned memory, without waiting for the
+    work queued there (a copy from pageable memory waits for all of it, and a training step
+    makes a few dozen such copies)."""
+    if torch.device(device).type != "cuda":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
 
 
 def _pose(centre, scale, uniform):
@@ -654,7 +665,7 @@ def recolour(x, uniform, generator, device_generator, looks, reference=None):
     Fourier amplitudes mixed with that crop's, random gains and gamma, band mixing, blur, grey,
     noise, and bands shuffled half the time."""
     size, device = len(x), x.device
-    order = (torch.arange(size).roll(1) if reference is None else reference).to(device)
+    order = _to_device(torch.arange(size).roll(1) if reference is None else reference, device)
     if looks.match > 0 and size > 1:
         matched = match_histograms(x, x[order])
         x = torch.where((uniform(0, 1) < looks.match).view(size, 1, 1, 1), matched, x)
@@ -676,9 +687,9 @@ def recolour(x, uniform, generator, device_generator, looks, reference=None):
     x = x + 0.02 * torch.randn(x.shape, generator=device_generator, device=device)
     # Shuffled bands: the absolute colour of a surface should not decide; the clicks' does.
     order = torch.stack([torch.randperm(3, generator=generator) for _ in range(size)])
-    shuffle = (uniform(0, 1) < 0.5).cpu()
+    shuffle = torch.rand(size, generator=generator) < 0.5
     order[~shuffle] = torch.arange(3)
-    return torch.gather(x, 1, order.to(device)[:, :, None, None].expand_as(x))
+    return torch.gather(x, 1, _to_device(order, device)[:, :, None, None].expand_as(x))
 
 
 def network_inputs(x, a, b):
