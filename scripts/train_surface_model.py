@@ -304,10 +304,10 @@ def load_sets(folders: list[tuple[str, int]], exclude: tuple[str, ...] = (),
 
 def stack(items, device, box=False):
     """Images in one zero-padded tensor (I, 7, Hmax, Wmax) (RGB 0..255, mask, centreline,
-    inside, unsure), sizes (I, 2) (width, height), labels (I,) (on the CPU: they pick crops
-    there), each mask's pixels (x, y), the
-    images with 2×2 box means of their RGB (:func:`boxed`; only with ``box``, else None) and
-    their ground resolutions (I,) (metres per pixel, NaN where the sources do not say)."""
+    inside, unsure), sizes (I, 2) (width, height), labels (I,) (on the CPU, where the crops are
+    picked), each mask's pixels (x, y), the images with 2×2 box means of their RGB
+    (:func:`boxed`; only with ``box``, else None) and their ground resolutions (I,) (metres per
+    pixel, NaN where the sources do not say)."""
     height = max(item["mask"].shape[0] for item in items)
     width = max(item["mask"].shape[1] for item in items)
     # Half precision: 8-bit pixels and 0/1 planes are exact, and every image is padded to the
