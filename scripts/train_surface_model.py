@@ -97,14 +97,17 @@ class Looks:
     ``grey``, blurred (``blur``: σ 0.5–1.5 px, a softer sensor), whose band histograms are taken
     from another crop of the step (``match``; with ``match_same_kind`` a crop of the same kind
     of image, road or water: :func:`previous_of_kind`) and whose Fourier amplitudes are mixed
-    with that crop's (``amplitude_mix``: :func:`mix_amplitudes`), and the spread of a random
-    band-mixing matrix I + E (``colour_mix``: another sensor's colour balance)."""
+    with that crop's (``amplitude_mix``: :func:`mix_amplitudes`), passed through a random
+    convolution (``random_conv``: :func:`random_convolution`, another sensor's texture), and
+    the spread of a random band-mixing matrix I + E (``colour_mix``: another sensor's colour
+    balance)."""
     grey: float = GREY_FRACTION
     blur: float = 0.0
     colour_mix: float = 0.0
     match: float = 0.0
     match_same_kind: bool = False
     amplitude_mix: float = 0.0
+    random_conv: float = 0.0
 
 
 class Block(nn.Sequential):
@@ -672,6 +675,9 @@ def recolour(x, uniform, generator, device_generator, looks, reference=None):
     if looks.amplitude_mix > 0 and size > 1:
         mixed = mix_amplitudes(x, x[order], uniform(0, 1))
         x = torch.where((uniform(0, 1) < looks.amplitude_mix).view(size, 1, 1, 1), mixed, x)
+    if looks.random_conv > 0:
+        x = torch.where((uniform(0, 1) < looks.random_conv).view(size, 1, 1, 1),
+                        random_convolution(x, uniform, device_generator), x)
     gains = uniform(0.85, 1.15, (size, 3)).view(size, 3, 1, 1)
     gamma = torch.exp(uniform(-0.3, 0.3)).view(size, 1, 1, 1)
     x = (x * gains).clamp(0, 1) ** gamma
@@ -690,6 +696,36 @@ def recolour(x, uniform, generator, device_generator, looks, reference=None):
     shuffle = torch.rand(size, generator=generator) < 0.5
     order[~shuffle] = torch.arange(3)
     return torch.gather(x, 1, _to_device(order, device)[:, :, None, None].expand_as(x))
+
+
+#: Random convolutions: kernel sizes (px) drawn per crop.
+RANDOM_KERNELS = (1, 3, 5)
+
+
+def random_convolution(x: torch.Tensor, uniform, device_generator) -> torch.Tensor:
+    """Crops ``x`` (N, 3, C, C) in [0, 1] through a random 3 → 3 band convolution each (RandConv:
+    a k × k kernel, k drawn from RANDOM_KERNELS, weights N(0, 1 / (3k²))), each output band
+    brought to the crop band's own mean and spread, then mixed with the crop by a weight drawn
+    in [0, 1]: the crop's shapes with another sensor's texture and band response."""
+    size, device = len(x), x.device
+    reach = max(RANDOM_KERNELS)
+    choice = (uniform(0, 1) * len(RANDOM_KERNELS)).long().clamp_max(len(RANDOM_KERNELS) - 1)
+    kernel = torch.tensor(RANDOM_KERNELS, device=device)[choice]  # (N,)
+    offsets = torch.arange(reach, device=device) - reach // 2
+    inside = (offsets.abs()[None] <= kernel[:, None] // 2).float()  # (N, reach)
+    support = inside[:, None, None, :, None] * inside[:, None, None, None, :]
+    weights = torch.randn((size, 3, 3, reach, reach), generator=device_generator,
+                          device=device) * support / torch.sqrt(3.0 * kernel.float() ** 2
+                                                                 ).view(size, 1, 1, 1, 1)
+    rows, cols = x.shape[2:]
+    padded = F.pad(x.reshape(1, size * 3, rows, cols), (reach // 2,) * 4, mode="reflect")
+    out = F.conv2d(padded, weights.reshape(size * 3, 3, reach, reach), groups=size)
+    out = out.reshape(size, 3, rows, cols)
+    mean, spread = x.mean((2, 3), keepdim=True), x.std((2, 3), keepdim=True)
+    out = (out - out.mean((2, 3), keepdim=True)) / out.std((2, 3), keepdim=True).clamp_min(1e-6)
+    out = (out * spread + mean).clamp(0, 1)
+    mix = uniform(0, 1).view(size, 1, 1, 1)
+    return mix * x + (1 - mix) * out
 
 
 def network_inputs(x, a, b):
@@ -728,6 +764,43 @@ def loss_terms(logits, targets, weight):
     return bce.sum(), dice.sum()
 
 
+#: Soft skeletons: erosion steps (enough for a road up to twice as many px wide).
+SKELETON_STEPS = 24
+
+
+def _soft_erode(x):
+    return torch.minimum(-F.max_pool2d(-x, (3, 1), 1, (1, 0)), -F.max_pool2d(-x, (1, 3), 1, (0, 1)))
+
+
+def _soft_open(x):
+    return F.max_pool2d(_soft_erode(x), 3, 1, 1)
+
+
+def soft_skeleton(x: torch.Tensor, steps: int = SKELETON_STEPS) -> torch.Tensor:
+    """The soft morphological skeleton (N, 1, H, W) of ``x`` (N, 1, H, W) in [0, 1] (Shit et
+    al., clDice, CVPR 2021): what each erosion removes that an opening would not restore."""
+    skeleton = F.relu(x - _soft_open(x))
+    for _ in range(steps):
+        x = _soft_erode(x)
+        delta = F.relu(x - _soft_open(x))
+        skeleton = skeleton + F.relu(delta - skeleton * delta)
+    return skeleton
+
+
+def skeleton_loss(logits, target, weight):
+    """clDice loss of the surface plane: 1 − the harmonic mean of how much of the predicted
+    skeleton lies on the label and how much of the label's skeleton the prediction covers,
+    over the weighted pixels of all crops (logits, target, weight: (N, 1, H, W)). It grows
+    where the predicted surface breaks (under trees, shadows) although its area is nearly
+    right."""
+    probability = torch.sigmoid(logits) * weight
+    target = target * weight
+    predicted, labelled = soft_skeleton(probability), soft_skeleton(target)
+    precision = ((predicted * target).sum() + 1) / (predicted.sum() + 1)
+    sensitivity = ((labelled * probability).sum() + 1) / (labelled.sum() + 1)
+    return 1 - 2 * precision * sensitivity / (precision + sensitivity)
+
+
 def generators(seed, device):
     """A CPU generator (per-crop choices) and one on ``device`` (per-pixel draws)."""
     return (torch.Generator().manual_seed(seed),
@@ -736,14 +809,16 @@ def generators(seed, device):
 
 def train(items, cases, steps, device, seed, log, network, looks=Looks(), scales=SCALES,
           box_below=0.0, batch_size=16, ema=0.0, path_share=0.5, encoder_lr=1.0,
-          ground_range=None, ground_share=1.0, occlusion=0.0, weight_decay=1e-4):
+          ground_range=None, ground_share=1.0, occlusion=0.0, weight_decay=1e-4,
+          skeleton_weight=0.0):
     """The trained model (eval mode) made by ``network()``; with ``ema`` > 0 the exponential
     moving average of its weights and batch-norm statistics (that decay per step). A fraction
     ``path_share`` of each step's crops are path crops of ``cases`` (:func:`load_cases`), the
     rest surface crops. The parameters of the model's ``encoder``, where it has one, learn at
     ``encoder_lr`` times the rate of the others; crops are recoloured as ``looks`` says and a
     fraction ``occlusion`` of them partly covered (:func:`occlude`). AdamW decays the weights by
-    ``weight_decay``."""
+    ``weight_decay``; ``skeleton_weight`` > 0 adds that much of the surface plane's
+    :func:`skeleton_loss`."""
     torch.manual_seed(seed)
     draws = generators(seed, device)
     data = stack(items, device, box=box_below > 0)
@@ -777,6 +852,8 @@ def train(items, cases, steps, device, seed, log, network, looks=Looks(), scales
         with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda"):
             logits = model(x).float()
         loss, dice = loss_terms(logits, y, w)
+        if skeleton_weight > 0:
+            dice = dice + skeleton_weight * skeleton_loss(logits[:, :1], y[:, :1], w[:, :1])
         optimiser.zero_grad(set_to_none=True)
         (loss + dice).backward()
         optimiser.step()
@@ -884,6 +961,12 @@ def main():
                         help="fraction of training crops blurred (σ 0.5–1.5 px)")
     parser.add_argument("--colour-mix", type=float, default=0.0,
                         help="spread of the random band-mixing matrix's entries (I + E)")
+    parser.add_argument("--random-conv", type=float, default=0.0, metavar="FRACTION",
+                        help="fraction of training crops passed through a random convolution "
+                             "(another sensor's texture; RandConv)")
+    parser.add_argument("--skeleton-weight", type=float, default=0.0,
+                        help="weight of a clDice term on the surface plane (a surface that "
+                             "breaks under trees costs more); 0: none")
     parser.add_argument("--ema", type=float, default=0.0,
                         help="keep the exponential moving average of the weights with this "
                              "decay per step (0: the last weights)")
@@ -932,13 +1015,13 @@ def main():
         return cases
 
     looks = Looks(args.grey, args.blur, args.colour_mix, args.match_histograms,
-                  args.match_same_kind, args.amplitude_mix)
+                  args.match_same_kind, args.amplitude_mix, args.random_conv)
 
     def train_on(images, seed):
         return train(images, cases_on(images), args.steps, device, seed, print, network,
                      looks, scales, args.box_below, args.batch, args.ema, args.path_share,
                      args.encoder_lr, ground_range, args.ground_share, args.occlusion,
-                     args.weight_decay)
+                     args.weight_decay, args.skeleton_weight)
 
     if args.folds:
         fold_of = {item["id"]: -1 for item in items if args.fold_water_only and item["label"] == 0}

@@ -356,3 +356,43 @@ def test_occluders_cover_the_surface_away_from_the_clicks_with_another_crop_s_pi
                            trainer._uniform(size, generator, "cpu"),
                            torch.Generator().manual_seed(0))
     assert torch.equal(none, x)
+
+
+def test_random_convolution_keeps_each_band_s_level_and_changes_its_texture(trainer):
+    generator = torch.Generator().manual_seed(2)
+    crops = torch.rand((4, 3, 32, 32), generator=generator) * 0.6 + 0.2
+    uniform = trainer._uniform(4, generator, "cpu")
+    out = trainer.random_convolution(crops, uniform, torch.Generator().manual_seed(2))
+    assert out.shape == crops.shape
+    assert float(out.min()) >= 0.0
+    assert float(out.max()) <= 1.0
+    # Each output band is brought to the crop band's mean (clamping aside) ...
+    assert torch.allclose(out.mean((2, 3)), crops.mean((2, 3)), atol=0.03)
+    # ... but its pixels are not the crop's.
+    assert float((out - crops).abs().mean()) > 0.02
+
+
+def test_soft_skeleton_marks_the_middle_of_a_bar(trainer):
+    bar = torch.zeros((1, 1, 32, 48))
+    bar[..., 12:21, 4:44] = 1.0
+    skeleton = trainer.soft_skeleton(bar)
+    rows = skeleton[0, 0, :, 10:38].sum(1)
+    assert int(rows.argmax()) == 16
+    assert float(rows[16]) > 0.8 * 28
+    assert float(rows.sum() - rows[16]) < 0.2 * 28
+
+
+def test_skeleton_loss_grows_where_the_predicted_surface_breaks(trainer):
+    target = torch.zeros((1, 1, 32, 48))
+    target[..., 12:21, 4:44] = 1.0
+    weight = torch.ones_like(target)
+
+    def loss(prediction):
+        return float(trainer.skeleton_loss((prediction * 2 - 1) * 20, target, weight))
+
+    wider = torch.zeros_like(target)
+    wider[..., 10:23, 4:44] = 1.0  # more area off the label, unbroken
+    broken = target.clone()
+    broken[..., 20:28] = 0.0  # 8 px gap across the road
+    assert loss(target) < 0.01
+    assert loss(broken) > loss(wider) + 0.05
