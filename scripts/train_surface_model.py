@@ -857,16 +857,17 @@ def train(items, cases, steps, device, seed, log, network, looks=Looks(), scales
         with torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda"):
             logits = model(x).float()
         loss, dice = loss_terms(logits, y, w)
-        if skeleton_weight > 0:
-            dice = dice + skeleton_weight * skeleton_loss(logits[:, :1], y[:, :1], w[:, :1])
+        skeleton = (skeleton_weight * skeleton_loss(logits[:, :1], y[:, :1], w[:, :1])
+                    if skeleton_weight > 0 else None)
         optimiser.zero_grad(set_to_none=True)
-        (loss + dice).backward()
+        (loss + dice if skeleton is None else loss + dice + skeleton).backward()
         optimiser.step()
         schedule.step()
         if average is not None:
             average.update_parameters(model)
         if step % 500 == 0 or step == steps - 1:
-            log(f"  step {step:5d} loss {loss.item():.4f} dice {dice.item():.4f} "
+            extra = "" if skeleton is None else f" skeleton {skeleton.item():.4f}"
+            log(f"  step {step:5d} loss {loss.item():.4f} dice {dice.item():.4f}{extra} "
                 f"({time.time() - start:.0f} s)")
     return (model if average is None else average.module).eval()
 
