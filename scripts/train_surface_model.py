@@ -815,7 +815,7 @@ def generators(seed, device):
 def train(items, cases, steps, device, seed, log, network, looks=Looks(), scales=SCALES,
           box_below=0.0, batch_size=16, ema=0.0, path_share=0.5, encoder_lr=1.0,
           ground_range=None, ground_share=1.0, occlusion=0.0, weight_decay=1e-4,
-          skeleton_weight=0.0):
+          skeleton_weight=0.0, init_seed=None):
     """The trained model (eval mode) made by ``network()``; with ``ema`` > 0 the exponential
     moving average of its weights and batch-norm statistics (that decay per step). A fraction
     ``path_share`` of each step's crops are path crops of ``cases`` (:func:`load_cases`), the
@@ -823,12 +823,17 @@ def train(items, cases, steps, device, seed, log, network, looks=Looks(), scales
     ``encoder_lr`` times the rate of the others; crops are recoloured as ``looks`` says and a
     fraction ``occlusion`` of them partly covered (:func:`occlude`). AdamW decays the weights by
     ``weight_decay``; ``skeleton_weight`` > 0 adds that much of the surface plane's
-    :func:`skeleton_loss`."""
+    :func:`skeleton_loss`. With ``init_seed`` the model's random initial weights come from that
+    seed instead of ``seed`` (models of one ``init_seed`` and different seeds start alike and
+    differ by the crops they see)."""
     torch.manual_seed(seed)
     draws = generators(seed, device)
     data = stack(items, device, box=box_below > 0)
-    # Channels-last: bf16 batch norm and convolutions run several times faster on the GPU.
-    model = network().to(device, memory_format=torch.channels_last)
+    with torch.random.fork_rng(devices=[], enabled=init_seed is not None):
+        if init_seed is not None:
+            torch.manual_seed(init_seed)
+        # Channels-last: bf16 batch norm and convolutions run several times faster on the GPU.
+        model = network().to(device, memory_format=torch.channels_last)
     encoder = getattr(model, "encoder", nn.Sequential())
     in_encoder = {id(parameter) for parameter in encoder.parameters()}
     groups = [{"params": list(encoder.parameters()), "lr": 3e-3 * encoder_lr},
@@ -923,6 +928,8 @@ def main():
     parser.add_argument("--steps", type=int, default=1800)
     parser.add_argument("--batch", type=int, default=16, help="training crops per step")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--init-seed", type=int, metavar="SEED",
+                        help="seed of the model's random initial weights (default: --seed's)")
     parser.add_argument("--weight-decay", type=float, default=1e-4,
                         help="AdamW's weight decay")
     parser.add_argument("--backbone", choices=("mobilenet_v2", "unet"), default="mobilenet_v2",
@@ -1027,7 +1034,7 @@ def main():
         return train(images, cases_on(images), args.steps, device, seed, print, network,
                      looks, scales, args.box_below, args.batch, args.ema, args.path_share,
                      args.encoder_lr, ground_range, args.ground_share, args.occlusion,
-                     args.weight_decay, args.skeleton_weight)
+                     args.weight_decay, args.skeleton_weight, args.init_seed)
 
     if args.folds:
         fold_of = {item["id"]: -1 for item in items if args.fold_water_only and item["label"] == 0}

@@ -144,6 +144,27 @@ def test_a_short_run_trains_and_exports_surface_and_path(trainer, road_set, tmp_
     assert out.shape == (1, len(trainer.EXPORTED), 32, 40)
 
 
+def test_init_seed_fixes_the_initial_weights_and_seed_the_crops(trainer, road_set):
+    """Models of one ``init_seed`` start from the same weights whatever their ``seed``; without
+    it the seed sets both, so different seeds start apart."""
+    items = trainer.load_sets([(str(road_set), 0)])
+    cases = trainer.load_cases([str(road_set / "cases.json")], items)
+    starts = []
+
+    def network():
+        model = trainer.SurfaceNet((4, 8, 16, 32))
+        starts.append({name: value.clone() for name, value in model.state_dict().items()})
+        return model
+
+    for seed, init_seed in ((0, 5), (1, 5), (0, None), (1, None)):
+        trainer.train(items, cases, 1, "cpu", seed, lambda line: None, network,
+                      trainer.Looks(grey=0.0), batch_size=4, init_seed=init_seed)
+    same = [all(torch.equal(first[name], second[name]) for name in first)
+            for first, second in ((starts[0], starts[1]), (starts[2], starts[3]),
+                                  (starts[0], starts[2]))]
+    assert same == [True, False, False]
+
+
 @pytest.fixture(scope="module")
 def imagenet_weights(tmp_path_factory, trainer):
     """A made-up state dict file laid out as torchvision's ImageNet ``mobilenet_v2`` (its
