@@ -83,7 +83,7 @@ class TraceParams:
     guides: int | None = None
     points: int | None = None
     halfwidth: float | None = None
-    max_angle: float = 30.0
+    max_angle: float = 60.0
     sigma: float = 1.5
     score: str = "surface"
     evidence_path: str | None = None

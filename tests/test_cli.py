@@ -34,7 +34,7 @@ def test_json_output_contract(capsys):
     assert record["backend"] == "cpu"
     assert any("dp" in key for key in record["timings_ms"])
     assert record["timings_ms"]["total"] > 0
-    assert record["params"]["max_angle"] == 30.0
+    assert record["params"]["max_angle"] == 60.0
     assert record["params"]["guides"] >= 1
 
 
