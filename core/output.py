@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from core.errors import BadParameter, OutputWriteError, TraceError
 
@@ -108,6 +111,30 @@ def refuse_overwriting_input(output: str | os.PathLike | None, inputs, option: s
         if source is not None and os.path.isfile(source) and os.path.samefile(output, source):
             raise BadParameter(f"{option} {os.fspath(output)} is the input {os.fspath(source)}: "
                                "writing it would destroy the input; choose another file")
+
+
+@contextmanager
+def new_folder(out: str | os.PathLike, prefix: str = ".partial-") -> Iterator[str]:
+    """A folder to fill that becomes ``out`` when the block ends without an error, and is
+    removed when it raises: nothing is left half-written at ``out``.
+
+    Raises
+    ------
+    BadParameter
+        If ``out`` exists and is not an empty folder (checked before the block runs).
+    """
+    out = os.fspath(out)
+    if os.path.exists(out) and not (os.path.isdir(out) and not os.listdir(out)):
+        raise BadParameter(f"output {out} exists and is not an empty folder (nothing written)")
+    partial = tempfile.mkdtemp(prefix=prefix, dir=os.path.dirname(os.path.abspath(out)))
+    try:
+        yield partial
+        if os.path.isdir(out):
+            os.rmdir(out)  # empty, checked above
+        os.replace(partial, out)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
 
 
 def write_text_or_stdout(path: str | os.PathLike | None, text: str) -> None:

@@ -18,9 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import imageio.v3 as iio
@@ -30,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from core.errors import BadParameter  # noqa: E402
 from core.evaluate import load_cases  # noqa: E402
+from core.output import new_folder  # noqa: E402
 
 #: Colour changes: name → function of an image (rows, cols, bands) float in [0, 1].
 COLOURS = {
@@ -79,12 +78,8 @@ def shift_cases(cases_path: str, out: str, scale: float = 1.0, colour: str | Non
         raise BadParameter(f"--scale must lie in [{SCALE_RANGE[0]}, {SCALE_RANGE[1]}], got {scale}")
     if scale == 1.0 and colour is None:
         raise BadParameter("nothing to change: give --scale other than 1 or --colour")
-    if os.path.exists(out) and not (os.path.isdir(out) and not os.listdir(out)):
-        raise BadParameter(f"output {out} exists and is not an empty folder (nothing written)")
     cases = load_cases(cases_path)
-    # Written next to ``out`` and renamed at the end: a failure leaves nothing half-written.
-    partial = tempfile.mkdtemp(prefix=".shifted-", dir=os.path.dirname(os.path.abspath(out)))
-    try:
+    with new_folder(out, ".shifted-") as partial:
         os.makedirs(os.path.join(partial, "images"))
         names = {}
         for path in dict.fromkeys(case.image for case in cases):  # each image once, in order
@@ -94,12 +89,6 @@ def shift_cases(cases_path: str, out: str, scale: float = 1.0, colour: str | Non
                         shifted[:, :, 0] if shifted.shape[2] == 1 else shifted)
             names[path] = name
         _write_cases(os.path.join(partial, "cases.json"), cases, names, scale)
-        if os.path.isdir(out):
-            os.rmdir(out)  # empty, checked above
-        os.replace(partial, out)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
     return len(cases)
 
 

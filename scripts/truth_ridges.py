@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import imageio.v3 as iio
@@ -30,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from core.errors import BadParameter  # noqa: E402
 from core.evaluate import load_cases  # noqa: E402
 from core.metrics import densify  # noqa: E402
+from core.output import new_folder  # noqa: E402
 
 #: Ridge widths allowed (px).
 SIGMA_RANGE = (0.5, 10.0)
@@ -65,8 +64,6 @@ def write_ridges(cases_path: str, out: str, sigma: float = 1.5) -> int:
     if not SIGMA_RANGE[0] <= sigma <= SIGMA_RANGE[1]:
         raise BadParameter(f"--sigma must lie in [{SIGMA_RANGE[0]}, {SIGMA_RANGE[1]}] px, "
                            f"got {sigma}")
-    if os.path.exists(out) and not (os.path.isdir(out) and not os.listdir(out)):
-        raise BadParameter(f"output {out} exists and is not an empty folder (nothing written)")
     lines: dict[str, list[np.ndarray]] = {}
     for case in load_cases(cases_path):
         lines.setdefault(case.image, []).append(case.gt)
@@ -76,9 +73,7 @@ def write_ridges(cases_path: str, out: str, sigma: float = 1.5) -> int:
         if other != image:
             raise BadParameter(f"images {other} and {image} share the name "
                                f"{Path(image).stem!r}: their ridges would overwrite each other")
-    # Written next to ``out`` and renamed at the end: a failure leaves nothing half-written.
-    partial = tempfile.mkdtemp(prefix=".ridges-", dir=os.path.dirname(os.path.abspath(out)))
-    try:
+    with new_folder(out, ".ridges-") as partial:
         for image, image_lines in lines.items():
             try:
                 shape = iio.improps(image).shape[:2]
@@ -86,12 +81,6 @@ def write_ridges(cases_path: str, out: str, sigma: float = 1.5) -> int:
                 raise BadParameter(f"cannot read image {image}: {exc}") from None
             iio.imwrite(os.path.join(partial, f"{Path(image).stem}.png"),
                         ridge_raster(shape, image_lines, sigma))
-        if os.path.isdir(out):
-            os.rmdir(out)  # empty, checked above
-        os.replace(partial, out)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
     return len(lines)
 
 

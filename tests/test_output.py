@@ -15,6 +15,7 @@ from core.gradient import gradient_margin
 from core.output import (
     MAX_JSON_DEPTH,
     json_depth_exceeds,
+    new_folder,
     printable,
     read_json,
     refuse_overwriting_input,
@@ -205,3 +206,24 @@ def test_decoding_over_budget_is_refused(monkeypatch):
     with pytest.raises(BadParameter, match=r"^big.png: decoding its 10000×10000 px needs about "
                                            r"1.8 GiB, over the 1.0 GiB it may use"):
         check_decode_memory("big.png", 10000, 10000, 3)
+
+
+def test_new_folder_appears_whole_or_not_at_all(tmp_path):
+    out = tmp_path / "out"
+    with new_folder(out) as partial:
+        (tmp_path / partial / "a.txt").write_text("a")
+        assert not out.exists()  # nothing at the target while it is being filled
+    assert (out / "a.txt").read_text() == "a"
+    failed = tmp_path / "failed"
+    with pytest.raises(RuntimeError), new_folder(failed):
+        raise RuntimeError("half-way")
+    assert not failed.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no partial folder left
+    with pytest.raises(BadParameter, match="not an empty folder"), new_folder(out):
+        pass
+    assert (out / "a.txt").read_text() == "a"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with new_folder(empty) as partial:
+        (tmp_path / partial / "b.txt").write_text("b")
+    assert (empty / "b.txt").read_text() == "b"
