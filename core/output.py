@@ -121,12 +121,16 @@ def new_folder(out: str | os.PathLike, prefix: str = ".partial-") -> Iterator[st
     Raises
     ------
     BadParameter
-        If ``out`` exists and is not an empty folder (checked before the block runs).
+        If ``out`` exists and is not an empty folder, or no folder can be made beside it
+        (checked before the block runs).
     """
     out = os.fspath(out)
     if os.path.exists(out) and not (os.path.isdir(out) and not os.listdir(out)):
         raise BadParameter(f"output {out} exists and is not an empty folder (nothing written)")
-    partial = tempfile.mkdtemp(prefix=prefix, dir=os.path.dirname(os.path.abspath(out)))
+    try:
+        partial = tempfile.mkdtemp(prefix=prefix, dir=os.path.dirname(os.path.abspath(out)))
+    except OSError as exc:
+        raise BadParameter(f"cannot make output folder {out}: {exc.strerror or exc}") from None
     try:
         yield partial
         if os.path.isdir(out):

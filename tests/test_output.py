@@ -227,3 +227,6 @@ def test_new_folder_appears_whole_or_not_at_all(tmp_path):
     with new_folder(empty) as partial:
         (tmp_path / partial / "b.txt").write_text("b")
     assert (empty / "b.txt").read_text() == "b"
+    with pytest.raises(BadParameter, match="cannot make output folder"), \
+            new_folder(tmp_path / "missing" / "out"):
+        pass
