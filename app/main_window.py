@@ -36,7 +36,7 @@ from app.traces import TraceOutcome, error_text
 from app.tracing import TracingController
 from core.errors import TraceError
 from core.raster import Raster, list_images
-from core.surface import COARSE_GROUND_RESOLUTION
+from core.surface import UNKNOWN_GROUND_NOTE
 from core.tracer import TraceParams, evidence_source, ground_resolution_unknown
 from core.vectors import read_lines
 
@@ -334,10 +334,9 @@ class MainWindow(QMainWindow):
             restored = f", {len(self.model.lines)} lines" if self.model.lines else ""
             bands = f"tracing {raster.band_note}" if raster.band_note else \
                 f"{raster.bands} band(s)"
-            unscaled = ("; ground resolution unknown: traced as imagery finer than "
-                        f"{COARSE_GROUND_RESOLUTION} m/px (set it in the panel for satellite "
-                        "imagery)" if ground_resolution_unknown(raster, self.params_panel.params())
-                        else "")
+            unscaled = (f"; ground resolution unknown: {UNKNOWN_GROUND_NOTE} (set it in the "
+                        "panel for faster clicks)"
+                        if ground_resolution_unknown(raster, self.params_panel.params()) else "")
             self.show_status(f"opened {os.path.basename(path)}: {raster.width}×{raster.height} px, "
                              f"{bands}{restored}{unscaled}")
             if kept:

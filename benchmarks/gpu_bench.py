@@ -120,9 +120,10 @@ def interactive(backend: GpuBackend, raster, repeats: int, profile: bool = False
     windows = admissible_windows(corridor, check_max_angle(params.max_angle))
     evidence = corridor_evidence(raster, corridor, params)
     rows, cols = evidence.planes.shape[1:]
-    step = surface.model_step(rows, cols, ground_resolution=ground_resolution)
     multiple = surface.SIZE_MULTIPLE
-    model_shape = [-(-math.ceil(size / step) // multiple) * multiple for size in (rows, cols)]
+    model_shapes = [[-(-math.ceil(size / step) // multiple) * multiple for size in (rows, cols)]
+                    for step in surface.model_steps(rows, cols,
+                                                    ground_resolution=ground_resolution)]
     cpu = CpuBackend()
     result = trace(raster, a, b, chosen, backend)
     expected = trace(raster, a, b, chosen, cpu)
@@ -154,9 +155,9 @@ def interactive(backend: GpuBackend, raster, repeats: int, profile: bool = False
         "points": params.points, "halfwidth": params.halfwidth, "max_angle": params.max_angle,
         "score": params.score, "precision": backend.precision, "window": [rows, cols],
         "ground_resolution": ground_resolution,
-        "model_input": model_shape, "model_note": backend.model_note,
+        "model_input": model_shapes, "model_note": backend.model_note,
         "same_path_as_cpu": bool(np.allclose(result.polyline, expected.polyline, atol=1e-9)),
-        "model_device_ms": model_ms(backend, *model_shape, repeats),
+        "model_device_ms": sum(model_ms(backend, *shape, repeats) for shape in model_shapes),
         "gpu_evidence_wall_ms": median(wall_ms(
             lambda: corridor_evidence(raster, corridor, params, backend=backend), repeats)),
         "device_ms": median(backend.time_trace(evidence, corridor, windows, repeats)),
@@ -210,7 +211,8 @@ def _interactive_lines(live: dict) -> list[str]:
               f"model input {live['model_input']} {live['model_note']}; "
               f"same polyline as the CPU backend: {live['same_path_as_cpu']}.", "",
               "| what | ms |", "|---|---|",
-              f"| device: surface model (one CUDA graph) | {live['model_device_ms']:.3f} |",
+              f"| device: surface model (one CUDA graph per resolution) | "
+              f"{live['model_device_ms']:.3f} |",
               f"| evidence planes on the device (corridor_evidence, wall) | "
               f"{live['gpu_evidence_wall_ms']:.3f} |",
               f"| device: link scores + DP + backtrack + result copy (evidence resident) | "

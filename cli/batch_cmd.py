@@ -222,7 +222,7 @@ def run_batch(args: argparse.Namespace) -> int:
         write_summary,
     )
     from core.output import printable
-    from core.surface import COARSE_GROUND_RESOLUTION
+    from core.surface import UNKNOWN_GROUND_NOTE
     from core.tracer import reads_ground_resolution
     from gpu.select import choose_backend
 
@@ -287,9 +287,8 @@ def run_batch(args: argparse.Namespace) -> int:
     pixel = [printable(report.image) for report in reports if report.coordinate_space == "pixel"]
     if pixel:
         params = params_from_args(args)
-        unscaled = ("; their ground resolution is unknown too: traced as imagery finer than "
-                    f"{COARSE_GROUND_RESOLUTION} m per pixel (--ground-resolution M for coarser "
-                    "imagery)" if reads_ground_resolution(params)
+        unscaled = (f"; their ground resolution is unknown too: {UNKNOWN_GROUND_NOTE} "
+                    "(--ground-resolution M saves it)" if reads_ground_resolution(params)
                     and params.ground_resolution is None else "")
         note(args, f"{len(pixel)} image(s) have no usable georeferencing; their GeoJSON "
              f"coordinates are pixels (x = column, y = row){unscaled}: {', '.join(pixel[:5])}"

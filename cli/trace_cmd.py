@@ -161,7 +161,7 @@ def result_record(result, image: str, note: str) -> dict:
 def run(args: argparse.Namespace) -> int:
     from core.output import refuse_overwriting_input, write_text_or_stdout
     from core.raster import load_image
-    from core.surface import COARSE_GROUND_RESOLUTION
+    from core.surface import UNKNOWN_GROUND_NOTE
     from core.tracer import ground_resolution_unknown, trace
     from gpu.select import choose_backend
 
@@ -185,9 +185,8 @@ def run(args: argparse.Namespace) -> int:
     if raster.band_note:
         note(args, f"{args.image}: tracing {raster.band_note}")
     if ground_resolution_unknown(raster, params):
-        note(args, f"{args.image}: ground resolution unknown (no georeferencing): traced as "
-                   f"imagery finer than {COARSE_GROUND_RESOLUTION} m per pixel; for coarser "
-                   "imagery (most satellite imagery) give --ground-resolution M")
+        note(args, f"{args.image}: ground resolution unknown (no georeferencing): "
+                   f"{UNKNOWN_GROUND_NOTE}; --ground-resolution M saves it")
     result = trace(raster, args.a, args.b, params, backend)
     result.timings_ms["load"] = 1e3 * (time.perf_counter() - start) - result.timings_ms["total"]
     if args.format == "geojson":

@@ -87,7 +87,7 @@ class ScoreInputs:
     pixels : (rows, cols, bands) float32; gx, gy : (rows, cols) float32, or None for kinds
     registered with ``uses_gradient=False``; a, b : (2,) endpoints (x, y) relative to the
     window origin; ground_resolution : the imagery's metres per pixel, or None where not known
-    (core.surface.model_step).
+    (core.surface.model_steps).
     """
 
     pixels: np.ndarray

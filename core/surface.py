@@ -32,9 +32,14 @@ SIZE_MULTIPLE = 16
 FULL_RESOLUTION_PIXELS = 160 * 160
 #: Imagery this coarse (metres per pixel) or coarser: windows up to
 #: ``COARSE_FULL_RESOLUTION_PIXELS`` run at full resolution (at half, a model pixel would be
-#: 0.6 m or more and narrow roads a few pixels wide).
+#: 0.6 m or more and narrow roads a few pixels wide). Where the ground resolution is not known,
+#: windows between the two limits run at both resolutions and the larger of the two maps counts
+#: (fine imagery reads best at half resolution, coarse imagery at full).
 COARSE_GROUND_RESOLUTION = 0.3
 COARSE_FULL_RESOLUTION_PIXELS = 320 * 320
+#: What a trace does where the ground resolution is not known (the commands and the app say it).
+UNKNOWN_GROUND_NOTE = ("the surface model reads larger windows at two resolutions, for fine "
+                       "and for coarse imagery (twice its work)")
 #: The model's band planes are stretched so that these percentiles of the window map to 0 and 1,
 #: then clipped to ``STRETCH_CLIP``.
 STRETCH_PERCENTILES = (1.0, 99.0)
@@ -131,14 +136,21 @@ def full_resolution_pixels(ground_resolution: float | None) -> int:
     return FULL_RESOLUTION_PIXELS
 
 
-def model_step(rows: int, cols: int, half_resolution: bool = False,
-               ground_resolution: float | None = None) -> int:
-    """1, or 2 where a (rows, cols) window runs on 2×2 block means (:func:`surface_model`):
-    windows over :func:`full_resolution_pixels` of the imagery's ground resolution (metres per
-    pixel, None: not known), or every window with ``half_resolution``."""
+def model_steps(rows: int, cols: int, half_resolution: bool = False,
+                ground_resolution: float | None = None) -> tuple[int, ...]:
+    """The resolutions a (rows, cols) window runs the model at (:func:`surface_model`): 1 (full)
+    or 2 (2×2 block means) for windows over :func:`full_resolution_pixels` of the imagery's
+    ground resolution (metres per pixel, None: not known), or every window with
+    ``half_resolution``; (1, 2), both, where the ground resolution is not known and the window
+    is at most ``COARSE_FULL_RESOLUTION_PIXELS``."""
     if half_resolution:
-        return 2
-    return 1 if rows * cols <= full_resolution_pixels(ground_resolution) else 2
+        return (2,)
+    pixels = rows * cols
+    if pixels <= full_resolution_pixels(ground_resolution):
+        return (1,)
+    if ground_resolution is None and pixels <= COARSE_FULL_RESOLUTION_PIXELS:
+        return (1, 2)
+    return (2,)
 
 
 def model_point(point: np.ndarray, step: int) -> np.ndarray:
@@ -151,8 +163,8 @@ def surface_model(pixels: np.ndarray, similarity: np.ndarray, a: np.ndarray, b: 
                   half_resolution: bool = False,
                   ground_resolution: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Probability that each pixel lies on the clicked surface, and on the clicked road's
-    centreline between the clicks (windows that :func:`model_step` gives step 2 run on 2×2
-    block means and are upsampled bilinearly).
+    centreline between the clicks (at each of :func:`model_steps`: step 2 runs on 2×2 block
+    means, upsampled bilinearly; with two steps, the larger of the two maps per pixel).
 
     Parameters
     ----------
@@ -166,7 +178,7 @@ def surface_model(pixels: np.ndarray, similarity: np.ndarray, a: np.ndarray, b: 
     half_resolution : bool
         Run on 2×2 block means whatever the window's size.
     ground_resolution : float, optional
-        The imagery's metres per pixel, where known (:func:`full_resolution_pixels`).
+        The imagery's metres per pixel, where known (:func:`model_steps`).
 
     Returns
     -------
@@ -181,7 +193,18 @@ def surface_model(pixels: np.ndarray, similarity: np.ndarray, a: np.ndarray, b: 
     model_file = os.fspath(MODEL_PATH if model_path is None else model_path)
     session = _session(model_file)
     rows, cols = similarity.shape
-    step = model_step(rows, cols, half_resolution, ground_resolution)
+    maps = [_model_maps(session, model_file, pixels, similarity, a, b, step)
+            for step in model_steps(rows, cols, half_resolution, ground_resolution)]
+    if len(maps) == 1:
+        return maps[0]
+    return tuple(np.maximum(*planes) for planes in zip(*maps, strict=True))
+
+
+def _model_maps(session, model_file: str, pixels: np.ndarray, similarity: np.ndarray,
+                a: np.ndarray, b: np.ndarray, step: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`surface_model`'s two planes (rows, cols) float32 from the model run on the
+    window's ``step``×``step`` block means (step 1: the window itself)."""
+    rows, cols = similarity.shape
     if step > 1:  # 2×2 block means; the model saw scales 0.6..1.6 in training
         pixels = _block_mean(pixels, step)
         similarity = _block_mean(similarity[:, :, None], step)[:, :, 0]

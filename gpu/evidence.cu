@@ -66,7 +66,9 @@ struct Window {
     int rows, cols, bands, pitch;
     int step, model_rows, model_cols, used;
     int input_rows, input_cols, logit_rows, logit_cols;
-    int n_patches, click_a, click_b, pad2;
+    int n_patches, click_a, click_b;
+    int twin;                   // the table index of this window's model run at its second
+                                // resolution (core.surface.model_steps), or -1
     float* padded;              // where the window leaves the image: the plane padded (pad_planes),
                                 // (padded_rows, padded_cols); else NULL (`out` is the plane)
     int pad_top, pad_left, padded_rows, padded_cols;
@@ -569,7 +571,8 @@ extern "C" __global__ void model_planes(const Window* __restrict__ windows)
 // channel-major, the model resolution's model_rows x model_cols in their top-left corner):
 // sigmoid, and for step 2 the bilinear upsampling of core.surface._upsample (rows first, then
 // columns, float32 weights), into probability (plane 0, the surface) and path (plane 1), each
-// (rows, cols).
+// (rows, cols). A window with a twin (its run at a second resolution) takes the larger of the
+// two runs' values.
 __device__ __forceinline__ float probability_at(const float* logits, int logit_cols, int r, int c)
 {
     return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-logits[(size_t)r * logit_cols + c])));
@@ -584,6 +587,25 @@ __device__ __forceinline__ void upsample_tap(int i, int step, int size, int& low
     weight = (float)(position - low);
 }
 
+// Plane k of run w's model output at window pixel (r, c).
+__device__ __forceinline__ float model_value(const Window& w, int k, int r, int c)
+{
+    const int logit_rows = w.logit_rows, logit_cols = w.logit_cols, step = w.step;
+    const float* plane = w.logits + (size_t)k * logit_rows * logit_cols;
+    if (step == 1) return probability_at(plane, logit_cols, r, c);
+    int r0, r1, c0, c1;
+    float wr, wc;
+    upsample_tap(r, step, w.model_rows, r0, r1, wr);
+    upsample_tap(c, step, w.model_cols, c0, c1, wc);
+    float column[2];
+    for (int j = 0; j < 2; ++j) {
+        const int cc = j == 0 ? c0 : c1;
+        column[j] = __fadd_rn(__fmul_rn(probability_at(plane, logit_cols, r0, cc), __fsub_rn(1.0f, wr)),
+                              __fmul_rn(probability_at(plane, logit_cols, r1, cc), wr));
+    }
+    return __fadd_rn(__fmul_rn(column[0], __fsub_rn(1.0f, wc)), __fmul_rn(column[1], wc));
+}
+
 extern "C" __global__ void surface_probability(const Window* __restrict__ windows)
 {
     const Window& w = windows[blockIdx.z];
@@ -591,32 +613,10 @@ extern "C" __global__ void surface_probability(const Window* __restrict__ window
     const int r = blockIdx.y * blockDim.y + threadIdx.y;
     const int rows = w.rows, cols = w.cols;
     if (c >= cols || r >= rows) return;
-    const float* logits = w.logits;
-    const int logit_rows = w.logit_rows, logit_cols = w.logit_cols, step = w.step;
-    const int model_rows = w.model_rows, model_cols = w.model_cols;
-    float* probability = w.probability;
-    float* path = w.path;
-    int r0 = r, r1 = r, c0 = c, c1 = c;
-    float wr = 0.0f, wc = 0.0f;
-    if (step != 1) {
-        upsample_tap(r, step, model_rows, r0, r1, wr);
-        upsample_tap(c, step, model_cols, c0, c1, wc);
-    }
     for (int k = 0; k < 2; ++k) {
-        const float* plane = logits + (size_t)k * logit_rows * logit_cols;
-        float value;
-        if (step == 1) {
-            value = probability_at(plane, logit_cols, r, c);
-        } else {
-            float column[2];
-            for (int j = 0; j < 2; ++j) {
-                const int cc = j == 0 ? c0 : c1;
-                column[j] = __fadd_rn(__fmul_rn(probability_at(plane, logit_cols, r0, cc), __fsub_rn(1.0f, wr)),
-                                      __fmul_rn(probability_at(plane, logit_cols, r1, cc), wr));
-            }
-            value = __fadd_rn(__fmul_rn(column[0], __fsub_rn(1.0f, wc)), __fmul_rn(column[1], wc));
-        }
-        (k == 0 ? probability : path)[(size_t)r * cols + c] = value;
+        float value = model_value(w, k, r, c);
+        if (w.twin >= 0) value = fmaxf(value, model_value(windows[w.twin], k, r, c));
+        (k == 0 ? w.probability : w.path)[(size_t)r * cols + c] = value;
     }
 }
 

@@ -180,7 +180,7 @@ class DeviceEvidence:
         ``windows``: every kernel is launched once for all of them, the network once per
         window, each plane padded by its ((top, bottom), (left, right)) of ``pads``
         (core.scores.pad_planes), the network's resolution chosen for imagery of
-        ``ground_resolution`` metres per pixel (core.surface.model_step); with ``deferred``,
+        ``ground_resolution`` metres per pixel (core.surface.model_steps); with ``deferred``,
         the planes are filled at the tracer's next synchronisation (nothing waits here)."""
         batch = _Batch(self, windows, network, pads=pads, ground_resolution=ground_resolution)
         batch.similarity()
@@ -253,7 +253,7 @@ class _Batch:
         Per window ((top, bottom), (left, right)): rows and columns its plane is padded by
         (core.scores.pad_planes, on the device); default none.
     ground_resolution : float, optional
-        The imagery's metres per pixel, where known (core.surface.model_step).
+        The imagery's metres per pixel, where known (core.surface.model_steps).
     """
 
     def __init__(self, evidence: DeviceEvidence, windows: list, network=None,
@@ -294,7 +294,11 @@ class _Batch:
         model = _ModelLayout(self, network, arena, end) if network is not None else None
         base = tracer.slot("evidence_arena", model.end if model else end)
         rows_out = []
-        for k, ((rows, cols, bands), (_, a, b)) in enumerate(zip(shapes, windows, strict=True)):
+        #: Every row of the table: each window's, then the second runs of the model.
+        runs = model.runs if model else [(k, None) for k in range(count)]
+        for run, (k, _) in enumerate(runs):
+            rows, cols, bands = shapes[k]
+            _, a, b = windows[k]
             ax, ay, bx, by = float(a[0]), float(a[1]), float(b[0]), float(b[1])
             cx, cy = bx - ax, by - ay
             length = float(np.hypot(cx, cy))
@@ -302,7 +306,8 @@ class _Batch:
             at = {name: base + offsets[k] for name, offsets in arena.items()}
             clicks = [min(max(int(round(y)), 0), rows - 1) * cols
                       + min(max(int(round(x)), 0), cols - 1) for x, y in ((ax, ay), (bx, by))]
-            surface_fields = model.fields(k, base) if model else _NO_MODEL
+            surface_fields = model.fields(run, base) if model else _NO_MODEL
+            twin = model.twins[k] if model and run < count else -1
             plane = at_planes + self.planes[k]
             (top, _), (left, _) = pads[k]
             padding = ((plane, top, left, *self.plane_shapes[k]) if self.padded[k]
@@ -317,7 +322,7 @@ class _Batch:
                 (ax, ay, cx, cy, cx * cx + cy * cy, offset.OPEN_WIDTH, offset.OFFSET_TOLERANCE,
                  scores.CENTRE_WEIGHT, scores.LENGTH_COST),
                 *surface_fields[2], scores.LENGTH_COST, offset.OPEN_WIDTH, *surface_fields[3],
-                rows, cols, bands, bound[k][1], *surface_fields[4], *clicks, 0, *padding))
+                rows, cols, bands, bound[k][1], *surface_fields[4], *clicks, twin, *padding))
         self.table = np.array(rows_out, dtype=WINDOW_DTYPE)
         self.at = tracer.slot("evidence_windows", self.table.nbytes)
         tracer.upload(self.table, self.at)
@@ -342,21 +347,24 @@ class _Batch:
         self._launch("similarity", self.grid, _BLOCK)
 
     def surface_model(self) -> None:
-        """The model's input of every window, the network, its surface probability and path
-        (the "surface_probability" and "surface_path" slots), its trust at the clicks and the
-        membership sqrt(p' s) in place of the similarity (needs ``network``)."""
+        """The model's input of every run (a window's, and its second resolution's where it has
+        one), the network, every window's surface probability and path (the larger of its two
+        runs' where it has two; the "surface_probability" and "surface_path" slots), its trust
+        at the clicks and the membership sqrt(p' s) in place of the similarity (needs
+        ``network``)."""
         tracer, table, count = self.tracer, self.table, len(self.windows)
+        runs = len(table)
         stream = tracer.stream
         model_grid = (*_grid(int(table["model_rows"].max()), int(table["model_cols"].max())),
-                      count)
+                      runs)
         self._launch("model_planes", model_grid, _BLOCK)  # also zeroes the select's counts
         n = int((table["used"] * table["model_rows"].astype(np.int64) * table["model_cols"]).max())
-        blocks = (min(-(-n // (8 * 1024)) * 8, _PERCENTILE_BLOCKS), 1, count)
+        blocks = (min(-(-n // (8 * 1024)) * 8, _PERCENTILE_BLOCKS), 1, runs)
         for select_pass in range(4):
             self._launch("percentile_pass", blocks, (1024, 1, 1), select_pass)
-        self._launch("percentile_finish", (1, 1, count), (1024, 1, 1))
+        self._launch("percentile_finish", (1, 1, runs), (1024, 1, 1))
         self._launch("model_input", (*_grid(int(table["input_rows"].max()),
-                                            int(table["input_cols"].max())), count), _BLOCK)
+                                            int(table["input_cols"].max())), runs), _BLOCK)
         self._flush()
         self.forward.launch(stream)
         self._launch("surface_probability", self.grid, _BLOCK)
@@ -398,27 +406,38 @@ _NO_MODEL = ((0, 0), (0,) * 8, ((0.0, 0.0), 0.0), ((0.0,) * 4, 0.0, 0.0, 0.0, 0.
 
 
 class _ModelLayout:
-    """The surface model's part of a :class:`_Batch`: each window's model sizes, its buffers
-    in the batch's arena (laid out from byte ``end``; ``self.end``: where they end), its
-    surface and path slots, the network's program of each window, and the endpoint patches'
-    pixel indices (uploaded here)."""
+    """The surface model's part of a :class:`_Batch`: its *runs* of the network (a window's
+    run at its first resolution, ``self.windows[k]`` for window k, then, for windows read at two
+    resolutions (core.surface.model_steps), a second run each: ``self.twins[k]`` is its index,
+    or -1), each run's model sizes and buffers in the batch's arena (laid out from byte
+    ``end``; ``self.end``: where they end), each window's surface and path slots, the network's
+    program of each run, and the endpoint patches' pixel indices (uploaded here)."""
 
     def __init__(self, batch: _Batch, network, arena: dict, end: int):
         tracer, count = batch.tracer, len(batch.windows)
+        steps = [surface.model_steps(rows, cols, ground_resolution=batch.ground_resolution)
+                 for rows, cols in batch.shapes]
+        #: Per run: its window and step; the windows' first runs come first, in window order.
+        self.runs = [(k, each[0]) for k, each in enumerate(steps)]
+        self.twins = [-1] * count
+        for k, each in enumerate(steps):
+            for step in each[1:]:
+                self.twins[k] = len(self.runs)
+                self.runs.append((k, step))
+        self.steps = [step for _, step in self.runs]
+        self.model = [(-(-batch.shapes[k][0] // step), -(-batch.shapes[k][1] // step))
+                      for k, step in self.runs]
         bands = [int(window.shape[2]) for window, _, _ in batch.windows]
-        self.steps = [surface.model_step(rows, cols, ground_resolution=batch.ground_resolution)
-                      for rows, cols in batch.shapes]
-        self.model = [(-(-rows // step), -(-cols // step))
-                      for (rows, cols), step in zip(batch.shapes, self.steps, strict=True)]
-        self.used = [3 if band >= 3 else 1 for band in bands]
+        self.used = [3 if bands[k] >= 3 else 1 for k, _ in self.runs]
         multiple = surface.SIZE_MULTIPLE
         self.input = [(-(-rows // multiple) * multiple, -(-cols // multiple) * multiple)
                       for rows, cols in self.model]
-        #: The network's forward pass over every window (its input and output buffers).
+        #: The network's forward pass over every run (its input and output buffers).
         self.forward = network.forward(self.input, tracer.slot, tracer.upload)
+        runs = len(self.runs)
         layout = [("means", [4 * (used + 1) * rows * cols for used, (rows, cols)
                              in zip(self.used, self.model, strict=True)]),
-                  ("hist", [_SELECT_BYTES + 16] * count), ("trust", [8] * count)]
+                  ("hist", [_SELECT_BYTES + 16] * runs), ("trust", [8] * runs)]
         self.arena = {}
         for name, each in layout:
             self.arena[name], end = _packed(each, end)
@@ -428,37 +447,39 @@ class _ModelLayout:
             offsets, total = _packed([4 * n for n in batch.sizes])
             at = tracer.slot(f"surface_{name}", total)
             self.slots.append([at + offset for offset in offsets])
-        patches, self.clicks, self.reach = [], [], []
-        for k, (_, a, b) in enumerate(batch.windows):
+        self.clicks, self.reach = [], []
+        for k, step in self.runs:
+            _, a, b = batch.windows[k]
             # core.surface.endpoint_plane's clicks and reach, in its float32 arithmetic.
-            clicks = [surface.model_point(point, self.steps[k]).astype(np.float32)
-                      for point in (a, b)]
+            clicks = [surface.model_point(point, step).astype(np.float32) for point in (a, b)]
             self.clicks.append((*clicks[0], *clicks[1]))
             self.reach.append(surface.endpoint_reach(*clicks))
-            patches.append(_patch_indices(a, *batch.shapes[k])
-                           + _patch_indices(b, *batch.shapes[k]))
+        patches = [_patch_indices(a, *batch.shapes[k]) + _patch_indices(b, *batch.shapes[k])
+                   for k, (_, a, b) in enumerate(batch.windows)]
         self.counts = [len(indices) for indices in patches]
         at = tracer.slot("surface_patches", 4 * max(sum(self.counts), 1))
         self.patches = [at + 4 * first for first in accumulate([0, *self.counts[:-1]])]
         tracer.upload(np.fromiter(chain.from_iterable(patches), dtype=np.int32), at)
         self.quantiles = tuple(value / 100 for value in surface.STRETCH_PERCENTILES)
 
-    def fields(self, k: int, base: int) -> tuple:
-        """Window ``k``'s model fields in WINDOW_DTYPE's order, in five runs: (probability,
+    def fields(self, run: int, base: int) -> tuple:
+        """Run ``run``'s model fields in WINDOW_DTYPE's order, in five runs: (probability,
         path); (means, hist, state, stretch, input, logits, patches, trust); (quantiles,
         model_trust); (clicks, reach, clip_low, clip_high, pad); (step, model_rows,
         model_cols, used, input_rows, input_cols, logit_rows, logit_cols, n_patches). Arena
-        offsets are relative to ``base``, the arena's device address."""
-        at = {name: base + offsets[k] for name, offsets in self.arena.items()}
-        inputs, logits = self.forward.inputs[k], self.forward.outputs[k]
+        offsets are relative to ``base``, the arena's device address; a second run shares its
+        window's slots and patches."""
+        k = self.runs[run][0]
+        at = {name: base + offsets[run] for name, offsets in self.arena.items()}
+        inputs, logits = self.forward.inputs[run], self.forward.outputs[run]
         stretch = at["hist"] + _SELECT_COUNTS + 4 * 64
         return ((self.slots[0][k], self.slots[1][k]),
                 (at["means"], at["hist"], at["hist"] + _SELECT_COUNTS, stretch, inputs, logits,
                  self.patches[k], at["trust"]),
                 (self.quantiles, scores.MODEL_TRUST),
-                (self.clicks[k], self.reach[k], *surface.STRETCH_CLIP, 0.0),
-                (self.steps[k], *self.model[k], self.used[k], *self.input[k],
-                 *self.forward.output_shapes[k][1:], self.counts[k]))
+                (self.clicks[run], self.reach[run], *surface.STRETCH_CLIP, 0.0),
+                (self.steps[run], *self.model[run], self.used[run], *self.input[run],
+                 *self.forward.output_shapes[run][1:], self.counts[k]))
 
 
 def _colour_models(windows: list, models: np.ndarray) -> None:

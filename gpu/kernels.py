@@ -56,7 +56,7 @@ WINDOW_DTYPE = np.dtype([
     *[(name, np.int32) for name in (
         "rows", "cols", "bands", "pitch", "step", "model_rows", "model_cols", "used",
         "input_rows", "input_cols", "logit_rows", "logit_cols", "n_patches", "click_a",
-        "click_b", "pad2")],
+        "click_b", "twin")],
     ("padded", np.uint64),
     *[(name, np.int32) for name in ("pad_top", "pad_left", "padded_rows", "padded_cols")]])
 assert WINDOW_DTYPE.itemsize == 800  # evidence.cu's static_assert

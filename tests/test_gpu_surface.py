@@ -158,29 +158,37 @@ def test_device_model_inputs_and_outputs_match_the_host(backend, sample, monkeyp
         tracer = DeviceTracer(backend.context, "auto", "float64")
         try:
             evidence = DeviceEvidence(tracer)
-            for pixels, a, b in _windows(sample):
-                rows, cols = pixels.shape[:2]
-                steps.add(surface.model_step(rows, cols))
-                expected = surface.surface_model(pixels, endpoint_similarity(pixels, a, b), a, b)
-                image = fed[-1]
-                evidence.surface(pixels, a, b, network)
-                got_image = tracer.download(network.prepared(*image.shape[2:]).input,
-                                            image.shape, np.float32)
-                np.testing.assert_allclose(got_image[0, :4], image[0, :4], rtol=0, atol=1e-6)
-                np.testing.assert_array_equal(got_image[0, 4], image[0, 4])
-                for slot, plane in zip(("surface_probability", "surface_path"), expected,
-                                       strict=True):
-                    got = tracer.download(tracer.slot(slot, 0), (rows, cols), np.float32)
-                    np.testing.assert_allclose(got, plane, rtol=0, atol=atol, err_msg=slot)
+            # Ground resolution not known, and 0.2 m per pixel (larger windows at half only).
+            for ground in (None, 0.2):
+                for pixels, a, b in _windows(sample):
+                    rows, cols = pixels.shape[:2]
+                    runs = surface.model_steps(rows, cols, ground_resolution=ground)
+                    steps.add(runs)
+                    expected = surface.surface_model(pixels, endpoint_similarity(pixels, a, b),
+                                                     a, b, ground_resolution=ground)
+                    image = fed[-1]
+                    evidence.surface_many([(pixels, a, b)], network, ground_resolution=ground)
+                    if len(runs) == 1:  # two runs use the batched pass's own buffers
+                        got_image = tracer.download(network.prepared(*image.shape[2:]).input,
+                                                    image.shape, np.float32)
+                        np.testing.assert_allclose(got_image[0, :4], image[0, :4], rtol=0,
+                                                   atol=1e-6)
+                        np.testing.assert_array_equal(got_image[0, 4], image[0, 4])
+                    for slot, plane in zip(("surface_probability", "surface_path"), expected,
+                                           strict=True):
+                        got = tracer.download(tracer.slot(slot, 0), (rows, cols), np.float32)
+                        np.testing.assert_allclose(got, plane, rtol=0, atol=atol, err_msg=slot)
         finally:
             tracer.release()
-    assert steps == {1, 2}  # full and half resolution (clicks in block coordinates)
+    # Full resolution, half (clicks in block coordinates), and both.
+    assert steps == {(1,), (2,), (1, 2)}
 
 
-@pytest.mark.parametrize("ground_resolution", [None, 0.5])
+@pytest.mark.parametrize("ground_resolution", [None, 0.2, 0.5])
 def test_device_surface_planes_match_the_cpu(backend, sample, ground_resolution):
-    """Also on coarse imagery (0.5 m per pixel), where windows up to 320² px run the model at
-    full resolution."""
+    """Where the ground resolution is not known (larger windows run the model at full and half
+    resolution, the larger of the two maps counts), on fine imagery (0.2 m per pixel: larger
+    windows at half resolution) and on coarse imagery (0.5 m: at full resolution)."""
     kind = get_score_kind("surface")
     for pixels, a, b in _windows(sample):
         got, tau = backend.score_planes(kind, pixels, a, b, 1.5, ground_resolution)

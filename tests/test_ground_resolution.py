@@ -26,15 +26,37 @@ from tests.test_georef import sample_pixels, write_geotiff
 MIDDLE = (200, 200)
 
 
-@pytest.mark.parametrize(("ground", "shape", "step"), [
-    (None, MIDDLE, 2), (0.2, MIDDLE, 2), (0.3, MIDDLE, 1), (0.76, MIDDLE, 1),
-    (0.76, (321, 320), 2), (None, (160, 160), 1), (0.2, (160, 160), 1)])
-def test_coarse_imagery_runs_the_model_at_full_resolution_on_larger_windows(ground, shape, step):
-    assert surface.model_step(*shape, ground_resolution=ground) == step
+@pytest.mark.parametrize(("ground", "shape", "steps"), [
+    (0.2, MIDDLE, (2,)), (0.3, MIDDLE, (1,)), (0.76, MIDDLE, (1,)), (0.76, (321, 320), (2,)),
+    (None, (160, 160), (1,)), (0.2, (160, 160), (1,))])
+def test_coarse_imagery_runs_the_model_at_full_resolution_on_larger_windows(ground, shape, steps):
+    assert surface.model_steps(*shape, ground_resolution=ground) == steps
+
+
+@pytest.mark.parametrize(("shape", "steps"), [(MIDDLE, (1, 2)), ((320, 320), (1, 2)),
+                                             ((321, 320), (2,))])
+def test_without_a_ground_resolution_larger_windows_run_the_model_at_both(shape, steps):
+    assert surface.model_steps(*shape) == steps
+
+
+def test_two_resolutions_give_the_larger_of_their_maps_per_pixel():
+    raster = load_image(SAMPLE_IMAGE)
+    pixels = raster.read_window(250, 450, 20, 220)  # MIDDLE: 200 x 200 px
+    a, b = np.array([7.0, 181.0]), np.array([190.0, 30.0])
+    similarity = core.scores.endpoint_similarity(pixels, a, b)
+    both = surface.surface_model(pixels, similarity, a, b)
+    full = surface.surface_model(pixels, similarity, a, b, ground_resolution=1.0)
+    half = surface.surface_model(pixels, similarity, a, b, ground_resolution=0.2)
+    for got, one, other in zip(both, full, half, strict=True):
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got, np.maximum(one, other))
+        assert np.any(one > other)  # each run adds somewhere
+        assert np.any(other > one)
 
 
 def test_water_runs_at_half_resolution_whatever_the_ground_resolution():
-    assert surface.model_step(100, 100, half_resolution=True, ground_resolution=1.0) == 2
+    assert surface.model_steps(100, 100, half_resolution=True) == (2,)
+    assert surface.model_steps(100, 100, half_resolution=True, ground_resolution=1.0) == (2,)
 
 
 def test_utm_pixels_measure_their_size_on_the_ground():
