@@ -366,7 +366,7 @@ class _Batch:
         self._launch("model_input", (*_grid(int(table["input_rows"].max()),
                                             int(table["input_cols"].max())), runs), _BLOCK)
         self._flush()
-        self.forward.launch(stream)
+        self.forward.launch(stream, tracer.graphs)
         self._launch("surface_probability", self.grid, _BLOCK)
         self._launch("surface_trust", (1, 1, count), (256, 1, 1))
         pixels = max(_rounded(rows) * _rounded(cols) for rows, cols in self.shapes)

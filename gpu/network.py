@@ -456,6 +456,8 @@ class DeviceNetwork:
         self._weights: dict[str, object] = {}
         self._layouts: OrderedDict = OrderedDict()
         self._programs: OrderedDict = OrderedDict()
+        #: _Batched's plans (Sample table, addresses, launches) by input sizes and buffers.
+        self._batch_plans: OrderedDict = OrderedDict()
         program = network_program(self.graph, self.constants, PROGRAM_BUCKET,
                                   PROGRAM_BUCKET)  # UnsupportedModel now
         #: Without Shape nodes the layers do not depend on the input size: each size's
@@ -499,8 +501,7 @@ class DeviceNetwork:
         budget, ``CACHED_BYTES``, are freed, after the work queued on the stream). A changed Sample
         table is queued by ``upload(array, pointer)`` (a :class:`gpu.engine.DeviceTracer`'s),
         else copied before this returns."""
-        key = (-(-int(rows) // PROGRAM_BUCKET) * PROGRAM_BUCKET,
-               -(-int(cols) // PROGRAM_BUCKET) * PROGRAM_BUCKET)
+        key = bucket(rows, cols)
         prepared = self._programs.get(key)
         if prepared is not None:
             self._programs.move_to_end(key)
@@ -744,10 +745,11 @@ class _Prepared:
         for function, grid, block, args in self.launches:
             function.prepared_async_call(grid, block, stream, *args)
 
-    def launch(self, stream) -> None:
+    def launch(self, stream, graphs=None) -> None:
         """Queue the forward pass (input at ``self.input``, output at ``self.output``): layer by
         layer the first time, as one CUDA graph from the second time on, whatever size of the
-        bucket is bound (a drag's windows replay it; so does a click traced again)."""
+        bucket is bound (a drag's windows replay it; so does a click traced again). ``graphs``
+        is not used: the program keeps its own graph."""
         from gpu.graphs import capture
 
         self.runs += 1
@@ -786,10 +788,40 @@ def batch_samples(layouts: list, base: int) -> tuple[np.ndarray, list[int]]:
     return table, [int(start) for start in starts]
 
 
+def bucket(rows: int, cols: int) -> tuple[int, int]:
+    """The input size bucket of (rows, cols): both rounded up to ``PROGRAM_BUCKET``."""
+    return (-(-int(rows) // PROGRAM_BUCKET) * PROGRAM_BUCKET,
+            -(-int(cols) // PROGRAM_BUCKET) * PROGRAM_BUCKET)
+
+
+def _batch_plan(network: DeviceNetwork, layouts: list, base: int, at: int) -> tuple:
+    """What a forward pass over inputs laid out by ``layouts`` needs, with their activations
+    from device address ``base`` and the Sample table at ``at``: the table (batch_samples),
+    each input's and output's address, the output shapes, and the launches (function, grid,
+    block, arguments), whose grids cover each input's size bucket."""
+    count = len(layouts)
+    table, starts = batch_samples(layouts, base)
+    inputs = [start + layout.input for start, layout in zip(starts, layouts, strict=True)]
+    outputs = [start + layout.output for start, layout in zip(starts, layouts, strict=True)]
+    blocks = np.array([[launch[2] for launch in network.layout(
+        *bucket(*layout.input_shape[1:])).launches] for layout in layouts])
+    most = blocks.max(axis=0)  # (launches, 2): every input's blocks fit
+    launches = []
+    row = count * SAMPLE_DTYPE.itemsize
+    for j, (name, block, _, constants) in enumerate(layouts[0].launches):
+        for first in range(0, count, MAX_SAMPLES):
+            launches.append((network.kernels[name],
+                             (int(most[j, 0]), int(most[j, 1]), min(MAX_SAMPLES, count - first)),
+                             block, (at + j * row + first * SAMPLE_DTYPE.itemsize, *constants)))
+    return table, inputs, outputs, [layout.output_shape for layout in layouts], launches
+
+
 class _Batched:
     """One forward pass over several inputs of any sizes, each layer one launch for all of
     them: each input's activations side by side in the ``network_activations`` slot, the
-    launches' Sample tables (launch by launch, input by input) in ``network_samples``.
+    launches' Sample tables (launch by launch, input by input) in ``network_samples``. The
+    launches' grids cover each input's size bucket, so that inputs of the same buckets launch
+    the same list (replayed as a CUDA graph by :meth:`launch` with ``graphs``).
 
     Attributes
     ----------
@@ -801,27 +833,23 @@ class _Batched:
     def __init__(self, network: DeviceNetwork, layouts: list, slot, upload):
         count = len(layouts)
         base = slot("network_activations", batch_bytes(layouts))
-        table, starts = batch_samples(layouts, base)
-        at = slot("network_samples", table.nbytes)
+        at = slot("network_samples", len(layouts[0].launches) * count * SAMPLE_DTYPE.itemsize)
+        key = (tuple(layout.input_shape for layout in layouts), base, at)
+        plan = network._batch_plans.get(key)
+        if plan is None:
+            plan = network._batch_plans[key] = _batch_plan(network, layouts, base, at)
+            if len(network._batch_plans) > CACHED_LAYOUTS:
+                network._batch_plans.popitem(last=False)
+        else:
+            network._batch_plans.move_to_end(key)
+        table, self.inputs, self.outputs, self.output_shapes, self.launches = plan
         upload(table, at)
-        self.inputs = [start + layout.input for start, layout in zip(starts, layouts,
-                                                                     strict=True)]
-        self.outputs = [start + layout.output for start, layout in zip(starts, layouts,
-                                                                       strict=True)]
-        self.output_shapes = [layout.output_shape for layout in layouts]
-        blocks = np.array([[launch[2] for launch in layout.launches] for layout in layouts])
-        most = blocks.max(axis=0)  # (launches, 2): every input's blocks fit
-        self.launches = []
-        row = count * SAMPLE_DTYPE.itemsize
-        for j, (name, block, _, constants) in enumerate(layouts[0].launches):
-            for first in range(0, count, MAX_SAMPLES):
-                self.launches.append((network.kernels[name],
-                                      (int(most[j, 0]), int(most[j, 1]),
-                                       min(MAX_SAMPLES, count - first)), block,
-                                      (at + j * row + first * SAMPLE_DTYPE.itemsize,
-                                       *constants)))
 
-    def launch(self, stream) -> None:
-        """Queue the forward pass of every input."""
+    def launch(self, stream, graphs=None) -> None:
+        """Queue the forward pass of every input; with ``graphs`` (a
+        :class:`gpu.graphs.LaunchGraphs`), as one CUDA graph once the same list comes back."""
+        if graphs is not None:
+            graphs.launch(stream, [(*launch, 0) for launch in self.launches])
+            return
         for function, grid, block, args in self.launches:
             function.prepared_async_call(grid, block, stream, *args)
