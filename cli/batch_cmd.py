@@ -288,7 +288,7 @@ def run_batch(args: argparse.Namespace) -> int:
     if pixel:
         params = params_from_args(args)
         unscaled = (f"; their ground resolution is unknown too: {UNKNOWN_GROUND_NOTE} "
-                    "(--ground-resolution M saves it)" if reads_ground_resolution(params)
+                    "(give --ground-resolution M to run it once)" if reads_ground_resolution(params)
                     and params.ground_resolution is None else "")
         note(args, f"{len(pixel)} image(s) have no usable georeferencing; their GeoJSON "
              f"coordinates are pixels (x = column, y = row){unscaled}: {', '.join(pixel[:5])}"

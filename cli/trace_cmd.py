@@ -186,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
         note(args, f"{args.image}: tracing {raster.band_note}")
     if ground_resolution_unknown(raster, params):
         note(args, f"{args.image}: ground resolution unknown (no georeferencing): "
-                   f"{UNKNOWN_GROUND_NOTE}; --ground-resolution M saves it")
+                   f"{UNKNOWN_GROUND_NOTE}; give --ground-resolution M to run it once")
     result = trace(raster, args.a, args.b, params, backend)
     result.timings_ms["load"] = 1e3 * (time.perf_counter() - start) - result.timings_ms["total"]
     if args.format == "geojson":
