@@ -107,9 +107,8 @@ FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 #: Lock file of an output folder, held (``flock``) by the one batch run that owns the folder.
 LOCK_FILE = ".roadtracer-batch.lock"
 #: Modules every local worker needs, imported once by the server workers are forked from
-#: (:func:`local_executor`; callers add those of their backend); core.worker_preload also loads
-#: the corridor geometry's compiled functions there.
-WORKER_MODULES = ("core.batch", "core.worker_preload")
+#: (:func:`local_executor`; callers add those of their backend).
+WORKER_MODULES = ("core.batch",)
 #: Member of every output document that records what made it (see :func:`write_output`).
 RECORD_MEMBER = "roadtracer_batch"
 #: Largest PNG/JPEG/... file (bytes) read while the image before it is traced.

@@ -632,8 +632,8 @@ def test_workers_are_forked_from_a_server_that_imported_their_modules(monkeypatc
 
     from cli.batch_cmd import gpu_likely, worker_modules
 
-    assert worker_modules(False) == ("core.batch", "core.worker_preload", "onnxruntime")
-    assert worker_modules(True) == ("core.batch", "core.worker_preload", "gpu.backend", "onnx")
+    assert worker_modules(False) == ("core.batch", "onnxruntime")
+    assert worker_modules(True) == ("core.batch", "gpu.backend", "onnx")
     assert gpu_likely("gpu")
     assert not gpu_likely("cpu")
     assert not gpu_likely("reference")
@@ -645,22 +645,15 @@ def test_workers_are_forked_from_a_server_that_imported_their_modules(monkeypatc
     if "forkserver" not in multiprocessing.get_all_start_methods():
         pytest.skip("workers are spawned on this platform")
     # A fresh process: the server is one per process and keeps the modules it started with.
-    # The worker also starts with the corridor geometry's compiled functions loaded (by the
-    # server's core.worker_preload), which this process never loaded.
-    loaded = ("all(f.signatures for f in vars(__import__('core.guides', fromlist=['g'])).values()"
-              " if hasattr(f, 'signatures'))")
-    probe = ("from core.batch import WORKER_MODULES, local_executor, start_worker_server, "
-             "stop_local_executor\n"
-             "modules = (*WORKER_MODULES, 'colorsys')\n"
-             "start_worker_server(modules)\n"
-             "pool = local_executor(1, modules=modules)\n"
+    probe = ("from core.batch import local_executor, start_worker_server, stop_local_executor\n"
+             "start_worker_server(('core.batch', 'colorsys'))\n"
+             "pool = local_executor(1, modules=('core.batch', 'colorsys'))\n"
              "print(pool.submit(eval, \"'colorsys' in __import__('sys').modules\").result())\n"
-             f"print(pool.submit(eval, {loaded!r}).result())\n"
              "stop_local_executor(pool, False)\n")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           timeout=120, cwd=os.path.dirname(os.path.dirname(__file__)))
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["True", "True"]
+    assert done.stdout.split() == ["True"]
 
 
 def test_a_task_bounds_its_segments(tmp_path):
