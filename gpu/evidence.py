@@ -294,7 +294,8 @@ class _Batch:
         model = _ModelLayout(self, network, arena, end) if network is not None else None
         base = tracer.slot("evidence_arena", model.end if model else end)
         rows_out = []
-        #: Every row of the table: each window's, then the second runs of the model.
+        # The table's rows: each window's, then the model's second runs (copies of their
+        # window's row with that run's model fields).
         runs = model.runs if model else [(k, None) for k in range(count)]
         for run, (k, _) in enumerate(runs):
             rows, cols, bands = shapes[k]
@@ -406,12 +407,12 @@ _NO_MODEL = ((0, 0), (0,) * 8, ((0.0, 0.0), 0.0), ((0.0,) * 4, 0.0, 0.0, 0.0, 0.
 
 
 class _ModelLayout:
-    """The surface model's part of a :class:`_Batch`: its *runs* of the network (a window's
-    run at its first resolution, ``self.windows[k]`` for window k, then, for windows read at two
-    resolutions (core.surface.model_steps), a second run each: ``self.twins[k]`` is its index,
-    or -1), each run's model sizes and buffers in the batch's arena (laid out from byte
-    ``end``; ``self.end``: where they end), each window's surface and path slots, the network's
-    program of each run, and the endpoint patches' pixel indices (uploaded here)."""
+    """The surface model's part of a :class:`_Batch`: its *runs* of the network (window k's
+    run at its first resolution is ``self.runs[k]``; then, for windows read at two resolutions
+    (core.surface.model_steps), a second run each, whose index is ``self.twins[k]``, else -1),
+    each run's model sizes and buffers in the batch's arena (laid out from byte ``end``;
+    ``self.end``: where they end), each window's surface and path slots, the network's program
+    of each run, and the endpoint patches' pixel indices (uploaded here)."""
 
     def __init__(self, batch: _Batch, network, arena: dict, end: int):
         tracer, count = batch.tracer, len(batch.windows)
