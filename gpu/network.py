@@ -548,6 +548,7 @@ class DeviceNetwork:
             prepared.free()
         self._programs.clear()
         self._layouts.clear()
+        self._batch_plans.clear()
         for allocation in self._weights.values():
             allocation.free()
         self._weights.clear()
