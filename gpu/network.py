@@ -456,7 +456,7 @@ class DeviceNetwork:
         self._weights: dict[str, object] = {}
         self._layouts: OrderedDict = OrderedDict()
         self._programs: OrderedDict = OrderedDict()
-        #: _Batched's plans (Sample table, addresses, launches) by input sizes and buffers.
+        #: Batched passes' plans (:meth:`batch_plan`) by input shapes and buffers.
         self._batch_plans: OrderedDict = OrderedDict()
         program = network_program(self.graph, self.constants, PROGRAM_BUCKET,
                                   PROGRAM_BUCKET)  # UnsupportedModel now
@@ -516,6 +516,20 @@ class DeviceNetwork:
                 dropped.free()
         prepared.bind(self.layout(rows, cols), upload)
         return prepared
+
+    def batch_plan(self, layouts: list, base: int, at: int) -> tuple:
+        """:func:`batch_plan` of ``layouts`` (ProgramLayout each) with their activations from
+        device address ``base`` and the Sample table at ``at`` (cached per input shapes and
+        addresses, the least recently used beyond ``CACHED_LAYOUTS`` dropped)."""
+        key = (tuple(layout.input_shape for layout in layouts), base, at)
+        plan = self._batch_plans.get(key)
+        if plan is None:
+            plan = self._batch_plans[key] = batch_plan(self, layouts, base, at)
+            if len(self._batch_plans) > CACHED_LAYOUTS:
+                self._batch_plans.popitem(last=False)
+        else:
+            self._batch_plans.move_to_end(key)
+        return plan
 
     def cached_bytes(self) -> int:
         """Bytes of activations of the programs kept (:meth:`prepared`)."""
@@ -795,7 +809,7 @@ def bucket(rows: int, cols: int) -> tuple[int, int]:
             -(-int(cols) // PROGRAM_BUCKET) * PROGRAM_BUCKET)
 
 
-def _batch_plan(network: DeviceNetwork, layouts: list, base: int, at: int) -> tuple:
+def batch_plan(network: DeviceNetwork, layouts: list, base: int, at: int) -> tuple:
     """What a forward pass over inputs laid out by ``layouts`` needs, with their activations
     from device address ``base`` and the Sample table at ``at``: the table (batch_samples),
     each input's and output's address, the output shapes, and the launches (function, grid,
@@ -835,15 +849,8 @@ class _Batched:
         count = len(layouts)
         base = slot("network_activations", batch_bytes(layouts))
         at = slot("network_samples", len(layouts[0].launches) * count * SAMPLE_DTYPE.itemsize)
-        key = (tuple(layout.input_shape for layout in layouts), base, at)
-        plan = network._batch_plans.get(key)
-        if plan is None:
-            plan = network._batch_plans[key] = _batch_plan(network, layouts, base, at)
-            if len(network._batch_plans) > CACHED_LAYOUTS:
-                network._batch_plans.popitem(last=False)
-        else:
-            network._batch_plans.move_to_end(key)
-        table, self.inputs, self.outputs, self.output_shapes, self.launches = plan
+        table, self.inputs, self.outputs, self.output_shapes, self.launches = \
+            network.batch_plan(layouts, base, at)
         upload(table, at)
 
     def launch(self, stream, graphs=None) -> None:
