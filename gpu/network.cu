@@ -6,13 +6,14 @@
 //
 // conv2d:   out[co, y, x] = bias[co] + sum_{ci, i, j} w[co, ci, i, j] in[ci, y + i - pad, x + j - pad]
 //           (zero outside), then the activation `act` (0 none, 1 max(0, .), 2 min(max(0, .), 6));
-//           stride 1, dilation 1, one group, square odd kernel K >= 3 (template). A block computes
-//           a 16 x 16 tile (blockIdx.x, row-major over the sample's tiles) of CO_TILE output
-//           channels: the input tile (with its halo) and the tile's weights of CI_TILE input
-//           channels at a time sit in shared memory, the weights of one tap for the CO_TILE
-//           channels side by side so that a thread reads them as two float4. Split over input
-//           channels: with `ci_split` < c_in, blockIdx.y also picks a group of ci_split input
-//           channels, and the block writes its partial sum (no bias, no activation) to
+//           stride 1, dilation 1, one group, square odd kernel K >= 3 (template). A block of 16 x 16
+//           threads computes a tile of 16 columns x 32 rows (blockIdx.x, row-major over the
+//           sample's tiles) of CONV_CO output channels, each thread two pixels (rows TILE apart)
+//           x CONV_CO channels: the input tile (with its halo) and the tile's weights of a few
+//           input channels at a time sit in shared memory, the weights of one tap for the
+//           CONV_CO channels side by side so that a thread reads them as four float4. Split over
+//           input channels: with `ci_split` < c_in, blockIdx.y also picks a group of ci_split
+//           input channels, and the block writes its partial sum (no bias, no activation) to
 //           out[split] (splits, c_out, rows, cols); conv_sum then adds the splits in order, the
 //           bias and the activation. Deep layers of a small image have few tiles: splitting
 //           gives the device more, shorter blocks.
@@ -24,8 +25,10 @@
 //           memory. Many slices for many input channels on few pixels (the deep layers), few
 //           for large planes: one launch either way.
 // conv2d_strided: the same sum with stride `stride` (out[co, y, x] reads in[ci, stride * y + i -
-//           pad, stride * x + j - pad]), one thread per output value: for the first layer of
-//           an encoder (few input channels).
+//           pad, stride * x + j - pad]), for the first layer of an encoder (few input channels):
+//           a thread computes one output pixel (blockIdx.x) of STRIDED_CO output channels
+//           (blockIdx.y), their weights in shared memory one input channel at a time, so that
+//           each input value it reads serves all of them.
 // depthwise3: one 3 x 3 filter per channel (ONNX Conv with group = channels), padding 1, stride
 //           1 or 2, bias and activation.
 // max_pool: K x K windows with stride K, no padding (floor of the size).
@@ -47,8 +50,9 @@ struct Sample {
 };
 
 #define TILE 16
-#define CO_TILE 8  // the inner loop reads a tap's CO_TILE weights as two float4
-#define CI_TILE 4
+#define CONV_CO 16   // conv2d: output channels per thread (a tap's weights read as four float4)
+#define CONV_ROWS 2  // conv2d: output rows per thread (TILE apart)
+#define CO_TILE 8    // pointwise: output channels per block
 
 // The activation of a convolution's output: 0 none, 1 ReLU, 2 ReLU6.
 __device__ __forceinline__ float activate(float v, int act)
@@ -80,38 +84,41 @@ __device__ __forceinline__ void conv2d(const Sample* __restrict__ samples,
                                        int act, int ci_split)
 {
     constexpr int PAD = K / 2;
-    constexpr int SPAN = TILE + K - 1;
-    __shared__ float tile[CI_TILE][SPAN][SPAN];
-    __shared__ __align__(16) float weights[CI_TILE][K * K][CO_TILE];
+    constexpr int TILE_ROWS = TILE * CONV_ROWS;
+    constexpr int SPAN_X = TILE + K - 1, SPAN_Y = TILE_ROWS + K - 1;
+    constexpr int CI = K <= 5 ? 8 : 4;  // input channels per pass through shared memory
+    __shared__ float tile[CI][SPAN_Y][SPAN_X];
+    __shared__ __align__(16) float weights[CI][K * K][CONV_CO];
     const Sample sample = samples[blockIdx.z];
     const int rows = sample.rows, cols = sample.cols;
     const int tiles_x = (cols + TILE - 1) / TILE;
-    if ((int)blockIdx.x >= tiles_x * ((rows + TILE - 1) / TILE)) return;  // past this sample
+    if ((int)blockIdx.x >= tiles_x * ((rows + TILE_ROWS - 1) / TILE_ROWS)) return;  // past it
     const float* __restrict__ in = sample.in;
     float* __restrict__ out = sample.out;
-    const int y0 = (blockIdx.x / tiles_x) * TILE, x0 = (blockIdx.x % tiles_x) * TILE;
-    const int co_tiles = (c_out + CO_TILE - 1) / CO_TILE;
+    const int y0 = (blockIdx.x / tiles_x) * TILE_ROWS, x0 = (blockIdx.x % tiles_x) * TILE;
+    const int co_tiles = (c_out + CONV_CO - 1) / CONV_CO;
     const int split = blockIdx.y / co_tiles;
-    const int co0 = (blockIdx.y - split * co_tiles) * CO_TILE;
+    const int co0 = (blockIdx.y - split * co_tiles) * CONV_CO;
     const int ci_begin = split * ci_split, ci_end = min(c_in, ci_begin + ci_split);
     const int tx = threadIdx.x, ty = threadIdx.y, t = ty * TILE + tx;
-    const int x = x0 + tx, y = y0 + ty;
     const size_t plane = (size_t)rows * cols;
-    float acc[CO_TILE];
+    float acc[CONV_ROWS][CONV_CO];
 #pragma unroll
-    for (int c = 0; c < CO_TILE; ++c) acc[c] = 0.0f;
-    for (int ci0 = ci_begin; ci0 < ci_end; ci0 += CI_TILE) {
-        for (int i = t; i < CI_TILE * SPAN * SPAN; i += TILE * TILE) {
-            const int c = i / (SPAN * SPAN), rest = i - c * SPAN * SPAN;
-            const int r = rest / SPAN, q = rest - r * SPAN;
+    for (int r = 0; r < CONV_ROWS; ++r)
+#pragma unroll
+        for (int o = 0; o < CONV_CO; ++o) acc[r][o] = 0.0f;
+    for (int ci0 = ci_begin; ci0 < ci_end; ci0 += CI) {
+        for (int i = t; i < CI * SPAN_Y * SPAN_X; i += TILE * TILE) {
+            const int c = i / (SPAN_Y * SPAN_X), rest = i - c * SPAN_Y * SPAN_X;
+            const int r = rest / SPAN_X, q = rest - r * SPAN_X;
             const int yy = y0 + r - PAD, xx = x0 + q - PAD;
             float v = 0.0f;
             if (ci0 + c < ci_end && yy >= 0 && yy < rows && xx >= 0 && xx < cols)
                 v = __ldg(in + (size_t)(ci0 + c) * plane + (size_t)yy * cols + xx);
             tile[c][r][q] = v;
         }
-        for (int i = t; i < CI_TILE * CO_TILE * K * K; i += TILE * TILE) {
-            const int c = i / (CO_TILE * K * K), rest = i - c * CO_TILE * K * K;
+        for (int i = t; i < CI * CONV_CO * K * K; i += TILE * TILE) {
+            const int c = i / (CONV_CO * K * K), rest = i - c * CONV_CO * K * K;
             const int o = rest / (K * K), tap = rest - o * K * K;
             float v = 0.0f;
             if (ci0 + c < ci_end && co0 + o < c_out)
@@ -120,34 +127,45 @@ __device__ __forceinline__ void conv2d(const Sample* __restrict__ samples,
         }
         __syncthreads();
 #pragma unroll
-        for (int c = 0; c < CI_TILE; ++c) {
+        for (int c = 0; c < CI; ++c) {
 #pragma unroll
             for (int i = 0; i < K; ++i) {
 #pragma unroll
                 for (int j = 0; j < K; ++j) {
-                    const float v = tile[c][ty + i][tx + j];
+                    float tap[CONV_CO];
                     const float4* w4 = reinterpret_cast<const float4*>(weights[c][i * K + j]);
-                    const float4 low = w4[0], high = w4[1];
-                    acc[0] = fmaf(low.x, v, acc[0]);
-                    acc[1] = fmaf(low.y, v, acc[1]);
-                    acc[2] = fmaf(low.z, v, acc[2]);
-                    acc[3] = fmaf(low.w, v, acc[3]);
-                    acc[4] = fmaf(high.x, v, acc[4]);
-                    acc[5] = fmaf(high.y, v, acc[5]);
-                    acc[6] = fmaf(high.z, v, acc[6]);
-                    acc[7] = fmaf(high.w, v, acc[7]);
+#pragma unroll
+                    for (int q = 0; q < CONV_CO / 4; ++q) {
+                        const float4 f = w4[q];
+                        tap[4 * q] = f.x;
+                        tap[4 * q + 1] = f.y;
+                        tap[4 * q + 2] = f.z;
+                        tap[4 * q + 3] = f.w;
+                    }
+#pragma unroll
+                    for (int r = 0; r < CONV_ROWS; ++r) {
+                        const float v = tile[c][ty + r * TILE + i][tx + j];
+#pragma unroll
+                        for (int o = 0; o < CONV_CO; ++o) acc[r][o] = fmaf(tap[o], v, acc[r][o]);
+                    }
                 }
             }
         }
         __syncthreads();
     }
-    if (x >= cols || y >= rows) return;
+    const int x = x0 + tx;
+    if (x >= cols) return;
     out += (size_t)split * c_out * plane;
 #pragma unroll
-    for (int o = 0; o < CO_TILE; ++o) {
-        if (co0 + o >= c_out) break;
-        const float v = acc[o] + (bias ? __ldg(bias + co0 + o) : 0.0f);
-        out[(size_t)(co0 + o) * plane + (size_t)y * cols + x] = activate(v, act);
+    for (int r = 0; r < CONV_ROWS; ++r) {
+        const int y = y0 + ty + r * TILE;
+        if (y >= rows) break;
+#pragma unroll
+        for (int o = 0; o < CONV_CO; ++o) {
+            if (co0 + o >= c_out) break;
+            const float v = acc[r][o] + (bias ? __ldg(bias + co0 + o) : 0.0f);
+            out[(size_t)(co0 + o) * plane + (size_t)y * cols + x] = activate(v, act);
+        }
     }
 }
 
@@ -222,32 +240,54 @@ extern "C" __global__ void __launch_bounds__(256) pointwise(const Sample* __rest
     }
 }
 
-extern "C" __global__ void conv2d_strided(const Sample* __restrict__ samples,
-                                          const float* __restrict__ w,
-                                          const float* __restrict__ bias, int c_in, int c_out,
-                                          int k, int stride, int act)
+#define STRIDED_CO 16   // conv2d_strided: output channels per thread
+#define STRIDED_TAPS 49  // conv2d_strided: largest k * k (k <= 7)
+
+extern "C" __global__ void __launch_bounds__(256) conv2d_strided(
+    const Sample* __restrict__ samples, const float* __restrict__ w,
+    const float* __restrict__ bias, int c_in, int c_out, int k, int stride, int act)
 {
+    __shared__ float weights[STRIDED_TAPS][STRIDED_CO];  // one input channel's [tap][channel]
     const Sample sample = samples[blockIdx.z];
     const int rows = sample.rows, cols = sample.cols;
-    const int in_rows = sample.in_rows, in_cols = sample.in_cols, pad = k / 2;
-    int co, y, x;
-    const long long g = output_position(c_out, rows, cols, co, y, x);
-    if (g < 0) return;
-    float v = bias ? __ldg(bias + co) : 0.0f;
+    const int in_rows = sample.in_rows, in_cols = sample.in_cols, pad = k / 2, taps = k * k;
+    const int p0 = blockIdx.x * blockDim.x;
+    if (p0 >= rows * cols) return;  // past this sample: the whole block
+    const int p = p0 + threadIdx.x, co0 = blockIdx.y * STRIDED_CO;
+    const int y = p / cols, x = p - (p / cols) * cols;
+    float acc[STRIDED_CO];
+#pragma unroll
+    for (int o = 0; o < STRIDED_CO; ++o) acc[o] = 0.0f;
     for (int ci = 0; ci < c_in; ++ci) {
-        const float* p = sample.in + (size_t)ci * in_rows * in_cols;
-        const float* f = w + ((size_t)co * c_in + ci) * k * k;
+        __syncthreads();  // the last channel's weights are read
+        for (int i = threadIdx.x; i < taps * STRIDED_CO; i += blockDim.x) {
+            const int o = i / taps, tap = i - o * taps;
+            weights[tap][o] = co0 + o < c_out
+                ? __ldg(w + ((size_t)(co0 + o) * c_in + ci) * taps + tap) : 0.0f;
+        }
+        __syncthreads();
+        if (p >= rows * cols) continue;
+        const float* plane = sample.in + (size_t)ci * in_rows * in_cols;
         for (int i = 0; i < k; ++i) {
             const int yy = stride * y + i - pad;
             if (yy < 0 || yy >= in_rows) continue;
             for (int j = 0; j < k; ++j) {
                 const int xx = stride * x + j - pad;
-                if (xx >= 0 && xx < in_cols)
-                    v = fmaf(__ldg(f + i * k + j), __ldg(p + (size_t)yy * in_cols + xx), v);
+                if (xx < 0 || xx >= in_cols) continue;
+                const float v = __ldg(plane + (size_t)yy * in_cols + xx);
+                const float* f = weights[i * k + j];
+#pragma unroll
+                for (int o = 0; o < STRIDED_CO; ++o) acc[o] = fmaf(f[o], v, acc[o]);
             }
         }
     }
-    sample.out[g] = activate(v, act);
+    if (p >= rows * cols) return;
+#pragma unroll
+    for (int o = 0; o < STRIDED_CO; ++o) {
+        if (co0 + o >= c_out) break;
+        const float v = acc[o] + (bias ? __ldg(bias + co0 + o) : 0.0f);
+        sample.out[(size_t)(co0 + o) * rows * cols + p] = activate(v, act);
+    }
 }
 
 extern "C" __global__ void depthwise3(const Sample* __restrict__ samples,

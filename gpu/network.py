@@ -39,18 +39,23 @@ from core.errors import ModelUnavailable
 
 #: Convolution kernel sizes network.cu is built for (1: the ``pointwise`` kernel).
 CONV_SIZES = (1, 3, 5, 7)
-#: Output tile of the convolution kernel (pixels per side) and output channels per block (of
-#: the pointwise kernel too).
-CONV_TILE, CONV_CHANNELS = 16, 8
+#: A convolution block's threads (CONV_TILE x CONV_TILE), the output tile they compute (columns,
+#: rows) and its output channels (network.cu's TILE, CONV_ROWS and CONV_CO).
+CONV_TILE, CONV_TILE_ROWS, CONV_CHANNELS = 16, 32, 16
+#: Output channels per block of the pointwise kernel (CO_TILE) and per thread of the strided
+#: convolution (STRIDED_CO).
+POINTWISE_CHANNELS, STRIDED_CHANNELS = 8, 16
 #: Threads of a pointwise block (pixels × slices of the input channels), and the fewest input
 #: channels a slice sums: the slices are the power of 2, 1 to 32, that gives each about this
 #: many (4 was the fastest of 1, 2, 4, 8, 16, 32 and 64 on the H100 at 144 x 176; at 64 x 48
 #: 1 and 2 were 3 % faster, 8 and more slower).
 POINTWISE_THREADS, POINTWISE_SLICE_CHANNELS = 256, 4
-#: Input channels per block of a convolution: layers with more are split into groups of this
-#: many, summed by ``conv_sum`` (shorter blocks, more of them, for the deep layers; 8 was the
-#: fastest of 4, 8, 16 and 32 on the H100 from 40 x 48 to 136 x 168 inputs).
-CONV_SPLIT_CHANNELS = 8
+#: Input channels per block of a convolution below the input's resolution: layers with more are
+#: split into groups of this many, summed by ``conv_sum`` (shorter blocks, more of them, for the
+#: deep layers of few pixels). Layers at the input's resolution have pixels enough and are not
+#: split. On the H100, per layer of the bundled model at inputs of 64 x 48, 144 x 176 and
+#: 272 x 336 + 144 x 176 (one batched launch), 16 was faster than 8 and 32.
+CONV_SPLIT_CHANNELS = 16
 #: Input size buckets whose programs of their own (activations, CUDA graph) are kept on the
 #: device: at most this many, and their activations at most ``CACHED_BYTES`` (and an eighth of
 #: the device's memory) together; the program in use is always kept. A user's clicks of many
@@ -585,9 +590,10 @@ _PARTIAL = "\0partial sums"
 _ALIGN = 256
 
 
-def _conv_splits(c_in: int) -> int:
-    """Groups of input channels a convolution with ``c_in`` of them is split into."""
-    return -(-c_in // CONV_SPLIT_CHANNELS)
+def _conv_splits(c_in: int, at_input_resolution: bool) -> int:
+    """Groups of input channels a convolution with ``c_in`` of them is split into (one at the
+    network input's resolution)."""
+    return 1 if at_input_resolution else -(-c_in // CONV_SPLIT_CHANNELS)
 
 
 def pointwise_block(c_in: int) -> tuple[int, int, int]:
@@ -625,8 +631,8 @@ class ProgramLayout:
         self.program = program
         sizes = dict(program.shapes)
         # Partial sums of split convolutions: (splits, c_out, rows, cols), one buffer for all.
-        splits = [(_conv_splits(program.shapes[layer.inputs[0]][0]), layer.shape)
-                  for layer in program.layers if layer.op == "conv"]
+        splits = [(self._splits(layer), layer.shape) for layer in program.layers
+                  if layer.op == "conv"]
         sizes[_PARTIAL] = (max([count * math.prod(shape) for count, shape in splits
                                 if count > 1], default=1), 1, 1)
         # A tensor that a concat copies is written in place, in the concat's channels, instead
@@ -661,6 +667,11 @@ class ProgramLayout:
         self.launches = [launch[:4] for launch in launches]
         self.samples = np.array([launch[4] for launch in launches], dtype=SAMPLE_DTYPE)
 
+    def _splits(self, layer: Layer) -> int:
+        """Groups of input channels the convolution ``layer`` is split into."""
+        at_input = layer.shape[1:] == self.program.shapes[self.program.input][1:]
+        return _conv_splits(self.program.shapes[layer.inputs[0]][0], at_input)
+
     def _launch(self, weight, layer: Layer) -> list[tuple]:
         """(kernel name, block, blocks (x, y), constant arguments, Sample) of each launch of
         ``layer``."""
@@ -674,7 +685,8 @@ class ProgramLayout:
             bias, act = weight(layer.params["bias"]), ACTIVATIONS[layer.params["act"]]
             sizes = (at_in, at_out, rows, cols, source[1], source[2], 0, 0, 0)
         if layer.op == "conv_strided":
-            return [("conv2d_strided", (256, 1, 1), line,
+            return [("conv2d_strided", (256, 1, 1),
+                     (-(-rows * cols // 256), -(-channels // STRIDED_CHANNELS)),
                      (weights, bias, source[0], channels, layer.params["k"],
                       layer.params["stride"], act), sizes)]
         if layer.op == "depthwise":
@@ -684,12 +696,12 @@ class ProgramLayout:
             block = pointwise_block(source[0])
             residual = len(layer.inputs) > 1
             return [("pointwise", block, (-(-rows * cols // block[0]),
-                                          -(-channels // CONV_CHANNELS)),
+                                          -(-channels // POINTWISE_CHANNELS)),
                      (weights, bias, source[0], channels, act, int(residual)),
                      (*sizes[:-1], self.offset[layer.inputs[1]] if residual else 0))]
         if layer.op == "conv":
-            splits = _conv_splits(source[0])
-            blocks = (-(-cols // CONV_TILE) * -(-rows // CONV_TILE),
+            splits = self._splits(layer)
+            blocks = (-(-cols // CONV_TILE) * -(-rows // CONV_TILE_ROWS),
                       -(-channels // CONV_CHANNELS) * splits)
             conv, tile = f"conv2d_k{layer.params['k']}", (CONV_TILE, CONV_TILE, 1)
             if splits == 1:
