@@ -80,6 +80,7 @@ NETWORK_KERNELS = {
     **{f"conv2d_k{k}": "PPPiiii" for k in CONV_SIZES if k > 1},  # samples, w, bias, c_in,
                                                                    # c_out, act, ci_split
     "pointwise": "PPPiiii",               # samples, w, bias, c_in, c_out, act, residual
+    "pointwise_staged": "PPPiiii",        # the same
     "conv_sum": "PPiii",                  # samples, bias, splits, channels, act
     "conv2d_strided": "PPPiiiii",         # samples, w, bias, c_in, c_out, k, stride, act
     "depthwise3": "PPPiii",               # samples, w, bias, channels, stride, act

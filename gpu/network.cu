@@ -23,7 +23,8 @@
 //           pixels (blockIdx.x) of CO_TILE output channels (blockIdx.y): thread (x, s) sums the
 //           input channels s, s + slices, ... of its pixel, and the slices' sums meet in shared
 //           memory. Many slices for many input channels on few pixels (the deep layers), few
-//           for large planes: one launch either way.
+//           for large planes: one launch either way. pointwise_staged: the same, the block's
+//           weights first copied to shared memory (for large planes: blocks of much work).
 // conv2d_strided: the same sum with stride `stride` (out[co, y, x] reads in[ci, stride * y + i -
 //           pad, stride * x + j - pad]), for the first layer of an encoder (few input channels):
 //           a thread computes one output pixel (blockIdx.x) of STRIDED_CO output channels
@@ -53,6 +54,7 @@ struct Sample {
 #define CONV_CO 16   // conv2d: output channels per thread (a tap's weights read as four float4)
 #define CONV_ROWS 2  // conv2d: output rows per thread (TILE apart)
 #define CO_TILE 8    // pointwise: output channels per block
+#define STAGED_CHANNELS 512  // pointwise_staged: most input channels
 
 // The activation of a convolution's output: 0 none, 1 ReLU, 2 ReLU6.
 __device__ __forceinline__ float activate(float v, int act)
@@ -197,22 +199,45 @@ CONV(3)
 CONV(5)
 CONV(7)
 
-extern "C" __global__ void __launch_bounds__(256) pointwise(const Sample* __restrict__ samples,
-                                                            const float* __restrict__ w,
-                                                            const float* __restrict__ bias,
-                                                            int c_in, int c_out, int act,
-                                                            int residual)
+// A pointwise output: `sum` + the channel's bias (+ the residual input), activated, at `at`.
+__device__ __forceinline__ void pointwise_store(const Sample& sample, const float* bias, int co,
+                                                size_t at, float sum, int act, int residual)
+{
+    if (bias) sum += __ldg(bias + co);
+    if (residual) sum += __ldg(sample.extra + at);
+    sample.out[at] = activate(sum, act);
+}
+
+// The pointwise kernels' sum. STAGED: the block's weights (c_in x CO_TILE, c_in <=
+// STAGED_CHANNELS) are first copied to shared memory and each input channel's CO_TILE weights read
+// as two float4; else read from global memory one by one (no staging: cheaper for blocks of
+// little work, the deep layers' few pixels).
+template <bool STAGED>
+__device__ __forceinline__ void pointwise_sum(const Sample* __restrict__ samples,
+                                              const float* __restrict__ w,
+                                              const float* __restrict__ bias, int c_in,
+                                              int c_out, int act, int residual)
 {
     __shared__ float sums[256 * CO_TILE];  // [slice][output channel][pixel]
+    __shared__ float4 staged[STAGED ? 2 * STAGED_CHANNELS : 1];  // [input channel][2]
     const Sample sample = samples[blockIdx.z];
     const int n = sample.rows * sample.cols;
     const int pixels = blockDim.x, slices = blockDim.y;
     const int p0 = blockIdx.x * pixels;
     if (p0 >= n) return;  // past this sample: the whole block
     const int co0 = blockIdx.y * CO_TILE, p = p0 + threadIdx.x, s = threadIdx.y;
+    const int t = s * pixels + threadIdx.x;
     const float* __restrict__ filters[CO_TILE];  // the weight rows of the block's outputs
 #pragma unroll
     for (int o = 0; o < CO_TILE; ++o) filters[o] = w + (size_t)min(co0 + o, c_out - 1) * c_in;
+    if (STAGED) {
+        float* flat = reinterpret_cast<float*>(staged);
+        for (int i = t; i < c_in * CO_TILE; i += pixels * slices) {
+            const int ci = i / CO_TILE, o = i - ci * CO_TILE;
+            flat[i] = __ldg(w + (size_t)min(co0 + o, c_out - 1) * c_in + ci);
+        }
+        __syncthreads();
+    }
     float acc[CO_TILE];
 #pragma unroll
     for (int o = 0; o < CO_TILE; ++o) acc[o] = 0.0f;
@@ -221,24 +246,54 @@ extern "C" __global__ void __launch_bounds__(256) pointwise(const Sample* __rest
 #pragma unroll 4
         for (int ci = s; ci < c_in; ci += slices) {
             const float v = __ldg(x + (size_t)ci * n);
+            if (STAGED) {
+                const float4 low = staged[2 * ci], high = staged[2 * ci + 1];
+                acc[0] = fmaf(low.x, v, acc[0]);
+                acc[1] = fmaf(low.y, v, acc[1]);
+                acc[2] = fmaf(low.z, v, acc[2]);
+                acc[3] = fmaf(low.w, v, acc[3]);
+                acc[4] = fmaf(high.x, v, acc[4]);
+                acc[5] = fmaf(high.y, v, acc[5]);
+                acc[6] = fmaf(high.z, v, acc[6]);
+                acc[7] = fmaf(high.w, v, acc[7]);
+            } else {
 #pragma unroll
-            for (int o = 0; o < CO_TILE; ++o) acc[o] = fmaf(__ldg(filters[o] + ci), v, acc[o]);
+                for (int o = 0; o < CO_TILE; ++o) acc[o] = fmaf(__ldg(filters[o] + ci), v, acc[o]);
+            }
         }
+    }
+    if (slices == 1) {  // the whole block: its threads' sums are the outputs
+        if (p >= n) return;
+#pragma unroll
+        for (int o = 0; o < CO_TILE; ++o) {
+            if (co0 + o >= c_out) break;
+            pointwise_store(sample, bias, co0 + o, (size_t)(co0 + o) * n + p, acc[o], act,
+                            residual);
+        }
+        return;
     }
 #pragma unroll
     for (int o = 0; o < CO_TILE; ++o) sums[(s * CO_TILE + o) * pixels + threadIdx.x] = acc[o];
     __syncthreads();
-    for (int i = s * pixels + threadIdx.x; i < CO_TILE * pixels; i += pixels * slices) {
+    for (int i = t; i < CO_TILE * pixels; i += pixels * slices) {
         const int o = i / pixels, q = i - o * pixels;
         if (co0 + o >= c_out || p0 + q >= n) continue;
         float v = 0.0f;
         for (int k = 0; k < slices; ++k) v += sums[(k * CO_TILE + o) * pixels + q];
-        if (bias) v += __ldg(bias + co0 + o);
-        const size_t at = (size_t)(co0 + o) * n + p0 + q;
-        if (residual) v += __ldg(sample.extra + at);
-        sample.out[at] = activate(v, act);
+        pointwise_store(sample, bias, co0 + o, (size_t)(co0 + o) * n + p0 + q, v, act, residual);
     }
 }
+
+#define POINTWISE(NAME, STAGED)                                                                   \
+    extern "C" __global__ void __launch_bounds__(256) NAME(                                       \
+        const Sample* __restrict__ samples, const float* __restrict__ w,                           \
+        const float* __restrict__ bias, int c_in, int c_out, int act, int residual)                \
+    {                                                                                              \
+        pointwise_sum<STAGED>(samples, w, bias, c_in, c_out, act, residual);                      \
+    }
+
+POINTWISE(pointwise, false)
+POINTWISE(pointwise_staged, true)
 
 #define STRIDED_CO 16   // conv2d_strided: output channels per thread
 #define STRIDED_TAPS 49  // conv2d_strided: largest k * k (k <= 7)

@@ -168,7 +168,7 @@ def run_launches(layouts, constants, images):
                 x = tensor(sample["in"], channels, in_rows, in_cols)
                 tensor(sample["out"], channels, rows, cols)[:] = _conv(
                     x, by_address[w_at], by_address.get(bias_at), act, stride, depthwise=True)
-            elif name == "pointwise":
+            elif name in ("pointwise", "pointwise_staged"):
                 w_at, bias_at, c_in, c_out, act, residual = constants_j
                 out = _conv(tensor(sample["in"], c_in, rows, cols), by_address[w_at],
                             by_address.get(bias_at), 0)
@@ -215,8 +215,11 @@ def test_a_batched_forward_pass_over_inputs_of_any_sizes_gives_each_ones_own_out
     layouts = [ProgramLayout(network_program(model, constants, rows, cols),
                              lambda name: address.get(name, 0)) for rows, cols in sizes]
     kernels = {launch[0] for launch in layouts[0].launches}
-    assert {"conv_sum", "pointwise", "depthwise3", "conv2d_strided"} <= kernels
-    assert len({len(layout.launches) for layout in layouts}) == 1
+    assert {"conv_sum", "pointwise", "pointwise_staged", "depthwise3",
+            "conv2d_strided"} <= kernels
+    # One list for all: each launch's kernel, block and constants the same for every size.
+    assert len({tuple((name, block, constants) for name, block, _, constants in layout.launches)
+                for layout in layouts}) == 1
     rng = np.random.default_rng(5)
     images = [rng.uniform(-0.5, 1.5, (surface.INPUT_PLANES, rows, cols)) for rows, cols in sizes]
     outputs = run_launches(layouts, constants, images)
