@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from core.scores import CROSS, SCALAR, SINE
-from gpu.network import CONV_SIZES
+from gpu.network import CONV_GEOMETRY, CONV_SIZES
 
 SOURCE_DIR = Path(__file__).resolve().parent
 #: Every CUDA source of the package (tests compile each with nvcc).
@@ -77,8 +77,8 @@ EVIDENCE_KERNELS = {
 
 #: Kernels of network.cu and their argument formats (the first: the launch's Sample table).
 NETWORK_KERNELS = {
-    **{f"conv2d_k{k}": "PPPiiii" for k in CONV_SIZES if k > 1},  # samples, w, bias, c_in,
-                                                                   # c_out, act, ci_split
+    **{f"{prefix}{k}": "PPPiiii" for k in CONV_SIZES if k > 1  # samples, w, bias, c_in,
+       for prefix, *_ in CONV_GEOMETRY.values()},             # c_out, act, ci_split
     "pointwise": "PPPiiii",               # samples, w, bias, c_in, c_out, act, residual
     "pointwise_staged": "PPPiiii",        # the same
     "conv_sum": "PPiii",                  # samples, bias, splits, channels, act

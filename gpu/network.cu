@@ -6,17 +6,18 @@
 //
 // conv2d:   out[co, y, x] = bias[co] + sum_{ci, i, j} w[co, ci, i, j] in[ci, y + i - pad, x + j - pad]
 //           (zero outside), then the activation `act` (0 none, 1 max(0, .), 2 min(max(0, .), 6));
-//           stride 1, dilation 1, one group, square odd kernel K >= 3 (template). A block of 16 x 16
-//           threads computes a tile of 16 columns x 32 rows (blockIdx.x, row-major over the
-//           sample's tiles) of CONV_CO output channels, each thread two pixels (rows TILE apart)
-//           x CONV_CO channels: the input tile (with its halo) and the tile's weights of a few
-//           input channels at a time sit in shared memory, the weights of one tap for the
-//           CONV_CO channels side by side so that a thread reads them as four float4. Split over
-//           input channels: with `ci_split` < c_in, blockIdx.y also picks a group of ci_split
-//           input channels, and the block writes its partial sum (no bias, no activation) to
-//           out[split] (splits, c_out, rows, cols); conv_sum then adds the splits in order, the
-//           bias and the activation. Deep layers of a small image have few tiles: splitting
-//           gives the device more, shorter blocks.
+//           stride 1, dilation 1, one group, square odd kernel K >= 3. A block of 16 x 16 threads
+//           computes a tile of 16 columns x 16 ROWS rows (blockIdx.x, row-major over the
+//           sample's tiles) of CO output channels, each thread ROWS pixels (rows 16 apart) x CO
+//           channels: the input tile (with its halo) and the tile's weights of CI input channels
+//           at a time sit in shared memory, the weights of one tap for the CO channels side by
+//           side so that a thread reads them as float4. conv2d_k*: ROWS 1, CO 8 (many short
+//           blocks: small planes); conv2d_wide_k*: ROWS 2, CO 16 (large planes, batches). Split
+//           over input channels: with `ci_split` < c_in, blockIdx.y also picks a group of
+//           ci_split input channels, and the block writes its partial sum (no bias, no
+//           activation) to out[split] (splits, c_out, rows, cols); conv_sum then adds the splits
+//           in order, the bias and the activation. Deep layers of a small image have few tiles:
+//           splitting gives the device more, shorter blocks.
 // pointwise: a 1 x 1 convolution (stride 1, one group), out[co, p] = act(bias[co] + sum_ci
 //           w[co, ci] in[ci, p] (+ extra[co, p] with `residual`: an Add of a computed tensor
 //           folded in)). A block of blockDim.x pixels x blockDim.y slices computes blockDim.x
@@ -51,8 +52,6 @@ struct Sample {
 };
 
 #define TILE 16
-#define CONV_CO 16   // conv2d: output channels per thread (a tap's weights read as four float4)
-#define CONV_ROWS 2  // conv2d: output rows per thread (TILE apart)
 #define CO_TILE 8    // pointwise: output channels per block
 #define STAGED_CHANNELS 512  // pointwise_staged: most input channels
 
@@ -79,18 +78,19 @@ __device__ __forceinline__ long long output_position(int channels, int rows, int
     return g;
 }
 
-template <int K>
+// K x K kernel; CO output channels and ROWS rows per thread; CI input channels per
+// pass through shared memory.
+template <int K, int CO, int ROWS, int CI>
 __device__ __forceinline__ void conv2d(const Sample* __restrict__ samples,
                                        const float* __restrict__ w,
                                        const float* __restrict__ bias, int c_in, int c_out,
                                        int act, int ci_split)
 {
     constexpr int PAD = K / 2;
-    constexpr int TILE_ROWS = TILE * CONV_ROWS;
+    constexpr int TILE_ROWS = TILE * ROWS;
     constexpr int SPAN_X = TILE + K - 1, SPAN_Y = TILE_ROWS + K - 1;
-    constexpr int CI = K <= 5 ? 8 : 4;  // input channels per pass through shared memory
     __shared__ float tile[CI][SPAN_Y][SPAN_X];
-    __shared__ __align__(16) float weights[CI][K * K][CONV_CO];
+    __shared__ __align__(16) float weights[CI][K * K][CO];
     const Sample sample = samples[blockIdx.z];
     const int rows = sample.rows, cols = sample.cols;
     const int tiles_x = (cols + TILE - 1) / TILE;
@@ -98,17 +98,17 @@ __device__ __forceinline__ void conv2d(const Sample* __restrict__ samples,
     const float* __restrict__ in = sample.in;
     float* __restrict__ out = sample.out;
     const int y0 = (blockIdx.x / tiles_x) * TILE_ROWS, x0 = (blockIdx.x % tiles_x) * TILE;
-    const int co_tiles = (c_out + CONV_CO - 1) / CONV_CO;
+    const int co_tiles = (c_out + CO - 1) / CO;
     const int split = blockIdx.y / co_tiles;
-    const int co0 = (blockIdx.y - split * co_tiles) * CONV_CO;
+    const int co0 = (blockIdx.y - split * co_tiles) * CO;
     const int ci_begin = split * ci_split, ci_end = min(c_in, ci_begin + ci_split);
     const int tx = threadIdx.x, ty = threadIdx.y, t = ty * TILE + tx;
     const size_t plane = (size_t)rows * cols;
-    float acc[CONV_ROWS][CONV_CO];
+    float acc[ROWS][CO];
 #pragma unroll
-    for (int r = 0; r < CONV_ROWS; ++r)
+    for (int r = 0; r < ROWS; ++r)
 #pragma unroll
-        for (int o = 0; o < CONV_CO; ++o) acc[r][o] = 0.0f;
+        for (int o = 0; o < CO; ++o) acc[r][o] = 0.0f;
     for (int ci0 = ci_begin; ci0 < ci_end; ci0 += CI) {
         for (int i = t; i < CI * SPAN_Y * SPAN_X; i += TILE * TILE) {
             const int c = i / (SPAN_Y * SPAN_X), rest = i - c * SPAN_Y * SPAN_X;
@@ -119,8 +119,8 @@ __device__ __forceinline__ void conv2d(const Sample* __restrict__ samples,
                 v = __ldg(in + (size_t)(ci0 + c) * plane + (size_t)yy * cols + xx);
             tile[c][r][q] = v;
         }
-        for (int i = t; i < CI * CONV_CO * K * K; i += TILE * TILE) {
-            const int c = i / (CONV_CO * K * K), rest = i - c * CONV_CO * K * K;
+        for (int i = t; i < CI * CO * K * K; i += TILE * TILE) {
+            const int c = i / (CO * K * K), rest = i - c * CO * K * K;
             const int o = rest / (K * K), tap = rest - o * K * K;
             float v = 0.0f;
             if (ci0 + c < ci_end && co0 + o < c_out)
@@ -134,10 +134,10 @@ __device__ __forceinline__ void conv2d(const Sample* __restrict__ samples,
             for (int i = 0; i < K; ++i) {
 #pragma unroll
                 for (int j = 0; j < K; ++j) {
-                    float tap[CONV_CO];
+                    float tap[CO];
                     const float4* w4 = reinterpret_cast<const float4*>(weights[c][i * K + j]);
 #pragma unroll
-                    for (int q = 0; q < CONV_CO / 4; ++q) {
+                    for (int q = 0; q < CO / 4; ++q) {
                         const float4 f = w4[q];
                         tap[4 * q] = f.x;
                         tap[4 * q + 1] = f.y;
@@ -145,10 +145,10 @@ __device__ __forceinline__ void conv2d(const Sample* __restrict__ samples,
                         tap[4 * q + 3] = f.w;
                     }
 #pragma unroll
-                    for (int r = 0; r < CONV_ROWS; ++r) {
+                    for (int r = 0; r < ROWS; ++r) {
                         const float v = tile[c][ty + r * TILE + i][tx + j];
 #pragma unroll
-                        for (int o = 0; o < CONV_CO; ++o) acc[r][o] = fmaf(tap[o], v, acc[r][o]);
+                        for (int o = 0; o < CO; ++o) acc[r][o] = fmaf(tap[o], v, acc[r][o]);
                     }
                 }
             }
@@ -159,11 +159,11 @@ __device__ __forceinline__ void conv2d(const Sample* __restrict__ samples,
     if (x >= cols) return;
     out += (size_t)split * c_out * plane;
 #pragma unroll
-    for (int r = 0; r < CONV_ROWS; ++r) {
+    for (int r = 0; r < ROWS; ++r) {
         const int y = y0 + ty + r * TILE;
         if (y >= rows) break;
 #pragma unroll
-        for (int o = 0; o < CONV_CO; ++o) {
+        for (int o = 0; o < CO; ++o) {
             if (co0 + o >= c_out) break;
             const float v = acc[r][o] + (bias ? __ldg(bias + co0 + o) : 0.0f);
             out[(size_t)(co0 + o) * plane + (size_t)y * cols + x] = activate(v, act);
@@ -187,17 +187,23 @@ extern "C" __global__ void conv_sum(const Sample* __restrict__ samples,
     sample.out[g] = activate(v, act);
 }
 
-#define CONV(K)                                                                                    \
-    extern "C" __global__ void __launch_bounds__(TILE * TILE) conv2d_k##K(                         \
+#define CONV(NAME, K, CO, ROWS, CI, MIN_BLOCKS)                                                   \
+    extern "C" __global__ void __launch_bounds__(TILE * TILE, MIN_BLOCKS) NAME(                    \
         const Sample* __restrict__ samples, const float* __restrict__ w,                           \
         const float* __restrict__ bias, int c_in, int c_out, int act, int ci_split)                \
     {                                                                                              \
-        conv2d<K>(samples, w, bias, c_in, c_out, act, ci_split);                                   \
+        conv2d<K, CO, ROWS, CI>(samples, w, bias, c_in, c_out, act, ci_split);                     \
     }
 
-CONV(3)
-CONV(5)
-CONV(7)
+// conv2d_k*: 16 x 16 output tiles of 8 channels (many blocks: small planes); conv2d_wide_k*:
+// 16 x 32 tiles of 16 channels (more work per block: large planes, batches).
+// (MIN_BLOCKS: resident blocks per multiprocessor the registers must allow.)
+CONV(conv2d_k3, 3, 8, 1, 4, 4)
+CONV(conv2d_k5, 5, 8, 1, 4, 4)
+CONV(conv2d_k7, 7, 8, 1, 4, 4)
+CONV(conv2d_wide_k3, 3, 16, 2, 8, 1)
+CONV(conv2d_wide_k5, 5, 16, 2, 8, 1)
+CONV(conv2d_wide_k7, 7, 16, 2, 4, 1)
 
 // A pointwise output: `sum` + the channel's bias (+ the residual input), activated, at `at`.
 __device__ __forceinline__ void pointwise_store(const Sample& sample, const float* bias, int co,

@@ -39,9 +39,22 @@ from core.errors import ModelUnavailable
 
 #: Convolution kernel sizes network.cu is built for (1: the ``pointwise`` kernel).
 CONV_SIZES = (1, 3, 5, 7)
-#: A convolution block's threads (CONV_TILE x CONV_TILE), the output tile they compute (columns,
-#: rows) and its output channels (network.cu's TILE, CONV_ROWS and CONV_CO).
-CONV_TILE, CONV_TILE_ROWS, CONV_CHANNELS = 16, 32, 16
+#: A convolution block's threads (CONV_TILE x CONV_TILE, network.cu's TILE).
+CONV_TILE = 16
+#: Per geometry of the convolution kernels, narrow (False: many short blocks, for small planes)
+#: and wide (True: more work per block, for large planes and batches): the kernel's name before
+#: its size K, the output tile's rows and its output channels, and the input channels per block
+#: of a split convolution (layers with more are split into groups of this many, summed by
+#: ``conv_sum``; wide: not at the input's resolution, where the planes give the device blocks
+#: enough).
+CONV_GEOMETRY = {False: ("conv2d_k", 16, 8, 8), True: ("conv2d_wide_k", 32, 16, 16)}
+#: A forward pass over inputs of at least this many pixels in all (one input: its size bucket's)
+#: uses the wide geometry and, for the large planes, ``pointwise_staged``. On the H100, the
+#: bundled model's pass replayed as a CUDA graph, narrow against wide: 272 x 336 0.80 against
+#: 0.70 ms, the sample's two inputs (272 x 336 and 144 x 176) batched 1.04 against 0.82 ms, 64
+#: inputs of 64 x 48 batched 1.75 against 1.42 ms; 144 x 176 0.38 against 0.43 ms, 96 x 128 0.25
+#: against 0.37 ms, 64 x 48 0.22 against 0.36 ms.
+WIDE_PIXELS = 48 * 1024
 #: Output channels per block of the pointwise kernel (CO_TILE) and per thread of the strided
 #: convolution (STRIDED_CO).
 POINTWISE_CHANNELS, STRIDED_CHANNELS = 8, 16
@@ -50,19 +63,12 @@ POINTWISE_CHANNELS, STRIDED_CHANNELS = 8, 16
 #: many (4 was the fastest of 1, 2, 4, 8, 16, 32 and 64 on the H100 at 144 x 176; at 64 x 48
 #: 1 and 2 were 3 % faster, 8 and more slower).
 POINTWISE_THREADS, POINTWISE_SLICE_CHANNELS = 256, 4
-#: Pointwise layers of at least a quarter of the input's rows (large planes: blocks of much work)
-#: use ``pointwise_staged``, whose block copies its weights to shared memory first (at most
-#: ``STAGED_CHANNELS`` input channels), with slices of at least this many input channels. On the
-#: H100, the bundled model's 26 pointwise layers, each launch timed in a CUDA graph: 272 x 336 +
-#: 144 x 176 in one launch 282 -> 231 us, 64 inputs of 64 x 48 445 -> 361 us, one input of
-#: 144 x 176 or 64 x 48 107 -> 115 and 86 -> 104 us.
+#: In a wide pass, pointwise layers of at least a quarter of the input's rows (large planes:
+#: blocks of much work) use ``pointwise_staged``, whose block copies its weights to shared memory
+#: first (at most ``STAGED_CHANNELS`` input channels), with slices of at least this many input
+#: channels. On the H100, the bundled model's 26 pointwise layers, each launch timed in a CUDA
+#: graph: 272 x 336 + 144 x 176 in one launch 282 -> 231 us, 64 inputs of 64 x 48 445 -> 361 us.
 STAGED_SLICE_CHANNELS, STAGED_CHANNELS = 16, 512
-#: Input channels per block of a convolution below the input's resolution: layers with more are
-#: split into groups of this many, summed by ``conv_sum`` (shorter blocks, more of them, for the
-#: deep layers of few pixels). Layers at the input's resolution have pixels enough and are not
-#: split. On the H100, per layer of the bundled model at inputs of 64 x 48, 144 x 176 and
-#: 272 x 336 + 144 x 176 (one batched launch), 16 was faster than 8 and 32.
-CONV_SPLIT_CHANNELS = 16
 #: Input size buckets whose programs of their own (activations, CUDA graph) are kept on the
 #: device: at most this many, and their activations at most ``CACHED_BYTES`` (and an eighth of
 #: the device's memory) together; the program in use is always kept. A user's clicks of many
@@ -492,14 +498,15 @@ class DeviceNetwork:
             self._weights[name] = allocation
         return int(self._weights[name])
 
-    def layout(self, rows: int, cols: int) -> ProgramLayout:
-        """The program for input (1, C, rows, cols) laid out from byte 0 (cached)."""
-        key = (int(rows), int(cols))
+    def layout(self, rows: int, cols: int, wide: bool = False) -> ProgramLayout:
+        """The program for input (1, C, rows, cols) laid out from byte 0, for a narrow or
+        ``wide`` pass (CONV_GEOMETRY; cached)."""
+        key = (int(rows), int(cols), bool(wide))
         layout = self._layouts.get(key)
         if layout is None:
-            program = (program_for_size(self._any_size, *key) if self._any_size is not None
-                       else network_program(self.graph, self.constants, *key))
-            layout = self._layouts[key] = ProgramLayout(program, self._weight)
+            program = (program_for_size(self._any_size, *key[:2]) if self._any_size is not None
+                       else network_program(self.graph, self.constants, *key[:2]))
+            layout = self._layouts[key] = ProgramLayout(program, self._weight, key[2])
             if len(self._layouts) > CACHED_LAYOUTS:
                 self._layouts.popitem(last=False)
         else:
@@ -514,11 +521,12 @@ class DeviceNetwork:
         table is queued by ``upload(array, pointer)`` (a :class:`gpu.engine.DeviceTracer`'s),
         else copied before this returns."""
         key = bucket(rows, cols)
+        wide = key[0] * key[1] >= WIDE_PIXELS
         prepared = self._programs.get(key)
         if prepared is not None:
             self._programs.move_to_end(key)
         else:
-            prepared = self._programs[key] = _Prepared(self, self.layout(*key))
+            prepared = self._programs[key] = _Prepared(self, self.layout(*key, wide))
             held, budget = self.cached_bytes(), min(CACHED_BYTES, self._device_bytes // 8)
             while len(self._programs) > 1 and (len(self._programs) > CACHED_SIZES
                                                or held > budget):
@@ -526,7 +534,7 @@ class DeviceNetwork:
                 dropped = self._programs.popitem(last=False)[1]
                 held -= dropped.capacity
                 dropped.free()
-        prepared.bind(self.layout(rows, cols), upload)
+        prepared.bind(self.layout(rows, cols, wide), upload)
         return prepared
 
     def batch_plan(self, layouts: list, base: int, at: int) -> tuple:
@@ -554,7 +562,8 @@ class DeviceNetwork:
         ``upload(array, pointer)`` (a :class:`gpu.engine.DeviceTracer`'s)."""
         if len(sizes) == 1:
             return self.prepared(*sizes[0], upload)
-        return _Batched(self, [self.layout(*size) for size in sizes], slot, upload)
+        wide = sum(rows * cols for rows, cols in sizes) >= WIDE_PIXELS
+        return _Batched(self, [self.layout(*size, wide) for size in sizes], slot, upload)
 
     def run(self, image: np.ndarray) -> np.ndarray:
         """The network's output (channels, rows, cols) float32 for ``image`` (1, C, rows, cols),
@@ -597,10 +606,12 @@ _PARTIAL = "\0partial sums"
 _ALIGN = 256
 
 
-def _conv_splits(c_in: int, at_input_resolution: bool) -> int:
-    """Groups of input channels a convolution with ``c_in`` of them is split into (one at the
-    network input's resolution)."""
-    return 1 if at_input_resolution else -(-c_in // CONV_SPLIT_CHANNELS)
+def _conv_splits(c_in: int, at_input_resolution: bool, wide: bool) -> int:
+    """Groups of input channels a convolution with ``c_in`` of them is split into in a narrow or
+    ``wide`` pass (CONV_GEOMETRY)."""
+    if wide and at_input_resolution:
+        return 1
+    return -(-c_in // CONV_GEOMETRY[wide][3])
 
 
 def pointwise_block(c_in: int, slice_channels: int = POINTWISE_SLICE_CHANNELS
@@ -619,7 +630,8 @@ def _aligned(nbytes: int) -> int:
 
 class ProgramLayout:
     """One input size's ``program`` laid out in an activation buffer from byte 0, its weights
-    at the device addresses ``weight(name)`` gives (0 for None).
+    at the device addresses ``weight(name)`` gives (0 for None), launched in a narrow or
+    ``wide`` pass (CONV_GEOMETRY, WIDE_PIXELS).
 
     Attributes
     ----------
@@ -635,8 +647,9 @@ class ProgramLayout:
         Each launch's Sample, addresses as offsets into the buffer.
     """
 
-    def __init__(self, program: Program, weight):
+    def __init__(self, program: Program, weight, wide: bool = False):
         self.program = program
+        self.wide = wide
         sizes = dict(program.shapes)
         # Partial sums of split convolutions: (splits, c_out, rows, cols), one buffer for all.
         splits = [(self._splits(layer), layer.shape) for layer in program.layers
@@ -678,7 +691,7 @@ class ProgramLayout:
     def _splits(self, layer: Layer) -> int:
         """Groups of input channels the convolution ``layer`` is split into."""
         at_input = layer.shape[1:] == self.program.shapes[self.program.input][1:]
-        return _conv_splits(self.program.shapes[layer.inputs[0]][0], at_input)
+        return _conv_splits(self.program.shapes[layer.inputs[0]][0], at_input, self.wide)
 
     def _launch(self, weight, layer: Layer) -> list[tuple]:
         """(kernel name, block, blocks (x, y), constant arguments, Sample) of each launch of
@@ -704,7 +717,8 @@ class ProgramLayout:
             # By the layer's depth (its rows against the input's, the same answer for every
             # input of 5 rows or more), not its size: inputs of any sizes batched together
             # launch the same list.
-            staged = (4 * rows >= self.input_shape[1] and source[0] <= STAGED_CHANNELS)
+            staged = (self.wide and 4 * rows >= self.input_shape[1]
+                      and source[0] <= STAGED_CHANNELS)
             block = pointwise_block(source[0], STAGED_SLICE_CHANNELS if staged
                                     else POINTWISE_SLICE_CHANNELS)
             residual = len(layer.inputs) > 1
@@ -715,16 +729,17 @@ class ProgramLayout:
                      (*sizes[:-1], self.offset[layer.inputs[1]] if residual else 0))]
         if layer.op == "conv":
             splits = self._splits(layer)
-            blocks = (-(-cols // CONV_TILE) * -(-rows // CONV_TILE_ROWS),
-                      -(-channels // CONV_CHANNELS) * splits)
-            conv, tile = f"conv2d_k{layer.params['k']}", (CONV_TILE, CONV_TILE, 1)
+            prefix, tile_rows, tile_channels, split_channels = CONV_GEOMETRY[self.wide]
+            blocks = (-(-cols // CONV_TILE) * -(-rows // tile_rows),
+                      -(-channels // tile_channels) * splits)
+            conv, tile = f"{prefix}{layer.params['k']}", (CONV_TILE, CONV_TILE, 1)
             if splits == 1:
                 return [(conv, tile, blocks, (weights, bias, source[0], channels, act,
                                               source[0]),
                          (at_in, at_out, rows, cols, rows, cols, 0, 0, 0))]
             partial = self.offset[_PARTIAL]
             return [(conv, tile, blocks, (weights, 0, source[0], channels, 0,
-                                          CONV_SPLIT_CHANNELS),
+                                          split_channels),
                      (at_in, partial, rows, cols, rows, cols, 0, 0, 0)),
                     ("conv_sum", (256, 1, 1), line, (bias, splits, channels, act),
                      (partial, at_out, rows, cols, rows, cols, 0, 0, 0))]
@@ -845,7 +860,7 @@ def batch_plan(network: DeviceNetwork, layouts: list, base: int, at: int) -> tup
     inputs = [start + layout.input for start, layout in zip(starts, layouts, strict=True)]
     outputs = [start + layout.output for start, layout in zip(starts, layouts, strict=True)]
     blocks = np.array([[launch[2] for launch in network.layout(
-        *bucket(*layout.input_shape[1:])).launches] for layout in layouts])
+        *bucket(*layout.input_shape[1:]), layout.wide).launches] for layout in layouts])
     most = blocks.max(axis=0)  # (launches, 2): every input's blocks fit
     launches = []
     row = count * SAMPLE_DTYPE.itemsize

@@ -208,15 +208,20 @@ def run_launches(layouts, constants, images):
             for start, layout in zip(starts, layouts, strict=True)]
 
 
-def test_a_batched_forward_pass_over_inputs_of_any_sizes_gives_each_ones_own_output():
+@pytest.mark.parametrize(("wide", "kernels_used"), [
+    (False, {"conv2d_k3", "conv_sum", "pointwise", "depthwise3", "conv2d_strided"}),
+    (True, {"conv2d_wide_k3", "conv_sum", "pointwise", "pointwise_staged", "depthwise3",
+            "conv2d_strided"})])
+def test_a_batched_forward_pass_over_inputs_of_any_sizes_gives_each_ones_own_output(
+        wide, kernels_used):
     model, constants = bundled_model()
     sizes = [(48, 64), (16, 32), (48, 64), (80, 32)]  # two of one size: each its own memory
     address = fake_addresses(constants)
     layouts = [ProgramLayout(network_program(model, constants, rows, cols),
-                             lambda name: address.get(name, 0)) for rows, cols in sizes]
+                             lambda name: address.get(name, 0), wide) for rows, cols in sizes]
     kernels = {launch[0] for launch in layouts[0].launches}
-    assert {"conv_sum", "pointwise", "pointwise_staged", "depthwise3",
-            "conv2d_strided"} <= kernels
+    assert kernels_used <= kernels
+    assert not ({"conv2d_k3"} if wide else {"conv2d_wide_k3", "pointwise_staged"}) & kernels
     # One list for all: each launch's kernel, block and constants the same for every size.
     assert len({tuple((name, block, constants) for name, block, _, constants in layout.launches)
                 for layout in layouts}) == 1
@@ -229,15 +234,17 @@ def test_a_batched_forward_pass_over_inputs_of_any_sizes_gives_each_ones_own_out
         np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-9)
 
 
-def test_sizes_of_one_bucket_share_its_largest_size_s_launches():
+@pytest.mark.parametrize("wide", [False, True])
+def test_sizes_of_one_bucket_share_its_largest_size_s_launches(wide):
     """One input's program runs on the launches (kernels, blocks, constants) of its size
     bucket's largest size with its own Sample table: the launches must be the same, the grids
     and the activations no smaller."""
     model, constants = bundled_model()
     largest = ProgramLayout(network_program(model, constants, 2 * PROGRAM_BUCKET,
-                                            3 * PROGRAM_BUCKET), lambda name: 7)
+                                            3 * PROGRAM_BUCKET), lambda name: 7, wide)
     for rows, cols in [(48, 80), (64, 96), (48, 96), (32, 96)]:
-        layout = ProgramLayout(network_program(model, constants, rows, cols), lambda name: 7)
+        layout = ProgramLayout(network_program(model, constants, rows, cols), lambda name: 7,
+                               wide)
         assert layout.nbytes <= largest.nbytes
         assert len(layout.launches) == len(largest.launches)
         for own, shared in zip(layout.launches, largest.launches, strict=True):
