@@ -10,6 +10,7 @@ offsets of its points (0 for a and b), so turn angles are computed exactly from 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -96,11 +97,20 @@ class Corridor:
         """
         # A coordinate of p[t, i] is c(t) + o(i), each term and the sum rounded monotonically,
         # so its extremes lie at the grid's corners; and extremes first, rounded after, equals
-        # rounding every point (rounding is monotone too).
-        corners = self._points(np.array([1, self.guides]), self.offsets[[0, -1]])
-        ends = np.vstack([corners.reshape(4, 2), self.a, self.b])
-        return (np.floor(np.round(ends.min(axis=0), 6)).astype(int),
-                np.ceil(np.round(ends.max(axis=0), 6)).astype(int))
+        # rounding every point (rounding is monotone too). In Python floats, the operations of
+        # :meth:`_points` in its order (the same values; a live preview asks every time), and
+        # np.round's to 6 decimals (x · 10⁶ rounded half to even, / 10⁶).
+        low, high = [], []
+        for axis in (0, 1):
+            a, b = float(self.a[axis]), float(self.b[axis])
+            normal = float(self.normal[axis])
+            values = [a, b]
+            for guide in (1, self.guides):
+                centre = a + guide / (self.guides + 1) * (b - a)
+                values += [centre + -self.halfwidth * normal, centre + self.halfwidth * normal]
+            low.append(math.floor(round(min(values) * 1e6) / 1e6))
+            high.append(math.ceil(round(max(values) * 1e6) / 1e6))
+        return np.array(low), np.array(high)
 
     def node_sets(self) -> list[np.ndarray]:
         """G_0..G_{m+1}: ``[a (1, 2), guide 1 (d, 2), ..., guide m (d, 2), b (1, 2)]``."""

@@ -499,11 +499,19 @@ def _colour_models(windows: list, models: np.ndarray) -> None:
             bands = window.shape[2]
             models[k, e] = float(patch.std(axis=0).mean())
             models[k, 2 + e * bands:2 + (e + 1) * bands] = patch.mean(axis=0)
+    count = np.intp(side * side)
     for bands, members in whole.items():
         stacked = np.stack([patches for _, patches in members])  # (n, 2, side², bands)
         rows = [k for k, _ in members]
-        models[rows, :2] = stacked.std(axis=2).mean(axis=2)
-        models[rows, 2:2 + 2 * bands] = stacked.mean(axis=2).reshape(len(rows), 2 * bands)
+        # numpy's mean and std over axis 2, their ufuncs called as numpy's _mean and _var call
+        # them (the same values), the sum of the mean shared.
+        mean = np.add.reduce(stacked, axis=2, keepdims=True)
+        np.true_divide(mean, count, out=mean, casting="unsafe")
+        deviation = np.square(np.subtract(stacked, mean))
+        spread = np.add.reduce(deviation, axis=2)
+        np.sqrt(np.true_divide(spread, count, out=spread, casting="unsafe"), out=spread)
+        models[rows, :2] = spread.mean(axis=2)
+        models[rows, 2:2 + 2 * bands] = mean.reshape(len(rows), 2 * bands)
 
 
 def _patch_indices(point, rows: int, cols: int) -> list[int]:
@@ -511,5 +519,6 @@ def _patch_indices(point, rows: int, cols: int) -> list[int]:
     ``point`` (x, y) in a (rows, cols) window, in its order."""
     radius = scores.PATCH_RADIUS
     col, row = round(float(point[0])), round(float(point[1]))
-    return [r * cols + c for r in range(max(row - radius, 0), min(row + radius + 1, rows))
-            for c in range(max(col - radius, 0), min(col + radius + 1, cols))]
+    first, last = max(col - radius, 0), min(col + radius + 1, cols)
+    return [index for r in range(max(row - radius, 0), min(row + radius + 1, rows))
+            for index in range(r * cols + first, r * cols + last)]

@@ -53,8 +53,9 @@ def test_device_colour_models_equal_the_cpus_exactly():
     rng = np.random.default_rng(0)
     windows = []
     for bands in (1, 3, 4, 3):
-        for _ in range(6):
-            pixels = (rng.random((30, 40, bands)) * rng.uniform(0.1, 300)).astype(np.float32)
+        for _ in range(50):  # reflectances, 8-bit and 16-bit values
+            pixels = (rng.random((30, 40, bands)) * rng.choice([1.0, 255.0, 65535.0])
+                      * rng.uniform(0.1, 1.2)).astype(np.float32)
             windows.append((pixels, rng.uniform((0, 0), (39, 29)), rng.uniform(3, 25, 2)))
     models = np.zeros((len(windows), 2 + 2 * 16))
     _colour_models(windows, models)

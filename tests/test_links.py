@@ -62,3 +62,24 @@ def test_windows_equal_the_direct_turn_test(theta):
                 i = np.arange(incoming.shape[0])[:, None]
                 inside = (i >= windows.lo[t - 1][j]) & (i <= windows.hi[t - 1][j])
                 np.testing.assert_array_equal(mask, inside)
+
+
+def test_pixel_bounds_are_those_of_every_corridor_point_rounded_to_a_millionth():
+    """Corridor.pixel_bounds (worked out from the grid's corners) equals floor / ceil of every
+    node's coordinates rounded to 1e-6 px, on random corridors and on endpoints a hair off
+    whole pixels (where the rounding decides the window)."""
+    rng = np.random.default_rng(11)
+    for k in range(400):
+        a = rng.uniform(-50, 3000, 2)
+        b = a + rng.uniform(-400, 400, 2)
+        if k % 4 == 0:
+            a, b = np.round(a) - 1e-9, np.round(b) + 1e-9
+        if np.hypot(*(b - a)) < 2:
+            continue
+        guides, points = int(rng.integers(1, 30)), int(rng.integers(2, 160))
+        corridor = build_corridor(a, b, guides, points, float(rng.uniform(0.5, 120)))
+        nodes = np.vstack(corridor.node_sets())
+        low, high = corridor.pixel_bounds
+        np.testing.assert_array_equal(low, np.floor(np.round(nodes.min(axis=0), 6)))
+        np.testing.assert_array_equal(high, np.ceil(np.round(nodes.max(axis=0), 6)))
+        assert low.dtype.kind == high.dtype.kind == "i"
