@@ -22,7 +22,7 @@ import numpy as np
 
 from core.errors import BadParameter
 from core.scores import SCALAR
-from gpu.graphs import LaunchGraphs
+from gpu.graphs import LaunchGraphs, launch_key
 from gpu.kernels import LINK_STAGE_DTYPE, PRECISIONS, STEP_DTYPE, load_kernels
 from gpu.schedule import Schedule, StepPlan
 
@@ -420,6 +420,7 @@ class _Plan:
         self.step_template = np.array([self._descriptor(step) for step in self.steps],
                                       dtype=STEP_DTYPE)
         self.launches = self._launches(tracer.kernels)
+        self.launch_key = launch_key(self.launches)
 
     # -- inputs -----------------------------------------------------------------------------
 
@@ -566,11 +567,13 @@ class _Plan:
         """Queue the DP rounds, the merge and the backtracking on the tracer's stream (through
         its launch graphs); the result (``result_size`` float64) goes to device address
         ``result``, by default the plan's own ``self.result``."""
-        launches = self.launches
-        if result is not None:  # the backtracking (finish) writes it: its last argument
-            *rounds, (function, grid, block, args, shared) = launches
-            launches = [*rounds, (function, grid, block, (*args[:-1], result), shared)]
-        tracer.graphs.launch(tracer.stream, launches)
+        if result is None:
+            tracer.graphs.launch(tracer.stream, self.launches, self.launch_key)
+            return
+        # The backtracking (finish) writes the result: its last argument.
+        *rounds, (function, grid, block, args, shared) = self.launches
+        tracer.graphs.launch(tracer.stream,
+                             [*rounds, (function, grid, block, (*args[:-1], result), shared)])
 
     def solution(self, result: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
         """(total, link scores (m+1,), indices (m,) int64) from the fetched ``result``."""

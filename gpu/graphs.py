@@ -107,11 +107,11 @@ class LaunchGraphs:
         self._seen: OrderedDict = OrderedDict()  # key -> direct launches so far
         self._limits = (direct, graphs, seen)
 
-    def launch(self, stream, launches: list) -> None:
+    def launch(self, stream, launches: list, key: tuple | None = None) -> None:
         """Queue ``launches``, a list of (function, grid, block, arguments, shared bytes) of
-        pycuda prepared functions, on ``stream``."""
-        key = tuple((id(function), grid, block, args, shared)
-                    for function, grid, block, args, shared in launches)
+        pycuda prepared functions, on ``stream``. ``key``: :func:`launch_key` of ``launches``,
+        where the caller keeps it (else worked out here)."""
+        key = launch_key(launches) if key is None else key
         direct, graphs, seen = self._limits
         entry = self._graphs.get(key)
         if entry is not None:
@@ -137,6 +137,13 @@ class LaunchGraphs:
         """Forget every graph and every list seen."""
         self._graphs.clear()
         self._seen.clear()
+
+
+def launch_key(launches: list) -> tuple:
+    """What identifies a list of launches (:meth:`LaunchGraphs.launch`): each launch's
+    function (its id), grid, block, arguments and shared bytes, in order."""
+    return tuple((id(function), grid, block, args, shared)
+                 for function, grid, block, args, shared in launches)
 
 
 def _queue(stream, launches: list) -> None:

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from core.errors import ModelUnavailable
+from gpu.graphs import launch_key
 
 #: Convolution kernel sizes network.cu is built for (1: the ``pointwise`` kernel).
 CONV_SIZES = (1, 3, 5, 7)
@@ -853,8 +854,9 @@ def bucket(rows: int, cols: int) -> tuple[int, int]:
 def batch_plan(network: DeviceNetwork, layouts: list, base: int, at: int) -> tuple:
     """What a forward pass over inputs laid out by ``layouts`` needs, with their activations
     from device address ``base`` and the Sample table at ``at``: the table (batch_samples),
-    each input's and output's address, the output shapes, and the launches (function, grid,
-    block, arguments), whose grids cover each input's size bucket."""
+    each input's and output's address, the output shapes, the launches (function, grid,
+    block, arguments, shared bytes 0), whose grids cover each input's size bucket, and their
+    :func:`gpu.graphs.launch_key`."""
     count = len(layouts)
     table, starts = batch_samples(layouts, base)
     inputs = [start + layout.input for start, layout in zip(starts, layouts, strict=True)]
@@ -868,8 +870,10 @@ def batch_plan(network: DeviceNetwork, layouts: list, base: int, at: int) -> tup
         for first in range(0, count, MAX_SAMPLES):
             launches.append((network.kernels[name],
                              (int(most[j, 0]), int(most[j, 1]), min(MAX_SAMPLES, count - first)),
-                             block, (at + j * row + first * SAMPLE_DTYPE.itemsize, *constants)))
-    return table, inputs, outputs, [layout.output_shape for layout in layouts], launches
+                             block, (at + j * row + first * SAMPLE_DTYPE.itemsize, *constants),
+                             0))
+    return (table, inputs, outputs, [layout.output_shape for layout in layouts], launches,
+            launch_key(launches))
 
 
 class _Batched:
@@ -890,7 +894,7 @@ class _Batched:
         count = len(layouts)
         base = slot("network_activations", batch_bytes(layouts))
         at = slot("network_samples", len(layouts[0].launches) * count * SAMPLE_DTYPE.itemsize)
-        table, self.inputs, self.outputs, self.output_shapes, self.launches = \
+        table, self.inputs, self.outputs, self.output_shapes, self.launches, self.key = \
             network.batch_plan(layouts, base, at)
         upload(table, at)
 
@@ -898,7 +902,7 @@ class _Batched:
         """Queue the forward pass of every input; with ``graphs`` (a
         :class:`gpu.graphs.LaunchGraphs`), as one CUDA graph once the same list comes back."""
         if graphs is not None:
-            graphs.launch(stream, [(*launch, 0) for launch in self.launches])
+            graphs.launch(stream, self.launches, self.key)
             return
-        for function, grid, block, args in self.launches:
+        for function, grid, block, args, _ in self.launches:
             function.prepared_async_call(grid, block, stream, *args)

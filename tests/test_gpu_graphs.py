@@ -115,3 +115,19 @@ def test_only_the_most_recently_used_graphs_are_kept(recorder):
     log.clear()
     cache.launch("s", lists[0])
     assert [entry[1] for entry in log] == ["k"]
+
+
+def test_a_kept_key_finds_the_graph_its_list_made(recorder):
+    """A caller that keeps a list's launch_key (the network's batched passes, the DP's plans)
+    passes it instead of having it worked out: the same graph either way."""
+    log, captures = recorder
+    launches = [(Kernel("first", log), (4, 2, 1), (32, 8, 1), (1000, 3), 0)]
+    key = graphs.launch_key(launches)
+    cache = graphs.LaunchGraphs(direct=1)
+    cache.launch("s", launches, key)
+    cache.launch("s", launches)  # the worked-out key is the kept one: captured now
+    assert len(captures) == 1
+    log.clear()
+    cache.launch("s", list(launches), key)
+    assert [entry[1] for entry in log] == ["graph"]
+    assert len(captures) == 1
