@@ -327,6 +327,7 @@ class _Batch:
         self.table = np.array(rows_out, dtype=WINDOW_DTYPE)
         self.at = tracer.slot("evidence_windows", self.table.nbytes)
         tracer.upload(self.table, self.at)
+        self.model_layout = model
         self.forward = model.forward if model else None
         self.queued: list = []
 
@@ -353,19 +354,20 @@ class _Batch:
         runs' where it has two; the "surface_probability" and "surface_path" slots), its trust
         at the clicks and the membership sqrt(p' s) in place of the similarity (needs
         ``network``)."""
-        tracer, table, count = self.tracer, self.table, len(self.windows)
-        runs = len(table)
+        tracer, model, count = self.tracer, self.model_layout, len(self.windows)
+        runs = len(model.runs)
         stream = tracer.stream
-        model_grid = (*_grid(int(table["model_rows"].max()), int(table["model_cols"].max())),
-                      runs)
+        model_grid = (*_grid(max(rows for rows, _ in model.model),
+                             max(cols for _, cols in model.model)), runs)
         self._launch("model_planes", model_grid, _BLOCK)  # also zeroes the select's counts
-        n = int((table["used"] * table["model_rows"].astype(np.int64) * table["model_cols"]).max())
+        n = max(used * rows * cols for used, (rows, cols) in zip(model.used, model.model,
+                                                                  strict=True))
         blocks = (min(-(-n // (8 * 1024)) * 8, _PERCENTILE_BLOCKS), 1, runs)
         for select_pass in range(4):
             self._launch("percentile_pass", blocks, (1024, 1, 1), select_pass)
         self._launch("percentile_finish", (1, 1, runs), (1024, 1, 1))
-        self._launch("model_input", (*_grid(int(table["input_rows"].max()),
-                                            int(table["input_cols"].max())), runs), _BLOCK)
+        self._launch("model_input", (*_grid(max(rows for rows, _ in model.input),
+                                            max(cols for _, cols in model.input)), runs), _BLOCK)
         self._flush()
         self.forward.launch(stream, tracer.graphs)
         self._launch("surface_probability", self.grid, _BLOCK)
