@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from core.scores import CROSS, SCALAR, SINE
-from gpu.network import CONV_GEOMETRY, CONV_SIZES
+from gpu.network import CONV_GEOMETRY, CONV_SIZES, DEPTHWISE_GEOMETRY
 
 SOURCE_DIR = Path(__file__).resolve().parent
 #: Every CUDA source of the package (tests compile each with nvcc).
@@ -83,7 +83,8 @@ NETWORK_KERNELS = {
     "pointwise_staged": "PPPiiii",        # the same
     "conv_sum": "PPiii",                  # samples, bias, splits, channels, act
     "conv2d_strided": "PPPiiiii",         # samples, w, bias, c_in, c_out, k, stride, act
-    "depthwise3": "PPPiii",               # samples, w, bias, channels, stride, act
+    **{name: "PPPiii" for name, _ in DEPTHWISE_GEOMETRY.values()},  # samples, w, bias,
+    # channels, stride, act
     "max_pool": "Pii",                    # samples, channels, k
     "resize_linear": "Pi",                # samples, channels
     "copy_floats": "P",

@@ -32,7 +32,8 @@
 //           (blockIdx.y), their weights in shared memory one input channel at a time, so that
 //           each input value it reads serves all of them.
 // depthwise3: one 3 x 3 filter per channel (ONNX Conv with group = channels), padding 1, stride
-//           1 or 2, bias and activation.
+//           1 or 2, bias and activation; one output per thread (depthwise3_wide: four along a
+//           row, their inputs read once for all of them; each summed in the same order).
 // max_pool: K x K windows with stride K, no padding (floor of the size).
 // resize_linear: bilinear, half-pixel coordinates (ONNX Resize mode "linear",
 //           coordinate_transformation_mode "half_pixel"), source coordinates clamped at 0 and at
@@ -351,33 +352,72 @@ extern "C" __global__ void __launch_bounds__(256) conv2d_strided(
     }
 }
 
-extern "C" __global__ void depthwise3(const Sample* __restrict__ samples,
-                                      const float* __restrict__ w,
-                                      const float* __restrict__ bias, int channels, int stride,
-                                      int act)
+// depthwise3: PX outputs along a row per thread (their inputs read once for all of them), each
+// summed as one output alone would be (bias, then the taps in order).
+template <int PX, int STRIDE>
+__device__ __forceinline__ void depthwise3(const Sample* __restrict__ samples,
+                                           const float* __restrict__ w,
+                                           const float* __restrict__ bias, int channels, int act)
 {
+    constexpr int SPAN = STRIDE * (PX - 1) + 3;  // the inputs a row of PX outputs reads
     const Sample sample = samples[blockIdx.z];
     const int rows = sample.rows, cols = sample.cols;
     const int in_rows = sample.in_rows, in_cols = sample.in_cols;
-    int c, y, x;
-    const long long g = output_position(channels, rows, cols, c, y, x);
-    if (g < 0) return;
+    const int groups = (cols + PX - 1) / PX;
+    const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long plane = (long long)rows * groups;
+    if (g >= channels * plane) return;
+    const int c = (int)(g / plane);
+    const int rest = (int)(g - c * plane);
+    const int y = rest / groups, x0 = (rest - y * groups) * PX;
     const float* p = sample.in + (size_t)c * in_rows * in_cols;
-    const float* f = w + (size_t)c * 9;
-    float v = bias ? __ldg(bias + c) : 0.0f;
+    float taps[9];
+#pragma unroll
+    for (int t = 0; t < 9; ++t) taps[t] = __ldg(w + (size_t)c * 9 + t);
+    const float start = bias ? __ldg(bias + c) : 0.0f;
+    float v[PX];
+#pragma unroll
+    for (int q = 0; q < PX; ++q) v[q] = start;
+    const int first = STRIDE * x0 - 1;
 #pragma unroll
     for (int i = 0; i < 3; ++i) {
-        const int yy = stride * y + i - 1;
+        const int yy = STRIDE * y + i - 1;
         if (yy < 0 || yy >= in_rows) continue;
+        float line[SPAN];
+#pragma unroll
+        for (int s = 0; s < SPAN; ++s) {
+            const int xx = first + s;
+            line[s] = xx >= 0 && xx < in_cols ? __ldg(p + (size_t)yy * in_cols + xx) : 0.0f;
+        }
 #pragma unroll
         for (int j = 0; j < 3; ++j) {
-            const int xx = stride * x + j - 1;
-            if (xx >= 0 && xx < in_cols)
-                v = fmaf(__ldg(f + i * 3 + j), __ldg(p + (size_t)yy * in_cols + xx), v);
+#pragma unroll
+            for (int q = 0; q < PX; ++q) {
+                const int xx = first + STRIDE * q + j;
+                if (xx >= 0 && xx < in_cols)
+                    v[q] = fmaf(taps[i * 3 + j], line[STRIDE * q + j], v[q]);
+            }
         }
     }
-    sample.out[g] = activate(v, act);
+    float* out = sample.out + ((size_t)c * rows + y) * cols;
+#pragma unroll
+    for (int q = 0; q < PX; ++q)
+        if (x0 + q < cols) out[x0 + q] = activate(v[q], act);
 }
+
+#define DEPTHWISE(NAME, PX)                                                                       \
+    extern "C" __global__ void NAME(const Sample* __restrict__ samples,                            \
+                                    const float* __restrict__ w, const float* __restrict__ bias,  \
+                                    int channels, int stride, int act)                             \
+    {                                                                                              \
+        if (stride == 1)                                                                           \
+            depthwise3<PX, 1>(samples, w, bias, channels, act);                                    \
+        else                                                                                       \
+            depthwise3<PX, 2>(samples, w, bias, channels, act);                                    \
+    }
+
+DEPTHWISE(depthwise3, 1)
+DEPTHWISE(depthwise3_wide, 4)
 
 extern "C" __global__ void max_pool(const Sample* __restrict__ samples, int channels, int k)
 {

@@ -50,12 +50,16 @@ CONV_TILE = 16
 #: enough).
 CONV_GEOMETRY = {False: ("conv2d_k", 16, 8, 8), True: ("conv2d_wide_k", 32, 16, 16)}
 #: A forward pass over inputs of at least this many pixels in all (one input: its size bucket's)
-#: uses the wide geometry and, for the large planes, ``pointwise_staged``. On the H100, the
-#: bundled model's pass replayed as a CUDA graph, narrow against wide: 272 x 336 0.80 against
-#: 0.70 ms, the sample's two inputs (272 x 336 and 144 x 176) batched 1.04 against 0.82 ms, 64
-#: inputs of 64 x 48 batched 1.75 against 1.42 ms; 144 x 176 0.38 against 0.43 ms, 96 x 128 0.25
-#: against 0.37 ms, 64 x 48 0.22 against 0.36 ms.
+#: uses the wide geometry, ``depthwise3_wide`` and, for the large planes, ``pointwise_staged``.
+#: On the H100, the bundled model's pass replayed as a CUDA graph: 272 x 336 0.66-0.68 ms wide
+#: against 0.80 ms narrow, the sample's two inputs (272 x 336 and 144 x 176) batched 0.73-0.77
+#: against 1.02-1.04 ms, 64 inputs of 64 x 48 batched 1.31-1.33 against 1.71-1.75 ms; but
+#: 144 x 176, 96 x 128 and 64 x 48 0.43, 0.37 and 0.36 ms wide against 0.38-0.40, 0.25-0.26 and
+#: 0.22-0.24 ms narrow.
 WIDE_PIXELS = 48 * 1024
+#: Per geometry (narrow, wide), the depthwise convolution's kernel and the outputs along a row
+#: each of its threads computes.
+DEPTHWISE_GEOMETRY = {False: ("depthwise3", 1), True: ("depthwise3_wide", 4)}
 #: Output channels per block of the pointwise kernel (CO_TILE) and per thread of the strided
 #: convolution (STRIDED_CO).
 POINTWISE_CHANNELS, STRIDED_CHANNELS = 8, 16
@@ -64,11 +68,10 @@ POINTWISE_CHANNELS, STRIDED_CHANNELS = 8, 16
 #: many (4 was the fastest of 1, 2, 4, 8, 16, 32 and 64 on the H100 at 144 x 176; at 64 x 48
 #: 1 and 2 were 3 % faster, 8 and more slower).
 POINTWISE_THREADS, POINTWISE_SLICE_CHANNELS = 256, 4
-#: In a wide pass, pointwise layers of at least a quarter of the input's rows (large planes:
+#: In a wide pass, pointwise layers of at least an eighth of the input's rows (large planes:
 #: blocks of much work) use ``pointwise_staged``, whose block copies its weights to shared memory
 #: first (at most ``STAGED_CHANNELS`` input channels), with slices of at least this many input
-#: channels. On the H100, the bundled model's 26 pointwise layers, each launch timed in a CUDA
-#: graph: 272 x 336 + 144 x 176 in one launch 282 -> 231 us, 64 inputs of 64 x 48 445 -> 361 us.
+#: channels.
 STAGED_SLICE_CHANNELS, STAGED_CHANNELS = 16, 512
 #: Input size buckets whose programs of their own (activations, CUDA graph) are kept on the
 #: device: at most this many, and their activations at most ``CACHED_BYTES`` (and an eighth of
@@ -712,13 +715,14 @@ class ProgramLayout:
                      (weights, bias, source[0], channels, layer.params["k"],
                       layer.params["stride"], act), sizes)]
         if layer.op == "depthwise":
-            return [("depthwise3", (256, 1, 1), line,
+            name, per_thread = DEPTHWISE_GEOMETRY[self.wide]
+            return [(name, (256, 1, 1), (-(-channels * rows * -(-cols // per_thread) // 256), 1),
                      (weights, bias, channels, layer.params["stride"], act), sizes)]
         if layer.op == "pointwise":
             # By the layer's depth (its rows against the input's, the same answer for every
-            # input of 5 rows or more), not its size: inputs of any sizes batched together
+            # input of 9 rows or more), not its size: inputs of any sizes batched together
             # launch the same list.
-            staged = (self.wide and 4 * rows >= self.input_shape[1]
+            staged = (self.wide and 8 * rows >= self.input_shape[1]
                       and source[0] <= STAGED_CHANNELS)
             block = pointwise_block(source[0], STAGED_SLICE_CHANNELS if staged
                                     else POINTWISE_SLICE_CHANNELS)

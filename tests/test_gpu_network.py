@@ -163,7 +163,7 @@ def run_launches(layouts, constants, images):
                 x = tensor(sample["in"], c_in, in_rows, in_cols)
                 tensor(sample["out"], c_out, rows, cols)[:] = _conv(
                     x, by_address[w_at], by_address.get(bias_at), act, stride)
-            elif name == "depthwise3":
+            elif name.startswith("depthwise3"):
                 w_at, bias_at, channels, stride, act = constants_j
                 x = tensor(sample["in"], channels, in_rows, in_cols)
                 tensor(sample["out"], channels, rows, cols)[:] = _conv(
@@ -210,7 +210,7 @@ def run_launches(layouts, constants, images):
 
 @pytest.mark.parametrize(("wide", "kernels_used"), [
     (False, {"conv2d_k3", "conv_sum", "pointwise", "depthwise3", "conv2d_strided"}),
-    (True, {"conv2d_wide_k3", "conv_sum", "pointwise", "pointwise_staged", "depthwise3",
+    (True, {"conv2d_wide_k3", "conv_sum", "pointwise", "pointwise_staged", "depthwise3_wide",
             "conv2d_strided"})])
 def test_a_batched_forward_pass_over_inputs_of_any_sizes_gives_each_ones_own_output(
         wide, kernels_used):
