@@ -154,8 +154,10 @@ def model_steps(rows: int, cols: int, half_resolution: bool = False,
 
 
 def model_point(point: np.ndarray, step: int) -> np.ndarray:
-    """A window point (x, y) in the coordinates of its ``step``×``step`` block means."""
-    return (np.asarray(point, dtype=np.float64) - (step - 1) / 2) / step
+    """A window point (x, y) in the coordinates of its ``step``×``step`` block means, shape
+    (2,) float64."""
+    centre = (step - 1) / 2
+    return np.array([(float(point[0]) - centre) / step, (float(point[1]) - centre) / step])
 
 
 def surface_model(pixels: np.ndarray, similarity: np.ndarray, a: np.ndarray, b: np.ndarray,

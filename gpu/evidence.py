@@ -491,11 +491,11 @@ def _colour_models(windows: list, models: np.ndarray) -> None:
     patches of windows with the same bands are reduced together (numpy reduces a stack of
     them in the same order as each alone: the same values)."""
     side = 2 * scores.PATCH_RADIUS + 1
-    whole: dict = {}  # bands -> [(window index, patches (2, side², bands))]
+    whole: dict = {}  # bands -> [(window index, patch at a, patch at b)]
     for k, (window, a, b) in enumerate(windows):
         patches = [scores.patch_colours(window, point, scores.PATCH_RADIUS) for point in (a, b)]
         if all(len(patch) == side * side for patch in patches):
-            whole.setdefault(window.shape[2], []).append((k, np.stack(patches)))
+            whole.setdefault(window.shape[2], []).append((k, *patches))
             continue
         for e, patch in enumerate(patches):
             bands = window.shape[2]
@@ -503,8 +503,10 @@ def _colour_models(windows: list, models: np.ndarray) -> None:
             models[k, 2 + e * bands:2 + (e + 1) * bands] = patch.mean(axis=0)
     count = np.intp(side * side)
     for bands, members in whole.items():
-        stacked = np.stack([patches for _, patches in members])  # (n, 2, side², bands)
-        rows = [k for k, _ in members]
+        stacked = np.empty((len(members), 2, side * side, bands), dtype=members[0][1].dtype)
+        for row, (_, at_a, at_b) in enumerate(members):
+            stacked[row, 0], stacked[row, 1] = at_a, at_b
+        rows = [k for k, _, _ in members]
         # numpy's mean and std over axis 2, their ufuncs called as numpy's _mean and _var call
         # them (the same values), the sum of the mean shared.
         mean = np.add.reduce(stacked, axis=2, keepdims=True)
