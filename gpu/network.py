@@ -52,10 +52,10 @@ CONV_GEOMETRY = {False: ("conv2d_k", 16, 8, 8), True: ("conv2d_wide_k", 32, 16, 
 #: A forward pass over inputs of at least this many pixels in all (one input: its size bucket's)
 #: uses the wide geometry, ``depthwise3_wide`` and, for the large planes, ``pointwise_staged``.
 #: On the H100, the bundled model's pass replayed as a CUDA graph: 272 x 336 0.66-0.68 ms wide
-#: against 0.80 ms narrow, the sample's two inputs (272 x 336 and 144 x 176) batched 0.73-0.77
-#: against 1.02-1.04 ms, 64 inputs of 64 x 48 batched 1.31-1.33 against 1.71-1.75 ms; but
-#: 144 x 176, 96 x 128 and 64 x 48 0.43, 0.37 and 0.36 ms wide against 0.38-0.40, 0.25-0.26 and
-#: 0.22-0.24 ms narrow.
+#: against 0.80 ms narrow (with one output per thread of the strided layer too), the sample's two
+#: inputs (272 x 336 and 144 x 176) batched 0.73-0.77 against 1.02-1.04 ms, 64 inputs of 64 x 48
+#: batched 1.31-1.33 against 1.71-1.75 ms; but 144 x 176, 96 x 128 and 64 x 48 0.43, 0.37 and
+#: 0.36 ms wide against 0.38-0.40, 0.25-0.26 and 0.22-0.24 ms narrow.
 WIDE_PIXELS = 48 * 1024
 #: Per geometry (narrow, wide), the depthwise convolution's kernel and the outputs along a row
 #: each of its threads computes.
