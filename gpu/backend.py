@@ -245,7 +245,8 @@ class GpuBackend(TracerBackend):
         with self.context.active():
             marks = tracer.events
             marks[0].record(tracer.stream)
-            plan = self._bind_trace(evidence, corridor, windows)
+            with tracer.aside():  # while the evidence kernels queued before run
+                plan = self._bind_trace(evidence, corridor, windows)
             image = tracer.bind_evidence(evidence)
             marks[1].record(tracer.stream)
             tracer.launch_links(plan, evidence, image)

@@ -17,6 +17,7 @@ context is current (garbage collection on another thread, interpreter exit) abor
 from __future__ import annotations
 
 from collections import OrderedDict
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -111,6 +112,12 @@ class DeviceTracer:
         self.real = np.dtype(precision)
         self.kernels = load_kernels(context, precision)
         self.stream = cuda.Stream()
+        #: Streams beside ``stream`` (see :meth:`aside` and :meth:`download_later`): work that
+        #: need not wait for the main stream's queued kernels runs while they do.
+        self._main = self.stream
+        self._side = cuda.Stream()
+        self._downloads = cuda.Stream()
+        self._joins = [cuda.Event(cuda.event_flags.DISABLE_TIMING) for _ in range(2)]
         #: With ``blocking_sync``, :meth:`synchronize` sleeps on this event instead of spinning.
         self._done = (cuda.Event(cuda.event_flags.BLOCKING_SYNC | cuda.event_flags.DISABLE_TIMING)
                       if blocking_sync else None)
@@ -177,14 +184,33 @@ class DeviceTracer:
         self.cuda.memcpy_htod_async(pointer, staged, self.stream)
         self._staged_bytes = start + nbytes
 
+    @contextmanager
+    def aside(self):
+        """Within the block, ``stream`` is a side stream, which does not wait for the work
+        queued on the main stream so far: for uploads and kernels that none of that work
+        produces or still reads (a trace's plan while the evidence kernels and the network
+        run). The main stream's later work waits for the block's."""
+        self.stream = self._side
+        try:
+            yield
+        finally:
+            self.stream = self._main
+            self._joins[0].record(self._side)
+            self._main.wait_for_event(self._joins[0])
+
     def synchronize(self) -> None:
-        """Wait for the stream's queued work; upload staging is free again, and the arrays of
-        :meth:`download_later` hold their values."""
-        if self._done is None:
-            self.stream.synchronize()
-        else:
-            self._done.record(self.stream)
-            self._done.synchronize()
+        """Wait for the queued work of every stream; upload staging is free again, and the
+        arrays of :meth:`download_later` hold their values."""
+        # The main stream waits for each finished aside() block: the side stream needs a wait
+        # of its own only within one.
+        streams = [self._main, *([self.stream] if self.stream is not self._main else []),
+                   *([self._downloads] if self._pending_downloads else [])]
+        for stream in streams:
+            if self._done is None:
+                stream.synchronize()
+            else:
+                self._done.record(stream)
+                self._done.synchronize()
         self._staged_bytes = 0
         for out, staged in self._pending_downloads:
             out.reshape(-1).view(np.uint8)[:] = staged
@@ -200,14 +226,17 @@ class DeviceTracer:
     def download_later(self, pointer: int, shape: tuple, dtype) -> np.ndarray:
         """A new host array of ``shape`` and ``dtype`` that the next :meth:`synchronize` fills
         with the values at device address ``pointer`` after the work queued so far (the copy
-        is queued; nothing waits)."""
+        is queued on a stream of its own, so the main stream's later work does not wait for
+        it; nothing may overwrite those values before that synchronisation)."""
         if self._pending_downloads:  # their values sit in the staging this copy reuses
             self.synchronize()
         out = np.empty(shape, dtype=dtype)
         if out.nbytes > self._download_host.size:
             self._download_host = self.cuda.pagelocked_empty(2 * out.nbytes, np.uint8)
         staged = self._download_host[:out.nbytes]
-        self.cuda.memcpy_dtoh_async(staged, pointer, self.stream)
+        self._joins[1].record(self.stream)
+        self._downloads.wait_for_event(self._joins[1])
+        self.cuda.memcpy_dtoh_async(staged, pointer, self._downloads)
         self._pending_downloads = [(out, staged)]
         return out
 
@@ -276,6 +305,8 @@ class DeviceTracer:
     def planes_slot(self, nbytes: int) -> int:
         """The "evidence" slot, about to be overwritten on the device (by gpu/evidence.py):
         forget what it held. Mark the host copies with :meth:`planes_resident` afterwards."""
+        if self._pending_downloads:  # a copy of the slot's values may still be queued
+            self.synchronize()
         self._evidence = None
         self._resident_planes = []
         return self.slot("evidence", nbytes)
@@ -304,6 +335,8 @@ class DeviceTracer:
             self._evidence = None
             at = next((at for held, at in self._resident_planes if held is planes), None)
             if at is None:  # the upload overwrites whatever the slot held
+                if self._pending_downloads:  # a copy of its values may still be queued
+                    self.synchronize()
                 self._resident_planes = []
                 at = self.slot("evidence", planes.nbytes)
                 self.upload(np.moveaxis(planes, 0, -1), at)

@@ -295,6 +295,32 @@ def test_gpu_matches_cpu_on_the_sample_image(backend, sample, params):
 
 
 @pytest.mark.gpu
+def test_work_queued_aside_comes_before_the_main_streams_later_work(fast_backend):
+    """An upload queued in ``aside()`` (the side stream) is done before the main stream's next
+    work reads it, and ``download_later`` (a stream of its own) copies what that work wrote."""
+    from gpu.engine import DeviceTracer
+
+    count = 1 << 21  # 8 MB: copies long enough for a missing wait to show
+    values = np.random.default_rng(5).random(count, dtype=np.float32)
+    with fast_backend.context.active():
+        tracer = DeviceTracer(fast_backend.context, "auto", "float64")
+        try:
+            main = tracer.stream
+            source, copy = tracer.slot("source", 4 * count), tracer.slot("copy", 4 * count)
+            for round_values in (values, values[::-1].copy()):
+                with tracer.aside():
+                    assert tracer.stream is not main
+                    tracer.upload(round_values, source)
+                assert tracer.stream is main
+                tracer.cuda.memcpy_dtod_async(copy, source, 4 * count, main)
+                got = tracer.download_later(copy, (count,), np.float32)
+                tracer.synchronize()
+                np.testing.assert_array_equal(got, round_values)
+        finally:
+            tracer.release()
+
+
+@pytest.mark.gpu
 def test_gpu_works_from_worker_threads(fast_backend, sample):
     raster, cases = sample
     case = cases[0]
