@@ -24,14 +24,14 @@ import numpy as np
 from core.errors import BadParameter
 from core.scores import SCALAR
 from gpu.graphs import LaunchGraphs, launch_key
-from gpu.kernels import LINK_STAGE_DTYPE, PRECISIONS, STEP_DTYPE, load_kernels
+from gpu.kernels import LINK_LANES, LINK_STAGE_DTYPE, PRECISIONS, STEP_DTYPE, load_kernels
 from gpu.schedule import Schedule, StepPlan
 
 METHODS = ("auto", "rmq", "reduce")
 #: Uploads up to this size are staged in page-locked memory, so queuing them does not wait for
 #: the device (a copy from pageable memory may first wait for the stream's earlier work).
 MAX_STAGED_BYTES = 16 * 1024 * 1024
-#: Threads per block of the link-score kernels (one link each).
+#: Threads per block of the link-score kernels (LINK_LANES per link).
 LINK_THREADS = 256
 #: Static shared memory a block may use without opting in.
 _DEFAULT_SHARED = 48 * 1024
@@ -444,7 +444,8 @@ class _Plan:
         stages["n_from"], stages["n_to"] = sizes[:-1], sizes[1:]
         stages["transposed"] = [schedule.transposed(t) for t in range(m + 1)]
         # One grid over every stage's links: stage t's blocks start at first_block[t].
-        blocks = -(-stages["n_from"].astype(np.int64) * stages["n_to"] // LINK_THREADS)
+        blocks = -(-stages["n_from"].astype(np.int64) * stages["n_to"]
+                   // (LINK_THREADS // LINK_LANES))
         stages["first_block"] = np.concatenate([[0], np.cumsum(blocks)[:-1]])
         self.link_blocks = int(blocks.sum())
         tracer.upload(stages, self.link_stages)

@@ -2,8 +2,9 @@
 // a link p -> q of length L gets K = max(2, ceil(L)) midpoint samples x_k = p + (k + 1/2)/K (q - p),
 // each a bilinear sample of the evidence planes (0 outside the image) turned into a term by the
 // sampler, and score = L/K * sum_k term(x_k). Positions, interpolation and the sum are `real`:
-// float64 by default, in the CPU's order of operations, so scores agree with the CPU backend to
-// rounding; float32 when built with -DREAL=float (GPUs with a low float64 rate), which
+// float64 by default, positions and interpolation in the CPU's order of operations, so scores
+// agree with the CPU backend to rounding; float32 when built with -DREAL=float (GPUs with a low
+// float64 rate), which
 // interpolates in the cheaper two-lerp form. Samples on the window's far edge use its last two
 // pixels with weight 1 (the CPU's zero padding, with weight 0, gives the same value).
 //
@@ -13,11 +14,19 @@
 // instructions.
 //
 // Evidence planes are interleaved per pixel: (rows, cols, P) float32, P = 1 (SCALAR) or 2
-// (CROSS, SINE: gx, gy). One thread computes one link; one 1-D grid covers every stage, stage t
-// owning the blocks from its first_block on (no idle blocks for the short stages at a and b).
+// (CROSS, SINE: gx, gy). LINK_LANES neighbouring threads compute one link, lane l summing the
+// samples l, l + LINK_LANES, ... (a link's samples spread over several threads: a click's
+// hundred thousand links of up to a hundred samples each fill the device with shorter work),
+// their sums added by warp shuffles; so the sum's order is not the CPU's, which moves a score
+// by a few units of the last place. One 1-D grid covers every stage, stage t owning the blocks
+// (blockDim.x / LINK_LANES links each) from its first_block on (no idle blocks for the short
+// stages at a and b).
 
 #ifndef REAL
 #define REAL double
+#endif
+#ifndef LINK_LANES
+#define LINK_LANES 4  // gpu/kernels.py passes its LINK_LANES (a power of 2, at most 32)
 #endif
 typedef REAL real;
 
@@ -116,49 +125,61 @@ template <int SAMPLER>
 __device__ __forceinline__ void link_scores(const LinkStage* stages, int n_stages, const Image& im)
 {
     const LinkStage st = stages[block_stage(stages, n_stages)];
-    const long long g = (long long)((int)blockIdx.x - st.first_block) * blockDim.x + threadIdx.x;
-    if (g >= (long long)st.n_from * st.n_to) return;
-    int s, e;
-    if (st.transposed) { e = (int)(g / st.n_from); s = (int)(g - (long long)e * st.n_from); }
-    else { s = (int)(g / st.n_to); e = (int)(g - (long long)s * st.n_to); }
-    // The sample count comes from the float64 length, so both precisions take the same samples.
-    const double px64 = st.from[2 * s], py64 = st.from[2 * s + 1];
-    const double dx64 = st.to[2 * e] - px64, dy64 = st.to[2 * e + 1] - py64;
-    const double length64 = sqrt(dx64 * dx64 + dy64 * dy64);
-    const int count = max(2, (int)ceil(length64));
-    const real px = (real)px64, py = (real)py64, dx = (real)dx64, dy = (real)dy64;
-    const real length = (real)length64;
-    const real vx = dx / length, vy = dy / length;
-    const real step = (real)1 / count;
-    const real right = (real)(im.width - 1), bottom = (real)(im.height - 1);
+    const int lane = threadIdx.x % LINK_LANES;
+    const long long g = (long long)((int)blockIdx.x - st.first_block) * (blockDim.x / LINK_LANES)
+                        + threadIdx.x / LINK_LANES;
+    const bool live = g < (long long)st.n_from * st.n_to;
     real total = 0;
-    if (inside(im, px64, py64) && inside(im, px64 + dx64, py64 + dy64)) {
-        if constexpr (sizeof(real) == sizeof(float)) {
-            // float32: positions in window coordinates, first sample + k steps, one rounding
-            // each (fewer operations per sample than the float64 form, as accurate).
-            const real sx = (real)(dx64 / count), sy = (real)(dy64 / count);
-            const real lx0 = (real)(px64 - im.col0 + 0.5 * dx64 / count);
-            const real ly0 = (real)(py64 - im.row0 + 0.5 * dy64 / count);
-            real steps = 0;
-            for (int k = 0; k < count; ++k, steps += 1)
-                total += sample_term<SAMPLER, false>(im, fmaf(steps, sx, lx0),
-                                                     fmaf(steps, sy, ly0), vx, vy);
+    int count = 2;
+    double length64 = 0;
+    if (live) {
+        int s, e;
+        if (st.transposed) { e = (int)(g / st.n_from); s = (int)(g - (long long)e * st.n_from); }
+        else { s = (int)(g / st.n_to); e = (int)(g - (long long)s * st.n_to); }
+        // The sample count comes from the float64 length, so both precisions take the same
+        // samples.
+        const double px64 = st.from[2 * s], py64 = st.from[2 * s + 1];
+        const double dx64 = st.to[2 * e] - px64, dy64 = st.to[2 * e + 1] - py64;
+        length64 = sqrt(dx64 * dx64 + dy64 * dy64);
+        count = max(2, (int)ceil(length64));
+        const real px = (real)px64, py = (real)py64, dx = (real)dx64, dy = (real)dy64;
+        const real length = (real)length64;
+        const real vx = dx / length, vy = dy / length;
+        const real step = (real)1 / count;
+        const real right = (real)(im.width - 1), bottom = (real)(im.height - 1);
+        if (inside(im, px64, py64) && inside(im, px64 + dx64, py64 + dy64)) {
+            if constexpr (sizeof(real) == sizeof(float)) {
+                // float32: positions in window coordinates, first sample + k steps, one
+                // rounding each (fewer operations per sample than the float64 form, as
+                // accurate).
+                const real sx = (real)(dx64 / count), sy = (real)(dy64 / count);
+                const real lx0 = (real)(px64 - im.col0 + 0.5 * dx64 / count);
+                const real ly0 = (real)(py64 - im.row0 + 0.5 * dy64 / count);
+                real steps = (real)lane;
+                for (int k = lane; k < count; k += LINK_LANES, steps += LINK_LANES)
+                    total += sample_term<SAMPLER, false>(im, fmaf(steps, sx, lx0),
+                                                         fmaf(steps, sy, ly0), vx, vy);
+            } else {
+                for (int k = lane; k < count; k += LINK_LANES) {
+                    const real f = (k + (real)0.5) * step;
+                    total += sample_term<SAMPLER, false>(im, (px + f * dx) - im.col0,
+                                                         (py + f * dy) - im.row0, vx, vy);
+                }
+            }
         } else {
-            for (int k = 0; k < count; ++k) {
+            for (int k = lane; k < count; k += LINK_LANES) {
                 const real f = (k + (real)0.5) * step;
-                total += sample_term<SAMPLER, false>(im, (px + f * dx) - im.col0,
-                                                     (py + f * dy) - im.row0, vx, vy);
+                const real x = px + f * dx, y = py + f * dy;
+                if (x < 0 || y < 0 || x > right || y > bottom) continue;
+                total += sample_term<SAMPLER, true>(im, x - im.col0, y - im.row0, vx, vy);
             }
         }
-    } else {
-        for (int k = 0; k < count; ++k) {
-            const real f = (k + (real)0.5) * step;
-            const real x = px + f * dx, y = py + f * dy;
-            if (x < 0 || y < 0 || x > right || y > bottom) continue;
-            total += sample_term<SAMPLER, true>(im, x - im.col0, y - im.row0, vx, vy);
-        }
     }
-    st.out[g] = total * length * step;
+    // The lanes' sums meet in the link's first lane (every thread of the warp takes part).
+#pragma unroll
+    for (int offset = LINK_LANES / 2; offset > 0; offset /= 2)
+        total += __shfl_down_sync(0xffffffffu, total, offset, LINK_LANES);
+    if (live && lane == 0) st.out[g] = total * (real)length64 * ((real)1 / count);
 }
 
 extern "C" __global__ void link_scores_scalar(const LinkStage* __restrict__ stages,
