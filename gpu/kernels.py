@@ -31,12 +31,6 @@ STEP_DTYPE = np.dtype([
     ("n_r", np.int32), ("n_o", np.int32), ("n_p", np.int32),
     ("out_o_stride", np.int32), ("out_r_stride", np.int32), ("pad", np.int32)])
 
-#: Threads that compute one link together in links.cu (its LINK_LANES). On an H200, the
-#: sample click's 144 Ki links (up to a hundred samples each): float64 59.5 us with one thread
-#: per link, 41.9 with 2, 38.5 with 4, 41.4 with 8, 55.4 with 16 (float32: 48.6, 31.7, 30.7,
-#: 32.1, 43.4 us).
-LINK_LANES = 4
-
 #: ``struct LinkStage`` of links.cu.
 LINK_STAGE_DTYPE = np.dtype([
     ("from", np.uint64), ("to", np.uint64), ("out", np.uint64),
@@ -113,7 +107,7 @@ class Kernels:
     row_argmax: object       # (values, n_rows, n_cols, best, best_arg)
     reverse_windows: object  # (lo, hi, n_r, n_q, n_o, rlo, rhi)
     finish: object           # (best, best_arg, merge_arg, args, links, sizes, m, c, result)
-    links: dict              # sampler -> (const LinkStage*, n_stages, Image by value)
+    links: dict              # sampler -> (const LinkStage*, n_stages, lanes, Image by value)
     evidence: dict           # evidence.cu kernel name -> function (formats in _load)
     network: dict            # network.cu kernel name -> function
 
@@ -127,7 +121,7 @@ def _compile(name: str, *options: str):
 def _load(precision: str, shared: tuple):
     real = f"-DREAL={PRECISIONS[precision]}"
     dp = _compile("dp.cu", real)
-    links = _compile("links.cu", real, f"-DLINK_LANES={LINK_LANES}")
+    links = _compile("links.cu", real)
     evidence, network = shared
 
     def prepared(module, name, arg_format):
@@ -143,7 +137,7 @@ def _load(precision: str, shared: tuple):
         finish=prepared(dp, "finish", "PPPPPPiiP"),
         # (stages, n_stages, struct Image {const float* planes; int rows, cols, col0, row0,
         # width, height; double tau})
-        links={sampler: prepared(links, name, "PiPiiiiiid")
+        links={sampler: prepared(links, name, "PiiPiiiiiid")
                for sampler, name in LINK_KERNELS.items()},
         evidence={name: prepared(evidence, name, arg_format)
                   for name, arg_format in EVIDENCE_KERNELS.items()},

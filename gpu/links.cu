@@ -14,20 +14,18 @@
 // instructions.
 //
 // Evidence planes are interleaved per pixel: (rows, cols, P) float32, P = 1 (SCALAR) or 2
-// (CROSS, SINE: gx, gy). LINK_LANES neighbouring threads compute one link, lane l summing the
-// samples l, l + LINK_LANES, ... (a link's samples spread over several threads: a click's
-// hundred thousand links of up to a hundred samples each fill the device with shorter work),
-// their sums added by warp shuffles; so the sum's order is not the CPU's, which moves a score
-// by a few units of the last place. One 1-D grid covers every stage, stage t owning the blocks
-// (blockDim.x / LINK_LANES links each) from its first_block on (no idle blocks for the short
-// stages at a and b).
+// (CROSS, SINE: gx, gy). `lanes` neighbouring threads (a power of 2, at most 32) compute one
+// link, lane l summing the samples l, l + lanes, ... (a link's samples spread over several
+// threads: a click's hundred thousand links of up to a hundred samples each fill the device with
+// shorter work), their sums added by warp shuffles; with lanes > 1 the sum's order is not the
+// CPU's, which moves a score by a few units of the last place. One 1-D grid covers every stage,
+// stage t owning the blocks (blockDim.x / lanes links each) from its first_block on (no idle
+// blocks for the short stages at a and b).
 
 #ifndef REAL
 #define REAL double
 #endif
-#ifndef LINK_LANES
-#define LINK_LANES 4  // gpu/kernels.py passes its LINK_LANES (a power of 2, at most 32)
-#endif
+
 typedef REAL real;
 
 #define SAMPLER_SCALAR 0
@@ -122,12 +120,13 @@ __device__ __forceinline__ int block_stage(const LinkStage* stages, int n_stages
 }
 
 template <int SAMPLER>
-__device__ __forceinline__ void link_scores(const LinkStage* stages, int n_stages, const Image& im)
+__device__ __forceinline__ void link_scores(const LinkStage* stages, int n_stages, int lanes,
+                                            const Image& im)
 {
     const LinkStage st = stages[block_stage(stages, n_stages)];
-    const int lane = threadIdx.x % LINK_LANES;
-    const long long g = (long long)((int)blockIdx.x - st.first_block) * (blockDim.x / LINK_LANES)
-                        + threadIdx.x / LINK_LANES;
+    const int lane = threadIdx.x & (lanes - 1);
+    const long long g = (long long)((int)blockIdx.x - st.first_block) * (blockDim.x / lanes)
+                        + threadIdx.x / lanes;
     const bool live = g < (long long)st.n_from * st.n_to;
     real total = 0;
     int count = 2;
@@ -156,18 +155,18 @@ __device__ __forceinline__ void link_scores(const LinkStage* stages, int n_stage
                 const real lx0 = (real)(px64 - im.col0 + 0.5 * dx64 / count);
                 const real ly0 = (real)(py64 - im.row0 + 0.5 * dy64 / count);
                 real steps = (real)lane;
-                for (int k = lane; k < count; k += LINK_LANES, steps += LINK_LANES)
+                for (int k = lane; k < count; k += lanes, steps += lanes)
                     total += sample_term<SAMPLER, false>(im, fmaf(steps, sx, lx0),
                                                          fmaf(steps, sy, ly0), vx, vy);
             } else {
-                for (int k = lane; k < count; k += LINK_LANES) {
+                for (int k = lane; k < count; k += lanes) {
                     const real f = (k + (real)0.5) * step;
                     total += sample_term<SAMPLER, false>(im, (px + f * dx) - im.col0,
                                                          (py + f * dy) - im.row0, vx, vy);
                 }
             }
         } else {
-            for (int k = lane; k < count; k += LINK_LANES) {
+            for (int k = lane; k < count; k += lanes) {
                 const real f = (k + (real)0.5) * step;
                 const real x = px + f * dx, y = py + f * dy;
                 if (x < 0 || y < 0 || x > right || y > bottom) continue;
@@ -176,26 +175,25 @@ __device__ __forceinline__ void link_scores(const LinkStage* stages, int n_stage
         }
     }
     // The lanes' sums meet in the link's first lane (every thread of the warp takes part).
-#pragma unroll
-    for (int offset = LINK_LANES / 2; offset > 0; offset /= 2)
-        total += __shfl_down_sync(0xffffffffu, total, offset, LINK_LANES);
+    for (int offset = lanes / 2; offset > 0; offset /= 2)
+        total += __shfl_down_sync(0xffffffffu, total, offset, lanes);
     if (live && lane == 0) st.out[g] = total * (real)length64 * ((real)1 / count);
 }
 
 extern "C" __global__ void link_scores_scalar(const LinkStage* __restrict__ stages,
-                                          int n_stages, Image im)
+                                          int n_stages, int lanes, Image im)
 {
-    link_scores<SAMPLER_SCALAR>(stages, n_stages, im);
+    link_scores<SAMPLER_SCALAR>(stages, n_stages, lanes, im);
 }
 
 extern "C" __global__ void link_scores_cross(const LinkStage* __restrict__ stages,
-                                          int n_stages, Image im)
+                                          int n_stages, int lanes, Image im)
 {
-    link_scores<SAMPLER_CROSS>(stages, n_stages, im);
+    link_scores<SAMPLER_CROSS>(stages, n_stages, lanes, im);
 }
 
 extern "C" __global__ void link_scores_sine(const LinkStage* __restrict__ stages,
-                                          int n_stages, Image im)
+                                          int n_stages, int lanes, Image im)
 {
-    link_scores<SAMPLER_SINE>(stages, n_stages, im);
+    link_scores<SAMPLER_SINE>(stages, n_stages, lanes, im);
 }

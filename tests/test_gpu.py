@@ -252,6 +252,29 @@ def test_gpu_link_scores_match_cpu(fast_backend, sampler):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("lanes", [1, 2, 32])
+def test_gpu_link_scores_match_cpu_with_any_threads_per_link(lanes, monkeypatch):
+    """Each link's samples summed by 1, 2 or 32 threads (the default is 4 for problems of
+    this size, one for the largest) give the CPU's scores to rounding."""
+    from gpu import engine
+    from gpu.backend import GpuBackend
+
+    monkeypatch.setattr(engine, "LINK_LANES", lanes)
+    backend = GpuBackend.create()
+    try:
+        for sampler in (SCALAR, CROSS, SINE):
+            evidence = _random_evidence(np.random.default_rng(20 + sampler), sampler)
+            corridor = build_corridor((2.5, 30.25), (80.0, 104.0), 5, 37, 25.0)
+            got = backend.link_scores(evidence, corridor)
+            nodes = corridor.node_sets()
+            for t, link in enumerate(got):
+                np.testing.assert_allclose(link, integrate_links(evidence, nodes[t], nodes[t + 1]),
+                                           rtol=1e-10, atol=1e-10)
+    finally:
+        backend.release()
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("sampler", [SCALAR, CROSS, SINE])
 def test_gpu_trace_matches_cpu_trace(backend, sampler):
     rng = np.random.default_rng(10 + sampler)
