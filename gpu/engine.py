@@ -39,7 +39,7 @@ LINK_THREADS = 256
 #: 38.5 with 4, 41.4 with 8 and 55.4 with 16 (float32: 48.6, 31.7, 30.7, 32.1, 43.4 us); but the
 #: paper's grid (8 division points x 1024 points, 7 Mi links) 1.11 ms with one and 1.27 with 4
 #: (float32: 0.49 and 0.78 ms): its links fill the device by themselves.
-LINK_LANES, LANE_LINKS = 4, 1 << 20
+LINK_LANES, LANE_LINKS = 4, 1 << 20  # LINK_LANES: a power of 2, at most 32
 #: Static shared memory a block may use without opting in.
 _DEFAULT_SHARED = 48 * 1024
 #: A plan's node-set sizes are rounded up to multiples of this (:func:`plan_bucket`): a drag
@@ -360,7 +360,7 @@ class DeviceTracer:
         """All link scores of every stage into the plan's link buffers."""
         self.kernels.links[evidence.sampler].prepared_async_call(
             (plan.link_blocks, 1), (LINK_THREADS, 1, 1), self.stream, plan.link_stages,
-            plan.schedule.guides + 1, plan.link_lanes, *image)
+            plan.schedule.guides + 1, plan.link_lanes.bit_length() - 1, *image)
 
     def fetch(self, plan: _Plan) -> np.ndarray:
         """Queue the copy of the plan's result to the page-locked host buffer (see

@@ -107,7 +107,7 @@ class Kernels:
     row_argmax: object       # (values, n_rows, n_cols, best, best_arg)
     reverse_windows: object  # (lo, hi, n_r, n_q, n_o, rlo, rhi)
     finish: object           # (best, best_arg, merge_arg, args, links, sizes, m, c, result)
-    links: dict              # sampler -> (const LinkStage*, n_stages, lanes, Image by value)
+    links: dict              # sampler -> (const LinkStage*, n_stages, lane bits, Image)
     evidence: dict           # evidence.cu kernel name -> function (formats in _load)
     network: dict            # network.cu kernel name -> function
 

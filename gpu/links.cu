@@ -14,7 +14,7 @@
 // instructions.
 //
 // Evidence planes are interleaved per pixel: (rows, cols, P) float32, P = 1 (SCALAR) or 2
-// (CROSS, SINE: gx, gy). `lanes` neighbouring threads (a power of 2, at most 32) compute one
+// (CROSS, SINE: gx, gy). lanes = 2^lane_bits neighbouring threads (at most 32) compute one
 // link, lane l summing the samples l, l + lanes, ... (a link's samples spread over several
 // threads: a click's hundred thousand links of up to a hundred samples each fill the device with
 // shorter work), their sums added by warp shuffles; with lanes > 1 the sum's order is not the
@@ -120,13 +120,13 @@ __device__ __forceinline__ int block_stage(const LinkStage* stages, int n_stages
 }
 
 template <int SAMPLER>
-__device__ __forceinline__ void link_scores(const LinkStage* stages, int n_stages, int lanes,
-                                            const Image& im)
+__device__ __forceinline__ void link_scores(const LinkStage* stages, int n_stages,
+                                            int lane_bits, const Image& im)
 {
     const LinkStage st = stages[block_stage(stages, n_stages)];
-    const int lane = threadIdx.x & (lanes - 1);
-    const long long g = (long long)((int)blockIdx.x - st.first_block) * (blockDim.x / lanes)
-                        + threadIdx.x / lanes;
+    const int lanes = 1 << lane_bits, lane = threadIdx.x & (lanes - 1);
+    const long long g = (long long)((int)blockIdx.x - st.first_block) * (blockDim.x >> lane_bits)
+                        + (threadIdx.x >> lane_bits);
     const bool live = g < (long long)st.n_from * st.n_to;
     real total = 0;
     int count = 2;
@@ -181,19 +181,19 @@ __device__ __forceinline__ void link_scores(const LinkStage* stages, int n_stage
 }
 
 extern "C" __global__ void link_scores_scalar(const LinkStage* __restrict__ stages,
-                                          int n_stages, int lanes, Image im)
+                                          int n_stages, int lane_bits, Image im)
 {
-    link_scores<SAMPLER_SCALAR>(stages, n_stages, lanes, im);
+    link_scores<SAMPLER_SCALAR>(stages, n_stages, lane_bits, im);
 }
 
 extern "C" __global__ void link_scores_cross(const LinkStage* __restrict__ stages,
-                                          int n_stages, int lanes, Image im)
+                                          int n_stages, int lane_bits, Image im)
 {
-    link_scores<SAMPLER_CROSS>(stages, n_stages, lanes, im);
+    link_scores<SAMPLER_CROSS>(stages, n_stages, lane_bits, im);
 }
 
 extern "C" __global__ void link_scores_sine(const LinkStage* __restrict__ stages,
-                                          int n_stages, int lanes, Image im)
+                                          int n_stages, int lane_bits, Image im)
 {
-    link_scores<SAMPLER_SINE>(stages, n_stages, lanes, im);
+    link_scores<SAMPLER_SINE>(stages, n_stages, lane_bits, im);
 }
