@@ -24,7 +24,7 @@ import numpy as np
 from core.errors import BadParameter
 from core.scores import SCALAR
 from gpu.graphs import LaunchGraphs, launch_key
-from gpu.kernels import LINK_STAGE_DTYPE, PRECISIONS, STEP_DTYPE, load_kernels
+from gpu.kernels import LINK_LANES, LINK_STAGE_DTYPE, PRECISIONS, STEP_DTYPE, load_kernels
 from gpu.schedule import Schedule, StepPlan
 
 METHODS = ("auto", "rmq", "reduce")
@@ -33,13 +33,13 @@ METHODS = ("auto", "rmq", "reduce")
 MAX_STAGED_BYTES = 16 * 1024 * 1024
 #: Threads per block of the link-score kernels.
 LINK_THREADS = 256
-#: Problems of at most ``LANE_LINKS`` links compute each with ``LINK_LANES`` threads (each
-#: summing every LINK_LANES-th sample), larger ones with one thread per link. On an H200 the
-#: sample click's 144 Ki links took 59.5 us in float64 with one thread per link, 41.9 with 2,
-#: 38.5 with 4, 41.4 with 8 and 55.4 with 16 (float32: 48.6, 31.7, 30.7, 32.1, 43.4 us); but the
-#: paper's grid (8 division points x 1024 points, 7 Mi links) 1.11 ms with one and 1.27 with 4
-#: (float32: 0.49 and 0.78 ms): its links fill the device by themselves.
-LINK_LANES, LANE_LINKS = 4, 1 << 20  # LINK_LANES: a power of 2, at most 32
+#: Problems of at most this many links compute each with four threads (each summing every
+#: fourth sample; gpu/kernels.py LINK_LANES), larger ones with one thread per link. On an H200
+#: the sample click's 144 Ki links took 59.5 us in float64 with one thread per link, 41.9 with
+#: 2, 38.5 with 4, 41.4 with 8 and 55.4 with 16 (float32: 48.6, 31.7, 30.7, 32.1, 43.4 us); but
+#: the paper's grid (8 division points x 1024 points, 7 Mi links) 1.11 ms with one and 1.27 with
+#: 4 (float32: 0.49 and 0.78 ms): its links fill the device by themselves.
+LANE_LINKS = 1 << 20
 #: Static shared memory a block may use without opting in.
 _DEFAULT_SHARED = 48 * 1024
 #: A plan's node-set sizes are rounded up to multiples of this (:func:`plan_bucket`): a drag
@@ -358,9 +358,9 @@ class DeviceTracer:
 
     def launch_links(self, plan: _Plan, evidence, image: tuple) -> None:
         """All link scores of every stage into the plan's link buffers."""
-        self.kernels.links[evidence.sampler].prepared_async_call(
+        self.kernels.links[evidence.sampler, plan.link_lanes].prepared_async_call(
             (plan.link_blocks, 1), (LINK_THREADS, 1, 1), self.stream, plan.link_stages,
-            plan.schedule.guides + 1, plan.link_lanes.bit_length() - 1, *image)
+            plan.schedule.guides + 1, *image)
 
     def fetch(self, plan: _Plan) -> np.ndarray:
         """Queue the copy of the plan's result to the page-locked host buffer (see
@@ -452,7 +452,7 @@ class _Plan:
         stages["transposed"] = [schedule.transposed(t) for t in range(m + 1)]
         # One grid over every stage's links: stage t's blocks start at first_block[t].
         links = stages["n_from"].astype(np.int64) * stages["n_to"]
-        self.link_lanes = LINK_LANES if int(links.sum()) <= LANE_LINKS else 1
+        self.link_lanes = max(LINK_LANES) if int(links.sum()) <= LANE_LINKS else 1
         blocks = -(-links // (LINK_THREADS // self.link_lanes))
         stages["first_block"] = np.concatenate([[0], np.cumsum(blocks)[:-1]])
         self.link_blocks = int(blocks.sum())

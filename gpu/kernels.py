@@ -37,9 +37,11 @@ LINK_STAGE_DTYPE = np.dtype([
     ("n_from", np.int32), ("n_to", np.int32), ("transposed", np.int32),
     ("first_block", np.int32)])
 
-#: Kernel name of each sampler in links.cu.
+#: Kernel name of each sampler in links.cu, before ``_<lanes>``: each is built for one and for
+#: four threads per link (LINK_LANES).
 LINK_KERNELS = {SCALAR: "link_scores_scalar", CROSS: "link_scores_cross",
                 SINE: "link_scores_sine"}
+LINK_LANES = (1, 4)
 
 
 #: ``struct Window`` of evidence.cu: one window of the ``surface`` and ``centre`` kernels, its
@@ -107,7 +109,7 @@ class Kernels:
     row_argmax: object       # (values, n_rows, n_cols, best, best_arg)
     reverse_windows: object  # (lo, hi, n_r, n_q, n_o, rlo, rhi)
     finish: object           # (best, best_arg, merge_arg, args, links, sizes, m, c, result)
-    links: dict              # sampler -> (const LinkStage*, n_stages, lane bits, Image)
+    links: dict              # (sampler, lanes) -> (const LinkStage*, n_stages, Image)
     evidence: dict           # evidence.cu kernel name -> function (formats in _load)
     network: dict            # network.cu kernel name -> function
 
@@ -137,8 +139,8 @@ def _load(precision: str, shared: tuple):
         finish=prepared(dp, "finish", "PPPPPPiiP"),
         # (stages, n_stages, struct Image {const float* planes; int rows, cols, col0, row0,
         # width, height; double tau})
-        links={sampler: prepared(links, name, "PiiPiiiiiid")
-               for sampler, name in LINK_KERNELS.items()},
+        links={(sampler, lanes): prepared(links, f"{name}_{lanes}", "PiPiiiiiid")
+               for sampler, name in LINK_KERNELS.items() for lanes in LINK_LANES},
         evidence={name: prepared(evidence, name, arg_format)
                   for name, arg_format in EVIDENCE_KERNELS.items()},
         network={name: prepared(network, name, arg_format)

@@ -14,12 +14,12 @@
 // instructions.
 //
 // Evidence planes are interleaved per pixel: (rows, cols, P) float32, P = 1 (SCALAR) or 2
-// (CROSS, SINE: gx, gy). lanes = 2^lane_bits neighbouring threads (at most 32) compute one
-// link, lane l summing the samples l, l + lanes, ... (a link's samples spread over several
+// (CROSS, SINE: gx, gy). LANES neighbouring threads (1 or 4) compute one
+// link, lane l summing the samples l, l + LANES, ... (a link's samples spread over several
 // threads: a click's hundred thousand links of up to a hundred samples each fill the device with
-// shorter work), their sums added by warp shuffles; with lanes > 1 the sum's order is not the
+// shorter work), their sums added by warp shuffles; with LANES > 1 the sum's order is not the
 // CPU's, which moves a score by a few units of the last place. One 1-D grid covers every stage,
-// stage t owning the blocks (blockDim.x / lanes links each) from its first_block on (no idle
+// stage t owning the blocks (blockDim.x / LANES links each) from its first_block on (no idle
 // blocks for the short stages at a and b).
 
 #ifndef REAL
@@ -119,14 +119,13 @@ __device__ __forceinline__ int block_stage(const LinkStage* stages, int n_stages
     return owner;
 }
 
-template <int SAMPLER>
-__device__ __forceinline__ void link_scores(const LinkStage* stages, int n_stages,
-                                            int lane_bits, const Image& im)
+template <int SAMPLER, int LANES>
+__device__ __forceinline__ void link_scores(const LinkStage* stages, int n_stages, const Image& im)
 {
     const LinkStage st = stages[block_stage(stages, n_stages)];
-    const int lanes = 1 << lane_bits, lane = threadIdx.x & (lanes - 1);
-    const long long g = (long long)((int)blockIdx.x - st.first_block) * (blockDim.x >> lane_bits)
-                        + (threadIdx.x >> lane_bits);
+    const int lane = threadIdx.x % LANES;
+    const long long g = (long long)((int)blockIdx.x - st.first_block) * (blockDim.x / LANES)
+                        + threadIdx.x / LANES;
     const bool live = g < (long long)st.n_from * st.n_to;
     real total = 0;
     int count = 2;
@@ -155,18 +154,18 @@ __device__ __forceinline__ void link_scores(const LinkStage* stages, int n_stage
                 const real lx0 = (real)(px64 - im.col0 + 0.5 * dx64 / count);
                 const real ly0 = (real)(py64 - im.row0 + 0.5 * dy64 / count);
                 real steps = (real)lane;
-                for (int k = lane; k < count; k += lanes, steps += lanes)
+                for (int k = lane; k < count; k += LANES, steps += LANES)
                     total += sample_term<SAMPLER, false>(im, fmaf(steps, sx, lx0),
                                                          fmaf(steps, sy, ly0), vx, vy);
             } else {
-                for (int k = lane; k < count; k += lanes) {
+                for (int k = lane; k < count; k += LANES) {
                     const real f = (k + (real)0.5) * step;
                     total += sample_term<SAMPLER, false>(im, (px + f * dx) - im.col0,
                                                          (py + f * dy) - im.row0, vx, vy);
                 }
             }
         } else {
-            for (int k = lane; k < count; k += lanes) {
+            for (int k = lane; k < count; k += LANES) {
                 const real f = (k + (real)0.5) * step;
                 const real x = px + f * dx, y = py + f * dy;
                 if (x < 0 || y < 0 || x > right || y > bottom) continue;
@@ -175,25 +174,21 @@ __device__ __forceinline__ void link_scores(const LinkStage* stages, int n_stage
         }
     }
     // The lanes' sums meet in the link's first lane (every thread of the warp takes part).
-    for (int offset = lanes / 2; offset > 0; offset /= 2)
-        total += __shfl_down_sync(0xffffffffu, total, offset, lanes);
+#pragma unroll
+    for (int offset = LANES / 2; offset > 0; offset /= 2)
+        total += __shfl_down_sync(0xffffffffu, total, offset, LANES);
     if (live && lane == 0) st.out[g] = total * (real)length64 * ((real)1 / count);
 }
 
-extern "C" __global__ void link_scores_scalar(const LinkStage* __restrict__ stages,
-                                          int n_stages, int lane_bits, Image im)
-{
-    link_scores<SAMPLER_SCALAR>(stages, n_stages, lane_bits, im);
-}
-
-extern "C" __global__ void link_scores_cross(const LinkStage* __restrict__ stages,
-                                          int n_stages, int lane_bits, Image im)
-{
-    link_scores<SAMPLER_CROSS>(stages, n_stages, lane_bits, im);
-}
-
-extern "C" __global__ void link_scores_sine(const LinkStage* __restrict__ stages,
-                                          int n_stages, int lane_bits, Image im)
-{
-    link_scores<SAMPLER_SINE>(stages, n_stages, lane_bits, im);
-}
+// link_scores_<sampler>_<lanes>: one thread per link, or 4 (gpu/kernels.py LINK_LANES).
+#define LINK_SCORES(NAME, SAMPLER, LANES)                                                         \
+    extern "C" __global__ void NAME(const LinkStage* __restrict__ stages, int n_stages, Image im) \
+    {                                                                                              \
+        link_scores<SAMPLER, LANES>(stages, n_stages, im);                                         \
+    }
+LINK_SCORES(link_scores_scalar_1, SAMPLER_SCALAR, 1)
+LINK_SCORES(link_scores_cross_1, SAMPLER_CROSS, 1)
+LINK_SCORES(link_scores_sine_1, SAMPLER_SINE, 1)
+LINK_SCORES(link_scores_scalar_4, SAMPLER_SCALAR, 4)
+LINK_SCORES(link_scores_cross_4, SAMPLER_CROSS, 4)
+LINK_SCORES(link_scores_sine_4, SAMPLER_SINE, 4)
