@@ -370,6 +370,7 @@ class _Batch:
                                             max(cols for _, cols in model.input)), runs), _BLOCK)
         self._flush()
         self.forward.launch(stream, tracer.graphs)
+        model.upload_patches(tracer)
         self._launch("surface_probability", self.grid, _BLOCK)
         self._launch("surface_trust", (1, 1, count), (256, 1, 1))
         pixels = max(_rounded(rows) * _rounded(cols) for rows, cols in self.shapes)
@@ -457,13 +458,22 @@ class _ModelLayout:
             clicks = [surface.model_point(point, step).astype(np.float32) for point in (a, b)]
             self.clicks.append((*clicks[0], *clicks[1]))
             self.reach.append(surface.endpoint_reach(*clicks))
-        patches = [_patch_indices(a, *batch.shapes[k]) + _patch_indices(b, *batch.shapes[k])
-                   for k, (_, a, b) in enumerate(batch.windows)]
-        self.counts = [len(indices) for indices in patches]
+        # The patches' pixels are listed after the network's launch (upload_patches): only
+        # the kernels after it read them.
+        self._patch_windows = [(a, b, batch.shapes[k])
+                               for k, (_, a, b) in enumerate(batch.windows)]
+        self.counts = [_patch_size(a, *shape) + _patch_size(b, *shape)
+                       for a, b, shape in self._patch_windows]
         at = tracer.slot("surface_patches", 4 * max(sum(self.counts), 1))
         self.patches = [at + 4 * first for first in accumulate([0, *self.counts[:-1]])]
-        tracer.upload(np.fromiter(chain.from_iterable(patches), dtype=np.int32), at)
         self.quantiles = tuple(value / 100 for value in surface.STRETCH_PERCENTILES)
+
+    def upload_patches(self, tracer) -> None:
+        """Queue the upload of every window's endpoint patches' pixel indices (the
+        "surface_patches" slot, window after window)."""
+        tracer.upload(np.fromiter(chain.from_iterable(
+            _patch_indices(a, *shape) + _patch_indices(b, *shape)
+            for a, b, shape in self._patch_windows), dtype=np.int32), self.patches[0])
 
     def fields(self, run: int, base: int) -> tuple:
         """Run ``run``'s model fields in WINDOW_DTYPE's order, in five runs: (probability,
@@ -518,11 +528,24 @@ def _colour_models(windows: list, models: np.ndarray) -> None:
         models[rows, 2:2 + 2 * bands] = mean.reshape(len(rows), 2 * bands)
 
 
+def _patch_box(point, rows: int, cols: int) -> tuple[int, int, int, int]:
+    """First and end row, first and end column of core.scores.patch_colours' patch around
+    ``point`` (x, y) in a (rows, cols) window."""
+    radius = scores.PATCH_RADIUS
+    col, row = round(float(point[0])), round(float(point[1]))
+    return (max(row - radius, 0), min(row + radius + 1, rows), max(col - radius, 0),
+            min(col + radius + 1, cols))
+
+
+def _patch_size(point, rows: int, cols: int) -> int:
+    """Pixels of the patch around ``point`` in a (rows, cols) window (:func:`_patch_box`)."""
+    first_row, end_row, first, end = _patch_box(point, rows, cols)
+    return max(end_row - first_row, 0) * max(end - first, 0)
+
+
 def _patch_indices(point, rows: int, cols: int) -> list[int]:
     """Flat pixel indices (row * cols + col) of core.scores.patch_colours' patch around
     ``point`` (x, y) in a (rows, cols) window, in its order."""
-    radius = scores.PATCH_RADIUS
-    col, row = round(float(point[0])), round(float(point[1]))
-    first, last = max(col - radius, 0), min(col + radius + 1, cols)
-    return [index for r in range(max(row - radius, 0), min(row + radius + 1, rows))
-            for index in range(r * cols + first, r * cols + last)]
+    first_row, end_row, first, end = _patch_box(point, rows, cols)
+    return [index for r in range(first_row, end_row)
+            for index in range(r * cols + first, r * cols + end)]
