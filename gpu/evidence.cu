@@ -143,8 +143,80 @@ extern "C" __global__ void range_finish(const Window* __restrict__ windows, int 
     }
 }
 
+// numpy's pairwise summation of a contiguous float32 array (its FLOAT_pairwise_sum).
+__device__ float pairwise_sum(const float* a, int n)
+{
+    if (n < 8) {
+        float res = -0.0f;
+        for (int i = 0; i < n; ++i) res = __fadd_rn(res, a[i]);
+        return res;
+    }
+    if (n <= 128) {
+        float r[8];
+        for (int j = 0; j < 8; ++j) r[j] = a[j];
+        int i = 8;
+        for (; i < n - (n % 8); i += 8)
+            for (int j = 0; j < 8; ++j) r[j] = __fadd_rn(r[j], a[i + j]);
+        float res = __fadd_rn(__fadd_rn(__fadd_rn(r[0], r[1]), __fadd_rn(r[2], r[3])),
+                              __fadd_rn(__fadd_rn(r[4], r[5]), __fadd_rn(r[6], r[7])));
+        for (; i < n; ++i) res = __fadd_rn(res, a[i]);
+        return res;
+    }
+    int n2 = n / 2;
+    n2 -= n2 % 8;
+    return __fadd_rn(pairwise_sum(a, n2), pairwise_sum(a + n2, n - n2));
+}
+
+// numpy's float32 sum over a patch's pixels of one band's n values, as its reductions over the
+// pixel axis of a (n, bands) patch take them: pairwise where the values are contiguous (one
+// band), one after the other where they are strided (several bands).
+__device__ __forceinline__ float patch_sum(const float* values, int n, bool contiguous)
+{
+    if (contiguous) return __fadd_rn(0.0f, pairwise_sum(values, n));
+    float sum = 0.0f;
+    for (int i = 0; i < n; ++i) sum = __fadd_rn(sum, values[i]);
+    return sum;
+}
+
+#define PATCH_RADIUS 2  // core.scores.PATCH_RADIUS
+#define PATCH_PIXELS ((2 * PATCH_RADIUS + 1) * (2 * PATCH_RADIUS + 1))
+
+// core.scores.endpoint_similarity's colour models into models: thread e of a window's block
+// (0: a, 1: b) takes the (2r+1)^2 patch around its click (core.scores.patch_colours: the click
+// rounded half to even, the patch cut at the window's edges), its mean colour and spread
+// (patch.mean(axis=0) and patch.std(axis=0).mean() in numpy's float32 operations, divisions by
+// the count in float64), so the models equal the CPU's exactly.
+extern "C" __global__ void colour_models(Window* __restrict__ windows)
+{
+    Window& w = windows[blockIdx.z];
+    const int e = threadIdx.x;
+    if (e >= 2) return;
+    const int rows = w.rows, cols = w.cols, bands = w.bands;
+    const int col = (int)rint(w.centre[2 * e]), row = (int)rint(w.centre[2 * e + 1]);
+    const int r0 = max(row - PATCH_RADIUS, 0), r1 = min(row + PATCH_RADIUS + 1, rows);
+    const int c0 = max(col - PATCH_RADIUS, 0), c1 = min(col + PATCH_RADIUS + 1, cols);
+    const int n = max(r1 - r0, 0) * max(c1 - c0, 0);
+    float values[PATCH_PIXELS], spreads[MAX_BANDS];
+    for (int band = 0; band < bands; ++band) {
+        int i = 0;
+        for (int r = r0; r < r1; ++r)
+            for (int c = c0; c < c1; ++c) values[i++] = pixel(w.pix, w.pitch, bands, r, c, band);
+        const float mean = (float)__ddiv_rn((double)patch_sum(values, n, bands == 1), (double)n);
+        for (i = 0; i < n; ++i) {
+            const float difference = __fsub_rn(values[i], mean);
+            values[i] = __fmul_rn(difference, difference);
+        }
+        const float variance = (float)__ddiv_rn((double)patch_sum(values, n, bands == 1),
+                                                (double)n);
+        spreads[band] = __fsqrt_rn(variance);
+        w.models[2 + e * bands + band] = (double)mean;
+    }
+    w.models[e] = (double)(float)__ddiv_rn((double)__fadd_rn(0.0f, pairwise_sum(spreads, bands)),
+                                           (double)bands);
+}
+
 // core.scores.endpoint_similarity into sim. models: [spread_a, spread_b, mean_a[bands],
-// mean_b[bands]] (the means are float32 values), range from value_range.
+// mean_b[bands]] (the means are float32 values; colour_models), range from value_range.
 extern "C" __global__ void similarity(const Window* __restrict__ windows)
 {
     const Window& w = windows[blockIdx.z];

@@ -16,8 +16,9 @@ for an in-memory image), that image is uploaded once and kept on the device whil
 array is alive, and windows are read from it in place; the image's pixels are treated as
 read-only while it is resident. Other windows are uploaded on every call.
 
-Host-side arithmetic (the colour models of a and b, the σ = 1 mask kernel, the gradient kernels,
-the ``sine`` threshold) is core's own code, so constants and rounding are the CPU's. ``surface``
+Host-side arithmetic (the σ = 1 mask kernel, the gradient kernels, the ``sine`` threshold) is
+core's own code, so constants and rounding are the CPU's; the colour models of a and b are made
+on the device in numpy's float32 operations (the same values). ``surface``
 runs the learned model on the device too (:class:`gpu.network.DeviceNetwork`): its input planes,
 the network, the surface and path probabilities, the model's trust, the centring and the
 clicked-offset ridge of road lines (core/offset.py) never leave the device.
@@ -274,11 +275,10 @@ class _Batch:
                              ((top, bottom), (left, right)) in zip(shapes, pads, strict=True)]
         self.grid = (*_grid(max(rows for rows, _, _ in shapes),
                             max(cols for _, cols, _ in shapes)), count)
-        models = np.zeros((count, 2 + 2 * MAX_BANDS))
+        models = np.zeros(2 + 2 * MAX_BANDS)  # the colour models: made on the device
         bound = [(0, 0)] * count
         if pixels:
             bound = evidence._bind_windows(windows)
-            _colour_models(windows, models)
         self.planes, self.planes_bytes = _packed([4 * rows * cols
                                                   for rows, cols in self.plane_shapes])
         self.at_planes = at_planes = tracer.planes_slot(self.planes_bytes)
@@ -318,7 +318,7 @@ class _Batch:
                 at["mask"],
                 at["ahead"], at["behind"], *surface_fields[0], at["partial"],
                 at["partial"] + 8 * _RANGE_BLOCKS, at["kernel"], *surface_fields[1],
-                models[k], (ax, ay, bx, by, nx, ny, scores.WIDTH_REACH, scores.CENTRE_BLUR,
+                models, (ax, ay, bx, by, nx, ny, scores.WIDTH_REACH, scores.CENTRE_BLUR,
                             *evidence._mask_weights),
                 (ax, ay, cx, cy, cx * cx + cy * cy, offset.OPEN_WIDTH, offset.OFFSET_TOLERANCE,
                  scores.CENTRE_WEIGHT, scores.LENGTH_COST),
@@ -346,6 +346,7 @@ class _Batch:
         count = len(self.windows)
         self._launch("value_range", (blocks, 1, count), (256, 1, 1))
         self._launch("range_finish", (1, 1, count), (32, 1, 1), blocks)
+        self._launch("colour_models", (1, 1, count), (32, 1, 1))
         self._launch("similarity", self.grid, _BLOCK)
 
     def surface_model(self) -> None:
@@ -493,39 +494,6 @@ class _ModelLayout:
                 (self.clicks[run], self.reach[run], *surface.STRETCH_CLIP, 0.0),
                 (self.steps[run], *self.model[run], self.used[run], *self.input[run],
                  *self.forward.output_shapes[run][1:], self.counts[k]))
-
-
-def _colour_models(windows: list, models: np.ndarray) -> None:
-    """core.scores.endpoint_similarity's colour models of each window into ``models`` (count,
-    2 + 2 MAX_BANDS): the spreads of the patches at a and b, then their mean colours. Whole
-    patches of windows with the same bands are reduced together (numpy reduces a stack of
-    them in the same order as each alone: the same values)."""
-    side = 2 * scores.PATCH_RADIUS + 1
-    whole: dict = {}  # bands -> [(window index, patch at a, patch at b)]
-    for k, (window, a, b) in enumerate(windows):
-        patches = [scores.patch_colours(window, point, scores.PATCH_RADIUS) for point in (a, b)]
-        if all(len(patch) == side * side for patch in patches):
-            whole.setdefault(window.shape[2], []).append((k, *patches))
-            continue
-        for e, patch in enumerate(patches):
-            bands = window.shape[2]
-            models[k, e] = float(patch.std(axis=0).mean())
-            models[k, 2 + e * bands:2 + (e + 1) * bands] = patch.mean(axis=0)
-    count = np.intp(side * side)
-    for bands, members in whole.items():
-        stacked = np.empty((len(members), 2, side * side, bands), dtype=members[0][1].dtype)
-        for row, (_, at_a, at_b) in enumerate(members):
-            stacked[row, 0], stacked[row, 1] = at_a, at_b
-        rows = [k for k, _, _ in members]
-        # numpy's mean and std over axis 2, their ufuncs called as numpy's _mean and _var call
-        # them (the same values), the sum of the mean shared.
-        mean = np.add.reduce(stacked, axis=2, keepdims=True)
-        np.true_divide(mean, count, out=mean, casting="unsafe")
-        deviation = np.square(np.subtract(stacked, mean))
-        spread = np.add.reduce(deviation, axis=2)
-        np.sqrt(np.true_divide(spread, count, out=spread, casting="unsafe"), out=spread)
-        models[rows, :2] = spread.mean(axis=2)
-        models[rows, 2:2 + 2 * bands] = mean.reshape(len(rows), 2 * bands)
 
 
 def _patch_box(point, rows: int, cols: int) -> tuple[int, int, int, int]:

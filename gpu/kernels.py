@@ -67,10 +67,10 @@ assert WINDOW_DTYPE.itemsize == 800  # evidence.cu's static_assert
 #: and, for some, one integer.
 EVIDENCE_KERNELS = {
     **{name: "P" for name in (
-        "value_range", "similarity", "centre_kernel", "centre_blur_columns", "centre_blur_rows",
-        "surface_mask", "offset_runs", "offset_blur_rows", "model_planes", "surface_probability",
-        "percentile_finish", "model_input", "surface_trust", "surface_membership",
-        "pad_planes")},
+        "value_range", "colour_models", "similarity", "centre_kernel", "centre_blur_columns",
+        "centre_blur_rows", "surface_mask", "offset_runs", "offset_blur_rows", "model_planes",
+        "surface_probability", "percentile_finish", "model_input", "surface_trust",
+        "surface_membership", "pad_planes")},
     "range_finish": "Pi",                 # windows, value_range's blocks
     "percentile_pass": "Pi",              # windows, pass
     "gradient_columns": "PiiiiPiP",       # pixels, rows, cols, bands, pitch, weights, radius, tmp

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import pytest
 
 from core.scores import SCORE_KINDS, get_score_kind
@@ -42,27 +41,3 @@ def test_a_renamed_kind_gets_host_planes():
     implementation, reason = device_kind(renamed)
     assert implementation is None
     assert "'centre2' has no device implementation" in reason
-
-
-def test_device_colour_models_equal_the_cpus_exactly():
-    """The colour models the device's similarity kernel reads (gpu/evidence.py, whole patches
-    of many windows reduced together, clipped ones alone) are core.scores' values exactly."""
-    from core import scores
-    from gpu.evidence import _colour_models
-
-    rng = np.random.default_rng(0)
-    windows = []
-    for bands in (1, 3, 4, 3):
-        for _ in range(50):  # reflectances, 8-bit and 16-bit values
-            pixels = (rng.random((30, 40, bands)) * rng.choice([1.0, 255.0, 65535.0])
-                      * rng.uniform(0.1, 1.2)).astype(np.float32)
-            windows.append((pixels, rng.uniform((0, 0), (39, 29)), rng.uniform(3, 25, 2)))
-    models = np.zeros((len(windows), 2 + 2 * 16))
-    _colour_models(windows, models)
-    for k, (pixels, a, b) in enumerate(windows):
-        bands = pixels.shape[2]
-        for e, point in enumerate((a, b)):
-            patch = scores.patch_colours(pixels, point, scores.PATCH_RADIUS)
-            assert models[k, e] == float(patch.std(axis=0).mean())
-            np.testing.assert_array_equal(models[k, 2 + e * bands:2 + (e + 1) * bands],
-                                          patch.mean(axis=0))

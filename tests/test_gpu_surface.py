@@ -211,6 +211,40 @@ def _host_road_term(membership, a, b):
     return term.astype(np.float32), offset, scores.CENTRE_WEIGHT * centre
 
 
+def test_device_colour_models_equal_the_cpus_exactly(backend):
+    """The colour models the similarity kernel reads (evidence.cu's colour_models) are
+    core.scores' values exactly: 1 to 16 bands, reflectances, 8- and 16-bit values, whole
+    patches and patches cut at the window's edges."""
+    from core import scores
+    from gpu.engine import DeviceTracer
+    from gpu.evidence import DeviceEvidence, _Batch
+    from gpu.kernels import WINDOW_DTYPE
+
+    rng = np.random.default_rng(0)
+    windows = []
+    for bands in (1, 2, 3, 4, 9, 16):
+        for _ in range(40):
+            pixels = (rng.random((30, 40, bands)) * rng.choice([1.0, 255.0, 65535.0])
+                      * rng.uniform(0.1, 1.2)).astype(np.float32)
+            windows.append((pixels, rng.uniform((0, 0), (39, 29)), rng.uniform(3, 25, 2)))
+    with backend.context.active():
+        tracer = DeviceTracer(backend.context, "auto", "float64")
+        try:
+            batch = _Batch(DeviceEvidence(tracer), windows)
+            batch.similarity()
+            batch._flush()
+            models = tracer.download(batch.at, (len(windows),), WINDOW_DTYPE)["models"]
+        finally:
+            tracer.release()
+    for k, (pixels, a, b) in enumerate(windows):
+        bands = pixels.shape[2]
+        for e, point in enumerate((a, b)):
+            patch = scores.patch_colours(pixels, point, scores.PATCH_RADIUS)
+            assert models[k, e] == float(patch.std(axis=0).mean()), (k, e, bands)
+            np.testing.assert_array_equal(models[k, 2 + e * bands:2 + (e + 1) * bands],
+                                          patch.mean(axis=0))
+
+
 def test_device_road_term_equals_the_host_on_real_windows(backend, sample):
     """The clicked-offset ridge, the centring and their maximum on the device (float64 path)
     equal the host's on the sample cases' memberships (each case's colour similarity)."""
