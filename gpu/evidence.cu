@@ -143,28 +143,34 @@ extern "C" __global__ void range_finish(const Window* __restrict__ windows, int 
     }
 }
 
-// numpy's pairwise summation of a contiguous float32 array (its FLOAT_pairwise_sum).
-__device__ float pairwise_sum(const float* a, int n)
+// Addition rounded to nearest, never fused (numpy's float64 and float32 sums).
+__device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
+__device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
+
+// numpy's pairwise summation of a contiguous float64 or float32 array (what ndarray.sum()
+// computes: its DOUBLE_ and FLOAT_pairwise_sum).
+template <typename T>
+__device__ T pairwise_sum(const T* a, int n)
 {
     if (n < 8) {
-        float res = -0.0f;
-        for (int i = 0; i < n; ++i) res = __fadd_rn(res, a[i]);
+        T res = (T)-0.0;
+        for (int i = 0; i < n; ++i) res = add_rn(res, a[i]);
         return res;
     }
     if (n <= 128) {
-        float r[8];
+        T r[8];
         for (int j = 0; j < 8; ++j) r[j] = a[j];
         int i = 8;
         for (; i < n - (n % 8); i += 8)
-            for (int j = 0; j < 8; ++j) r[j] = __fadd_rn(r[j], a[i + j]);
-        float res = __fadd_rn(__fadd_rn(__fadd_rn(r[0], r[1]), __fadd_rn(r[2], r[3])),
-                              __fadd_rn(__fadd_rn(r[4], r[5]), __fadd_rn(r[6], r[7])));
-        for (; i < n; ++i) res = __fadd_rn(res, a[i]);
+            for (int j = 0; j < 8; ++j) r[j] = add_rn(r[j], a[i + j]);
+        T res = add_rn(add_rn(add_rn(r[0], r[1]), add_rn(r[2], r[3])),
+                       add_rn(add_rn(r[4], r[5]), add_rn(r[6], r[7])));
+        for (; i < n; ++i) res = add_rn(res, a[i]);
         return res;
     }
     int n2 = n / 2;
     n2 -= n2 % 8;
-    return __fadd_rn(pairwise_sum(a, n2), pairwise_sum(a + n2, n - n2));
+    return add_rn(pairwise_sum(a, n2), pairwise_sum(a + n2, n - n2));
 }
 
 // numpy's float32 sum over a patch's pixels of one band's n values, as its reductions over the
@@ -243,30 +249,6 @@ extern "C" __global__ void similarity(const Window* __restrict__ windows)
         best = fmaxf(best, (float)exp((double)d2));
     }
     w.sim[(size_t)r * cols + c] = best;
-}
-
-// numpy's pairwise summation of a contiguous float64 array (what ndarray.sum() computes).
-__device__ double pairwise_sum(const double* a, int n)
-{
-    if (n < 8) {
-        double res = -0.0;
-        for (int i = 0; i < n; ++i) res += a[i];
-        return res;
-    }
-    if (n <= 128) {
-        double r[8];
-        for (int j = 0; j < 8; ++j) r[j] = a[j];
-        int i = 8;
-        for (; i < n - (n % 8); i += 8)
-            for (int j = 0; j < 8; ++j) r[j] = __dadd_rn(r[j], a[i + j]);
-        double res = __dadd_rn(__dadd_rn(__dadd_rn(r[0], r[1]), __dadd_rn(r[2], r[3])),
-                               __dadd_rn(__dadd_rn(r[4], r[5]), __dadd_rn(r[6], r[7])));
-        for (; i < n; ++i) res = __dadd_rn(res, a[i]);
-        return res;
-    }
-    int n2 = n / 2;
-    n2 -= n2 % 8;
-    return __dadd_rn(pairwise_sum(a, n2), pairwise_sum(a + n2, n - n2));
 }
 
 // The sigma = 1 blur of the similarity at one pixel (columns first, then rows, as the whole-plane
