@@ -108,8 +108,8 @@ class TracingController(QObject):
             self._use_backend(backend, f"{note}: {error_text(exc)}")
             self.message.emit(f"{name} backend unavailable, using the CPU: {error_text(exc)}")
 
-        self.jobs.submit(Job(lambda: choose_backend(name), lambda chosen: self._use_backend(
-            *chosen), failed))
+        self.jobs.submit(Job(lambda: choose_backend(name, notify=self.message.emit),
+                             lambda chosen: self._use_backend(*chosen), failed))
         self.jobs.submit(Job(self._warm_up, lambda _: None, lambda _: None))
 
     def _warm_up(self) -> None:

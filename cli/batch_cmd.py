@@ -236,7 +236,8 @@ def run_batch(args: argparse.Namespace) -> int:
     if not args.scheduler and local_workers(args.workers, len(plan.tasks), int(gpu),
                                             segments) > 1:
         start_worker_server(modules)  # it imports what workers need while the backend is made
-    backend, backend_note = choose_backend(args.backend)  # resolve "auto" once, here
+    # Resolve "auto" once, here (the GPU's kernels built before the workers start).
+    backend, backend_note = choose_backend(args.backend, notify=lambda text: note(args, text))
     if args.backend == "auto" and backend.name != "gpu":
         note(args, f"using {backend_note}")
     for failure in plan.seed_failures:

@@ -116,7 +116,8 @@ def run(args: argparse.Namespace) -> int:
     from gpu.select import choose_backend
 
     refuse_overwriting_input(args.json, (args.image or sample_image_path(),), "--json")
-    backend, note = choose_backend(args.backend)
+    backend, note = choose_backend(args.backend,
+                                   notify=lambda text: print(f"note: {text}", file=sys.stderr))
     raster = load_image(args.image or sample_image_path())
     rng = np.random.default_rng(0)
     rows = []

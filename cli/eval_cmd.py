@@ -71,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
     methods = [OURS, *PEERS] if args.method == "all" else [args.method]
     backend = None
     if OURS in methods:
-        backend, backend_note = choose_backend(args.backend)
+        backend, backend_note = choose_backend(args.backend,
+                                               notify=lambda text: note(args, text))
         note(args, f"ours: {backend_note}")
     rasters = RasterCache()
     runs = {}

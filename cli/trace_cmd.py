@@ -179,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
     if given_crs is not None and named is not None and named != given_crs:
         note(args, f"{args.image}: the image or its .prj names the CRS "
                    f"{raster.georef.crs_name}, which wins over --image-crs {args.image_crs}")
-    backend, backend_note = choose_backend(args.backend)
+    backend, backend_note = choose_backend(args.backend, notify=lambda text: note(args, text))
     if args.backend == "auto" and backend.name != "gpu":
         note(args, f"using {backend_note}")
     if raster.band_note:

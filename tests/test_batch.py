@@ -577,9 +577,9 @@ def test_in_process_batch_traces_with_the_backend_it_chose(tmp_path, capsys, mon
     chosen = []
     choose = gpu.select.choose_backend
 
-    def counting(name="auto", batch=False):
+    def counting(name="auto", batch=False, notify=None):
         chosen.append(name)
-        return choose(name, batch)
+        return choose(name, batch, notify)
 
     monkeypatch.setattr("gpu.select.choose_backend", counting)
     code, _ = batch(capsys, images, seeds, tmp_path / "out", "--workers", "1")

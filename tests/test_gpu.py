@@ -106,6 +106,27 @@ def test_unavailable_gpu_names_the_reason():
         pytest.skip("pycuda is installed here")
 
 
+def test_a_gpu_backend_slow_to_start_is_announced_while_it_starts(monkeypatch):
+    """Building the kernels (the first use after an install) takes half a minute: the caller
+    hears of it after SLOW_START_SECONDS, and not at all from a backend that starts at once."""
+    import time
+
+    from gpu import select
+    from gpu.backend import GpuBackend
+
+    heard = []
+    monkeypatch.setattr(select, "SLOW_START_SECONDS", 0.05)
+    monkeypatch.setattr(GpuBackend, "create",
+                        classmethod(lambda cls, blocking_sync=False: time.sleep(0.5) or "slow"))
+    assert select.gpu_backend(notify=heard.append) == "slow"
+    assert heard == [select.SLOW_START_NOTE]
+    heard.clear()
+    monkeypatch.setattr(GpuBackend, "create", classmethod(lambda cls, blocking_sync=False: "fast"))
+    assert select.gpu_backend(notify=heard.append) == "fast"
+    time.sleep(0.2)  # the timer was cancelled: nothing comes later
+    assert heard == []
+
+
 # -- GPU ------------------------------------------------------------------------------------------
 
 
