@@ -124,7 +124,10 @@ class DeviceTracer:
         self._main = self.stream
         self._side = cuda.Stream()
         self._downloads = cuda.Stream()
-        self._joins = [cuda.Event(cuda.event_flags.DISABLE_TIMING) for _ in range(2)]
+        #: Where the side stream's block ends (the main stream waits for it), and where the
+        #: main stream is when a download is queued (the download stream waits for it).
+        self._side_done = cuda.Event(cuda.event_flags.DISABLE_TIMING)
+        self._main_ready = cuda.Event(cuda.event_flags.DISABLE_TIMING)
         #: With ``blocking_sync``, :meth:`synchronize` sleeps on this event instead of spinning.
         self._done = (cuda.Event(cuda.event_flags.BLOCKING_SYNC | cuda.event_flags.DISABLE_TIMING)
                       if blocking_sync else None)
@@ -202,8 +205,8 @@ class DeviceTracer:
             yield
         finally:
             self.stream = self._main
-            self._joins[0].record(self._side)
-            self._main.wait_for_event(self._joins[0])
+            self._side_done.record(self._side)
+            self._main.wait_for_event(self._side_done)
 
     def synchronize(self) -> None:
         """Wait for the queued work of every stream; upload staging is free again, and the
@@ -241,8 +244,8 @@ class DeviceTracer:
         if out.nbytes > self._download_host.size:
             self._download_host = self.cuda.pagelocked_empty(2 * out.nbytes, np.uint8)
         staged = self._download_host[:out.nbytes]
-        self._joins[1].record(self.stream)
-        self._downloads.wait_for_event(self._joins[1])
+        self._main_ready.record(self.stream)
+        self._downloads.wait_for_event(self._main_ready)
         self.cuda.memcpy_dtoh_async(staged, pointer, self._downloads)
         self._pending_downloads = [(out, staged)]
         return out

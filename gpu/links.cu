@@ -4,9 +4,9 @@
 // sampler, and score = L/K * sum_k term(x_k). Positions, interpolation and the sum are `real`:
 // float64 by default, positions and interpolation in the CPU's order of operations, so scores
 // agree with the CPU backend to rounding; float32 when built with -DREAL=float (GPUs with a low
-// float64 rate), which
-// interpolates in the cheaper two-lerp form. Samples on the window's far edge use its last two
-// pixels with weight 1 (the CPU's zero padding, with weight 0, gives the same value).
+// float64 rate), which interpolates in the cheaper two-lerp form. Samples on the window's far
+// edge use its last two pixels with weight 1 (the CPU's zero padding, with weight 0, gives the
+// same value).
 //
 // A link whose ends lie at least a pixel inside both the image and the window has every sample
 // inside both (the segment is convex, and a pixel is far more than the rounding of its
@@ -14,18 +14,17 @@
 // instructions.
 //
 // Evidence planes are interleaved per pixel: (rows, cols, P) float32, P = 1 (SCALAR) or 2
-// (CROSS, SINE: gx, gy). LANES neighbouring threads (1 or 4) compute one
-// link, lane l summing the samples l, l + LANES, ... (a link's samples spread over several
-// threads: a click's hundred thousand links of up to a hundred samples each fill the device with
-// shorter work), their sums added by warp shuffles; with LANES > 1 the sum's order is not the
-// CPU's, which moves a score by a few units of the last place. One 1-D grid covers every stage,
-// stage t owning the blocks (blockDim.x / LANES links each) from its first_block on (no idle
-// blocks for the short stages at a and b).
+// (CROSS, SINE: gx, gy). LANES neighbouring threads (1 or 4) compute one link, lane l summing
+// the samples l, l + LANES, ... (a link's samples spread over several threads: a click's hundred
+// thousand links of up to a hundred samples each fill the device with shorter work), their sums
+// added by warp shuffles; with LANES > 1 the sum's order is not the CPU's, which moves a score
+// by a few units of the last place. One 1-D grid covers every stage, stage t owning the blocks
+// (blockDim.x / LANES links each) from its first_block on (no idle blocks for the short stages
+// at a and b).
 
 #ifndef REAL
 #define REAL double
 #endif
-
 typedef REAL real;
 
 #define SAMPLER_SCALAR 0
