@@ -80,6 +80,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"with the GPU backend {GPU_WORKERS_PER_DEVICE} per GPU, at most "
                              "one per two cores, or 1 for a batch of at most "
                              f"{GPU_POOL_MIN_SEGMENTS} segments; 1 runs in this process)")
+    parser.add_argument("--no-mps", dest="mps", action="store_false",
+                        help="let local GPU workers share the GPU by turns instead of as clients "
+                             "of NVIDIA's Multi-Process Service (default: a running MPS daemon, "
+                             "or one started for the batch where the driver has "
+                             "nvidia-cuda-mps-control)")
     parser.add_argument("--scheduler", metavar="ADDRESS",
                         help="run on this Dask scheduler (tcp://HOST:PORT) instead of locally")
     parser.add_argument("--evidence-dir", metavar="DIR",
@@ -209,12 +214,35 @@ def run(args: argparse.Namespace) -> int:
 
 def run_batch(args: argparse.Namespace) -> int:
     """:func:`run` in an output folder this process owns."""
+    from core.batch import plan_batch
+    from gpu.mps import shared_gpu
+
+    start = time.perf_counter()
+    plan = plan_batch(args.images_dir, args.seeds, args.output, params_from_args(args),
+                      overwrite=args.overwrite, crs=args.crs, image_crs=args.image_crs,
+                      bands=args.bands, evidence_dir=args.evidence_dir)
+    segments = sum(task.most_segments for task in plan.tasks)
+    gpu = gpu_likely(args.backend)
+    pool = not args.scheduler and local_workers(args.workers, len(plan.tasks), int(gpu),
+                                                segments) > 1
+    with contextlib.ExitStack() as stack:
+        # Before any process here initialises CUDA (this one, the workers' server's children).
+        sharing = "turns"
+        if pool and gpu and args.mps and stack.enter_context(
+                shared_gpu(notify=lambda text: note(args, text))):
+            sharing = "mps"
+        return _run_planned(args, plan, segments, pool, sharing, start)
+
+
+def _run_planned(args: argparse.Namespace, plan, segments: int, pool: bool, sharing: str,
+                 start: float) -> int:
+    """:func:`run_batch` once planned: ``pool`` whether local workers are likely,
+    ``sharing`` how GPU workers share a GPU ("mps" or "turns")."""
     from tqdm import tqdm
 
     from core.batch import (
         batch_failed,
         images_per_call,
-        plan_batch,
         run_tasks,
         start_worker_server,
         summarize,
@@ -225,16 +253,8 @@ def run_batch(args: argparse.Namespace) -> int:
     from core.surface import UNKNOWN_GROUND_NOTE
     from core.tracer import reads_ground_resolution
     from gpu.select import choose_backend
-
-    start = time.perf_counter()
-    plan = plan_batch(args.images_dir, args.seeds, args.output, params_from_args(args),
-                      overwrite=args.overwrite, crs=args.crs, image_crs=args.image_crs,
-                      bands=args.bands, evidence_dir=args.evidence_dir)
-    segments = sum(task.most_segments for task in plan.tasks)
-    gpu = gpu_likely(args.backend)
-    modules = worker_modules(gpu)
-    if not args.scheduler and local_workers(args.workers, len(plan.tasks), int(gpu),
-                                            segments) > 1:
+    modules = worker_modules(gpu_likely(args.backend))
+    if pool:
         start_worker_server(modules)  # it imports what workers need while the backend is made
     # Resolve "auto" once, here (the GPU's kernels built before the workers start).
     backend, backend_note = choose_backend(args.backend, notify=lambda text: note(args, text))
@@ -278,6 +298,8 @@ def run_batch(args: argparse.Namespace) -> int:
                 "evidence_dir": args.evidence_dir,
                 "params": params_from_args(args).as_dict(),
                 "workers": workers,
+                "gpu_sharing": sharing if backend.name == "gpu" and workers and workers > 1
+                else None,
                 "scheduler": args.scheduler, "interrupted": interrupted}
     summary = summarize(plan, reports, time.perf_counter() - start, settings)
     write_summary(plan.out_dir, summary)
