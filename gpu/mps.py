@@ -112,9 +112,13 @@ def _stop_daemon(control: str, environment: dict, folder: Path) -> None:
     """Ask the daemon to quit and remove ``folder`` once it has: in a process of its own,
     since the daemon waits for its clients, this process among them (its CUDA context lives
     until it exits)."""
-    stop = ("import shutil, subprocess, sys; "
-            "subprocess.run([sys.argv[1]], input=b'quit\\n', capture_output=True); "
-            "shutil.rmtree(sys.argv[2], ignore_errors=True)")
+    stop = ("import os, shutil, subprocess, sys, time\n"
+            "subprocess.run([sys.argv[1]], input=b'quit\\n', capture_output=True)\n"
+            "for _ in range(100):  # the daemon may still be closing its files\n"
+            "    shutil.rmtree(sys.argv[2], ignore_errors=True)\n"
+            "    if not os.path.exists(sys.argv[2]):\n"
+            "        break\n"
+            "    time.sleep(0.1)\n")
     try:
         _CHILDREN.append(subprocess.Popen(
             [sys.executable, "-c", stop, control, str(folder)], env={**os.environ, **environment},

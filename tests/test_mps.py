@@ -23,21 +23,26 @@ from gpu import mps
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MPS is Linux's")
 
 #: The stand-in: ``-f`` opens pipe/control and runs until a client sends "quit" (writing its
-#: pid to pipe/pid); with FAIL set in the environment it exits at once instead.
+#: pid to pipe/pid); with FAIL set in the environment it exits at once instead. As the real
+#: one does, a client's "quit" returns once the daemon has closed.
 STAND_IN = textwrap.dedent("""\
     #!{python}
     import os, sys, time
     pipe = os.environ["CUDA_MPS_PIPE_DIRECTORY"]
+    control, quit = os.path.join(pipe, "control"), os.path.join(pipe, "quit")
     if sys.argv[1:] == ["-f"]:
         if os.environ.get("FAIL"):
             sys.exit(1)
         open(os.path.join(pipe, "pid"), "w").write(str(os.getpid()))
-        open(os.path.join(pipe, "control"), "w").close()
-        while not os.path.exists(os.path.join(pipe, "quit")):
+        open(control, "w").close()
+        while not os.path.exists(quit):
             time.sleep(0.01)
+        os.remove(control)
         sys.exit(0)
     if sys.stdin.read().strip() == "quit":
-        open(os.path.join(pipe, "quit"), "w").close()
+        open(quit, "w").close()
+        while os.path.exists(control):
+            time.sleep(0.01)
 """)
 
 
@@ -53,6 +58,10 @@ def control(tmp_path, monkeypatch):
     monkeypatch.delenv(mps.PIPE_VARIABLE, raising=False)
     monkeypatch.delenv(mps.LOG_VARIABLE, raising=False)
     monkeypatch.setattr(mps, "SYSTEM_PIPE", tmp_path / "no-system-daemon")
+    temporary = tmp_path / "tmp"  # private daemons' folders, here and in child processes
+    temporary.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temporary))
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
     return program
 
 
