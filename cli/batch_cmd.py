@@ -16,7 +16,9 @@ GPU workers: locally, ``--backend gpu --workers N`` starts N worker processes, w
 seeing only GPU *i* mod the number of GPUs (``CUDA_VISIBLE_DEVICES``); by default
 ``GPU_WORKERS_PER_DEVICE`` per GPU (at most one per two cores; none, in this process, for a
 batch of at most ``GPU_POOL_MIN_SEGMENTS`` segments): a trace of a short segment is mostly
-host work, so several processes keep one GPU busy. On a cluster, start
+host work, so several processes keep one GPU busy, as clients of NVIDIA MPS (a running
+daemon, or one started for the batch: :func:`gpu.mps.shared_gpu`; ``--no-mps``: by turns,
+several times slower). On a cluster, start
 single-threaded workers with ``CUDA_VISIBLE_DEVICES`` set, e.g. ``CUDA_VISIBLE_DEVICES=0
 dask worker tcp://HOST:8786 --nworkers 8 --nthreads 1`` (and so on for each GPU), where the
 project is importable (run it from the project's folder or install it).
