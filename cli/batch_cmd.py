@@ -229,17 +229,18 @@ def run_batch(args: argparse.Namespace) -> int:
                                                 segments) > 1
     with contextlib.ExitStack() as stack:
         # Before any process here initialises CUDA (this one, the workers' server's children).
-        sharing = "turns"
+        sharing, sharing_notes = "turns", []
         if pool and gpu and args.mps and stack.enter_context(
-                shared_gpu(notify=lambda text: note(args, text))):
+                shared_gpu(notify=sharing_notes.append)):
             sharing = "mps"
-        return _run_planned(args, plan, segments, pool, sharing, start)
+        return _run_planned(args, plan, segments, pool, sharing, sharing_notes, start)
 
 
 def _run_planned(args: argparse.Namespace, plan, segments: int, pool: bool, sharing: str,
-                 start: float) -> int:
+                 sharing_notes: list[str], start: float) -> int:
     """:func:`run_batch` once planned: ``pool`` whether local workers are likely,
-    ``sharing`` how GPU workers share a GPU ("mps" or "turns")."""
+    ``sharing`` how GPU workers share a GPU ("mps" or "turns"), ``sharing_notes`` why not
+    under MPS (told only once the backend is known to be the GPU's)."""
     from tqdm import tqdm
 
     from core.batch import (
@@ -262,6 +263,9 @@ def _run_planned(args: argparse.Namespace, plan, segments: int, pool: bool, shar
     backend, backend_note = choose_backend(args.backend, notify=lambda text: note(args, text))
     if args.backend == "auto" and backend.name != "gpu":
         note(args, f"using {backend_note}")
+    if backend.name == "gpu":
+        for text in sharing_notes:
+            note(args, text)
     for failure in plan.seed_failures:
         print(f"bad seed: {one_line(failure.describe())}", file=sys.stderr)
     if plan.skipped:

@@ -59,14 +59,14 @@ def shared_gpu(notify=None) -> Iterator[bool]:
     if running_daemon() is not None:
         yield True
         return
-    control = shutil.which(CONTROL)
-    if control is None or not sys.platform.startswith("linux"):
-        notify(f"NVIDIA MPS is not available here ({CONTROL} not found): {BY_TURNS}")
+    control = shutil.which(CONTROL) if sys.platform.startswith("linux") else None
+    if control is None:
+        notify(f"NVIDIA MPS is not available here (no {CONTROL}): {BY_TURNS}")
         yield False
         return
     folder = Path(tempfile.mkdtemp(prefix="roadtracer-mps-"))
     environment = {PIPE_VARIABLE: str(folder / "pipe"), LOG_VARIABLE: str(folder / "log")}
-    if _start_daemon(control, environment) is None:
+    if not _start_daemon(control, environment):
         shutil.rmtree(folder, ignore_errors=True)
         notify(f"NVIDIA MPS did not start ({CONTROL} -f; its log would be in "
                f"{environment[LOG_VARIABLE]}): {BY_TURNS}")
@@ -85,9 +85,9 @@ def shared_gpu(notify=None) -> Iterator[bool]:
         _stop_daemon(control, environment, folder)
 
 
-def _start_daemon(control: str, environment: dict) -> subprocess.Popen | None:
-    """A control daemon in the foreground, a child of this thread that the kernel ends
-    (SIGTERM) when this thread does; None if it does not open its control socket in
+def _start_daemon(control: str, environment: dict) -> bool:
+    """Start a control daemon in the foreground, a child of this thread that the kernel ends
+    (SIGTERM) when this thread does; False if it does not open its control socket in
     ``START_SECONDS``."""
     for folder in environment.values():
         Path(folder).mkdir()
@@ -96,16 +96,16 @@ def _start_daemon(control: str, environment: dict) -> subprocess.Popen | None:
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL, preexec_fn=_end_with_parent)
     except OSError:
-        return None
+        return False
     deadline = time.monotonic() + START_SECONDS
     while running_daemon(environment) is None:
         if daemon.poll() is not None or time.monotonic() > deadline:
             daemon.terminate()
             daemon.wait()
-            return None
+            return False
         time.sleep(0.005)
     _CHILDREN.append(daemon)
-    return daemon
+    return True
 
 
 def _stop_daemon(control: str, environment: dict, folder: Path) -> None:

@@ -207,3 +207,24 @@ def test_gpu_batch_workers_share_the_gpu_under_mps(tmp_path):
     while set(Path(tempfile.gettempdir()).glob("roadtracer-mps-*")) != before:
         assert time.monotonic() < deadline, "the private MPS daemon's folder is left behind"
         time.sleep(0.1)
+
+
+def test_no_sharing_note_when_the_batch_does_not_trace_on_the_gpu(control, monkeypatch, tmp_path,
+                                                                   capsys):
+    """A batch that might have used the GPU (``--backend auto`` where pycuda is installed) but
+    traces on the CPU says nothing of how GPU workers would share it."""
+    import cli.batch_cmd
+    from cli import main as cli_main
+
+    control.unlink()  # MPS unavailable: the note it would give must not be told
+    monkeypatch.setattr(cli.batch_cmd, "gpu_likely", lambda backend: True)
+    root = Path(__file__).resolve().parent.parent
+    subprocess.run([sys.executable, str(root / "benchmarks" / "batch_workload.py"),
+                    str(tmp_path / "work"), "2"], check=True, capture_output=True)
+    out = tmp_path / "out"
+    code = cli_main(["batch", str(tmp_path / "work" / "images"), "--seeds",
+                     str(tmp_path / "work" / "seeds.geojson"), "-o", str(out),
+                     "--backend", "cpu", "--workers", "2"])
+    assert code == 0
+    assert "MPS" not in capsys.readouterr().err
+    assert json.loads((out / "summary.json").read_text())["gpu_sharing"] is None
