@@ -22,6 +22,8 @@ CORRIDOR_COLOUR = QColor(255, 255, 255, 150)
 ZOOM_LIMITS = (1 / 64, 64.0)
 #: Screen pixels within which a click grabs a vertex or picks a line.
 GRAB_RADIUS = 7.0
+#: Screen px the mouse moves with the button held on a line before the press is a drag.
+DRAG_START = 4
 
 
 def score_colours(segment: Segment, low: float, high: float) -> list[QColor]:
@@ -218,7 +220,8 @@ class Canvas(QGraphicsView):
     """Zoom (wheel, around the cursor), pan (middle drag or Space + drag), click to trace.
 
     Left click traces (Shift or Ctrl held: straight segment), double-click finishes, a drag on a
-    vertex moves it, Alt + click selects a segment.
+    vertex moves it, a drag on a line (not drawing) adds a vertex there, Alt + click selects a
+    segment.
 
     Signals
     -------
@@ -251,6 +254,9 @@ class Canvas(QGraphicsView):
         self._space_held = False
         self._pan_from: QPointF | None = None
         self._drag: tuple[int, int] | None = None  # line id, anchor index
+        #: A press on a line: (line id, segment index, scene point, view position); a drag
+        #: from it adds a vertex to that segment, a click there starts a line on it.
+        self._split: tuple[int, int, tuple[float, float], QPointF] | None = None
         model.subscribe(lambda change: self.sync_lines(change.line_ids))
         controller.changed.connect(self._overlay_changed)
         controller.selection_changed.connect(self._selection_changed)
@@ -410,6 +416,10 @@ class Canvas(QGraphicsView):
             if self._drag is not None:
                 self.controller.select(self._drag[0])
                 return
+            segment = self.model.segment_at((x, y), self._grab_radius())
+            if segment is not None:  # a click or the start of a drag: told apart on moving
+                self._split = (*segment, (x, y), event.position())
+                return
         self._press(x, y, event)
 
     def _press(self, x: float, y: float, event) -> None:
@@ -431,6 +441,16 @@ class Canvas(QGraphicsView):
             return
         x, y = self._scene_xy(event)
         self.cursor_moved.emit(x, y)
+        if self._split is not None:
+            line = self.model.line(self._split[0])
+            moved = event.position() - self._split[3]
+            if line is not None and (self._overlay.drag_lines is not None
+                                     or max(abs(moved.x()), abs(moved.y())) >= DRAG_START):
+                index = self._split[1]
+                self._overlay.drag_lines = np.array(
+                    [line.anchors[index], (x, y), line.anchors[index + 1]], dtype=np.float64)
+                self._overlay_changed()
+            return
         if self._drag is not None:
             line = self.model.line(self._drag[0])
             if line is not None:
@@ -452,6 +472,19 @@ class Canvas(QGraphicsView):
             self._pan_from = None
             self.viewport().setCursor(Qt.CursorShape.OpenHandCursor if self._space_held
                                       else Qt.CursorShape.ArrowCursor)
+            return
+        if self._split is not None and event.button() == Qt.MouseButton.LeftButton:
+            line_id, index, pressed, _ = self._split
+            dragged = self._overlay.drag_lines is not None
+            self._split = self._overlay.drag_lines = None
+            if dragged:  # dropped on another line: exactly on it
+                x, y = self._scene_xy(event)
+                target = self._snap_target(x, y, exclude=line_id)
+                self.controller.split_segment(line_id, index, target or (x, y),
+                                              exact=target is not None)
+            else:  # a click on a line starts a new line on it (a junction)
+                self._press(*pressed, event)
+            self._overlay_changed()
             return
         if self._drag is not None and event.button() == Qt.MouseButton.LeftButton:
             line_id, index = self._drag

@@ -13,7 +13,9 @@ from core.tracer import TraceParams
 @dataclass(frozen=True)
 class Retrace:
     """Trace segments of ``line`` again between ``anchors`` (same count as the line's), with
-    ``params[i]`` for segment i (None: straight), and make the line ``kind`` if given.
+    ``params[i]`` for segment i (None: straight), and make the line ``kind`` if given. With
+    ``split``, ``anchors`` has one more anchor than the line: segment ``split`` becomes the
+    two segments ``split`` and ``split + 1`` through the new ``anchors[split + 1]``.
 
     The result applies only to the line as it was when the command was made: an edit in
     between (undo, another drag) makes it stale.
@@ -24,6 +26,7 @@ class Retrace:
     params: dict[int, TraceParams | None]
     label: str
     kind: str | None = None
+    split: int | None = None
 
     @classmethod
     def move_anchor(cls, line: Line, index: int, point: Point) -> Retrace:
@@ -33,6 +36,16 @@ class Retrace:
         indices = [i for i in (index - 1, index) if 0 <= i < len(line.segments)]
         return cls(line, tuple(anchors), {i: line.segments[i].request for i in indices},
                    "Move vertex")
+
+    @classmethod
+    def split_segment(cls, line: Line, index: int, point: Point) -> Retrace:
+        """A new anchor at ``point`` inside segment ``index`` (a point of the segment dragged
+        onto the right road): both halves traced as that segment was (straight stays
+        straight)."""
+        anchors = (*line.anchors[:index + 1], point, *line.anchors[index + 1:])
+        request = line.segments[index].request
+        return cls(line, anchors, {index: request, index + 1: request}, "Add vertex",
+                   split=index)
 
     @classmethod
     def with_params(cls, line: Line, segment: int | None, params: TraceParams) -> Retrace:
@@ -62,6 +75,9 @@ class Retrace:
     def apply(self, model: LinesModel, segments: tuple[Segment, ...],
               origin: object = None) -> Line:
         """Put the traced ``segments`` (one per request) into the model as one undo step."""
+        if self.split is not None:
+            return model.split_segment(self.line.id, self.split, self.anchors[self.split + 1],
+                                       tuple(segments), self.label, origin)
         return model.replace_segments(self.line.id, self.anchors,
                                       dict(zip(self.params, segments, strict=True)), self.label,
                                       self.kind, origin)

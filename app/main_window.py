@@ -237,6 +237,7 @@ class MainWindow(QMainWindow):
             "Click: start a line / trace to here · Shift or Ctrl + click: straight segment\n"
             "Double-click or Enter: finish · Esc: cancel segment · Backspace: remove last segment\n"
             "Ctrl+Z / Ctrl+Shift+Z: undo / redo · Drag a vertex: move it (re-traces)\n"
+            "Drag a line elsewhere: add a vertex there (re-traces through it)\n"
             "Alt + click: select a segment · Wheel: zoom · Middle drag or Space + drag: pan\n"
             "F: fit to window · G: corridor and guides · S: colour by score · E: evidence raster"))
 

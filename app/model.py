@@ -170,6 +170,21 @@ class LinesModel:
     def lines(self) -> tuple[Line, ...]:
         return self._lines
 
+    def segment_at(self, point, tolerance: float) -> tuple[int, int] | None:
+        """(line id, segment index) of the visible segment nearest to ``point`` (x, y), if
+        within ``tolerance`` px."""
+        best = None
+        for line in self._lines:
+            low, high = line.bounds
+            if not line.visible or np.any(np.asarray(point) < low - tolerance) \
+                    or np.any(np.asarray(point) > high + tolerance):
+                continue
+            for index, segment in enumerate(line.segments):
+                distance = float(distance_to_polyline([point], segment.polyline)[0])
+                if distance <= tolerance and (best is None or distance < best[0]):
+                    best = (distance, line.id, index)
+        return None if best is None else (best[1], best[2])
+
     def line(self, line_id: int | None) -> Line | None:
         return next((line for line in self._lines if line.id == line_id), None)
 
@@ -296,6 +311,21 @@ class LinesModel:
         merged = tuple(segments.get(i, s) for i, s in enumerate(line.segments))
         return self._replace_line(replace(line, anchors=tuple(anchors), segments=merged,
                                           kind=kind or line.kind), label, origin)
+
+    def split_segment(self, line_id: int, index: int, point: Point,
+                      halves: tuple[Segment, Segment], label: str,
+                      origin: object = None) -> Line:
+        """Segment ``index`` split at a new anchor ``point`` into ``halves`` (from its start
+        anchor to ``point``, and from ``point`` to its end anchor)."""
+        line = self._require(line_id)
+        if not 0 <= index < len(line.segments):
+            raise ValueError(f"line {line_id} has no segment {index}")
+        if len(halves) != 2:
+            raise ValueError(f"expected 2 halves, got {len(halves)}")
+        anchors = (*line.anchors[:index + 1], tuple(point), *line.anchors[index + 1:])
+        segments = (*line.segments[:index], *halves, *line.segments[index + 1:])
+        return self._replace_line(replace(line, anchors=anchors, segments=segments), label,
+                                  origin)
 
     def rename(self, line_id: int, name: str, origin: object = None) -> Line:
         return self._replace_line(replace(self._require(line_id), name=name), "Rename line",

@@ -20,7 +20,7 @@ from app.drawing import DrawState, LineDrawing
 from app.edits import Retrace
 from app.imports import ImportRunner
 from app.jobs import Job, JobQueue
-from app.model import LinesModel, ModelChange, Point, Segment, distance_to_polyline
+from app.model import LinesModel, ModelChange, Point, Segment
 from app.previews import PreviewScheduler
 from app.traces import TraceOutcome, TraceRequest, error_text, run_requests, snap, trace_anchors
 from core.errors import TraceError
@@ -292,16 +292,9 @@ class TracingController(QObject):
 
     def select_at(self, point, tolerance: float) -> bool:
         """Select the visible segment nearest to a point, if within ``tolerance`` px."""
-        best = (tolerance, None, None)
-        for line in self.model.lines:
-            if not line.visible:
-                continue
-            for index, segment in enumerate(line.segments):
-                distance = float(distance_to_polyline([point], segment.polyline)[0])
-                if distance <= best[0]:
-                    best = (distance, line.id, index)
-        self.select(best[1], best[2])
-        return best[1] is not None
+        found = self.model.segment_at(point, tolerance)
+        self.select(*(found or (None, None)))
+        return found is not None
 
     def move_anchor(self, line_id: int, index: int, point, exact: bool = False) -> None:
         """Move a vertex of a line (to the pixel centre nearest to ``point`` unless
@@ -314,6 +307,21 @@ class TracingController(QObject):
             self.lines_stale.emit()
             return
         self._run(Retrace.move_anchor(line, index, p))
+
+    def split_segment(self, line_id: int, index: int, point, exact: bool = False) -> None:
+        """Add a vertex to segment ``index`` of a line at ``point`` (the pixel centre nearest
+        to it unless ``exact``); the segment's two halves are traced."""
+        line = self.model.line(line_id)
+        if line is None or self.raster is None or not 0 <= index < len(line.segments):
+            return
+        p = self._snapped_inside(point, "vertex", exact)
+        if p is None:
+            self.lines_stale.emit()
+            return
+        if min(np.hypot(*(np.asarray(line.anchors[k]) - p)) for k in (index, index + 1)) < 2:
+            self.lines_stale.emit()  # dropped on an end of the segment: nothing to split
+            return
+        self._run(Retrace.split_segment(line, index, p))
 
     def retrace_selection(self) -> None:
         """Re-trace the selected segment (or every traced segment of the selected line)."""

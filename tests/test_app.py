@@ -264,6 +264,33 @@ def test_dragging_a_vertex_retraces_both_neighbours(make_window, qtbot):
     assert window.model.lines[0].anchors == (A, B, C)
 
 
+def test_dragging_a_line_adds_a_vertex_there(make_window, qtbot):
+    window = make_window()
+    click(qtbot, window, A)
+    click_and_wait(qtbot, window, B)
+    click_and_wait(qtbot, window, C)
+    window.controller.finish()
+    before = window.model.lines[0]
+    grabbed = before.segments[1].polyline[len(before.segments[1].polyline) // 2]
+    dropped = (round(grabbed[0]) + 4.0, round(grabbed[1]) - 3.0)
+    viewport = window.canvas.viewport()
+    qtbot.mousePress(viewport, Qt.MouseButton.LeftButton, pos=view_pos(window, grabbed))
+    qtbot.mouseMove(viewport, view_pos(window, dropped))
+    with qtbot.waitSignal(window.controller.traced, timeout=30_000):
+        qtbot.mouseRelease(viewport, Qt.MouseButton.LeftButton, pos=view_pos(window, dropped))
+    line = window.model.lines[0]
+    assert line.anchors == (A, B, dropped, C)
+    assert line.segments[0] is before.segments[0]
+    assert tuple(line.segments[1].polyline[-1]) == dropped == tuple(line.segments[2].polyline[0])
+    assert window.model.undo_label == "Add vertex"
+    window.controller.undo()
+    assert window.model.lines[0].anchors == (A, B, C)
+    # A click on the line (no drag) still starts a new line there.
+    qtbot.mouseClick(viewport, Qt.MouseButton.LeftButton, pos=view_pos(window, grabbed))
+    assert window.controller.drawing
+    assert len(window.model.lines) == 1
+
+
 def test_changing_a_parameter_retraces_the_selected_segment(make_window, qtbot):
     window = make_window()
     click(qtbot, window, A)

@@ -249,6 +249,42 @@ def test_retrace_commands_choose_their_segments():
     assert not moved.is_current(model)  # made for the line before the move
 
 
+def test_a_split_adds_a_vertex_and_traces_both_halves_as_the_segment_was():
+    model = LinesModel()
+    line = model.add_line((0.0, 0.0), (10.0, 0.0), bent((0.0, 0.0), (10.0, 0.0)))
+    line = model.append_segment(line.id, (20.0, 0.0), Segment.straight((10, 0), (20, 0)))
+    line = model.append_segment(line.id, (30.0, 0.0), bent((20.0, 0.0), (30.0, 0.0)))
+    split = Retrace.split_segment(line, 1, (15.0, 4.0))
+    assert [(r.a, r.b) for r in split.requests] == [((10.0, 0.0), (15.0, 4.0)),
+                                                     ((15.0, 4.0), (20.0, 0.0))]
+    assert list(split.params.values()) == [None, None]  # a straight segment stays straight
+    traced = Retrace.split_segment(line, 2, (25.0, 2.0))
+    assert all(p is line.segments[2].request for p in traced.params.values())
+    halves = tuple(Segment.straight(r.a, r.b) for r in split.requests)
+    result = split.apply(model, halves)
+    assert result.anchors == ((0.0, 0.0), (10.0, 0.0), (15.0, 4.0), (20.0, 0.0), (30.0, 0.0))
+    assert result.segments[0] is line.segments[0]
+    assert result.segments[3] is line.segments[2]
+    assert result.segments[1:3] == halves
+    assert model.undo_label == "Add vertex"
+    assert not traced.is_current(model)  # made for the line before the split
+    model.undo()
+    assert model.line(line.id).anchors == line.anchors
+    with pytest.raises(ValueError, match="no segment 3"):
+        model.split_segment(line.id, 3, (1.0, 1.0), halves, "Add vertex")
+
+
+def test_segment_at_finds_the_nearest_visible_segment():
+    model = LinesModel()
+    line = model.add_line((0.0, 0.0), (10.0, 0.0), Segment.straight((0, 0), (10, 0)))
+    line = model.append_segment(line.id, (10.0, 10.0), Segment.straight((10, 0), (10, 10)))
+    assert model.segment_at((4.0, 1.0), 2.0) == (line.id, 0)
+    assert model.segment_at((9.0, 6.0), 2.0) == (line.id, 1)
+    assert model.segment_at((4.0, 5.0), 2.0) is None
+    model.set_visible(line.id, False)
+    assert model.segment_at((4.0, 1.0), 2.0) is None
+
+
 def test_an_import_joins_the_model_as_one_step_or_not_at_all():
     model, host = LinesModel(), FakeHost()
     runner = ImportRunner(model, host)
