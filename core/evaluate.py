@@ -22,7 +22,14 @@ from pathlib import Path
 import numpy as np
 
 from core.errors import BadParameter, TraceError
-from core.metrics import FAILED, PathMetrics, line_shift, path_metrics
+from core.metrics import (
+    FAILED,
+    PathMetrics,
+    densify,
+    line_shift,
+    path_metrics,
+    point_to_polyline,
+)
 from core.output import read_json
 from core.raster import Raster, load_image
 from core.tracer import TraceParams, trace, with_evidence_from
@@ -30,6 +37,8 @@ from core.tracer import TraceParams, trace, with_evidence_from
 #: Metric names in report order (fields of :class:`PathMetrics`) plus latency.
 METRICS = tuple(f.name for f in fields(PathMetrics))
 OURS = "ours"
+#: A line is good once this share of the true line lies within 5 px of it (corrections).
+GOOD_COMPLETENESS_5 = 0.9
 
 
 @dataclass(frozen=True)
@@ -283,6 +292,78 @@ def evaluate(cases: list[Case], method: str, params: TraceParams | None = None, 
         if progress is not None:
             progress()
     return results
+
+
+def corrections_needed(function: Callable, case: Case, raster: Raster, most: int
+                       ) -> int | None:
+    """How many vertices a user adds before the line of ``function`` (a method
+    ``(raster, a, b) -> polyline``) is good (completeness @5 px ≥ ``GOOD_COMPLETENESS_5``):
+    each one where the line misses the road worst (the true line's point farthest from it),
+    the line then traced leg by leg through the vertices, as the app does when a point of a
+    line is dragged onto the road. 0 to ``most``, or None when it is not good after ``most``
+    or a leg fails."""
+    truth, _ = densify(case.gt)
+    stops = [(-1, case.a), (len(truth), case.b)]  # (place along the true line, vertex)
+    for added in range(most + 1):
+        try:
+            legs = [np.asarray(function(raster, p, q), dtype=np.float64)
+                    for (_, p), (_, q) in zip(stops[:-1], stops[1:], strict=False)]
+        except Exception:  # noqa: BLE001 - a failed leg: as a failed case in run_case
+            return None
+        polyline = np.vstack([legs[0], *(leg[1:] for leg in legs[1:])])
+        if path_metrics(polyline, case.gt).completeness_5 >= GOOD_COMPLETENESS_5:
+            return added
+        if added < most:
+            worst = int(np.argmax(point_to_polyline(truth, polyline)))
+            stops = sorted([*stops, (worst, truth[worst])], key=lambda stop: stop[0])
+    return None
+
+
+def corrections(cases: list[Case], method: str, most: int, params: TraceParams | None = None,
+                backend=None, rasters: RasterCache | None = None,
+                evidence_dir: str | os.PathLike | None = None,
+                progress: Callable[[], object] | None = None) -> list[int | None]:
+    """:func:`corrections_needed` of every case for ``method`` (``evidence_dir`` and
+    ``progress`` as for :func:`evaluate`)."""
+    rasters = rasters or RasterCache()
+    needed = []
+    for case in cases:
+        function = (method_function(method, case_params(params, case, evidence_dir), backend)
+                    if method == OURS else method_function(method))
+        needed.append(corrections_needed(function, case, rasters.get(case.image), most))
+        if progress is not None:
+            progress()
+    return needed
+
+
+def corrections_summary(cases: list[Case], needed: list[int | None], most: int) -> dict:
+    """Per group (``all`` and every tag): n, and the share of its cases whose line is good
+    after at most k added vertices, k = 0 … ``most`` (``good_after``, a list)."""
+    groups = {"all": list(range(len(cases)))}
+    for tag in sorted({tag for case in cases for tag in case.tags}):
+        groups[tag] = [i for i, case in enumerate(cases) if tag in case.tags]
+    return {group: {"n": len(members),
+                    "good_after": [float(np.mean([needed[i] is not None and needed[i] <= k
+                                                  for i in members])) for k in range(most + 1)]}
+            for group, members in groups.items()}
+
+
+def corrections_report(cases: list[Case], needed: dict[str, list[int | None]], most: int
+                       ) -> tuple[str, dict]:
+    """The text and the ``corrections`` member of a report of :func:`corrections` runs:
+    ``needed`` maps each method to its counts, case by case."""
+    lines = [f"good lines ({GOOD_COMPLETENESS_5:.0%} of the road within 5 px) with 0 to "
+             f"{most} vertices added, each where the line misses worst:"]
+    document = {"most": most, "good_completeness_5": GOOD_COMPLETENESS_5, "methods": {}}
+    for method, counts in needed.items():
+        summary = corrections_summary(cases, counts, most)
+        lines.append(f"  {method:<12} " + "; ".join(
+            f"{group} " + " / ".join(f"{share:.0%}" for share in summary[group]["good_after"])
+            for group in ("all", "nontrivial") if group in summary))
+        document["methods"][method] = {
+            "summary": summary,
+            "cases": {case.id: count for case, count in zip(cases, counts, strict=True)}}
+    return "\n".join(lines), document
 
 
 def _statistics(values: np.ndarray) -> dict:

@@ -31,6 +31,8 @@ from core.errors import BadParameter  # noqa: E402
 from core.evaluate import (  # noqa: E402
     OURS,
     RasterCache,
+    corrections,
+    corrections_report,
     evaluate,
     format_summary,
     load_cases,
@@ -81,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--model", action="append", metavar="PREFIXES=MODEL",
                        help="trace images whose name starts with a prefix by MODEL (repeatable)")
     parser.add_argument("--line-kind", default="road", choices=("road", "river"))
+    parser.add_argument("--corrections", type=int, metavar="N",
+                        help="also the share of good lines with up to N vertices added, as "
+                             "eval --corrections")
     parser.add_argument("--json", metavar="OUT",
                         help="write the per-case report (one cases file only), as eval --json")
     args = parser.parse_args(argv)
@@ -102,18 +107,27 @@ def main(argv: list[str] | None = None) -> int:
             for model in by_model:
                 if not model.is_file():
                     raise BadParameter(f"model {model} not found")
-            rasters, results = RasterCache(), []
+            rasters, results, traced, needed = RasterCache(), [], [], []
             for model, cases in by_model.items():
                 core.surface.MODEL_PATH = model
                 results += evaluate(cases, OURS, params, rasters=rasters)
+                if args.corrections is not None:
+                    traced += cases
+                    needed += corrections(cases, OURS, args.corrections, params,
+                                          rasters=rasters)
             print(path + (f" ({skipped} cases on images no model is given for: skipped)"
                           if skipped else ""))
             if not results:
                 raise BadParameter(f"{path}: no case lies on an image a model is given for")
             print(format_summary(f"{OURS} (model without the image)", summarise(results)))
+            document = report_document({OURS: results}, params)
+            if args.corrections is not None:
+                text, document["corrections"] = corrections_report(
+                    traced, {OURS: needed}, args.corrections)
+                print(text)
             if args.json:
                 with open(args.json, "w", encoding="utf-8") as handle:
-                    json.dump(report_document({OURS: results}, params), handle)
+                    json.dump(document, handle)
     except BadParameter as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import core.surface
-from core.evaluate import OURS, evaluate, load_cases
+from core.evaluate import OURS, corrections, evaluate, load_cases
 from core.tracer import TraceParams
 from tests.conftest import ROOT, load_script
 
@@ -48,6 +48,19 @@ def test_prefix_models_trace_their_images_as_eval_does(crossval, tmp_path, capsy
     assert sorted(lines) == sorted(result.case.id for result in expected)
     for result in expected:
         np.testing.assert_allclose(lines[result.case.id], result.polyline, atol=0.01)
+
+
+def test_corrections_are_counted_with_each_images_model(crossval, tmp_path, capsys):
+    model = tmp_path / "no_other_source.onnx"
+    shutil.copyfile(MODEL, model)
+    report = tmp_path / "report.json"
+    assert crossval.main([str(CASES), "--model", f"gsi_,dubai={model}", "--corrections", "1",
+                          "--json", str(report)]) == 0
+    assert "with 0 to 1 vertices added" in capsys.readouterr().out
+    cases = load_cases(CASES)
+    expected = corrections(cases, OURS, 1, TraceParams(score="surface"))
+    counts = json.loads(report.read_text())["corrections"]["methods"][OURS]["cases"]
+    assert counts == {case.id: count for case, count in zip(cases, expected, strict=True)}
 
 
 def test_images_without_a_model_are_skipped_and_counted(crossval, capsys):

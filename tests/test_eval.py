@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,10 @@ from cli import main
 from core.errors import BadParameter, NoAdmissiblePath
 from core.evaluate import (
     METRICS,
+    Case,
     RasterCache,
+    corrections_needed,
+    corrections_summary,
     evaluate,
     format_summary,
     load_cases,
@@ -134,6 +138,48 @@ def test_stability_is_one_finite_shift_per_case(cases):
     shifts = stability(cases[:1], shift=3.0)
     assert shifts.shape == (1,)
     assert 0 <= shifts[0] < np.inf
+
+
+def test_corrections_add_vertices_where_the_line_misses_worst():
+    # An L-shaped road: a straight line misses its corner by 28 px; one vertex there, at the
+    # true line's point farthest from the line, makes the straight legs right.
+    corner = np.array([40.0, 0.0])
+    case = Case("l", "none.png", np.array([0.0, 0.0]), np.array([40.0, 40.0]),
+                np.array([[0.0, 0.0], corner, [40.0, 40.0]]), ("nontrivial",))
+    calls = []
+
+    def straight(raster, a, b):
+        calls.append((tuple(a), tuple(b)))
+        return np.array([a, b], dtype=float)
+
+    assert corrections_needed(straight, case, None, most=2) == 1
+    assert calls[-2:] == [((0.0, 0.0), tuple(corner)), (tuple(corner), (40.0, 40.0))]
+    assert corrections_needed(straight, case, None, most=0) is None
+
+    def failing(raster, a, b):
+        raise NoAdmissiblePath("no path")
+
+    assert corrections_needed(failing, case, None, most=3) is None
+    summary = corrections_summary([case, replace(case, tags=())], [1, None], most=2)
+    assert summary["all"] == {"n": 2, "good_after": [0.0, 0.5, 0.5]}
+    assert summary["nontrivial"] == {"n": 1, "good_after": [0.0, 1.0, 1.0]}
+
+
+def test_eval_command_reports_corrections(tmp_path, capsys):
+    out = tmp_path / "report.json"
+    assert main(["eval", str(CASES), "--method", "straight", "--corrections", "2", "--json",
+                 str(out)]) == 0
+    assert "good lines (90% of the road within 5 px) with 0 to 2 vertices" in \
+        capsys.readouterr().out
+    report = json.loads(out.read_text())["corrections"]
+    assert report["most"] == 2
+    counts = report["methods"]["straight"]["cases"]
+    assert set(counts) == {"dubai_t6_003_00", "dubai_t6_003_01", "dubai_t6_003_02"}
+    shares = report["methods"]["straight"]["summary"]["all"]["good_after"]
+    assert shares == sorted(shares)  # never fewer good lines with more vertices
+    assert shares[-1] == np.mean([c is not None and c <= 2 for c in counts.values()])
+    assert main(["eval", str(CASES), "--corrections", "9"]) == 2
+    assert "--corrections must be 0 to 5" in capsys.readouterr().err
 
 
 def test_unknown_method():
