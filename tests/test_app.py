@@ -244,18 +244,20 @@ def test_click_on_the_previewed_point_reuses_the_preview(make_window, qtbot):
     assert window.controller.last_latency_ms < 50
 
 
+def drag_and_wait(qtbot, window, start, end) -> None:
+    """Press at ``start``, move to ``end`` and release there; wait for the re-trace."""
+    viewport = window.canvas.viewport()
+    qtbot.mousePress(viewport, Qt.MouseButton.LeftButton, pos=view_pos(window, start))
+    qtbot.mouseMove(viewport, view_pos(window, end))
+    with qtbot.waitSignal(window.controller.traced, timeout=30_000):
+        qtbot.mouseRelease(viewport, Qt.MouseButton.LeftButton, pos=view_pos(window, end))
+
+
 def test_dragging_a_vertex_retraces_both_neighbours(make_window, qtbot):
     window = make_window()
-    click(qtbot, window, A)
-    click_and_wait(qtbot, window, B)
-    click_and_wait(qtbot, window, C)
-    window.controller.finish()
+    draw_line(qtbot, window, A, B, C)
     moved = (B[0] + 3, B[1] + 2)
-    viewport = window.canvas.viewport()
-    qtbot.mousePress(viewport, Qt.MouseButton.LeftButton, pos=view_pos(window, B))
-    qtbot.mouseMove(viewport, view_pos(window, moved))
-    with qtbot.waitSignal(window.controller.traced, timeout=30_000):
-        qtbot.mouseRelease(viewport, Qt.MouseButton.LeftButton, pos=view_pos(window, moved))
+    drag_and_wait(qtbot, window, B, moved)
     line = window.model.lines[0]
     assert line.anchors == (A, moved, C)
     assert tuple(line.segments[0].polyline[-1]) == moved == tuple(line.segments[1].polyline[0])
@@ -266,18 +268,10 @@ def test_dragging_a_vertex_retraces_both_neighbours(make_window, qtbot):
 
 def test_dragging_a_line_adds_a_vertex_there(make_window, qtbot):
     window = make_window()
-    click(qtbot, window, A)
-    click_and_wait(qtbot, window, B)
-    click_and_wait(qtbot, window, C)
-    window.controller.finish()
-    before = window.model.lines[0]
+    before = draw_line(qtbot, window, A, B, C)
     grabbed = before.segments[1].polyline[len(before.segments[1].polyline) // 2]
     dropped = (round(grabbed[0]) + 4.0, round(grabbed[1]) - 3.0)
-    viewport = window.canvas.viewport()
-    qtbot.mousePress(viewport, Qt.MouseButton.LeftButton, pos=view_pos(window, grabbed))
-    qtbot.mouseMove(viewport, view_pos(window, dropped))
-    with qtbot.waitSignal(window.controller.traced, timeout=30_000):
-        qtbot.mouseRelease(viewport, Qt.MouseButton.LeftButton, pos=view_pos(window, dropped))
+    drag_and_wait(qtbot, window, grabbed, dropped)
     line = window.model.lines[0]
     assert line.anchors == (A, B, dropped, C)
     assert line.segments[0] is before.segments[0]
@@ -286,7 +280,8 @@ def test_dragging_a_line_adds_a_vertex_there(make_window, qtbot):
     window.controller.undo()
     assert window.model.lines[0].anchors == (A, B, C)
     # A click on the line (no drag) still starts a new line there.
-    qtbot.mouseClick(viewport, Qt.MouseButton.LeftButton, pos=view_pos(window, grabbed))
+    qtbot.mouseClick(window.canvas.viewport(), Qt.MouseButton.LeftButton,
+                     pos=view_pos(window, grabbed))
     assert window.controller.drawing
     assert len(window.model.lines) == 1
 
@@ -929,11 +924,7 @@ def test_clicks_on_a_line_make_exact_junctions(make_window, qtbot):
     qtbot.keyClick(window.canvas, Qt.Key.Key_Return)
     # A vertex dragged and dropped near the road lands on it.
     lone = draw_line(qtbot, window, (300.0, 330.0), (360.0, 340.0))
-    viewport, drop = window.canvas.viewport(), tuple(middle + 1.5 * normal)
-    qtbot.mousePress(viewport, Qt.MouseButton.LeftButton, pos=view_pos(window, lone.anchors[-1]))
-    qtbot.mouseMove(viewport, view_pos(window, drop))
-    with qtbot.waitSignal(window.controller.traced, timeout=30_000):
-        qtbot.mouseRelease(viewport, Qt.MouseButton.LeftButton, pos=view_pos(window, drop))
+    drag_and_wait(qtbot, window, lone.anchors[-1], tuple(middle + 1.5 * normal))
     moved = window.model.line(lone.id)
     assert distance_to_polyline([moved.anchors[-1]], road.polyline)[0] < 1e-9
 

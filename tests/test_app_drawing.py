@@ -229,11 +229,16 @@ def test_model_changes_name_the_lines_and_the_origin():
         ("Reset", {first.id, second.id}, None, True)]
 
 
-def test_retrace_commands_choose_their_segments():
-    model = LinesModel()
+def traced_straight_traced(model: LinesModel):
+    """A line of the model from (0, 0) to (30, 0): a traced, a straight and a traced segment."""
     line = model.add_line((0.0, 0.0), (10.0, 0.0), bent((0.0, 0.0), (10.0, 0.0)))
     line = model.append_segment(line.id, (20.0, 0.0), Segment.straight((10, 0), (20, 0)))
-    line = model.append_segment(line.id, (30.0, 0.0), bent((20.0, 0.0), (30.0, 0.0)))
+    return model.append_segment(line.id, (30.0, 0.0), bent((20.0, 0.0), (30.0, 0.0)))
+
+
+def test_retrace_commands_choose_their_segments():
+    model = LinesModel()
+    line = traced_straight_traced(model)
     moved = Retrace.move_anchor(line, 0, (0.0, 3.0))
     assert [(r.a, r.b) for r in moved.requests] == [((0.0, 3.0), (10.0, 0.0))]
     assert list(Retrace.move_anchor(line, 2, (20.0, 3.0)).params) == [1, 2]
@@ -251,9 +256,7 @@ def test_retrace_commands_choose_their_segments():
 
 def test_a_split_adds_a_vertex_and_traces_both_halves_as_the_segment_was():
     model = LinesModel()
-    line = model.add_line((0.0, 0.0), (10.0, 0.0), bent((0.0, 0.0), (10.0, 0.0)))
-    line = model.append_segment(line.id, (20.0, 0.0), Segment.straight((10, 0), (20, 0)))
-    line = model.append_segment(line.id, (30.0, 0.0), bent((20.0, 0.0), (30.0, 0.0)))
+    line = traced_straight_traced(model)
     split = Retrace.split_segment(line, 1, (15.0, 4.0))
     assert [(r.a, r.b) for r in split.requests] == [((10.0, 0.0), (15.0, 4.0)),
                                                      ((15.0, 4.0), (20.0, 0.0))]
