@@ -465,6 +465,11 @@ class Canvas(QGraphicsView):
             self.controller.hover(target, _straight(event), exact=True)
         else:
             self.controller.hover((x, y), _straight(event))
+        if not self.controller.drawing and not self._space_held:  # what a drag would move
+            grab = (self._anchor_at(x, y) is not None
+                    or self.model.segment_at((x, y), self._grab_radius()) is not None)
+            self.viewport().setCursor(Qt.CursorShape.SizeAllCursor if grab
+                                      else Qt.CursorShape.ArrowCursor)
 
     def mouseReleaseEvent(self, event) -> None:  # noqa: N802 (Qt override)
         if self._pan_from is not None and event.button() in (Qt.MouseButton.MiddleButton,

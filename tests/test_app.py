@@ -279,6 +279,11 @@ def test_dragging_a_line_adds_a_vertex_there(make_window, qtbot):
     assert window.model.undo_label == "Add vertex"
     window.controller.undo()
     assert window.model.lines[0].anchors == (A, B, C)
+    # Hovering a line (not drawing) shows that it can be dragged.
+    qtbot.mouseMove(window.canvas.viewport(), view_pos(window, grabbed))
+    assert window.canvas.viewport().cursor().shape() == Qt.CursorShape.SizeAllCursor
+    qtbot.mouseMove(window.canvas.viewport(), view_pos(window, (grabbed[0], grabbed[1] + 40)))
+    assert window.canvas.viewport().cursor().shape() == Qt.CursorShape.ArrowCursor
     # A click on the line (no drag) still starts a new line there.
     qtbot.mouseClick(window.canvas.viewport(), Qt.MouseButton.LeftButton,
                      pos=view_pos(window, grabbed))
