@@ -294,35 +294,47 @@ def evaluate(cases: list[Case], method: str, params: TraceParams | None = None, 
     return results
 
 
+@dataclass(frozen=True)
+class Correction:
+    """A line corrected by a simulated user: ``added`` vertices until it was good (None: not
+    good after the most allowed, or a leg failed), the last line traced (n, 2) (None if a leg
+    failed) and the vertices added, (k, 2)."""
+
+    added: int | None
+    polyline: np.ndarray | None
+    vertices: np.ndarray
+
+
 def corrections_needed(function: Callable, case: Case, raster: Raster, most: int
-                       ) -> int | None:
+                       ) -> Correction:
     """How many vertices a user adds before the line of ``function`` (a method
     ``(raster, a, b) -> polyline``) is good (completeness @5 px ≥ ``GOOD_COMPLETENESS_5``):
     each one where the line misses the road worst (the true line's point farthest from it),
     the line then traced leg by leg through the vertices, as the app does when a point of a
-    line is dragged onto the road. 0 to ``most``, or None when it is not good after ``most``
-    or a leg fails."""
+    line is dragged onto the road; 0 to ``most``."""
     truth, _ = densify(case.gt)
     stops = [(-1, case.a), (len(truth), case.b)]  # (place along the true line, vertex)
+    polyline = None
     for added in range(most + 1):
+        vertices = np.array([point for _, point in stops[1:-1]], dtype=np.float64).reshape(-1, 2)
         try:
             legs = [np.asarray(function(raster, p, q), dtype=np.float64)
                     for (_, p), (_, q) in zip(stops[:-1], stops[1:], strict=False)]
         except Exception:  # noqa: BLE001 - a failed leg: as a failed case in run_case
-            return None
+            return Correction(None, None, vertices)
         polyline = np.vstack([legs[0], *(leg[1:] for leg in legs[1:])])
         if path_metrics(polyline, case.gt).completeness_5 >= GOOD_COMPLETENESS_5:
-            return added
+            return Correction(added, polyline, vertices)
         if added < most:
             worst = int(np.argmax(point_to_polyline(truth, polyline)))
             stops = sorted([*stops, (worst, truth[worst])], key=lambda stop: stop[0])
-    return None
+    return Correction(None, polyline, vertices)
 
 
 def corrections(cases: list[Case], method: str, most: int, params: TraceParams | None = None,
                 backend=None, rasters: RasterCache | None = None,
                 evidence_dir: str | os.PathLike | None = None,
-                progress: Callable[[], object] | None = None) -> list[int | None]:
+                progress: Callable[[], object] | None = None) -> list[Correction]:
     """:func:`corrections_needed` of every case for ``method`` (``evidence_dir`` and
     ``progress`` as for :func:`evaluate`)."""
     rasters = rasters or RasterCache()
@@ -336,22 +348,24 @@ def corrections(cases: list[Case], method: str, most: int, params: TraceParams |
     return needed
 
 
-def corrections_summary(cases: list[Case], needed: list[int | None], most: int) -> dict:
+def corrections_summary(cases: list[Case], needed: list[Correction], most: int) -> dict:
     """Per group (``all`` and every tag): n, and the share of its cases whose line is good
     after at most k added vertices, k = 0 … ``most`` (``good_after``, a list)."""
     groups = {"all": list(range(len(cases)))}
     for tag in sorted({tag for case in cases for tag in case.tags}):
         groups[tag] = [i for i, case in enumerate(cases) if tag in case.tags]
+    added = [each.added for each in needed]
     return {group: {"n": len(members),
-                    "good_after": [float(np.mean([needed[i] is not None and needed[i] <= k
+                    "good_after": [float(np.mean([added[i] is not None and added[i] <= k
                                                   for i in members])) for k in range(most + 1)]}
             for group, members in groups.items()}
 
 
-def corrections_report(cases: list[Case], needed: dict[str, list[int | None]], most: int
+def corrections_report(cases: list[Case], needed: dict[str, list[Correction]], most: int
                        ) -> tuple[str, dict]:
     """The text and the ``corrections`` member of a report of :func:`corrections` runs:
-    ``needed`` maps each method to its counts, case by case."""
+    ``needed`` maps each method to its corrections, case by case (in the report: the
+    vertices each case needed, and its last line and vertices)."""
     lines = [f"good lines ({GOOD_COMPLETENESS_5:.0%} of the road within 5 px) with 0 to "
              f"{most} vertices added, each where the line misses worst:"]
     document = {"most": most, "good_completeness_5": GOOD_COMPLETENESS_5, "methods": {}}
@@ -362,7 +376,11 @@ def corrections_report(cases: list[Case], needed: dict[str, list[int | None]], m
             for group in ("all", "nontrivial") if group in summary))
         document["methods"][method] = {
             "summary": summary,
-            "cases": {case.id: count for case, count in zip(cases, counts, strict=True)}}
+            "cases": {case.id: each.added for case, each in zip(cases, counts, strict=True)},
+            "lines": {case.id: {"vertices": each.vertices.round(2).tolist(),
+                                "polyline": None if each.polyline is None
+                                else each.polyline.round(2).tolist()}
+                      for case, each in zip(cases, counts, strict=True)}}
     return "\n".join(lines), document
 
 

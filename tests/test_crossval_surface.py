@@ -60,7 +60,7 @@ def test_corrections_are_counted_with_each_images_model(crossval, tmp_path, caps
     cases = load_cases(CASES)
     expected = corrections(cases, OURS, 1, TraceParams(score="surface"))
     counts = json.loads(report.read_text())["corrections"]["methods"][OURS]["cases"]
-    assert counts == {case.id: count for case, count in zip(cases, expected, strict=True)}
+    assert counts == {case.id: each.added for case, each in zip(cases, expected, strict=True)}
 
 
 def test_images_without_a_model_are_skipped_and_counted(crossval, capsys):

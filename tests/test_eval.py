@@ -152,15 +152,23 @@ def test_corrections_add_vertices_where_the_line_misses_worst():
         calls.append((tuple(a), tuple(b)))
         return np.array([a, b], dtype=float)
 
-    assert corrections_needed(straight, case, None, most=2) == 1
+    fixed = corrections_needed(straight, case, None, most=2)
+    assert fixed.added == 1
     assert calls[-2:] == [((0.0, 0.0), tuple(corner)), (tuple(corner), (40.0, 40.0))]
-    assert corrections_needed(straight, case, None, most=0) is None
+    np.testing.assert_allclose(fixed.vertices, [corner])
+    np.testing.assert_allclose(fixed.polyline, [[0, 0], corner, [40, 40]])
+    unfixed = corrections_needed(straight, case, None, most=0)
+    assert unfixed.added is None
+    assert unfixed.vertices.shape == (0, 2)
+    np.testing.assert_allclose(unfixed.polyline, [[0, 0], [40, 40]])
 
     def failing(raster, a, b):
         raise NoAdmissiblePath("no path")
 
-    assert corrections_needed(failing, case, None, most=3) is None
-    summary = corrections_summary([case, replace(case, tags=())], [1, None], most=2)
+    failed = corrections_needed(failing, case, None, most=3)
+    assert failed.added is None
+    assert failed.polyline is None
+    summary = corrections_summary([case, replace(case, tags=())], [fixed, unfixed], most=2)
     assert summary["all"] == {"n": 2, "good_after": [0.0, 0.5, 0.5]}
     assert summary["nontrivial"] == {"n": 1, "good_after": [0.0, 1.0, 1.0]}
 
@@ -175,6 +183,10 @@ def test_eval_command_reports_corrections(tmp_path, capsys):
     assert report["most"] == 2
     counts = report["methods"]["straight"]["cases"]
     assert set(counts) == {"dubai_t6_003_00", "dubai_t6_003_01", "dubai_t6_003_02"}
+    for case_id, line in report["methods"]["straight"]["lines"].items():
+        added = counts[case_id]
+        assert len(line["vertices"]) == (2 if added is None else added)
+        assert len(line["polyline"]) == len(line["vertices"]) + 2  # straight legs
     shares = report["methods"]["straight"]["summary"]["all"]["good_after"]
     assert shares == sorted(shares)  # never fewer good lines with more vertices
     assert shares[-1] == np.mean([c is not None and c <= 2 for c in counts.values()])

@@ -53,3 +53,30 @@ def test_an_unreadable_image_is_one_message_and_no_picture(tmp_path, capsys):
     assert script.main([report, str(cases), str(tmp_path / "out"), case.id]) == 2
     assert f"cannot read the image of case {case.id!r}" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_corrected_pictures_show_the_line_before_and_after_the_added_vertices(tmp_path, capsys):
+    script = load_script("overlay_cases")
+    case = load_cases(SAMPLE_CASES)[0]
+    report = tmp_path / "report.json"
+    _report(report, case, ("ours",))
+    assert script.main([str(report), str(SAMPLE_CASES), str(tmp_path / "out"), case.id,
+                        "--corrected"]) == 2
+    assert "no corrected lines of ours" in capsys.readouterr().err
+    document = json.loads(report.read_text())
+    middle = case.gt[len(case.gt) // 2].tolist()
+    document["corrections"] = {"most": 1, "methods": {"ours": {
+        "cases": {case.id: 1},
+        "lines": {case.id: {"vertices": [middle], "polyline": case.gt.tolist()}}}}}
+    report.write_text(json.dumps(document))
+    assert script.main([str(report), str(SAMPLE_CASES), str(tmp_path / "out"), case.id,
+                        "--corrected"]) == 0
+    picture = Image.open(tmp_path / "out" / f"{case.id}.png")
+    single = tmp_path / "single"
+    _report(tmp_path / "plain.json", case)
+    assert script.main([str(tmp_path / "plain.json"), str(SAMPLE_CASES), str(single),
+                        case.id]) == 0
+    width = Image.open(single / f"{case.id}.png").width
+    assert picture.width == 2 * width + script.GAP  # as traced | after the vertices
+    right = picture.crop((width + script.GAP, 0, picture.width, picture.height))
+    assert script.COLOURS["vertex"] in {colour for _, colour in right.getcolors(1 << 20)}
