@@ -40,10 +40,14 @@ def corrected_lines(path: str) -> dict[str, dict]:
     from a report of ``eval --corrections``; BadParameter if it has none."""
     document = read_json(path, "report")
     try:
-        return document["corrections"]["methods"][OURS]["lines"]
+        lines = document["corrections"]["methods"][OURS]["lines"]
     except (KeyError, TypeError):
+        lines = None
+    if not isinstance(lines, dict) or not all(isinstance(line, dict)
+                                              for line in lines.values()):
         raise BadParameter(f"{path} has no corrected lines of ours: make it with eval "
-                           "--corrections N --json") from None
+                           "--corrections N --json")
+    return lines
 
 
 def drawn(frame: tuple, lines: tuple, dots=()) -> Image.Image:
@@ -82,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         methods = read_report(args.report)
         cases = report_cases(methods, args.cases)
         fixed = corrected_lines(args.report) if args.corrected else None
-        missing = [name for name in (("ours",) if fixed else ("ours", args.peer))
+        missing = [name for name in (("ours",) if fixed is not None else ("ours", args.peer))
                    if name not in methods]
         if missing:
             raise BadParameter(f"{args.report} has no method {missing[0]!r} (it has "
@@ -101,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: cannot read the image of case {case_id!r}: {exc}", file=sys.stderr)
             return 2
     ours = {case_id: row.get("polyline") for case_id, row in methods["ours"].items()}
-    peer = None if fixed else {case_id: row.get("polyline")
+    peer = None if fixed is not None else {case_id: row.get("polyline")
                                for case_id, row in methods[args.peer].items()}
     os.makedirs(args.out, exist_ok=True)
     for case_id in args.ids:

@@ -64,6 +64,11 @@ def test_corrected_pictures_show_the_line_before_and_after_the_added_vertices(tm
                         "--corrected"]) == 2
     assert "no corrected lines of ours" in capsys.readouterr().err
     document = json.loads(report.read_text())
+    document["corrections"] = {"methods": {"ours": {"lines": ["not", "a", "mapping"]}}}
+    report.write_text(json.dumps(document))
+    assert script.main([str(report), str(SAMPLE_CASES), str(tmp_path / "out"), case.id,
+                        "--corrected"]) == 2
+    assert "no corrected lines of ours" in capsys.readouterr().err
     middle = case.gt[len(case.gt) // 2].tolist()
     document["corrections"] = {"most": 1, "methods": {"ours": {
         "cases": {case.id: 1},
