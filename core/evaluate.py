@@ -336,7 +336,9 @@ def corrections(cases: list[Case], method: str, most: int, params: TraceParams |
                 evidence_dir: str | os.PathLike | None = None,
                 progress: Callable[[], object] | None = None) -> list[Correction]:
     """:func:`corrections_needed` of every case for ``method`` (``evidence_dir`` and
-    ``progress`` as for :func:`evaluate`)."""
+    ``progress`` as for :func:`evaluate`); BadParameter if ``most`` < 0."""
+    if most < 0:
+        raise BadParameter(f"the most vertices to add must be >= 0, got {most}")
     rasters = rasters or RasterCache()
     needed = []
     for case in cases:

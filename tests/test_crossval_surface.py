@@ -61,6 +61,9 @@ def test_corrections_are_counted_with_each_images_model(crossval, tmp_path, caps
     expected = corrections(cases, OURS, 1, TraceParams(score="surface"))
     counts = json.loads(report.read_text())["corrections"]["methods"][OURS]["cases"]
     assert counts == {case.id: each.added for case, each in zip(cases, expected, strict=True)}
+    assert crossval.main([str(CASES), "--model", f"gsi_,dubai={model}", "--corrections",
+                          "-1"]) == 2
+    assert "must be >= 0" in capsys.readouterr().err
 
 
 def test_images_without_a_model_are_skipped_and_counted(crossval, capsys):
