@@ -12,7 +12,7 @@ from PySide6.QtGui import QColor, QPainter, QPen, QPolygonF
 from PySide6.QtWidgets import QGraphicsItem, QGraphicsScene, QGraphicsView
 
 from app.display import DisplayLevel
-from app.model import Line, LinesModel, Segment, nearest_on_polyline
+from app.model import Line, LinesModel, Segment
 from app.tracing import TracingController
 from core.guides import Corridor, build_corridor
 
@@ -387,15 +387,8 @@ class Canvas(QGraphicsView):
         anchor = self._anchor_at(x, y, exclude)
         if anchor is not None:
             return self.model.line(anchor[0]).anchors[anchor[1]]
-        best, radius = None, self._grab_radius()
-        for line in self.model.lines:
-            low, high = line.bounds
-            if line.visible and line.id != exclude and low[0] - radius <= x <= high[0] + radius \
-                    and low[1] - radius <= y <= high[1] + radius:
-                point, distance = nearest_on_polyline((x, y), line.polyline)
-                if distance[0] <= radius and (best is None or distance[0] < best[1]):
-                    best = (point[0], distance[0])
-        return None if best is None else (float(best[0][0]), float(best[0][1]))
+        found = self.model.segment_at((x, y), self._grab_radius(), exclude)
+        return None if found is None else found[2]
 
     # -- mouse and keys ------------------------------------------------------------------------
     def mousePressEvent(self, event) -> None:  # noqa: N802 (Qt override)
@@ -416,9 +409,9 @@ class Canvas(QGraphicsView):
             if self._drag is not None:
                 self.controller.select(self._drag[0])
                 return
-            segment = self.model.segment_at((x, y), self._grab_radius())
-            if segment is not None:  # a click or the start of a drag: told apart on moving
-                self._split = (*segment, (x, y), event.position())
+            found = self.model.segment_at((x, y), self._grab_radius())
+            if found is not None:  # a click or the start of a drag: told apart on moving
+                self._split = (*found[:2], (x, y), event.position())
                 return
         self._press(x, y, event)
 

@@ -170,20 +170,25 @@ class LinesModel:
     def lines(self) -> tuple[Line, ...]:
         return self._lines
 
-    def segment_at(self, point, tolerance: float) -> tuple[int, int] | None:
-        """(line id, segment index) of the visible segment nearest to ``point`` (x, y), if
-        within ``tolerance`` px."""
+    def segment_at(self, point, tolerance: float, exclude: int | None = None
+                   ) -> tuple[int, int, tuple[float, float]] | None:
+        """The visible segment nearest to ``point`` (x, y) within ``tolerance`` px, of a line
+        other than ``exclude``: (line id, segment index, its point nearest to ``point``)."""
+        x, y = float(point[0]), float(point[1])
         best = None
         for line in self._lines:
-            low, high = line.bounds
-            if not line.visible or np.any(np.asarray(point) < low - tolerance) \
-                    or np.any(np.asarray(point) > high + tolerance):
+            if not line.visible or line.id == exclude:
+                continue
+            (x_min, y_min), (x_max, y_max) = line.bounds
+            if not (x_min - tolerance <= x <= x_max + tolerance
+                    and y_min - tolerance <= y <= y_max + tolerance):
                 continue
             for index, segment in enumerate(line.segments):
-                distance = float(distance_to_polyline([point], segment.polyline)[0])
-                if distance <= tolerance and (best is None or distance < best[0]):
-                    best = (distance, line.id, index)
-        return None if best is None else (best[1], best[2])
+                nearest, distance = nearest_on_polyline([(x, y)], segment.polyline)
+                if distance[0] <= tolerance and (best is None or distance[0] < best[0]):
+                    best = (float(distance[0]), line.id, index,
+                            (float(nearest[0][0]), float(nearest[0][1])))
+        return None if best is None else best[1:]
 
     def line(self, line_id: int | None) -> Line | None:
         return next((line for line in self._lines if line.id == line_id), None)
@@ -368,8 +373,3 @@ def nearest_on_polyline(points: np.ndarray, polyline: np.ndarray) -> tuple[np.nd
     best = np.argmin(distances, axis=1)
     rows = np.arange(len(points))
     return nearest[rows, best], distances[rows, best]
-
-
-def distance_to_polyline(points: np.ndarray, polyline: np.ndarray) -> np.ndarray:
-    """Euclidean distance of each point (n, 2) to the polyline (N, 2); returns shape (n,)."""
-    return nearest_on_polyline(points, polyline)[1]

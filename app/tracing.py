@@ -293,7 +293,7 @@ class TracingController(QObject):
     def select_at(self, point, tolerance: float) -> bool:
         """Select the visible segment nearest to a point, if within ``tolerance`` px."""
         found = self.model.segment_at(point, tolerance)
-        self.select(*(found or (None, None)))
+        self.select(*(found[:2] if found else (None, None)))
         return found is not None
 
     def move_anchor(self, line_id: int, index: int, point, exact: bool = False) -> None:

@@ -20,7 +20,7 @@ from PySide6.QtGui import QDropEvent, QWheelEvent
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from app.main_window import MainWindow, run_app
-from app.model import distance_to_polyline
+from app.model import nearest_on_polyline
 from app.panels import ParamsPanel
 from core.tracer import TraceParams
 from tests.conftest import SAMPLE_CASES, SAMPLE_IMAGE, close_the_window_once_loaded
@@ -30,6 +30,11 @@ CASES = {case["id"]: case for case in json.loads(SAMPLE_CASES.read_text())}
 CASE = CASES["gsi_108_01"]
 A, B = tuple(CASE["a"]), tuple(CASE["b"])
 C = (520, 120)  # further along the same road
+
+
+def distance(points, polyline) -> np.ndarray:
+    """Distance (n,) of each point (n, 2) to the polyline (N, 2)."""
+    return nearest_on_polyline(points, polyline)[1]
 
 
 def wait_idle(qtbot, window, timeout=60_000) -> None:
@@ -107,7 +112,7 @@ def test_two_clicks_trace_the_road_near_ground_truth(make_window, qtbot):
     click_and_wait(qtbot, window, B)
     (line,) = window.model.lines
     assert line.anchors == ((430.0, 241.0), (486.0, 172.0))
-    distances = distance_to_polyline(line.polyline, np.array(CASE["gt"]))
+    distances = distance(line.polyline, np.array(CASE["gt"]))
     assert distances.mean() < 4.0, distances  # measured 1.3 px
     assert "score" in window.trace_label.text()
     assert "corridor widened" not in window.trace_label.text()
@@ -668,7 +673,7 @@ def test_tracing_on_an_evidence_raster(make_window, qtbot, tmp_path):
     click_and_wait(qtbot, window, tuple(path_line[-1]))
     segment = window.model.lines[0].segments[0]
     assert segment.params.evidence_path == str(evidence)
-    assert distance_to_polyline(segment.polyline, path_line).max() <= 4.0  # on the 8 px road
+    assert distance(segment.polyline, path_line).max() <= 4.0  # on the 8 px road
     # Sessions keep it; one whose raster has gone opens on the image and says so.
     session = tmp_path / "work.roadtracer.json"
     assert window.write_session(str(session))
@@ -763,7 +768,7 @@ def test_foreign_lines_snap_to_the_road(make_window, qtbot, tmp_path):
     (line,) = window.model.lines
     assert (line.name, line.kind, len(line.anchors)) == ("old survey", "river", 3)
     assert {segment.request.line_kind for segment in line.segments} == {"river"}
-    distances = distance_to_polyline(line.polyline, gt)
+    distances = distance(line.polyline, gt)
     assert distances.mean() < 3.0, distances
     message = window.statusBar().currentMessage()
     assert "imported 1 line(s), 2 segment(s) from survey.geojson (2 feature(s) skipped: " \
@@ -914,24 +919,24 @@ def test_clicks_on_a_line_make_exact_junctions(make_window, qtbot):
     qtbot.mouseMove(window.canvas.viewport(), view_pos(window, tuple(middle + 1.5 * normal)))
     qtbot.waitUntil(lambda: window.controller.preview is not None, timeout=30_000)
     end = window.controller.preview.polyline[-1]
-    assert distance_to_polyline([end], road.polyline)[0] < 1e-9
+    assert distance([end], road.polyline)[0] < 1e-9
     qtbot.keyClick(window.canvas, Qt.Key.Key_Escape)
     branch = draw_line(qtbot, window, start, tuple(middle + 1.5 * normal))
     assert branch.anchors[0] == start
-    assert distance_to_polyline([branch.anchors[-1]], road.polyline)[0] < 1e-9
+    assert distance([branch.anchors[-1]], road.polyline)[0] < 1e-9
     np.testing.assert_allclose(branch.polyline[-1], branch.anchors[-1])
     # A line started a little off the road starts on it; one ended near B ends exactly at B.
     click(qtbot, window, tuple(middle - 1.5 * normal))
     click_and_wait(qtbot, window, (B[0] + 1.0, B[1] + 1.0))
     spur = window.model.lines[-1]
-    assert distance_to_polyline([spur.anchors[0]], road.polyline)[0] < 1e-9
+    assert distance([spur.anchors[0]], road.polyline)[0] < 1e-9
     assert spur.anchors[-1] == B
     qtbot.keyClick(window.canvas, Qt.Key.Key_Return)
     # A vertex dragged and dropped near the road lands on it.
     lone = draw_line(qtbot, window, (300.0, 330.0), (360.0, 340.0))
     drag_and_wait(qtbot, window, lone.anchors[-1], tuple(middle + 1.5 * normal))
     moved = window.model.line(lone.id)
-    assert distance_to_polyline([moved.anchors[-1]], road.polyline)[0] < 1e-9
+    assert distance([moved.anchors[-1]], road.polyline)[0] < 1e-9
 
 
 def test_a_river_is_traced_as_water(make_window, qtbot):

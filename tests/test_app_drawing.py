@@ -281,9 +281,10 @@ def test_segment_at_finds_the_nearest_visible_segment():
     model = LinesModel()
     line = model.add_line((0.0, 0.0), (10.0, 0.0), Segment.straight((0, 0), (10, 0)))
     line = model.append_segment(line.id, (10.0, 10.0), Segment.straight((10, 0), (10, 10)))
-    assert model.segment_at((4.0, 1.0), 2.0) == (line.id, 0)
-    assert model.segment_at((9.0, 6.0), 2.0) == (line.id, 1)
+    assert model.segment_at((4.0, 1.0), 2.0) == (line.id, 0, (4.0, 0.0))
+    assert model.segment_at((9.0, 6.0), 2.0) == (line.id, 1, (10.0, 6.0))
     assert model.segment_at((4.0, 5.0), 2.0) is None
+    assert model.segment_at((4.0, 1.0), 2.0, exclude=line.id) is None
     model.set_visible(line.id, False)
     assert model.segment_at((4.0, 1.0), 2.0) is None
 
