@@ -250,6 +250,15 @@ def method_function(name: str, params: TraceParams | None = None, backend=None) 
                            f"{', '.join([OURS, *PEERS])}") from None
 
 
+def case_method(method: str, params: TraceParams | None, case: Case, backend=None,
+                evidence_dir: str | os.PathLike | None = None) -> Callable:
+    """The method that traces ``case``: ours with the case's parameters (:func:`case_params`),
+    a peer as it is."""
+    if method == OURS:
+        return ours_method(case_params(params, case, evidence_dir), backend)
+    return method_function(method)
+
+
 def run_case(function: Callable, method: str, case: Case, raster: Raster) -> CaseResult:
     """Trace one case and score it.
 
@@ -275,11 +284,8 @@ def evaluate(cases: list[Case], method: str, params: TraceParams | None = None, 
     (:func:`case_params`); the peers always trace the images. ``progress()`` is called after
     each case."""
     rasters = rasters or RasterCache()
-    shared = method_function(method, params, backend)  # an unknown method fails here
-    functions = [shared if method != OURS or (evidence_dir is None
-                                               and case.ground_resolution is None)
-                 else method_function(method, case_params(params, case, evidence_dir), backend)
-                 for case in cases]
+    method_function(method, params, backend)  # an unknown method fails here
+    functions = [case_method(method, params, case, backend, evidence_dir) for case in cases]
     if method == OURS and cases:
         first = cases[0]
         try:
@@ -311,15 +317,21 @@ def corrections_needed(function: Callable, case: Case, raster: Raster, most: int
     ``(raster, a, b) -> polyline``) is good (completeness @5 px ≥ ``GOOD_COMPLETENESS_5``):
     each one where the line misses the road worst (the true line's point farthest from it),
     the line then traced leg by leg through the vertices, as the app does when a point of a
-    line is dragged onto the road; 0 to ``most``."""
+    line is dragged onto the road (only the leg a vertex splits is traced again); 0 to
+    ``most``."""
     truth, _ = densify(case.gt)
     stops = [(-1, case.a), (len(truth), case.b)]  # (place along the true line, vertex)
+    traced = {}  # (start, end) → the leg between them
     polyline = None
     for added in range(most + 1):
         vertices = np.array([point for _, point in stops[1:-1]], dtype=np.float64).reshape(-1, 2)
         try:
-            legs = [np.asarray(function(raster, p, q), dtype=np.float64)
-                    for (_, p), (_, q) in zip(stops[:-1], stops[1:], strict=False)]
+            legs = []
+            for (_, p), (_, q) in zip(stops[:-1], stops[1:], strict=False):
+                key = (tuple(p), tuple(q))
+                if key not in traced:
+                    traced[key] = np.asarray(function(raster, p, q), dtype=np.float64)
+                legs.append(traced[key])
         except Exception:  # noqa: BLE001 - a failed leg: as a failed case in run_case
             return Correction(None, None, vertices)
         polyline = np.vstack([legs[0], *(leg[1:] for leg in legs[1:])])
@@ -342,8 +354,7 @@ def corrections(cases: list[Case], method: str, most: int, params: TraceParams |
     rasters = rasters or RasterCache()
     needed = []
     for case in cases:
-        function = (method_function(method, case_params(params, case, evidence_dir), backend)
-                    if method == OURS else method_function(method))
+        function = case_method(method, params, case, backend, evidence_dir)
         needed.append(corrections_needed(function, case, rasters.get(case.image), most))
         if progress is not None:
             progress()
@@ -433,7 +444,7 @@ def stability(cases: list[Case], params: TraceParams | None = None, shift: float
     for case in cases:
         if progress is not None:
             progress()
-        function = ours_method(case_params(params, case, evidence_dir), backend)
+        function = case_method(OURS, params, case, backend, evidence_dir)
         raster = rasters.get(case.image)
         try:
             base = function(raster, case.a, case.b)

@@ -165,6 +165,13 @@ def test_corrections_add_vertices_where_the_line_misses_worst():
     def failing(raster, a, b):
         raise NoAdmissiblePath("no path")
 
+    # A road of two bends needs two vertices; the leg the second one does not split is not
+    # traced again.
+    zigzag = replace(case, gt=np.array([[0.0, 0.0], [40.0, 0.0], [0.0, 40.0], [40.0, 40.0]]))
+    calls.clear()
+    assert corrections_needed(straight, zigzag, None, most=3).added == 2
+    assert len(calls) == len(set(calls)) == 5  # a→b, then two legs, then two more
+
     failed = corrections_needed(failing, case, None, most=3)
     assert failed.added is None
     assert failed.polyline is None
