@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from app.model import Line, LinesModel, Segment, distance_to_polyline
+from app.model import Line, LinesModel, Segment, nearest_on_polyline
 from app.session import SessionReadError, read_session, write_session
 from core.tracer import TraceParams, trace
 from tests.synthetic import BULGE, road_image
@@ -85,10 +85,11 @@ def test_bad_kind_is_refused():
         LinesModel().add_line((0, 0), (1, 1), straight((0, 0), (1, 1)), kind="canal")
 
 
-def test_distance_to_polyline():
+def test_nearest_on_polyline():
     polyline = np.array([[0.0, 0.0], [10.0, 0.0], [10.0, 10.0]])
-    distances = distance_to_polyline([[5, 3], [12, 5], [-3, -4]], polyline)
+    nearest, distances = nearest_on_polyline([[5, 3], [12, 5], [-3, -4]], polyline)
     np.testing.assert_allclose(distances, [3, 2, 5])
+    np.testing.assert_allclose(nearest, [[5, 0], [10, 5], [0, 0]])
 
 
 def test_session_round_trip(tmp_path):
