@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from cli import note
@@ -54,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
     from core.evaluate import (
         OURS,
         RasterCache,
+        case_params,
         corrections,
         corrections_report,
         evaluate,
@@ -65,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
     )
     from core.output import refuse_overwriting_input, write_text_atomic
     from core.peers import PEERS
-    from core.tracer import evidence_folder
+    from core.surface import UNKNOWN_GROUND_NOTE
+    from core.tracer import evidence_folder, ground_resolution_unknown
     from gpu.select import choose_backend
 
     refuse_overwriting_input(args.json, (args.cases,), "--json")
@@ -86,6 +89,15 @@ def run(args: argparse.Namespace) -> int:
                                                notify=lambda text: note(args, text))
         note(args, f"ours: {backend_note}")
     rasters = RasterCache()
+    if OURS in methods:
+        unknown = sorted({case.image for case in cases if ground_resolution_unknown(
+            rasters.get(case.image), case_params(params, case, args.evidence_dir))})
+        if unknown:
+            note(args, f"{len(unknown)} image(s) have no ground resolution (no georeferencing, "
+                       f"no \"ground_resolution\" in their cases): {UNKNOWN_GROUND_NOTE}; give "
+                       "--ground-resolution M or the cases' \"ground_resolution\" to run it once: "
+                       + ", ".join(os.path.basename(path) for path in unknown[:5])
+                       + (" …" if len(unknown) > 5 else ""))
     runs = {}
     total = len(cases) * (len(methods) * (1 + (args.corrections is not None))
                           + (args.stability is not None))

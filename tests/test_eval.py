@@ -228,6 +228,26 @@ def test_eval_command_all_methods_and_stability(capsys):
     assert "stability" in text
 
 
+def test_eval_notes_images_of_unknown_ground_resolution(tmp_path, capsys):
+    # The test cases' PNG has no georeferencing and the cases give no ground resolution.
+    assert main(["eval", str(CASES), "--limit", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "1 image(s) have no ground resolution" in err
+    assert "dubai_t6_003_crop.png" in err
+    document = json.loads(CASES.read_text())
+    for record in document:
+        record["ground_resolution"] = 1.5
+        record["image"] = str(DATA / record["image"])
+    given = tmp_path / "cases.json"
+    given.write_text(json.dumps(document))
+    for run in (["eval", str(given), "--limit", "1"],
+                ["eval", str(CASES), "--limit", "1", "--ground-resolution", "1.5"],
+                ["eval", str(CASES), "--limit", "1", "--line-kind", "river"],
+                ["eval", str(CASES), "--method", "straight", "--limit", "1"]):
+        assert main(run) == 0
+        assert "ground resolution" not in capsys.readouterr().err, run
+
+
 def test_eval_command_bad_input(tmp_path, capsys):
     assert main(["eval", str(tmp_path / "none.json")]) == 2
     assert "cannot read cases file" in capsys.readouterr().err
