@@ -127,6 +127,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("image", help="image file (PNG, JPEG, TIFF, GeoTIFF)")
     parser.add_argument("--a", required=True, type=point, metavar="X,Y", help="start point (px)")
     parser.add_argument("--b", required=True, type=point, metavar="X,Y", help="end point (px)")
+    parser.add_argument("--via", action="append", type=point, metavar="X,Y", default=[],
+                        help="a point the line passes through, between a and b (repeatable, in "
+                             "order): each leg is traced on its own, as the app's vertices are")
     add_trace_parameters(parser)
     parser.add_argument("--evidence", metavar="RASTER",
                         help="score a raster on the image's grid (or georeferenced: resampled "
@@ -141,20 +144,46 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "FIFO written in place")
 
 
-def result_record(result, image: str, note: str) -> dict:
-    """The JSON object printed by ``--format json``."""
+def leg_record(result) -> dict:
+    """One traced leg as JSON: its ends, polyline, scores, chosen guide points, parameters and
+    timings."""
     return {
-        "image": image,
         "a": result.polyline[0].tolist(),
         "b": result.polyline[-1].tolist(),
         "pixels": result.polyline.tolist(),
         "score": result.score,
         "link_scores": result.link_scores.tolist(),
         "indices": result.indices.tolist(),
-        "backend": result.backend,
-        "backend_note": note,
         "params": result.params.as_dict(),
         "timings_ms": {key: round(value, 3) for key, value in result.timings_ms.items()},
+    }
+
+
+def result_record(results: list, image: str, note: str) -> dict:
+    """The JSON object printed by ``--format json``: one leg's :func:`leg_record` with the image
+    and backend; for a line through ``--via`` points, the joined line, its total score and
+    timings, the via points and each leg's record under ``legs``."""
+    if len(results) == 1:
+        return {"image": image, **leg_record(results[0]), "backend": results[0].backend,
+                "backend_note": note}
+    from core.tracer import join_legs
+
+    polyline, anchors = join_legs(results)
+    timings: dict[str, float] = {}
+    for result in results:
+        for key, value in result.timings_ms.items():
+            timings[key] = timings.get(key, 0.0) + value
+    return {
+        "image": image,
+        "a": anchors[0].tolist(),
+        "b": anchors[-1].tolist(),
+        "via": anchors[1:-1].tolist(),
+        "pixels": polyline.tolist(),
+        "score": float(sum(result.score for result in results)),
+        "backend": results[0].backend,
+        "backend_note": note,
+        "timings_ms": {key: round(value, 3) for key, value in timings.items()},
+        "legs": [leg_record(result) for result in results],
     }
 
 
@@ -162,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
     from core.output import refuse_overwriting_input, write_text_or_stdout
     from core.raster import load_image
     from core.surface import UNKNOWN_GROUND_NOTE
-    from core.tracer import ground_resolution_unknown, trace
+    from core.tracer import check_point, ground_resolution_unknown, trace_through
     from gpu.select import choose_backend
 
     start = time.perf_counter()
@@ -187,17 +216,28 @@ def run(args: argparse.Namespace) -> int:
     if ground_resolution_unknown(raster, params):
         note(args, f"{args.image}: ground resolution unknown (no georeferencing): "
                    f"{UNKNOWN_GROUND_NOTE}; give --ground-resolution M to run it once")
-    result = trace(raster, args.a, args.b, params, backend)
-    result.timings_ms["load"] = 1e3 * (time.perf_counter() - start) - result.timings_ms["total"]
+    points = [args.a, *args.via, args.b]
+    names = ["a", *(f"via {k + 1}" for k in range(len(args.via))), "b"]
+    for xy, name in zip(points, names, strict=True):
+        check_point(raster, xy, name)
+    results = trace_through(raster, points, params, backend, names)
+    traced_ms = sum(result.timings_ms["total"] for result in results)
+    results[0].timings_ms["load"] = 1e3 * (time.perf_counter() - start) - traced_ms
     if args.format == "geojson":
-        from core.geojson import feature_collection, pixel_space_note, trace_feature
+        from core.geojson import (
+            feature_collection,
+            pixel_space_note,
+            trace_feature,
+            traced_line_feature,
+        )
 
-        document = feature_collection([trace_feature(result, raster, crs=args.crs)], raster,
-                                      args.crs)
+        feature = trace_feature(results[0], raster, crs=args.crs) if len(results) == 1 else \
+            traced_line_feature(results, raster, {"params": params.as_dict()}, args.crs)
+        document = feature_collection([feature], raster, args.crs)
         if document["coordinate_space"] == "pixel":
             note(args, f"{args.image}: GeoJSON {pixel_space_note(raster)}")
     else:
-        document = result_record(result, args.image, backend_note)
+        document = result_record(results, args.image, backend_note)
     text = json.dumps(document, indent=None if args.format == "geojson" else 1)
     # A closed pipe (trace ... | true) drops the output quietly, with the exit status of a
     # command ended by SIGPIPE.

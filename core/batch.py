@@ -69,7 +69,7 @@ from core.geojson import (
     check_crs,
     coordinate_space,
     feature_collection,
-    line_feature,
+    traced_line_feature,
     write_geojson,
 )
 from core.georef import parse_crs, read_georef, sidecar_files
@@ -284,25 +284,11 @@ def _line_features(raster: Raster, seed: Seed, vertices: np.ndarray, params: Tra
             runs.append([])
         else:
             runs[-1].append((k, outcome))
-    features = []
-    for run in (run for run in runs if run):
-        results = [result for _, result in run]
-        polyline = np.vstack([results[0].polyline[:1]] + [r.polyline[1:] for r in results])
-        anchors = np.vstack([results[0].polyline[:1]] + [r.polyline[-1:] for r in results])
-        properties = {
-            "seed": seed.id,
-            "seed_properties": seed.properties,
-            "segments": [k for k, _ in run],
-            "score": round(float(sum(r.score for r in results)), 6),
-            "segment_scores": [round(float(r.score), 6) for r in results],
-            "link_scores": [[round(float(v), 6) for v in r.link_scores] for r in results],
-            "anchors_px": np.round(anchors, 3).tolist(),
-            "params": params.as_dict(),
-            "segment_params": [{"guides": r.params.guides, "points": r.params.points,
-                                "halfwidth": r.params.halfwidth} for r in results],
-            "backend": results[0].backend,
-        }
-        features.append(line_feature(polyline, raster, properties, crs))
+    features = [traced_line_feature([result for _, result in run], raster,
+                                    {"seed": seed.id, "seed_properties": seed.properties,
+                                     "segments": [k for k, _ in run],
+                                     "params": params.as_dict()}, crs)
+                for run in runs if run]
     return features, sum(len(run) for run in runs), failures
 
 

@@ -31,6 +31,7 @@ from core.errors import BadParameter
 from core.georef import GeorefError
 from core.output import write_text_atomic
 from core.raster import Raster
+from core.tracer import join_legs
 
 #: Values of the ``crs`` argument (and of the CLI's ``--crs``).
 CRS_CHOICES = ("wgs84", "source")
@@ -176,6 +177,29 @@ def line_feature(pixels: np.ndarray, raster: Raster, properties: dict | None = N
     geometry = {"type": "LineString", "coordinates": parts[0]} if len(parts) == 1 else \
         {"type": "MultiLineString", "coordinates": parts}
     return {"type": "Feature", "geometry": geometry, "properties": props}
+
+
+def traced_line_feature(results: list, raster: Raster, properties: dict | None = None,
+                        crs: str = "wgs84") -> dict:
+    """A Feature for a line traced leg by leg (:func:`core.tracer.trace_through`'s results,
+    :class:`core.tracer.TraceResult` per leg, in order): the legs joined into one polyline.
+
+    Properties: ``score`` (the legs' sum), ``segment_scores`` and ``link_scores`` (per leg),
+    ``anchors_px`` (where the legs start and end), ``segment_params`` (each leg's guides,
+    points and half-width), ``backend``, plus ``properties`` (e.g. the ``params`` asked for).
+    """
+    polyline, anchors = join_legs(results)
+    props = {
+        "score": round(float(sum(r.score for r in results)), 6),
+        "segment_scores": [round(float(r.score), 6) for r in results],
+        "link_scores": [[round(float(v), 6) for v in r.link_scores] for r in results],
+        "anchors_px": np.round(anchors, 3).tolist(),
+        "segment_params": [{"guides": r.params.guides, "points": r.params.points,
+                            "halfwidth": r.params.halfwidth} for r in results],
+        "backend": results[0].backend,
+    }
+    props.update(properties or {})
+    return line_feature(polyline, raster, props, crs)
 
 
 def antimeridian_parts(lonlat: np.ndarray, decimals: int = LONLAT_DECIMALS) -> list[list]:

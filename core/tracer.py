@@ -403,6 +403,48 @@ def trace_many(raster: Raster, pairs: list, params: TraceParams | None = None,
     return results
 
 
+def trace_through(raster: Raster, points: list, params: TraceParams | None = None,
+                  backend: TracerBackend | None = None,
+                  names: list[str] | None = None) -> list[TraceResult]:
+    """The optimal line through ``points`` (k ≥ 2 of (x, y), in order): every consecutive pair
+    traced as by :func:`trace` (:func:`trace_many`: their evidence made together).
+
+    Returns
+    -------
+    list of TraceResult
+        Per leg (k − 1), in order; :func:`join_legs` makes one polyline of them.
+
+    Raises
+    ------
+    TraceError
+        The first failing leg's error; with more than one leg its message is prefixed with
+        the leg's ends (``names``, default "point 1", "point 2", …).
+    """
+    names = names or [f"point {k + 1}" for k in range(len(points))]
+    results = trace_many(raster, list(zip(points[:-1], points[1:], strict=True)), params, backend)
+    for k, result in enumerate(results):
+        if isinstance(result, TraceError) and len(results) == 1:
+            raise result
+        if isinstance(result, TraceError):
+            raise type(result)(f"{names[k]} → {names[k + 1]}: {result}") from result
+    return results
+
+
+def join_legs(results: list[TraceResult]) -> tuple[np.ndarray, np.ndarray]:
+    """One line of legs traced one after another (each starting where the last ends).
+
+    Returns
+    -------
+    polyline : ndarray of shape (N, 2), float64
+        The legs' polylines joined, their shared ends once.
+    anchors : ndarray of shape (len(results) + 1, 2), float64
+        Where the legs start and end.
+    """
+    polyline = np.vstack([results[0].polyline[:1]] + [r.polyline[1:] for r in results])
+    anchors = np.vstack([results[0].polyline[:1]] + [r.polyline[-1:] for r in results])
+    return polyline, anchors
+
+
 def _touches_edge(indices: np.ndarray, points: int) -> bool:
     """Whether any chosen guide point (indices (m,) in 0..points-1) is a corridor edge point."""
     return bool(np.any(indices == 0) or np.any(indices == points - 1))

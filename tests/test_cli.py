@@ -49,8 +49,44 @@ def test_output_file_and_geojson(capsys, tmp_path):
     assert document["features"][0]["geometry"]["type"] == "LineString"
 
 
+def test_a_line_through_via_points_is_its_legs_joined(capsys):
+    via = ("455,215", "470,190")
+    code, out, _ = run_cli(capsys, SAMPLE_IMAGE, "--a", A, "--via", via[0], "--via", via[1],
+                           "--b", B, "--backend", "cpu")
+    assert code == 0
+    record = json.loads(out)
+    anchors = [[430.0, 241.0], [455.0, 215.0], [470.0, 190.0], [486.0, 172.0]]
+    assert [record["a"], *record["via"], record["b"]] == anchors
+    assert len(record["legs"]) == 3
+    joined = [record["legs"][0]["pixels"][0]]
+    for k, leg in enumerate(record["legs"]):
+        assert [leg["a"], leg["b"]] == anchors[k:k + 2]
+        # Each leg is the line traced between its two ends alone.
+        code, alone, _ = run_cli(capsys, SAMPLE_IMAGE, "--a", ",".join(map(str, leg["a"])),
+                                 "--b", ",".join(map(str, leg["b"])), "--backend", "cpu")
+        assert code == 0
+        np.testing.assert_allclose(json.loads(alone)["pixels"], leg["pixels"], atol=1e-9)
+        joined += leg["pixels"][1:]
+    assert record["pixels"] == joined
+    assert record["score"] == pytest.approx(sum(leg["score"] for leg in record["legs"]))
+    assert record["timings_ms"]["total"] == pytest.approx(
+        sum(leg["timings_ms"]["total"] for leg in record["legs"]), abs=0.01)
+
+    code, out, _ = run_cli(capsys, SAMPLE_IMAGE, "--a", A, "--via", via[0], "--b", B,
+                           "--backend", "cpu", "--format", "geojson")
+    assert code == 0
+    properties = json.loads(out)["features"][0]["properties"]
+    assert properties["anchors_px"] == [anchors[0], anchors[1], anchors[3]]
+    assert len(properties["link_scores"]) == len(properties["segment_scores"]) == 2
+    assert properties["score"] == pytest.approx(sum(properties["segment_scores"]), abs=1e-5)
+    assert properties["params"]["max_angle"] == 60.0
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["missing.png", "--a", A, "--b", B], "not found"),
+    ([SAMPLE_IMAGE, "--a", A, "--via", "100,600", "--b", B], "via 1=(100, 600) lies outside"),
+    ([SAMPLE_IMAGE, "--a", A, "--via", "455,215", "--via", "455,216", "--b", B],
+     "via 1 → via 2: endpoints"),
     ([SAMPLE_IMAGE, "--a=-5,10", "--b", B], "outside"),
     ([SAMPLE_IMAGE, "--a", "100,600", "--b", B], "outside"),
     ([SAMPLE_IMAGE, "--a", A, "--b", A], "at least 2 px apart"),
