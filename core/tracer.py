@@ -423,9 +423,9 @@ def trace_through(raster: Raster, points: list, params: TraceParams | None = Non
     names = names or [f"point {k + 1}" for k in range(len(points))]
     results = trace_many(raster, list(zip(points[:-1], points[1:], strict=True)), params, backend)
     for k, result in enumerate(results):
-        if isinstance(result, TraceError) and len(results) == 1:
-            raise result
         if isinstance(result, TraceError):
+            if len(results) == 1:
+                raise result
             raise type(result)(f"{names[k]} → {names[k + 1]}: {result}") from result
     return results
 
