@@ -94,8 +94,9 @@ def run(args: argparse.Namespace) -> int:
             rasters.get(case.image), case_params(params, case, args.evidence_dir))})
         if unknown:
             note(args, f"{len(unknown)} image(s) have no ground resolution (no georeferencing, "
-                       f"no \"ground_resolution\" in their cases): {UNKNOWN_GROUND_NOTE}; give "
-                       "--ground-resolution M or the cases' \"ground_resolution\" to run it once: "
+                       "no \"ground_resolution\" in their cases, no \"gsd_m\" in a sources.json "
+                       f"beside them): {UNKNOWN_GROUND_NOTE}; give --ground-resolution M or the "
+                       "cases' \"ground_resolution\" to run it once: "
                        + ", ".join(os.path.basename(path) for path in unknown[:5])
                        + (" …" if len(unknown) > 5 else ""))
     runs = {}

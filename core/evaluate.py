@@ -2,7 +2,9 @@
 
 A cases file is a JSON list of ``{"id", "image", "a": [x, y], "b": [x, y], "gt": [[x, y], …],
 "tags": […]}``; ``image`` is relative to the cases file's folder; an optional
-``"ground_resolution"`` (metres per pixel) says what a PNG's georeferencing cannot. Every case
+``"ground_resolution"`` (metres per pixel) says what a PNG's georeferencing cannot, and where a
+case does not say it, a ``sources.json`` beside the cases file may (:data:`SOURCES_FILE`: the
+layout of the project's data sets, a list of ``{"image", "gsd_m"}``). Every case
 yields one :class:`CaseResult`; a trace that raises counts as a failure (completeness 0,
 distances ∞), it is never dropped. :func:`summarise` reports, overall (``all``) and per tag,
 the count, the failures, and the median and mean of every metric and of the latency.
@@ -13,6 +15,7 @@ tracer is warmed up once before timing so that numba's one-off compilation is no
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -39,6 +42,10 @@ METRICS = tuple(f.name for f in fields(PathMetrics))
 OURS = "ours"
 #: A line is good once this share of the true line lies within 5 px of it (corrections).
 GOOD_COMPLETENESS_5 = 0.9
+#: Where a data set describes its images: beside the cases file, a JSON list of objects whose
+#: ``"image"`` (relative to its folder) and ``"gsd_m"`` (metres per pixel) give a case's
+#: ground resolution when the case does not.
+SOURCES_FILE = "sources.json"
 
 
 @dataclass(frozen=True)
@@ -96,7 +103,37 @@ def load_cases(path: str | os.PathLike, limit: int | None = None) -> list[Case]:
         if case.id in seen:
             raise BadParameter(f"{path}: case id {case.id!r} is given twice; ids must be unique")
         seen.add(case.id)
+    if any(case.ground_resolution is None for case in cases):
+        stated = sources_ground_resolutions(folder)
+        cases = [case if case.ground_resolution is not None
+                 or os.path.normpath(case.image) not in stated
+                 else replace(case, ground_resolution=stated[os.path.normpath(case.image)])
+                 for case in cases]
     return cases
+
+
+def sources_ground_resolutions(folder: str) -> dict[str, float]:
+    """{normalised absolute image path: metres per pixel} of the :data:`SOURCES_FILE` in
+    ``folder`` (empty where there is none; entries without an ``image`` name or a positive,
+    finite ``gsd_m`` are left out).
+
+    Raises
+    ------
+    BadParameter
+        If the file exists but cannot be read or is not JSON.
+    """
+    path = os.path.join(folder, SOURCES_FILE)
+    if not os.path.lexists(path):
+        return {}
+    document = read_json(path, "image sources file beside the cases")
+    stated = {}
+    for entry in document if isinstance(document, list) else ():
+        if not isinstance(entry, dict):
+            continue
+        image, ground = entry.get("image"), _positive_number(entry.get("gsd_m"))
+        if isinstance(image, str) and image and ground is not None:
+            stated[os.path.normpath(os.path.join(folder, image))] = ground
+    return stated
 
 
 def _case(record, index: int, folder: str, path: str) -> Case:
@@ -130,12 +167,22 @@ def _case(record, index: int, folder: str, path: str) -> Case:
     if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
         raise bad("tags", "must be a list of strings")
     ground = record.get("ground_resolution")
-    if ground is not None and (isinstance(ground, bool) or not isinstance(ground, (int, float))
-                               or not np.isfinite(ground) or ground <= 0):
+    if ground is not None and _positive_number(ground) is None:
         raise bad("ground_resolution", "must be a positive number of metres per pixel")
     return Case(str(record["id"]), os.path.join(folder, record["image"]), points["a"],
                 points["b"], points["gt"], tuple(tags),
-                None if ground is None else float(ground))
+                None if ground is None else _positive_number(ground))
+
+
+def _positive_number(value) -> float | None:
+    """``value`` (from JSON) as a float if it is a positive, finite number, else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond float range
+        return None
+    return number if math.isfinite(number) and number > 0 else None
 
 
 def read_report(path: str | os.PathLike) -> dict[str, dict[str, dict]]:

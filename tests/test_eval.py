@@ -74,11 +74,38 @@ GOOD_CASE = {"id": "c", "image": "i.png", "a": [0, 0], "b": [9, 0], "gt": [[0, 0
     ([{**GOOD_CASE, "tags": "road"}], "case 'c': tags must be a list of strings"),
     ([{**GOOD_CASE, "id": None}], "case #0: id must be a string or an integer"),
     ([GOOD_CASE, {**GOOD_CASE, "a": [1, 1]}], "case id 'c' is given twice"),
+    ([{**GOOD_CASE, "ground_resolution": 10**400}], "case 'c': ground_resolution must be a "
+                                                    "positive number"),
+    ([{**GOOD_CASE, "ground_resolution": -0.3}], "case 'c': ground_resolution must be a "
+                                                 "positive number"),
 ])
 def test_malformed_cases_are_one_clear_error(tmp_path, document, message):
     path = tmp_path / "cases.json"
     path.write_text(json.dumps(document))
     with pytest.raises(BadParameter, match=message):
+        load_cases(path)
+
+
+def test_ground_resolution_from_the_sources_file_beside_the_cases(tmp_path):
+    cases = [{**GOOD_CASE, "id": name, "image": image} for name, image in
+             (("plain", "images/p.png"), ("own", "images/o.png"), ("other", "o2.png"),
+              ("bad", "images/b.png"))]
+    cases[1]["ground_resolution"] = 0.5
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps(cases))
+    assert [case.ground_resolution for case in load_cases(path)] == [None, 0.5, None, None]
+    sources = tmp_path / "sources.json"
+    sources.write_text(json.dumps([
+        {"id": "p", "image": "images/./p.png", "gsd_m": 0.2},
+        {"id": "o", "image": "images/o.png", "gsd_m": 0.3},
+        {"id": "b", "image": "images/b.png", "gsd_m": 10**400},
+        {"id": "x", "image": "images/x.png", "gsd_m": True}, "not an entry"]))
+    # The case's own value wins; an entry without a usable gsd_m says nothing.
+    assert [case.ground_resolution for case in load_cases(path)] == [0.2, 0.5, None, None]
+    sources.write_text('{"not": "a list"}')
+    assert [case.ground_resolution for case in load_cases(path)] == [None, 0.5, None, None]
+    sources.write_text("[{")
+    with pytest.raises(BadParameter, match="image sources file beside the cases .* is not JSON"):
         load_cases(path)
 
 
@@ -240,7 +267,15 @@ def test_eval_notes_images_of_unknown_ground_resolution(tmp_path, capsys):
         record["image"] = str(DATA / record["image"])
     given = tmp_path / "cases.json"
     given.write_text(json.dumps(document))
+    for record in document:
+        del record["ground_resolution"]
+    described = tmp_path / "described"
+    described.mkdir()
+    (described / "cases.json").write_text(json.dumps(document))
+    (described / "sources.json").write_text(json.dumps([
+        {"image": str(DATA / "dubai_t6_003_crop.png"), "gsd_m": 1.5}]))
     for run in (["eval", str(given), "--limit", "1"],
+                ["eval", str(described / "cases.json"), "--limit", "1"],
                 ["eval", str(CASES), "--limit", "1", "--ground-resolution", "1.5"],
                 ["eval", str(CASES), "--limit", "1", "--line-kind", "river"],
                 ["eval", str(CASES), "--method", "straight", "--limit", "1"]):
