@@ -15,7 +15,7 @@ import numpy as np
 from app.model import LINE_KINDS, Line, Segment
 from app.params import check_backend, params_from_dict
 from core.errors import BadParameter, OutputWriteError, TraceError
-from core.output import read_json, shortened, write_text_atomic
+from core.output import json_number, read_json, shortened, write_text_atomic
 from core.tracer import TraceParams
 
 SESSION_FORMAT = "roadtracer-session"
@@ -44,19 +44,11 @@ def _fail(where: str, expected: str, value: object) -> SessionReadError:
     return SessionReadError(f"{where} must be {expected}, got {_shown(value)}")
 
 
-def _is_number(value: object) -> bool:
-    """A JSON number (true and false are not numbers, although Python's bool is an int)."""
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def _finite(value: object, where: str, expected: str) -> float:
-    """``value`` as a float if it is a finite JSON number, else a SessionReadError naming
-    ``where`` (NaN, infinity and integers beyond a float's range are refused)."""
-    try:
-        number = float(value) if _is_number(value) else math.nan
-    except OverflowError:
-        number = math.inf
-    if not math.isfinite(number):
+    """``value`` as a float if it is a finite JSON number (:func:`core.output.json_number`),
+    else a SessionReadError naming ``where``."""
+    number = json_number(value)
+    if number is None:
         raise _fail(where, expected, value)
     return number
 

@@ -15,7 +15,6 @@ tracer is warmed up once before timing so that numba's one-off compilation is no
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -33,7 +32,7 @@ from core.metrics import (
     path_metrics,
     point_to_polyline,
 )
-from core.output import read_json
+from core.output import json_number, read_json
 from core.raster import Raster, load_image
 from core.tracer import TraceParams, trace, with_evidence_from
 
@@ -105,9 +104,8 @@ def load_cases(path: str | os.PathLike, limit: int | None = None) -> list[Case]:
         seen.add(case.id)
     if any(case.ground_resolution is None for case in cases):
         stated = sources_ground_resolutions(folder)
-        cases = [case if case.ground_resolution is not None
-                 or os.path.normpath(case.image) not in stated
-                 else replace(case, ground_resolution=stated[os.path.normpath(case.image)])
+        cases = [case if case.ground_resolution is not None else
+                 replace(case, ground_resolution=stated.get(os.path.normpath(case.image)))
                  for case in cases]
     return cases
 
@@ -130,7 +128,7 @@ def sources_ground_resolutions(folder: str) -> dict[str, float]:
     for entry in document if isinstance(document, list) else ():
         if not isinstance(entry, dict):
             continue
-        image, ground = entry.get("image"), _positive_number(entry.get("gsd_m"))
+        image, ground = entry.get("image"), _metres_per_pixel(entry.get("gsd_m"))
         if isinstance(image, str) and image and ground is not None:
             stated[os.path.normpath(os.path.join(folder, image))] = ground
     return stated
@@ -166,23 +164,18 @@ def _case(record, index: int, folder: str, path: str) -> Case:
     tags = record.get("tags", [])
     if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
         raise bad("tags", "must be a list of strings")
-    ground = record.get("ground_resolution")
-    if ground is not None and _positive_number(ground) is None:
+    given = record.get("ground_resolution")
+    ground = _metres_per_pixel(given)
+    if given is not None and ground is None:
         raise bad("ground_resolution", "must be a positive number of metres per pixel")
     return Case(str(record["id"]), os.path.join(folder, record["image"]), points["a"],
-                points["b"], points["gt"], tuple(tags),
-                None if ground is None else _positive_number(ground))
+                points["b"], points["gt"], tuple(tags), ground)
 
 
-def _positive_number(value) -> float | None:
+def _metres_per_pixel(value) -> float | None:
     """``value`` (from JSON) as a float if it is a positive, finite number, else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:  # an integer beyond float range
-        return None
-    return number if math.isfinite(number) and number > 0 else None
+    number = json_number(value)
+    return number if number is not None and number > 0 else None
 
 
 def read_report(path: str | os.PathLike) -> dict[str, dict[str, dict]]:

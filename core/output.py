@@ -9,6 +9,7 @@ written in place and never replaced.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import stat
@@ -223,6 +224,19 @@ def json_depth_exceeds(document, limit: int = MAX_JSON_DEPTH) -> bool:
         pending += [(child, depth + 1) for child in children
                     if isinstance(child, (dict, list))]
     return False
+
+
+def json_number(value) -> float | None:
+    """``value`` (from a JSON document) as a float if it is a finite number, else None (true
+    and false are not numbers, although Python's bool is an int; NaN, infinity and integers
+    beyond a float's range are refused)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def read_json(path: str | os.PathLike, what: str, error: type[TraceError] = BadParameter):

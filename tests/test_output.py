@@ -15,6 +15,7 @@ from core.gradient import gradient_margin
 from core.output import (
     MAX_JSON_DEPTH,
     json_depth_exceeds,
+    json_number,
     new_folder,
     printable,
     read_json,
@@ -230,3 +231,11 @@ def test_new_folder_appears_whole_or_not_at_all(tmp_path):
     with pytest.raises(BadParameter, match="cannot make output folder"), \
             new_folder(tmp_path / "missing" / "out"):
         pass
+
+
+@pytest.mark.parametrize(("value", "number"), [
+    (3, 3.0), (-0.25, -0.25), (True, None), (False, None), ("1", None), (None, None),
+    ([1], None), (float("nan"), None), (float("inf"), None), (10**400, None),
+])
+def test_json_number_takes_finite_numbers_only(value, number):
+    assert json_number(value) == number
