@@ -159,17 +159,20 @@ def leg_record(result) -> dict:
     }
 
 
-def result_record(results: list, image: str, note: str) -> dict:
+def result_record(results: list, image: str, note: str, load_ms: float) -> dict:
     """The JSON object printed by ``--format json``: one leg's :func:`leg_record` with the image
     and backend; for a line through ``--via`` points, the joined line, its total score and
-    timings, the via points and each leg's record under ``legs``."""
+    timings, the via points and each leg's record under ``legs``. ``load_ms`` (reading the
+    image, choosing the backend) joins the timings."""
     if len(results) == 1:
-        return {"image": image, **leg_record(results[0]), "backend": results[0].backend,
-                "backend_note": note}
+        record = {"image": image, **leg_record(results[0]), "backend": results[0].backend,
+                  "backend_note": note}
+        record["timings_ms"]["load"] = round(load_ms, 3)
+        return record
     from core.tracer import join_legs
 
     polyline, anchors = join_legs(results)
-    timings: dict[str, float] = {}
+    timings = {"load": load_ms}
     for result in results:
         for key, value in result.timings_ms.items():
             timings[key] = timings.get(key, 0.0) + value
@@ -191,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
     from core.output import refuse_overwriting_input, write_text_or_stdout
     from core.raster import load_image
     from core.surface import UNKNOWN_GROUND_NOTE
-    from core.tracer import check_point, ground_resolution_unknown, trace_through
+    from core.tracer import ground_resolution_unknown, trace_through
     from gpu.select import choose_backend
 
     start = time.perf_counter()
@@ -216,13 +219,10 @@ def run(args: argparse.Namespace) -> int:
     if ground_resolution_unknown(raster, params):
         note(args, f"{args.image}: ground resolution unknown (no georeferencing): "
                    f"{UNKNOWN_GROUND_NOTE}; give --ground-resolution M to run it once")
-    points = [args.a, *args.via, args.b]
     names = ["a", *(f"via {k + 1}" for k in range(len(args.via))), "b"]
-    for xy, name in zip(points, names, strict=True):
-        check_point(raster, xy, name)
-    results = trace_through(raster, points, params, backend, names)
-    traced_ms = sum(result.timings_ms["total"] for result in results)
-    results[0].timings_ms["load"] = 1e3 * (time.perf_counter() - start) - traced_ms
+    results = trace_through(raster, [args.a, *args.via, args.b], params, backend, names)
+    load_ms = 1e3 * (time.perf_counter() - start) - sum(result.timings_ms["total"]
+                                                         for result in results)
     if args.format == "geojson":
         from core.geojson import (
             feature_collection,
@@ -237,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
         if document["coordinate_space"] == "pixel":
             note(args, f"{args.image}: GeoJSON {pixel_space_note(raster)}")
     else:
-        document = result_record(results, args.image, backend_note)
+        document = result_record(results, args.image, backend_note, load_ms)
     text = json.dumps(document, indent=None if args.format == "geojson" else 1)
     # A closed pipe (trace ... | true) drops the output quietly, with the exit status of a
     # command ended by SIGPIPE.

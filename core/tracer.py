@@ -417,10 +417,13 @@ def trace_through(raster: Raster, points: list, params: TraceParams | None = Non
     Raises
     ------
     TraceError
-        The first failing leg's error; with more than one leg its message is prefixed with
-        the leg's ends (``names``, default "point 1", "point 2", …).
+        A point outside the image (named by ``names``, default "point 1", "point 2", …), else
+        the first failing leg's error; with more than one leg its message is prefixed with the
+        leg's ends.
     """
     names = names or [f"point {k + 1}" for k in range(len(points))]
+    for point, name in zip(points, names, strict=True):
+        check_point(raster, point, name)
     results = trace_many(raster, list(zip(points[:-1], points[1:], strict=True)), params, backend)
     for k, result in enumerate(results):
         if isinstance(result, TraceError):
