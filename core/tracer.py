@@ -133,11 +133,11 @@ def check_point(raster: Raster, point, name: str) -> np.ndarray:
     try:
         xy = np.asarray(point, dtype=np.float64).reshape(2)
     except (TypeError, ValueError):
-        raise BadParameter(f"endpoint {name}={point!r} is not an (x, y) pair") from None
+        raise BadParameter(f"point {name}={point!r} is not an (x, y) pair") from None
     if not np.all(np.isfinite(xy)):
-        raise BadParameter(f"endpoint {name}=({xy[0]:g}, {xy[1]:g}) is not finite")
+        raise BadParameter(f"point {name}=({xy[0]:g}, {xy[1]:g}) is not finite")
     if not (0 <= xy[0] <= raster.width - 1 and 0 <= xy[1] <= raster.height - 1):
-        raise PointOutsideImage(f"endpoint {name}=({xy[0]:g}, {xy[1]:g}) lies outside the "
+        raise PointOutsideImage(f"point {name}=({xy[0]:g}, {xy[1]:g}) lies outside the "
                                 f"{raster.width}×{raster.height} image")
     return xy
 
