@@ -5,12 +5,18 @@ share of gross misses (less than half of the true line within 5 px) and how many
 more than 0.1 below the straight line a → b at 5 px.
 
 A difference of less than about two standard errors is within the noise of the cases drawn.
+A change to the model's training has a second noise: the same recipe trained again with another
+random start moves the means by about as much. Give each side several reports then (trainings
+with different ``--seed``; after ``--after``): each case counts with its mean over a side's
+reports, and a second table gives every report's means, so that their spread shows that noise.
 
 Usage:
 
     python main.py eval CASES.json --json before.json
     python main.py eval CASES.json --json after.json      # after the change
     python scripts/compare_reports.py before.json after.json --cases CASES.json
+    python scripts/compare_reports.py seed3.json seed4.json --after new3.json new4.json \
+        --cases CASES.json
 
 Groups: the cases where a straight line misses the road (``nontrivial``), those per dataset
 (a case's first tag), and those where a straight line is right. Reports of
@@ -112,25 +118,69 @@ def format_table(rows: list[tuple[str, dict]]) -> str:
     return "\n".join(lines)
 
 
+def mean_rows(reports: list[dict[str, dict]]) -> dict[str, dict]:
+    """Case id → completeness @3 and @5 px, each the mean over ``reports`` (rows of one method
+    each, on the same cases)."""
+    keys = ("completeness_3", "completeness_5")
+    return {case: {key: float(np.mean([rows[case][key] for rows in reports])) for key in keys}
+            for case in reports[0]}
+
+
+def format_reports(sides: list[tuple[str, list[str], list[dict]]], ids: list[str]) -> str:
+    """Markdown table of each report's mean completeness @3 / @5 px over cases ``ids``, per
+    side (name, report paths, rows)."""
+    lines = ["| side | report | mean c@3 / c@5 |", "|---|---|---|"]
+    for side, paths, reports in sides:
+        for path, rows in zip(paths, reports, strict=True):
+            means = [np.mean([rows[case][f"completeness_{radius}"] for case in ids])
+                     for radius in (3, 5)]
+            lines.append(f"| {side} | {path} | {means[0]:.3f} / {means[1]:.3f} |")
+    return "\n".join(lines)
+
+
+def split_sides(parser, reports: list[str], after: list[str] | None
+                ) -> tuple[list[str], list[str]]:
+    """The report paths before and after the change: ``BEFORE AFTER``, or ``BEFORE... --after
+    AFTER...``."""
+    if after is not None:
+        return reports, after
+    if len(reports) != 2:
+        parser.error("give two reports (before, after), or several before and several after "
+                     "--after")
+    return reports[:1], reports[1:]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("before", help="report of the program before the change (eval --json)")
-    parser.add_argument("after", help="report of the program after it, on the same cases")
-    parser.add_argument("--cases", required=True, help="the cases file both reports measured")
+    parser.add_argument("reports", nargs="+", metavar="REPORT",
+                        help="reports (eval --json) of the program before the change, and, "
+                             "without --after, the one after it, on the same cases")
+    parser.add_argument("--after", nargs="+", metavar="REPORT",
+                        help="reports of the program after the change (the positional reports "
+                             "are then all before it), e.g. one per training seed")
+    parser.add_argument("--cases", required=True, help="the cases file the reports measured")
     parser.add_argument("--method", help="method to compare (default: ours, or the only one)")
     args = parser.parse_args(argv)
+    before_paths, after_paths = split_sides(parser, args.reports, args.after)
     try:
-        before = pick_method(read_report(args.before), args.method, args.before)
-        after = pick_method(read_report(args.after), args.method, args.after)
-        if before.keys() != after.keys():
-            raise BadParameter(
-                f"the reports measured different cases ({len(before.keys() - after.keys())} "
-                f"only in {args.before}, {len(after.keys() - before.keys())} only in "
-                f"{args.after})")
+        paths = before_paths + after_paths
+        rows = [pick_method(read_report(path), args.method, path) for path in paths]
+        for path, other in zip(paths[1:], rows[1:], strict=True):
+            if other.keys() != rows[0].keys():
+                raise BadParameter(
+                    f"the reports measured different cases ({len(rows[0].keys() - other.keys())}"
+                    f" only in {paths[0]}, {len(other.keys() - rows[0].keys())} only in {path})")
+        before_rows, after_rows = rows[:len(before_paths)], rows[len(before_paths):]
+        before, after = mean_rows(before_rows), mean_rows(after_rows)
         cases = report_cases({"before": before}, args.cases)
         straight = straight_line_completeness(cases)
+        chosen = groups(cases)
         print(format_table([(name, compare(before, after, ids, straight))
-                            for name, ids in groups(cases)]))
+                            for name, ids in chosen]))
+        if len(paths) > 2:
+            print(f"\nEach report on the {chosen[0][0]} cases:\n")
+            print(format_reports([("before", before_paths, before_rows),
+                                  ("after", after_paths, after_rows)], chosen[0][1]))
     except BadParameter as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -69,6 +69,37 @@ def test_groups_means_differences_and_their_standard_errors(script, tmp_path, ca
             "| 0% → 0% | 0 → 1 |") in rows["straight line right"]
 
 
+def test_several_trainings_a_side_count_each_case_by_its_mean_and_list_each_report(
+        script, tmp_path, capsys):
+    cases = _cases(tmp_path)
+    # Two "trainings" before whose mean is BEFORE, two after whose mean is AFTER.
+    low = ([0.1, 0.3, 0.5, 0.7, 1.0, 1.0], [0.2, 0.5, 0.8, 1.0, 1.0, 1.0])
+    high = ([0.3, 0.5, 0.7, 0.9, 1.0, 1.0], [0.4, 0.7, 1.0, 1.0, 1.0, 1.0])
+    before = [_report(tmp_path, "b1.json", *low), _report(tmp_path, "b2.json", *high)]
+    after = [_report(tmp_path, "a1.json", *AFTER), _report(tmp_path, "a2.json", *AFTER)]
+    assert script.main([*before, "--after", *after, "--cases", cases]) == 0
+    out = capsys.readouterr().out
+    error = np.array([0.3, 0.0, 0.1, 0.1]).std(ddof=1) / 2
+    # The same table as one report a side with BEFORE and AFTER...
+    assert f"| nontrivial | 4 | 0.500 / 0.700 | 0.625 / 0.800 | +0.125 ± {error:.3f} |" in out
+    # ...and each report's own means on the nontrivial cases: the spread between trainings.
+    assert f"| before | {before[0]} | 0.400 / 0.625 |" in out
+    assert f"| before | {before[1]} | 0.600 / 0.775 |" in out
+    assert f"| after | {after[1]} | 0.625 / 0.800 |" in out
+
+
+def test_three_reports_without_after_or_one_of_other_cases_are_refused(script, tmp_path, capsys):
+    cases = _cases(tmp_path)
+    report = _report(tmp_path, "r.json", *BEFORE)
+    with pytest.raises(SystemExit) as stop:
+        script.main([report, report, report, "--cases", cases])
+    assert stop.value.code == 2
+    assert "several before and several after --after" in capsys.readouterr().err
+    shorter = _report(tmp_path, "shorter.json", BEFORE[0][:5], BEFORE[1][:5])
+    assert script.main([report, shorter, "--after", report, "--cases", cases]) == 2
+    assert f"different cases (1 only in {report}, 0 only in {shorter})" in capsys.readouterr().err
+
+
 def test_a_method_is_chosen_by_name_and_a_missing_one_is_named(script, tmp_path, capsys):
     cases = _cases(tmp_path)
     before = _report(tmp_path, "before.json", *BEFORE, method="route_flat")
