@@ -13,7 +13,7 @@ from functools import cached_property
 
 import numpy as np
 
-from core.tracer import LINE_KINDS, TraceParams, TraceResult
+from core.tracer import LINE_KINDS, TraceParams, TraceResult, join_polylines
 
 Point = tuple[float, float]
 
@@ -99,8 +99,7 @@ class Line:
     @cached_property
     def polyline(self) -> np.ndarray:
         """The whole line, shape (N, 2): segments joined, shared anchors kept once."""
-        parts = [self.segments[0].polyline] + [s.polyline[1:] for s in self.segments[1:]]
-        return np.vstack(parts)
+        return join_polylines([segment.polyline for segment in self.segments])
 
     @cached_property
     def bounds(self) -> np.ndarray:

@@ -34,7 +34,7 @@ from core.metrics import (
 )
 from core.output import json_number, read_json
 from core.raster import Raster, load_image
-from core.tracer import TraceParams, trace, with_evidence_from
+from core.tracer import TraceParams, join_polylines, trace, with_evidence_from
 
 #: Metric names in report order (fields of :class:`PathMetrics`) plus latency.
 METRICS = tuple(f.name for f in fields(PathMetrics))
@@ -374,7 +374,7 @@ def corrections_needed(function: Callable, case: Case, raster: Raster, most: int
                 legs.append(traced[key])
         except Exception:  # noqa: BLE001 - a failed leg: as a failed case in run_case
             return Correction(None, None, vertices)
-        polyline = np.vstack([legs[0], *(leg[1:] for leg in legs[1:])])
+        polyline = join_polylines(legs)
         if path_metrics(polyline, case.gt).completeness_5 >= GOOD_COMPLETENESS_5:
             return Correction(added, polyline, vertices)
         if added < most:

@@ -443,9 +443,15 @@ def join_legs(results: list[TraceResult]) -> tuple[np.ndarray, np.ndarray]:
     anchors : ndarray of shape (len(results) + 1, 2), float64
         Where the legs start and end.
     """
-    polyline = np.vstack([results[0].polyline[:1]] + [r.polyline[1:] for r in results])
     anchors = np.vstack([results[0].polyline[:1]] + [r.polyline[-1:] for r in results])
-    return polyline, anchors
+    return join_polylines([result.polyline for result in results]), anchors
+
+
+def join_polylines(polylines: list[np.ndarray]) -> np.ndarray:
+    """Polylines (each (n_i, 2)) that follow one another, each starting where the last ends,
+    as one (N, 2) float64 polyline with their shared ends once."""
+    return np.vstack([polylines[0], *(line[1:] for line in polylines[1:])]).astype(
+        np.float64, copy=False)
 
 
 def _touches_edge(indices: np.ndarray, points: int) -> bool:

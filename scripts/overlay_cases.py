@@ -86,8 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         methods = read_report(args.report)
         cases = report_cases(methods, args.cases)
         fixed = corrected_lines(args.report) if args.corrected else None
-        missing = [name for name in (("ours",) if fixed is not None else ("ours", args.peer))
-                   if name not in methods]
+        wanted = (OURS,) if fixed is not None else (OURS, args.peer)
+        missing = [name for name in wanted if name not in methods]
         if missing:
             raise BadParameter(f"{args.report} has no method {missing[0]!r} (it has "
                                f"{', '.join(sorted(methods))}): choose the peer with --peer")
@@ -104,9 +104,11 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as exc:
             print(f"error: cannot read the image of case {case_id!r}: {exc}", file=sys.stderr)
             return 2
-    ours = {case_id: row.get("polyline") for case_id, row in methods["ours"].items()}
-    peer = None if fixed is not None else {case_id: row.get("polyline")
-                               for case_id, row in methods[args.peer].items()}
+    def polylines(method: str) -> dict:
+        return {case_id: row.get("polyline") for case_id, row in methods[method].items()}
+
+    ours = polylines(OURS)
+    peer = None if fixed is not None else polylines(args.peer)
     os.makedirs(args.out, exist_ok=True)
     for case_id in args.ids:
         case, image = cases[case_id], images[case_id]
