@@ -41,7 +41,7 @@ from cli.trace_cmd import (
     add_crs_arguments,
     add_trace_parameters,
     params_from_args,
-    use_memory_budget,
+    use_process_options,
 )
 from core.backend import TracerBackend
 
@@ -202,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
     from core.batch import lock_output_folder
     from core.output import PipeTolerantStream
 
-    use_memory_budget(args)
+    use_process_options(args)
     if args.scheduler:
         check_scheduler_address(args.scheduler)
     previous = signal.signal(signal.SIGTERM, _interrupt)

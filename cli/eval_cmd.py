@@ -12,7 +12,7 @@ from cli.trace_cmd import (
     add_trace_parameters,
     params_from_args,
     positive_pixels,
-    use_memory_budget,
+    use_process_options,
 )
 
 METHOD_CHOICES = ("ours", "livewire", "route_flat", "route_edge", "straight", "all")
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     from gpu.select import choose_backend
 
     refuse_overwriting_input(args.json, (args.cases,), "--json")
-    use_memory_budget(args)
+    use_process_options(args)
     if args.limit is not None and args.limit < 1:
         raise BadParameter(f"--limit must be >= 1, got {args.limit}")
     if args.corrections is not None and not 0 <= args.corrections <= MOST_CORRECTIONS:

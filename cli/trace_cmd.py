@@ -81,6 +81,10 @@ def add_trace_parameters(parser: argparse.ArgumentParser) -> None:
                             "say (a PNG or JPEG): imagery of 0.3 m or coarser is read by the "
                             "surface model at full resolution on larger windows (default: from "
                             "the georeferencing, else unknown)")
+    group.add_argument("--surface-model", metavar="ONNX",
+                       help="the surface model to run instead of the bundled one, e.g. one "
+                            "trained on imagery like yours with scripts/train_surface_model.py "
+                            "(default: $ROADTRACER_SURFACE_MODEL, else the bundled model)")
     group.add_argument("--backend", default="auto", choices=BACKEND_CHOICES,
                        help="compute backend (default: %(default)s: GPU if available)")
     group.add_argument("--memory-budget", metavar="SIZE",
@@ -106,14 +110,20 @@ def add_crs_arguments(parser: argparse.ArgumentParser) -> None:
                              "three)")
 
 
-def use_memory_budget(args: argparse.Namespace) -> None:
+def use_process_options(args: argparse.Namespace) -> None:
     """Make ``--memory-budget`` the budget of every trace of this process and of the worker
-    processes it starts (:mod:`core.resources`); BadParameter if it is not a size."""
+    processes it starts (:mod:`core.resources`), and ``--surface-model`` their surface model
+    (:func:`core.surface.use_model`); BadParameter if the budget is not a size,
+    ModelUnavailable if the model is not one this program can run."""
     from core.resources import BUDGET_VARIABLE, parse_size
 
     if args.memory_budget is not None:
         parse_size(args.memory_budget, "--memory-budget")
         os.environ[BUDGET_VARIABLE] = args.memory_budget
+    if args.surface_model is not None:
+        from core.surface import use_model
+
+        use_model(args.surface_model)
 
 
 def params_from_args(args: argparse.Namespace) -> TraceParams:
@@ -199,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     refuse_overwriting_input(args.output, (args.image, args.evidence), "-o")
-    use_memory_budget(args)
+    use_process_options(args)
     given_crs = None
     if args.image_crs is not None:  # checked whether or not the image needs it, as batch does
         from core.georef import parse_crs

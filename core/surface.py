@@ -23,9 +23,14 @@ import numpy as np
 
 from core.errors import ModelUnavailable
 
-#: The model the ``surface`` kind runs: the bundled one (weights' licence in the same folder);
-#: scripts/crossval_surface.py points it at per-fold models.
-MODEL_PATH = Path(__file__).resolve().parent.parent / "resources" / "models" / "surface.onnx"
+#: The bundled model (weights' licence in the same folder).
+BUNDLED_MODEL = Path(__file__).resolve().parent.parent / "resources" / "models" / "surface.onnx"
+#: Environment variable naming another model file of the same input and output (e.g. one trained
+#: on the user's own imagery); the commands' ``--surface-model`` sets it for their workers.
+MODEL_VARIABLE = "ROADTRACER_SURFACE_MODEL"
+#: The model the ``surface`` kind runs: ``$ROADTRACER_SURFACE_MODEL``, else the bundled one
+#: (:func:`use_model` changes it; scripts/crossval_surface.py points it at per-fold models).
+MODEL_PATH = Path(os.environ.get(MODEL_VARIABLE) or BUNDLED_MODEL)
 #: The network halves the resolution four times: inputs are padded to multiples of this.
 SIZE_MULTIPLE = 16
 #: Windows larger than this (px) run at half resolution (interactive latency).
@@ -69,6 +74,36 @@ def _session(path: str):
     except Exception as exc:  # ONNX Runtime raises its own exception types
         raise ModelUnavailable(f"surface model {path} cannot be loaded: {exc} "
                                f"({NO_MODEL_HINT})") from None
+
+
+def use_model(path: str | os.PathLike) -> Path:
+    """Make the ONNX model at ``path`` the one the ``surface`` kind runs, in this process and in
+    the worker processes it starts (through ``MODEL_VARIABLE``), after checking that it loads
+    and takes and returns this program's planes.
+
+    Returns
+    -------
+    Path
+        The model's absolute path.
+
+    Raises
+    ------
+    ModelUnavailable
+        If the file is missing, is not an ONNX model ONNX Runtime can load, or has another
+        number of input or output planes.
+    """
+    global MODEL_PATH
+    model = Path(path).expanduser().resolve()
+    session = _session(os.fspath(model))
+    for kind, items, planes in (("input", session.get_inputs(), INPUT_PLANES),
+                                ("output", session.get_outputs(), OUTPUT_PLANES)):
+        shapes = [list(item.shape) for item in items]
+        if len(shapes) != 1 or len(shapes[0]) != 4 or shapes[0][1] != planes:
+            raise ModelUnavailable(f"surface model {model} must have one {kind} of shape "
+                                   f"(1, {planes}, height, width); it has {shapes}")
+    MODEL_PATH = model
+    os.environ[MODEL_VARIABLE] = os.fspath(model)
+    return model
 
 
 def endpoint_reach(a: np.ndarray, b: np.ndarray) -> np.float32:

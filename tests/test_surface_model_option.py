@@ -1,0 +1,106 @@
+"""``--surface-model`` / ``$ROADTRACER_SURFACE_MODEL``: another surface model for every trace of a
+command and of its worker processes, checked before any work."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import core.surface
+from cli import main as cli_main
+from tests.conftest import ROOT, SAMPLE_IMAGE
+
+A, B = "505,158", "400,500"
+
+
+@pytest.fixture
+def restored_model(monkeypatch):
+    """Whatever a test makes the surface model, the bundled one again afterwards."""
+    monkeypatch.setattr(core.surface, "MODEL_PATH", core.surface.MODEL_PATH)
+    monkeypatch.delenv(core.surface.MODEL_VARIABLE, raising=False)
+
+
+def shifted_model(path, shift):
+    """The bundled model with ``shift`` added to its surface logit (its last bias), saved at
+    ``path``: a model that reads the imagery differently."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(core.surface.BUNDLED_MODEL))
+    last = model.graph.node[-1]
+    bias = next(item for item in model.graph.initializer if item.name == last.input[2])
+    values = numpy_helper.to_array(bias).copy()
+    values[0] += shift
+    bias.CopyFrom(numpy_helper.from_array(values, bias.name))
+    onnx.save(model, str(path))
+    return path
+
+
+def identity_model(path, planes):
+    """An ONNX model that returns its (1, planes, height, width) input."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    shape = [1, planes, "height", "width"]
+    graph = helper.make_graph([helper.make_node("Identity", ["image"], ["logits"])], "identity",
+                              [helper.make_tensor_value_info("image", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, shape)])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def trace(capsys, *options):
+    code = cli_main(["trace", str(SAMPLE_IMAGE), "--a", A, "--b", B, "--backend", "cpu",
+                     "--quiet", *map(str, options)])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_the_given_model_traces_and_the_bundled_one_is_the_default(capsys, tmp_path,
+                                                                     restored_model):
+    code, out, _ = trace(capsys)
+    assert code == 0
+    bundled = json.loads(out)
+    code, out, _ = trace(capsys, "--surface-model", shifted_model(tmp_path / "m.onnx", -4.0))
+    assert code == 0
+    shifted = json.loads(out)
+    assert core.surface.MODEL_PATH == tmp_path / "m.onnx"
+    assert os.environ[core.surface.MODEL_VARIABLE] == str(tmp_path / "m.onnx")
+    assert shifted["score"] != pytest.approx(bundled["score"])
+    assert not np.allclose(shifted["pixels"], bundled["pixels"], atol=0.5)
+    core.surface.use_model(core.surface.BUNDLED_MODEL)
+    code, out, _ = trace(capsys)
+    assert json.loads(out)["pixels"] == bundled["pixels"]
+
+
+def test_worker_processes_run_the_given_model(tmp_path, restored_model):
+    model = core.surface.use_model(shifted_model(tmp_path / "m.onnx", -4.0))
+    probe = "import core.surface; print(core.surface.MODEL_PATH)"
+    found = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=os.environ.copy(),
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert found == str(model)
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda tmp: tmp / "missing.onnx", "surface model not found"),
+    (lambda tmp: SAMPLE_IMAGE, "cannot be loaded"),
+    (lambda tmp: identity_model(tmp / "six.onnx", 6),
+     r"must have one input of shape \(1, 5, height, width\); it has \[\[1, 6,"),
+    (lambda tmp: identity_model(tmp / "five.onnx", 5),
+     r"must have one output of shape \(1, 2, height, width\); it has \[\[1, 5,"),
+])
+def test_a_model_this_program_cannot_run_is_one_error_before_any_work(capsys, tmp_path, make,
+                                                                      message, restored_model):
+    output = tmp_path / "line.json"
+    code, out, err = trace(capsys, "--surface-model", make(tmp_path), "-o", output)
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1
+    assert err.startswith("error: ")
+    assert re.search(message, err)
+    assert not output.exists()
+    assert core.surface.MODEL_PATH == core.surface.BUNDLED_MODEL
