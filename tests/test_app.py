@@ -321,6 +321,20 @@ def test_errors_are_messages_not_crashes(make_window, qtbot):
     assert window.controller.tail == A
 
 
+def test_a_surface_model_it_cannot_run_is_named_at_the_first_trace(make_window, qtbot,
+                                                                   monkeypatch, tmp_path):
+    import core.surface
+
+    monkeypatch.setattr(core.surface, "MODEL_PATH", tmp_path / "missing.onnx")
+    window = make_window()
+    click(qtbot, window, A)
+    click(qtbot, window, B)
+    wait_idle(qtbot, window)
+    assert "surface model not found" in window.statusBar().currentMessage()
+    assert "missing.onnx" in window.statusBar().currentMessage()
+    assert window.model.lines == ()
+
+
 def test_gpu_failure_falls_back_to_the_cpu(make_window, qtbot):
     class BrokenGpu:
         name, description = "gpu", "fake GPU"
