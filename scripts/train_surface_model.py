@@ -34,7 +34,9 @@ a fraction F passes through a random convolution (:func:`random_convolution`).
 (:func:`skeleton_loss`).
 
 Folders are laid out like the project's development sets: ``DIR/sources.json`` lists
-``{"id", "image", "gt", "dataset"}`` records. Outputs in ``--out``:
+``{"id", "image", "gt"}`` records (``dataset``, default the folder's name, groups images in
+folds; ``gsd_m``, metres per pixel; ``label_kind`` naming a "buffered" centreline).
+Outputs in ``--out``:
 
 * ``surface.onnx``: the model trained on every image (opset 17, input ``image`` (1, 5, H, W)
   float32, H and W multiples of 16, output ``logits`` (1, 2, H, W): surface, path);
@@ -301,7 +303,8 @@ def load_sets(folders: list[tuple[str, int]], exclude: tuple[str, ...] = (),
             mask = read_png(os.path.join(folder, source["gt"]))
             mask = (mask if mask.ndim == 2 else mask[:, :, 0]) > 127
             buffered = "buffered" in source.get("label_kind", "")
-            items.append({"id": source["id"], "dataset": source["dataset"], "label": label,
+            dataset = source.get("dataset", os.path.basename(os.path.normpath(folder)))
+            items.append({"id": source["id"], "dataset": dataset, "label": label,
                           "ground": source.get("gsd_m"),
                           "image": torch.from_numpy(image.transpose(2, 0, 1).astype(np.float32)),
                           "mask": torch.from_numpy(mask.astype(np.float32)),

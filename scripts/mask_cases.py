@@ -1,0 +1,207 @@
+"""Click cases made from road masks: two clicks on a road and its true centreline between them,
+to measure the tracer on one's own imagery (``roadtracer eval``) or to teach the surface model
+one's imagery (``scripts/train_surface_model.py --cases``).
+
+The folder is laid out like the project's training images: ``FOLDER/sources.json`` lists
+``{"id", "image", "gt"}`` records (paths relative to the folder; ``gt`` a mask of the image's
+size, road > 127; an optional ``gsd_m``, the imagery's metres per pixel). Each mask is
+cleaned of specks and holes and thinned to its centrelines (scikit-image's ``skeletonize``);
+per image, up to ``--per-image`` cases (a share ``--nontrivial-share`` of them nontrivial,
+where the roads allow) join two random centreline pixels by the shortest way
+along the centrelines (``skimage.graph.MCP_Geometric``), ``--min-length`` to ``--max-length``
+px long, its pixel chain smoothed (Gaussian, σ 2.5 px) so that it runs down the middle of the
+road rather than along the thinning's staircase. A case is tagged ``nontrivial`` where the
+straight line from a to b has less than 80 % of it within 3 px (``core.metrics``), as the
+measured cases are. Cases go to ``--out`` (image paths relative to its folder, each case's
+image id in ``meta.source``).
+
+Usage:
+
+    python scripts/mask_cases.py MY_ROADS --out MY_ROADS/cases.json --per-image 20
+    roadtracer eval MY_ROADS/cases.json --method all
+    python scripts/train_surface_model.py --roads ROADS_TRAIN --roads MY_ROADS \\
+        --cases ROAD_CASES.json --cases MY_ROADS/cases.json ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from core.errors import BadParameter, TraceError  # noqa: E402
+from core.metrics import path_metrics  # noqa: E402
+from core.output import read_json, write_text_atomic  # noqa: E402
+
+#: Mask specks and holes smaller than this (px) are cleaned away before thinning.
+SPECK_PIXELS = 150
+#: Smoothing of a case's centreline chain (px), and the straight line's share of it within
+#: 3 px below which a case is ``nontrivial``.
+SMOOTHING_SIGMA, NONTRIVIAL_BELOW = 2.5, 0.8
+#: Random clicks tried per case wanted before an image gives up.
+TRIES_PER_CASE = 20
+#: A case follows one road as a user clicks it: its centreline's heading, taken every
+#: ``TURN_STEP`` px, turns by at most ``MOST_TURN_DEG`` over two such steps (no corner taken at
+#: a junction) and by at most ``MOST_TOTAL_TURN_DEG`` in all.
+TURN_STEP, MOST_TURN_DEG, MOST_TOTAL_TURN_DEG = 10, 45.0, 100.0
+
+
+def centrelines(mask: np.ndarray) -> np.ndarray:
+    """(H, W) bool road mask → (H, W) bool centreline pixels."""
+    from skimage.morphology import remove_small_holes, remove_small_objects, skeletonize
+
+    mask = remove_small_holes(mask, max_size=SPECK_PIXELS)
+    mask = remove_small_objects(mask, max_size=SPECK_PIXELS)
+    return skeletonize(mask)
+
+
+def smooth_chain(chain: np.ndarray) -> np.ndarray:
+    """A (n, 2) pixel chain (x, y) resampled every 1 px and smoothed, its ends kept."""
+    from scipy.ndimage import gaussian_filter1d
+
+    steps = np.hypot(*np.diff(chain, axis=0).T)
+    along = np.concatenate([[0.0], np.cumsum(steps)])
+    samples = np.linspace(0.0, along[-1], max(int(np.ceil(along[-1])) + 1, 2))
+    line = np.stack([np.interp(samples, along, chain[:, k]) for k in (0, 1)], axis=1)
+    if len(line) >= 7:
+        line = gaussian_filter1d(line, SMOOTHING_SIGMA, axis=0, mode="nearest")
+        line[0], line[-1] = chain[0], chain[-1]
+    return line
+
+
+def follows_one_road(line: np.ndarray) -> bool:
+    """Whether a smoothed centreline (n, 2), sampled every 1 px, turns as one road does (see
+    ``MOST_TURN_DEG``)."""
+    points = line[np.unique(np.r_[np.arange(0, len(line), TURN_STEP), len(line) - 1])]
+    heading = np.unwrap(np.arctan2(*np.diff(points, axis=0)[:, ::-1].T))
+    local = np.abs(heading[2:] - heading[:-2]) if len(heading) > 2 else np.zeros(1)
+    total = np.abs(np.diff(heading)).sum()
+    return bool(np.degrees(local.max()) <= MOST_TURN_DEG
+                and np.degrees(total) <= MOST_TOTAL_TURN_DEG)
+
+
+def image_cases(skeleton: np.ndarray, count: int, most_straight: int,
+                lengths: tuple[float, float], rng: np.random.Generator) -> list[tuple]:
+    """Up to ``count`` (a, b, centreline, nontrivial) of one image's centrelines ``skeleton``
+    (H, W) bool: a and b (2,), the centreline (n, 2) between them (x = column, y = row) and
+    whether a straight line misses it; at most ``most_straight`` of them not nontrivial."""
+    from scipy.ndimage import convolve
+    from skimage.graph import MCP_Geometric
+
+    neighbours = convolve(skeleton.astype(np.int32), np.ones((3, 3), np.int32), mode="constant")
+    pixels = np.argwhere(skeleton & (neighbours == 3))  # on a road, not at a junction or an end
+    if len(pixels) < 2:
+        return []
+    costs = np.where(skeleton, 1.0, -1.0)  # negative: impassable
+    found, used, straight = [], set(), 0
+    for _ in range(count * TRIES_PER_CASE):
+        if len(found) == count:
+            break
+        start = tuple(pixels[rng.integers(len(pixels))])
+        walker = MCP_Geometric(costs, fully_connected=True)
+        distance, _ = walker.find_costs([start])
+        reach = np.argwhere((distance >= lengths[0]) & (distance <= lengths[1])
+                            & skeleton & (neighbours == 3))
+        if len(reach) == 0:
+            continue
+        end = tuple(reach[rng.integers(len(reach))])
+        if (start, end) in used or (end, start) in used:
+            continue
+        used.add((start, end))
+        chain = np.asarray(walker.traceback(end), dtype=np.float64)[:, ::-1]
+        line = smooth_chain(chain)
+        if not follows_one_road(line):
+            continue
+        a, b = chain[0], chain[-1]
+        nontrivial = path_metrics(np.array([a, b]), line).completeness_3 < NONTRIVIAL_BELOW
+        if not nontrivial:
+            if straight == most_straight:
+                continue
+            straight += 1
+        found.append((a, b, line, nontrivial))
+    return found
+
+
+def read_mask(path: str) -> np.ndarray:
+    """(H, W) bool: a mask image's pixels > 127 (its first band)."""
+    import imageio.v3 as iio
+
+    try:
+        pixels = iio.imread(path)
+    except Exception as exc:  # imageio raises many types for unreadable files
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise BadParameter(f"cannot read mask {path}: {reason}") from None
+    return (pixels if pixels.ndim == 2 else pixels[..., 0]) > 127
+
+
+def make_cases(folder: str, out: str, per_image: int, nontrivial_share: float,
+               lengths: tuple[float, float], seed: int) -> list[dict]:
+    """The cases of every image of ``folder``'s sources.json (module docstring)."""
+    sources = read_json(os.path.join(folder, "sources.json"), "sources file")
+    if not isinstance(sources, list) or not all(
+            isinstance(item, dict) and {"id", "image", "gt"} <= item.keys() for item in sources):
+        raise BadParameter(f"{folder}/sources.json must be a list of "
+                           '{"id", "image", "gt"} records')
+    rng = np.random.default_rng(seed)
+    out_folder = os.path.dirname(os.path.abspath(out))
+    cases = []
+    for source in sources:
+        image = os.path.join(folder, source["image"])
+        if not os.path.isfile(image):
+            raise BadParameter(f"image {image} of {source['id']} not found")
+        skeleton = centrelines(read_mask(os.path.join(folder, source["gt"])))
+        most_straight = per_image - int(round(nontrivial_share * per_image))
+        drawn = image_cases(skeleton, per_image, most_straight, lengths, rng)
+        for k, (a, b, line, nontrivial) in enumerate(drawn):
+            case = {"id": f"{source['id']}_{k:02d}",
+                    "image": os.path.relpath(os.path.abspath(image), out_folder),
+                    "a": a.tolist(), "b": b.tolist(), "gt": np.round(line, 1).tolist(),
+                    "tags": ["nontrivial"] if nontrivial else [],
+                    "meta": {"source": source["id"]}}
+            if source.get("gsd_m") is not None:
+                case["ground_resolution"] = float(source["gsd_m"])
+            cases.append(case)
+    return cases
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("folder", help="folder with sources.json, images and road masks")
+    parser.add_argument("--out", required=True, help="cases file to write (JSON)")
+    parser.add_argument("--per-image", type=int, default=10, help="cases per image (default 10)")
+    parser.add_argument("--nontrivial-share", type=float, default=0.5,
+                        help="share of each image's cases that a straight line misses, where "
+                             "its roads have them (default 0.5)")
+    parser.add_argument("--min-length", type=float, default=60.0,
+                        help="shortest case along the road, px (default 60)")
+    parser.add_argument("--max-length", type=float, default=400.0,
+                        help="longest case along the road, px (default 400)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    try:
+        if args.per_image < 1:
+            raise BadParameter(f"--per-image must be at least 1, got {args.per_image}")
+        if not 0 <= args.nontrivial_share <= 1:
+            raise BadParameter(f"--nontrivial-share must be 0 to 1, got {args.nontrivial_share}")
+        if not 2 <= args.min_length <= args.max_length:
+            raise BadParameter("need 2 <= --min-length <= --max-length, got "
+                               f"{args.min_length:g} and {args.max_length:g}")
+        cases = make_cases(args.folder, args.out, args.per_image, args.nontrivial_share,
+                           (args.min_length, args.max_length), args.seed)
+        write_text_atomic(args.out, json.dumps(cases))
+    except TraceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    hard = sum("nontrivial" in case["tags"] for case in cases)
+    print(f"{len(cases)} cases ({hard} nontrivial) written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
