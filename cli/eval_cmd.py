@@ -51,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
     from tqdm import tqdm
 
+    from core import surface
     from core.errors import BadParameter
     from core.evaluate import (
         OURS,
@@ -125,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
                                args.evidence_dir, bar.update)
     document = report_document(runs, params)
     document["evidence_dir"] = args.evidence_dir
+    document["surface_model"] = os.fspath(surface.MODEL_PATH)
     if args.stability is not None:
         median = float(np.median(shifts)) if len(shifts) else None  # JSON has no NaN
         moves = "no case could be traced" if median is None else f"line moves {median:.2f} px"

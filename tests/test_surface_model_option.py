@@ -104,3 +104,13 @@ def test_a_model_this_program_cannot_run_is_one_error_before_any_work(capsys, tm
     assert re.search(message, err)
     assert not output.exists()
     assert core.surface.MODEL_PATH == core.surface.BUNDLED_MODEL
+
+
+def test_eval_names_the_model_it_measured(capsys, tmp_path, restored_model):
+    model = shifted_model(tmp_path / "m.onnx", -4.0)
+    report = tmp_path / "report.json"
+    cases = ROOT / "resources" / "sample" / "gsi_108_cases.json"
+    assert cli_main(["eval", str(cases), "--method", "ours", "--limit", "1", "--quiet",
+                     "--surface-model", str(model), "--json", str(report)]) == 0
+    capsys.readouterr()
+    assert json.loads(report.read_text())["surface_model"] == str(model)
