@@ -140,6 +140,18 @@ def read_mask(path: str) -> np.ndarray:
     return (pixels if pixels.ndim == 2 else pixels[..., 0]) > 127
 
 
+def image_size(path: str) -> tuple[int, int]:
+    """(rows, cols) of an image file, from its header."""
+    import imageio.v3 as iio
+
+    try:
+        shape = iio.improps(path).shape
+    except Exception as exc:  # imageio raises many types for unreadable files
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise BadParameter(f"cannot read image {path}: {reason}") from None
+    return int(shape[0]), int(shape[1])
+
+
 def make_cases(folder: str, out: str, per_image: int, nontrivial_share: float,
                lengths: tuple[float, float], seed: int) -> list[dict]:
     """The cases of every image of ``folder``'s sources.json (module docstring)."""
@@ -155,7 +167,12 @@ def make_cases(folder: str, out: str, per_image: int, nontrivial_share: float,
         image = os.path.join(folder, source["image"])
         if not os.path.isfile(image):
             raise BadParameter(f"image {image} of {source['id']} not found")
-        skeleton = centrelines(read_mask(os.path.join(folder, source["gt"])))
+        mask = read_mask(os.path.join(folder, source["gt"]))
+        size = image_size(image)
+        if mask.shape != size:
+            raise BadParameter(f"mask of {source['id']} is {mask.shape[1]}×{mask.shape[0]} px, "
+                               f"its image {size[1]}×{size[0]}")
+        skeleton = centrelines(mask)
         most_straight = per_image - int(round(nontrivial_share * per_image))
         drawn = image_cases(skeleton, per_image, most_straight, lengths, rng)
         for k, (a, b, line, nontrivial) in enumerate(drawn):

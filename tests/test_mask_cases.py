@@ -87,6 +87,8 @@ def test_the_cases_trace_and_measure_with_eval(script, folder, capsys):
     (lambda f: (f / "sources.json").write_text('{"id": 1}'), [], "must be a list of"),
     (lambda f: (f / "tile_mask.png").write_bytes(b"not a png"), [], "cannot read mask"),
     (lambda f: (f / "tile.png").unlink(), [], "image"),
+    (lambda f: iio.imwrite(f / "tile_mask.png", road_mask(300)), [],
+     "mask of tile is 300×300 px, its image 320×320"),
     (lambda f: None, ["--per-image", "0"], "--per-image must be at least 1"),
     (lambda f: None, ["--nontrivial-share", "2"], "--nontrivial-share must be 0 to 1"),
     (lambda f: None, ["--min-length", "500"], "--min-length <= --max-length"),
