@@ -36,7 +36,7 @@ from app.traces import TraceOutcome, error_text
 from app.tracing import TracingController
 from core.errors import TraceError
 from core.raster import Raster, list_images
-from core.surface import UNKNOWN_GROUND_NOTE
+from core.surface import UNKNOWN_GROUND_NOTE, use_model
 from core.tracer import TraceParams, evidence_source, ground_resolution_unknown
 from core.vectors import read_lines
 
@@ -152,6 +152,10 @@ class MainWindow(QMainWindow):
                          "exports come back as drawn, other lines (OSM, old surveys) snap to "
                          "the imagery between their vertices")
         self._action(file, "&Export GeoJSON…", self.choose_export, ["Ctrl+E"])
+        file.addSeparator()
+        self._action(file, "Surface &model…", self.choose_surface_model,
+                     tip="Trace with another surface model than the bundled one, e.g. one "
+                         "trained on imagery like yours (an ONNX file)")
         file.addSeparator()
         self._action(file, "&Quit", self.close, [QKeySequence.StandardKey.Quit])
         edit = bar.addMenu("&Edit")
@@ -408,6 +412,23 @@ class MainWindow(QMainWindow):
         self.params_panel.set_evidence(path)
         self.show_status(f"tracing on {os.path.basename(path)} instead of the image's pixels "
                          "(score 'evidence' reads it as a probability)")
+        return True
+
+    def choose_surface_model(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Surface model", self._last_folder(),
+                                              "ONNX models (*.onnx);;All files (*)")
+        if path:
+            self.set_surface_model(path)
+
+    def set_surface_model(self, path: str) -> bool:
+        """Trace from now on with the surface model ``path`` (lines already traced keep their
+        course), if this program can run it; otherwise say why and keep the current one."""
+        try:
+            model = use_model(path)
+        except TraceError as exc:
+            self.show_error(str(exc), "Surface model")
+            return False
+        self.show_status(f"surface model {model.name}: new segments are traced with it")
         return True
 
     def recent_files(self) -> list[str]:

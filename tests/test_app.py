@@ -335,6 +335,29 @@ def test_a_surface_model_it_cannot_run_is_named_at_the_first_trace(make_window, 
     assert window.model.lines == ()
 
 
+def test_file_menu_chooses_the_surface_model(make_window, qtbot, monkeypatch, tmp_path):
+    import shutil
+
+    import core.surface
+
+    monkeypatch.setattr(core.surface, "MODEL_PATH", core.surface.MODEL_PATH)
+    monkeypatch.delenv(core.surface.MODEL_VARIABLE, raising=False)
+    window = make_window()
+    bad = tmp_path / "notes.onnx"
+    bad.write_text("not a model")
+    assert not window.set_surface_model(str(bad))
+    assert "cannot be loaded" in window.last_error
+    assert core.surface.MODEL_PATH == core.surface.BUNDLED_MODEL
+    mine = tmp_path / "mine.onnx"
+    shutil.copy(core.surface.BUNDLED_MODEL, mine)
+    assert window.set_surface_model(str(mine))
+    assert core.surface.MODEL_PATH == mine
+    assert "mine.onnx" in window.statusBar().currentMessage()
+    click(qtbot, window, A)
+    click_and_wait(qtbot, window, B)
+    assert len(window.model.lines[0].segments) == 1
+
+
 def test_gpu_failure_falls_back_to_the_cpu(make_window, qtbot):
     class BrokenGpu:
         name, description = "gpu", "fake GPU"
