@@ -341,7 +341,9 @@ def test_file_menu_chooses_the_surface_model(make_window, qtbot, monkeypatch, tm
     import core.surface
 
     monkeypatch.setattr(core.surface, "MODEL_PATH", core.surface.MODEL_PATH)
-    monkeypatch.delenv(core.surface.MODEL_VARIABLE, raising=False)
+    # Set first, so that teardown restores the variable as it was, absent or not.
+    monkeypatch.setenv(core.surface.MODEL_VARIABLE, "")
+    monkeypatch.delenv(core.surface.MODEL_VARIABLE)
     window = make_window()
     bad = tmp_path / "notes.onnx"
     bad.write_text("not a model")

@@ -21,7 +21,9 @@ A, B = "505,158", "400,500"
 def restored_model(monkeypatch):
     """Whatever a test makes the surface model, the bundled one again afterwards."""
     monkeypatch.setattr(core.surface, "MODEL_PATH", core.surface.MODEL_PATH)
-    monkeypatch.delenv(core.surface.MODEL_VARIABLE, raising=False)
+    # Set first, so that teardown restores the variable as it was, absent or not.
+    monkeypatch.setenv(core.surface.MODEL_VARIABLE, "")
+    monkeypatch.delenv(core.surface.MODEL_VARIABLE)
 
 
 def shifted_model(path, shift):
@@ -68,6 +70,10 @@ def test_the_given_model_traces_and_the_bundled_one_is_the_default(capsys, tmp_p
     code, out, _ = trace(capsys, "--surface-model", shifted_model(tmp_path / "m.onnx", -4.0))
     assert code == 0
     shifted = json.loads(out)
+    assert cli_main(["trace", str(SAMPLE_IMAGE), "--a", A, "--b", B, "--backend", "cpu",
+                     "--surface-model", str(tmp_path / "m.onnx")]) == 0  # not --quiet
+    err = capsys.readouterr().err
+    assert f"note: surface model {tmp_path / 'm.onnx'} (not the bundled one)" in err
     assert core.surface.MODEL_PATH == tmp_path / "m.onnx"
     assert os.environ[core.surface.MODEL_VARIABLE] == str(tmp_path / "m.onnx")
     assert shifted["score"] != pytest.approx(bundled["score"])
