@@ -4,7 +4,7 @@ one's imagery (``scripts/train_surface_model.py --cases``).
 
 The folder is laid out like the project's training images: ``FOLDER/sources.json`` lists
 ``{"id", "image", "gt"}`` records (paths relative to the folder; ``gt`` a mask of the image's
-size, road > 127; an optional ``gsd_m``, the imagery's metres per pixel). Each mask is
+size, road > half its range; an optional ``gsd_m``, the imagery's metres per pixel). Each mask is
 cleaned of specks and holes and thinned to its centrelines (scikit-image's ``skeletonize``);
 per image, up to ``--per-image`` cases (a share ``--nontrivial-share`` of them nontrivial,
 where the roads allow) join two random centreline pixels by the shortest way
@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from core.errors import BadParameter, TraceError  # noqa: E402
 from core.metrics import path_metrics  # noqa: E402
 from core.output import read_json, write_text_atomic  # noqa: E402
+from core.raster import load_image  # noqa: E402
 
 #: Mask specks and holes smaller than this (px) are cleaned away before thinning.
 SPECK_PIXELS = 150
@@ -104,7 +105,8 @@ def image_cases(skeleton: np.ndarray, count: int, most_straight: int,
     from skimage.graph import MCP_Geometric
 
     neighbours = convolve(skeleton.astype(np.int32), np.ones((3, 3), np.int32), mode="constant")
-    pixels = np.argwhere(skeleton & (neighbours == 3))  # on a road, not at a junction or an end
+    inner = skeleton & (neighbours == 3)  # on a road, not at a junction or an end
+    pixels = np.argwhere(inner)
     if len(pixels) < 2:
         return []
     costs = np.where(skeleton, 1.0, -1.0)  # negative: impassable
@@ -115,8 +117,7 @@ def image_cases(skeleton: np.ndarray, count: int, most_straight: int,
         start = tuple(pixels[rng.integers(len(pixels))])
         walker = MCP_Geometric(costs, fully_connected=True)
         distance, _ = walker.find_costs([start])
-        reach = np.argwhere((distance >= lengths[0]) & (distance <= lengths[1])
-                            & skeleton & (neighbours == 3))
+        reach = np.argwhere((distance >= lengths[0]) & (distance <= lengths[1]) & inner)
         if len(reach) == 0:
             continue
         end = tuple(reach[rng.integers(len(reach))])
@@ -137,47 +138,27 @@ def image_cases(skeleton: np.ndarray, count: int, most_straight: int,
     return found
 
 
-def read_mask(path: str) -> np.ndarray:
-    """(H, W) bool: a mask image's pixels > 127 (its first band)."""
-    import imageio.v3 as iio
-
-    try:
-        pixels = iio.imread(path)
-    except Exception as exc:  # imageio raises many types for unreadable files
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise BadParameter(f"cannot read mask {path}: {reason}") from None
-    return (pixels if pixels.ndim == 2 else pixels[..., 0]) > 127
-
-
-def image_size(path: str) -> tuple[int, int]:
-    """(rows, cols) of an image file, from its header."""
-    import imageio.v3 as iio
-
-    try:
-        shape = iio.improps(path).shape
-    except Exception as exc:  # imageio raises many types for unreadable files
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise BadParameter(f"cannot read image {path}: {reason}") from None
-    return int(shape[0]), int(shape[1])
-
-
 def make_cases(folder: str, out: str, per_image: int, nontrivial_share: float,
                lengths: tuple[float, float], seed: int) -> list[dict]:
     """The cases of every image of ``folder``'s sources.json (module docstring)."""
     sources = read_json(os.path.join(folder, "sources.json"), "sources file")
     if not isinstance(sources, list) or not all(
-            isinstance(item, dict) and {"id", "image", "gt"} <= item.keys() for item in sources):
+            isinstance(item, dict) and all(isinstance(item.get(key), str) and item[key]
+                                           for key in ("id", "image", "gt"))
+            for item in sources):
         raise BadParameter(f"{folder}/sources.json must be a list of "
-                           '{"id", "image", "gt"} records')
+                           '{"id", "image", "gt"} records (non-empty strings)')
+    ids = [source["id"] for source in sources]
+    if len(set(ids)) != len(ids):
+        raise BadParameter(f"{folder}/sources.json names an image id twice; ids must be unique")
     rng = np.random.default_rng(seed)
     out_folder = os.path.dirname(os.path.abspath(out))
     cases = []
     for source in sources:
         image = os.path.join(folder, source["image"])
-        if not os.path.isfile(image):
-            raise BadParameter(f"image {image} of {source['id']} not found")
-        mask = read_mask(os.path.join(folder, source["gt"]))
-        size = image_size(image)
+        raster = load_image(image)
+        size = (raster.height, raster.width)
+        mask = load_image(os.path.join(folder, source["gt"])).pixels[:, :, 0] > 0.5
         if mask.shape != size:
             raise BadParameter(f"mask of {source['id']} is {mask.shape[1]}×{mask.shape[0]} px, "
                                f"its image {size[1]}×{size[0]}")

@@ -85,8 +85,13 @@ def test_the_cases_trace_and_measure_with_eval(script, folder, capsys):
 @pytest.mark.parametrize(("setup", "options", "message"), [
     (lambda f: (f / "sources.json").unlink(), [], "sources.json"),
     (lambda f: (f / "sources.json").write_text('{"id": 1}'), [], "must be a list of"),
-    (lambda f: (f / "tile_mask.png").write_bytes(b"not a png"), [], "cannot read mask"),
-    (lambda f: (f / "tile.png").unlink(), [], "image"),
+    (lambda f: (f / "sources.json").write_text('[{"id": "tile", "image": 7, "gt": "m.png"}]'),
+     [], "(non-empty strings)"),
+    (lambda f: (f / "sources.json").write_text(json.dumps(
+        [{"id": "tile", "image": "tile.png", "gt": "tile_mask.png"}] * 2)), [],
+     "names an image id twice"),
+    (lambda f: (f / "tile_mask.png").write_bytes(b"not a png"), [], "tile_mask.png"),
+    (lambda f: (f / "tile.png").unlink(), [], "image file not found"),
     (lambda f: iio.imwrite(f / "tile_mask.png", road_mask(300)), [],
      "mask of tile is 300×300 px, its image 320×320"),
     (lambda f: None, ["--per-image", "0"], "--per-image must be at least 1"),
