@@ -112,21 +112,21 @@ def add_crs_arguments(parser: argparse.ArgumentParser) -> None:
 
 def use_process_options(args: argparse.Namespace) -> None:
     """Make ``--memory-budget`` the budget of every trace of this process and of the worker
-    processes it starts (:mod:`core.resources`), and ``--surface-model`` their surface model
-    (:func:`core.surface.use_model`; a note names a model other than the bundled one);
-    BadParameter if the budget is not a size, ModelUnavailable if the model is not one this
-    program can run."""
+    processes it starts (:mod:`core.resources`), and ``--surface-model`` (else
+    ``$ROADTRACER_SURFACE_MODEL``) their surface model, checked before any work
+    (:func:`core.surface.use_model`; a note names it); BadParameter if the budget is not a
+    size, ModelUnavailable if the model is not one this program can run."""
+    from core import surface
     from core.resources import BUDGET_VARIABLE, parse_size
 
     if args.memory_budget is not None:
         parse_size(args.memory_budget, "--memory-budget")
         os.environ[BUDGET_VARIABLE] = args.memory_budget
-    from core import surface
-
-    if args.surface_model is not None:
-        surface.use_model(args.surface_model)
-    if surface.MODEL_PATH != surface.BUNDLED_MODEL:
-        note(args, f"surface model {surface.MODEL_PATH} (not the bundled one)")
+    chosen = args.surface_model or os.environ.get(surface.MODEL_VARIABLE)
+    if chosen:
+        model = surface.use_model(chosen)
+        if model != surface.BUNDLED_MODEL:
+            note(args, f"surface model {model} (not the bundled one)")
 
 
 def params_from_args(args: argparse.Namespace) -> TraceParams:

@@ -120,3 +120,15 @@ def test_eval_names_the_model_it_measured(capsys, tmp_path, restored_model):
                      "--surface-model", str(model), "--json", str(report)]) == 0
     capsys.readouterr()
     assert json.loads(report.read_text())["surface_model"] == str(model)
+
+
+def test_the_variable_is_checked_before_any_work_too(capsys, tmp_path, monkeypatch,
+                                                     restored_model):
+    monkeypatch.setenv(core.surface.MODEL_VARIABLE, str(tmp_path / "missing.onnx"))
+    output = tmp_path / "line.json"
+    code, out, err = trace(capsys, "-o", output)
+    assert code == 2
+    assert out == ""
+    assert err == (f"error: surface model not found: {tmp_path / 'missing.onnx'} "
+                   "(score kind 'centre' traces without it)\n")
+    assert not output.exists()
