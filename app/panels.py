@@ -84,7 +84,9 @@ class ParamsPanel(QWidget):
         self.ground.setSingleStep(0.1)
         self.ground.setToolTip("The image's metres per pixel, for an image whose georeferencing "
                                "does not say (a PNG or JPEG). On imagery of 0.3 m/px or coarser "
-                               "the surface model reads larger windows at full resolution. "
+                               "the surface model reads larger windows at full resolution; "
+                               "imagery finer than 0.16 m/px (drone imagery) it reads on "
+                               "block means of at least 0.16 m. "
                                "Auto: from the georeferencing, else unknown.")
         self.score = QComboBox()
         for name, kind in SCORE_KINDS.items():

@@ -79,7 +79,8 @@ def add_trace_parameters(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--ground-resolution", type=metres_per_pixel, metavar="M",
                        help="the imagery's metres per pixel where its georeferencing does not "
                             "say (a PNG or JPEG): imagery of 0.3 m or coarser is read by the "
-                            "surface model at full resolution on larger windows (default: from "
+                            "surface model at full resolution on larger windows, imagery finer "
+                            "than 0.16 m on block means of at least 0.16 m (default: from "
                             "the georeferencing, else unknown)")
     group.add_argument("--surface-model", metavar="ONNX",
                        help="the surface model to run instead of the bundled one, e.g. one "

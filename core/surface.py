@@ -15,6 +15,7 @@ the clicked road between the two clicks (trained on click cases made from road m
 
 from __future__ import annotations
 
+import math
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -42,6 +43,10 @@ FULL_RESOLUTION_PIXELS = 160 * 160
 #: (fine imagery reads best at half resolution, coarse imagery at full).
 COARSE_GROUND_RESOLUTION = 0.3
 COARSE_FULL_RESOLUTION_PIXELS = 320 * 320
+#: Imagery finer than this (metres per pixel; drone and fine aerial imagery) is read on block
+#: means whose pixels cover at least this much ground: the model was trained on imagery of
+#: 0.2 m per pixel and coarser, and finer imagery shows it roads wider than any it saw.
+FINEST_MODEL_RESOLUTION = 0.16
 #: What a trace does where the ground resolution is not known (the commands and the app say it).
 UNKNOWN_GROUND_NOTE = ("the surface model reads larger windows at two resolutions, for fine "
                        "and for coarse imagery (twice its work)")
@@ -164,28 +169,43 @@ def model_inputs(pixels: np.ndarray, similarity: np.ndarray, a: np.ndarray,
 
 
 def full_resolution_pixels(ground_resolution: float | None) -> int:
-    """The largest window (px) the model runs on at full resolution, for imagery of
-    ``ground_resolution`` metres per pixel (None: not known)."""
+    """The largest window (model px) the model runs on without halving it again, for imagery
+    of ``ground_resolution`` metres per model pixel (None: not known)."""
     if ground_resolution is not None and ground_resolution >= COARSE_GROUND_RESOLUTION:
         return COARSE_FULL_RESOLUTION_PIXELS
     return FULL_RESOLUTION_PIXELS
 
 
+def finest_step(ground_resolution: float | None) -> int:
+    """The smallest step (1: full resolution, k: k×k block means) at which a model pixel of
+    imagery of ``ground_resolution`` metres per pixel covers at least
+    ``FINEST_MODEL_RESOLUTION`` m (1 where the resolution is not known)."""
+    if ground_resolution is None or ground_resolution >= FINEST_MODEL_RESOLUTION:
+        return 1
+    return math.ceil(FINEST_MODEL_RESOLUTION / ground_resolution - 1e-9)
+
+
 def model_steps(rows: int, cols: int, half_resolution: bool = False,
                 ground_resolution: float | None = None) -> tuple[int, ...]:
-    """The resolutions a (rows, cols) window runs the model at (:func:`surface_model`): 1 (full)
-    or 2 (2×2 block means) for windows over :func:`full_resolution_pixels` of the imagery's
-    ground resolution (metres per pixel, None: not known), or every window with
-    ``half_resolution``; (1, 2), both, where the ground resolution is not known and the window
-    is at most ``COARSE_FULL_RESOLUTION_PIXELS``."""
+    """The resolutions a (rows, cols) window runs the model at (:func:`surface_model`), as
+    steps (k: k×k block means).
+
+    With a known ground resolution (metres per pixel): the :func:`finest_step` s, or 2s where
+    the window at step s is over :func:`full_resolution_pixels` of the model pixels' ground
+    resolution. Where it is not known: 1, or 2 for windows over ``FULL_RESOLUTION_PIXELS``, and
+    both (1, 2) for windows up to ``COARSE_FULL_RESOLUTION_PIXELS``. With ``half_resolution``
+    (water): 2 whatever the window."""
     if half_resolution:
         return (2,)
     pixels = rows * cols
-    if pixels <= full_resolution_pixels(ground_resolution):
-        return (1,)
-    if ground_resolution is None and pixels <= COARSE_FULL_RESOLUTION_PIXELS:
-        return (1, 2)
-    return (2,)
+    if ground_resolution is None:
+        if pixels <= FULL_RESOLUTION_PIXELS:
+            return (1,)
+        return (1, 2) if pixels <= COARSE_FULL_RESOLUTION_PIXELS else (2,)
+    step = finest_step(ground_resolution)
+    if pixels <= full_resolution_pixels(ground_resolution * step) * step * step:
+        return (step,)
+    return (2 * step,)
 
 
 def model_point(point: np.ndarray, step: int) -> np.ndarray:
@@ -200,7 +220,7 @@ def surface_model(pixels: np.ndarray, similarity: np.ndarray, a: np.ndarray, b: 
                   half_resolution: bool = False,
                   ground_resolution: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Probability that each pixel lies on the clicked surface, and on the clicked road's
-    centreline between the clicks (at each of :func:`model_steps`: step 2 runs on 2×2 block
+    centreline between the clicks (at each of :func:`model_steps`: step k runs on k×k block
     means, upsampled bilinearly; with two steps, the larger of the two maps per pixel).
 
     Parameters
@@ -242,7 +262,7 @@ def _model_maps(session, model_file: str, pixels: np.ndarray, similarity: np.nda
     """:func:`surface_model`'s two planes (rows, cols) float32 from the model run on the
     window's ``step``×``step`` block means (step 1: the window itself)."""
     rows, cols = similarity.shape
-    if step > 1:  # 2×2 block means; the model saw scales 0.6..1.6 in training
+    if step > 1:  # k×k block means; the model saw scales 0.6..1.6 in training
         pixels = _block_mean(pixels, step)
         similarity = _block_mean(similarity[:, :, None], step)[:, :, 0]
     inputs = model_inputs(pixels, similarity, model_point(a, step), model_point(b, step))

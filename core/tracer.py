@@ -77,7 +77,7 @@ class TraceParams:
     to the middle of the water surface (core/centring.py). ``ground_resolution``: the imagery's
     metres per pixel where the image's georeferencing does not say (a PNG or JPEG); the
     surface model runs at full resolution on larger windows of imagery 0.3 m per pixel or
-    coarser (core/surface.py).
+    coarser, and reads imagery finer than 0.16 m per pixel on block means (core/surface.py).
     """
 
     guides: int | None = None

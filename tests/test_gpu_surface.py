@@ -158,8 +158,9 @@ def test_device_model_inputs_and_outputs_match_the_host(backend, sample, monkeyp
         tracer = DeviceTracer(backend.context, "auto", "float64")
         try:
             evidence = DeviceEvidence(tracer)
-            # Ground resolution not known, and 0.2 m per pixel (larger windows at half only).
-            for ground in (None, 0.2):
+            # Ground resolution not known, 0.2 m per pixel (larger windows at half only) and
+            # 0.067 m (3×3 block means: an odd step; larger windows 6×6).
+            for ground in (None, 0.2, 0.067):
                 for pixels, a, b in _windows(sample):
                     rows, cols = pixels.shape[:2]
                     runs = surface.model_steps(rows, cols, ground_resolution=ground)
@@ -180,8 +181,8 @@ def test_device_model_inputs_and_outputs_match_the_host(backend, sample, monkeyp
                         np.testing.assert_allclose(got, plane, rtol=0, atol=atol, err_msg=slot)
         finally:
             tracer.release()
-    # Full resolution, half (clicks in block coordinates), and both.
-    assert steps == {(1,), (2,), (1, 2)}
+    # Full resolution, half (clicks in block coordinates), both, and the finer imagery's.
+    assert {(1,), (2,), (1, 2), (3,)} <= steps
 
 
 @pytest.mark.parametrize("ground_resolution", [None, 0.2, 0.5])

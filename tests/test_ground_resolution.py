@@ -33,6 +33,32 @@ def test_coarse_imagery_runs_the_model_at_full_resolution_on_larger_windows(grou
     assert surface.model_steps(*shape, ground_resolution=ground) == steps
 
 
+@pytest.mark.parametrize(("ground", "shape", "steps"), [
+    (0.1, (100, 100), (2,)), (0.1, MIDDLE, (2,)), (0.1, (321, 321), (4,)),
+    (0.067, (150, 150), (3,)), (0.05, (100, 100), (4,)), (0.05, (700, 700), (8,)),
+    (0.16, (100, 100), (1,))])
+def test_imagery_finer_than_the_model_knows_is_read_on_block_means(ground, shape, steps):
+    # Each model pixel covers at least FINEST_MODEL_RESOLUTION m; larger windows halve again.
+    assert surface.model_steps(*shape, ground_resolution=ground) == steps
+    assert ground * steps[0] >= surface.FINEST_MODEL_RESOLUTION - 1e-9
+
+
+def test_a_window_at_an_odd_step_gives_maps_of_the_window_size():
+    raster = load_image(SAMPLE_IMAGE)
+    pixels = raster.read_window(250, 400, 20, 170)
+    a, b = np.array([7.0, 131.0]), np.array([140.0, 30.0])
+    similarity = core.scores.endpoint_similarity(pixels, a, b)
+    maps = surface.surface_model(pixels, similarity, a, b, ground_resolution=0.067)
+    for plane in maps:
+        assert plane.shape == (150, 150)
+        assert plane.dtype == np.float32
+        assert 0.0 <= plane.min()
+        assert plane.max() <= 1.0
+    # At step 3 the model still sees the road under the clicks.
+    assert maps[0][131, 7] > 0.5
+    assert maps[0][30, 140] > 0.5
+
+
 @pytest.mark.parametrize(("shape", "steps"), [(MIDDLE, (1, 2)), ((320, 320), (1, 2)),
                                              ((321, 320), (2,))])
 def test_without_a_ground_resolution_larger_windows_run_the_model_at_both(shape, steps):
