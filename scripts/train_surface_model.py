@@ -60,6 +60,14 @@ ImageNet weights: torchvision's ``mobilenet_v2-b0353104.pth``, e.g. from
     python scripts/crossval_surface.py CASES.json --folds FOLDS   # each case by its fold's model
     python scripts/train_surface_model.py ... --exclude gsi_ --out NO_GSI   # leave a source out
     python scripts/crossval_surface.py CASES.json --model gsi_=NO_GSI/surface.onnx
+
+``--init-from`` fine-tunes an exported model instead (:func:`load_exported`), e.g. the bundled
+one on a few labelled images of one's own imagery (docs/ACCURACY.md, "Teaching the model a new
+source"):
+
+    python scripts/train_surface_model.py --roads MINE --cases MINE/cases.json \
+        --init-from resources/models/surface.onnx --encoder-lr 0 --learning-rate 3e-4 \
+        --steps 300 --match-histograms 0.5 --out MY_MODEL
 """
 
 from __future__ import annotations
@@ -249,6 +257,63 @@ def imagenet_encoder(path: str, layers: int) -> dict:
     state["0.0.weight"] = torch.cat([weight, weight.new_zeros(len(weight), INPUTS - 3, 3, 3)],
                                     dim=1)
     return state
+
+
+def load_exported(model: nn.Module, path: str) -> None:
+    """Set ``model`` (an untrained network of the architecture ``path`` was exported from, by
+    :func:`export`) to the weights of the ONNX file ``path``, so that it computes the same
+    logits in eval mode: the export folded each batch norm into the convolution before it, so
+    that convolution takes the folded weights and its batch norm becomes the folded bias (running
+    mean −bias, running variance 1 − ε, unit scale, no shift); the head's exported outputs take
+    their weights, the auxiliary centreline output keeps its start. Train such a model with its
+    batch norms in eval mode (``frozen_norms`` of :func:`train`): their running statistics are
+    no longer statistics.
+
+    Raises
+    ------
+    SystemExit
+        If the file's convolutions do not match the model's, in number, order or shape.
+    """
+    import onnx
+    from onnx import numpy_helper
+
+    graph = onnx.load(path).graph
+    values = {item.name: numpy_helper.to_array(item) for item in graph.initializer}
+    nodes = [node for node in graph.node if node.op_type == "Conv"]
+    order = []  # the model's convolutions in the order its forward pass runs them
+    hooks = [module.register_forward_hook(lambda module, inputs, output: order.append(module))
+             for module in model.modules() if isinstance(module, nn.Conv2d)]
+    model.eval()
+    with torch.no_grad():
+        model(torch.zeros(1, INPUTS, 64, 64))
+    for hook in hooks:
+        hook.remove()
+    norm_after = {}
+    for module in model.modules():
+        children = list(module.children())
+        for first, second in zip(children[:-1], children[1:], strict=True):
+            if isinstance(first, nn.Conv2d) and isinstance(second, nn.BatchNorm2d):
+                norm_after[first] = second
+    if len(order) != len(nodes):
+        raise SystemExit(f"error: {path} has {len(nodes)} convolutions, the model "
+                         f"{len(order)}: not a model of this architecture")
+    for conv, node in zip(order, nodes, strict=True):
+        weight = torch.from_numpy(values[node.input[1]].copy())
+        bias = torch.from_numpy(values[node.input[2]].copy()) if len(node.input) > 2 else None
+        rows = EXPORTED if conv is getattr(model, "head", None) else slice(None)
+        if tuple(conv.weight[rows].shape) != tuple(weight.shape):
+            raise SystemExit(f"error: {path}: a convolution of shape {tuple(weight.shape)} where "
+                             f"the model has {tuple(conv.weight[rows].shape)}")
+        with torch.no_grad():
+            conv.weight[rows] = weight
+            if conv.bias is not None:
+                conv.bias[rows] = bias if bias is not None else 0.0
+            elif conv in norm_after:
+                norm = norm_after[conv]
+                norm.weight.fill_(1.0)
+                norm.bias.zero_()
+                norm.running_mean.copy_(-bias if bias is not None else 0.0)
+                norm.running_var.fill_(1.0 - norm.eps)
 
 
 def stretch(x: torch.Tensor) -> torch.Tensor:
@@ -818,7 +883,7 @@ def generators(seed, device):
 def train(items, cases, steps, device, seed, log, network, looks=Looks(), scales=SCALES,
           box_below=0.0, batch_size=16, ema=0.0, path_share=0.5, encoder_lr=1.0,
           ground_range=None, ground_share=1.0, occlusion=0.0, weight_decay=1e-4,
-          skeleton_weight=0.0, init_seed=None):
+          skeleton_weight=0.0, init_seed=None, init_from=None, learning_rate=3e-3):
     """The trained model (eval mode) made by ``network()``; with ``ema`` > 0 the exponential
     moving average of its weights and batch-norm statistics (that decay per step). A fraction
     ``path_share`` of each step's crops are path crops of ``cases`` (:func:`load_cases`), the
@@ -828,19 +893,29 @@ def train(items, cases, steps, device, seed, log, network, looks=Looks(), scales
     ``weight_decay``; ``skeleton_weight`` > 0 adds that much of the surface plane's
     :func:`skeleton_loss`. With ``init_seed`` the model's random initial weights come from that
     seed instead of ``seed`` (models of one ``init_seed`` and different seeds start alike and
-    differ by the crops they see)."""
+    differ by the crops they see). With ``init_from`` (an ONNX file :func:`export` wrote) the
+    model starts from its weights (:func:`load_exported`) and trains with its batch norms'
+    statistics frozen (fine-tuning, e.g. on a few images of a new source). ``learning_rate``:
+    the peak rate of the one-cycle schedule."""
     torch.manual_seed(seed)
     draws = generators(seed, device)
     data = stack(items, device, box=box_below > 0)
     with torch.random.fork_rng(devices=[], enabled=init_seed is not None):
         if init_seed is not None:
             torch.manual_seed(init_seed)
-        # Channels-last: bf16 batch norm and convolutions run several times faster on the GPU.
-        model = network().to(device, memory_format=torch.channels_last)
+        model = network()
+    if init_from:
+        load_exported(model, init_from)
+    # Channels-last: bf16 batch norm and convolutions run several times faster on the GPU.
+    model = model.to(device, memory_format=torch.channels_last)
     encoder = getattr(model, "encoder", nn.Sequential())
     in_encoder = {id(parameter) for parameter in encoder.parameters()}
-    groups = [{"params": list(encoder.parameters()), "lr": 3e-3 * encoder_lr},
-              {"params": [p for p in model.parameters() if id(p) not in in_encoder], "lr": 3e-3}]
+    groups = [{"params": list(encoder.parameters()), "lr": learning_rate * encoder_lr},
+              {"params": [p for p in model.parameters() if id(p) not in in_encoder],
+               "lr": learning_rate}]
+    if encoder_lr == 0:  # a frozen encoder: no gradients through it at all
+        encoder.requires_grad_(False)
+        groups = groups[1:]
     groups = [group for group in groups if group["params"]]
     optimiser = torch.optim.AdamW(groups, weight_decay=weight_decay)
     schedule = torch.optim.lr_scheduler.OneCycleLR(
@@ -849,6 +924,10 @@ def train(items, cases, steps, device, seed, log, network, looks=Looks(), scales
         model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(ema), use_buffers=True)
     paths = int(round(batch_size * path_share)) if cases[2] is not None else 0
     model.train()
+    if init_from:  # the folded batch norms keep their running values
+        for module in model.modules():
+            if isinstance(module, nn.BatchNorm2d):
+                module.eval()
     start = time.time()
     for step in range(steps):
         parts = []
@@ -933,6 +1012,13 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--init-seed", type=int, metavar="SEED",
                         help="seed of the model's random initial weights (default: --seed's)")
+    parser.add_argument("--init-from", metavar="ONNX",
+                        help="start from this exported model (e.g. resources/models/"
+                             "surface.onnx) and fine-tune it, its batch norms frozen: a few "
+                             "hundred --steps on a few images of a new source, with a lower "
+                             "--learning-rate")
+    parser.add_argument("--learning-rate", type=float, default=3e-3,
+                        help="the peak learning rate (one-cycle schedule)")
     parser.add_argument("--weight-decay", type=float, default=1e-4,
                         help="AdamW's weight decay")
     parser.add_argument("--backbone", choices=("mobilenet_v2", "unet"), default="mobilenet_v2",
@@ -998,6 +1084,8 @@ def main():
     parser.add_argument("--fold", type=int, action="append",
                         help="train only these folds (runs in parallel processes)")
     args = parser.parse_args()
+    if args.init_from and not os.path.isfile(args.init_from):
+        parser.error(f"--init-from {args.init_from}: no such file")
     if not 0 <= args.water_path_share < 1:
         parser.error("--water-path-share must be at least 0 and below 1")
     widths = tuple(int(value) for value in args.widths.split(","))
@@ -1007,7 +1095,7 @@ def main():
     else:
         if args.backbone_weights and not os.path.isfile(args.backbone_weights):
             parser.error(f"--backbone-weights {args.backbone_weights}: no such file")
-        if not args.backbone_weights:
+        if not args.backbone_weights and not args.init_from:
             print("note: no --backbone-weights: the MobileNetV2 encoder starts at random (the "
                   "bundled model's starts from ImageNet weights)", flush=True)
 
@@ -1037,7 +1125,8 @@ def main():
         return train(images, cases_on(images), args.steps, device, seed, print, network,
                      looks, scales, args.box_below, args.batch, args.ema, args.path_share,
                      args.encoder_lr, ground_range, args.ground_share, args.occlusion,
-                     args.weight_decay, args.skeleton_weight, args.init_seed)
+                     args.weight_decay, args.skeleton_weight, args.init_seed,
+                     args.init_from, args.learning_rate)
 
     if args.folds:
         fold_of = {item["id"]: -1 for item in items if args.fold_water_only and item["label"] == 0}

@@ -417,3 +417,66 @@ def test_skeleton_loss_grows_where_the_predicted_surface_breaks(trainer):
     broken[..., 20:28] = 0.0  # 8 px gap across the road
     assert loss(target) < 0.01
     assert loss(broken) > loss(wider) + 0.05
+
+
+def test_an_exported_model_loads_back_and_fine_tunes(trainer, road_set, tmp_path):
+    """``load_exported`` gives a network the weights of an exported file (batch norms folded
+    into the convolutions): it computes the file's logits; fine-tuning from the file keeps its
+    folded batch norms and changes the weights."""
+    pytest.importorskip("onnx")
+    onnxruntime = pytest.importorskip("onnxruntime")
+    torch.manual_seed(1)
+    original = trainer.MobileNetUNet()
+    with torch.no_grad():  # batch norms with statistics of their own, so that folding matters
+        for module in original.modules():
+            if isinstance(module, torch.nn.BatchNorm2d):
+                module.running_mean.uniform_(-0.5, 0.5)
+                module.running_var.uniform_(0.5, 2.0)
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.uniform_(-0.2, 0.2)
+    path = tmp_path / "surface.onnx"
+    trainer.export(original.eval(), path)
+    loaded = trainer.MobileNetUNet()
+    trainer.load_exported(loaded, str(path))
+    x = np.random.default_rng(0).random((1, trainer.INPUTS, 48, 64), dtype=np.float32)
+    expected = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+        None, {"image": x})[0]
+    with torch.no_grad():
+        got = loaded.eval()(torch.from_numpy(x))[:, trainer.EXPORTED].numpy()
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-4)
+
+    items = trainer.load_sets([(str(road_set), 0)])
+    cases = trainer.load_cases([str(road_set / "cases.json")], items)
+    tuned = trainer.train(items, cases, 2, "cpu", 0, lambda line: None, trainer.MobileNetUNet,
+                          trainer.Looks(grey=0.0), batch_size=4, init_from=str(path),
+                          learning_rate=1e-3)
+    norms = [module for module in tuned.modules() if isinstance(module, torch.nn.BatchNorm2d)]
+    folded = [module for module in loaded.modules() if isinstance(module, torch.nn.BatchNorm2d)]
+    for norm, start in zip(norms, folded, strict=True):  # statistics frozen
+        assert torch.equal(norm.running_mean.cpu(), start.running_mean)
+        assert torch.equal(norm.running_var.cpu(), start.running_var)
+    assert not torch.equal(tuned.head.weight.cpu(), loaded.head.weight)
+
+
+def test_a_file_of_another_architecture_is_refused(trainer, tmp_path):
+    pytest.importorskip("onnx")
+    path = tmp_path / "unet.onnx"
+    trainer.export(trainer.SurfaceNet((4, 8, 16, 32)).eval(), path)
+    with pytest.raises(SystemExit, match="convolutions"):
+        trainer.load_exported(trainer.MobileNetUNet(), str(path))
+
+
+def test_a_zero_encoder_rate_keeps_the_encoder_as_it_started(trainer, road_set):
+    items = trainer.load_sets([(str(road_set), 0)])
+    cases = trainer.load_cases([str(road_set / "cases.json")], items)
+    torch.manual_seed(3)
+    start = trainer.MobileNetUNet()
+    weights = {name: value.clone() for name, value in start.state_dict().items()}
+    tuned = trainer.train(items, cases, 2, "cpu", 0, lambda line: None, lambda: start,
+                          trainer.Looks(grey=0.0), batch_size=4, encoder_lr=0.0)
+    state = tuned.state_dict()
+    encoder = [name for name in state if name.startswith("encoder.") and "running" not in name
+               and "num_batches" not in name]
+    assert encoder
+    assert all(torch.equal(state[name].cpu(), weights[name]) for name in encoder)
+    assert not torch.equal(state["head.weight"].cpu(), weights["head.weight"])
