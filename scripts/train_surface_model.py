@@ -356,7 +356,9 @@ def load_sets(folders: list[tuple[str, int]], exclude: tuple[str, ...] = (),
               unsure: float = 0.0):
     """[(folder, class index)] → list of dicts with image (3, H, W) float32 0..255, mask,
     centreline target and unsure band (:func:`unsure_band`) (H, W); sources whose id starts
-    with one of ``exclude`` are skipped."""
+    with one of ``exclude`` are skipped. A source without a mask (no ``gt``: an image with
+    traced lines alone, e.g. scripts/session_cases.py's) is unsure everywhere: it teaches the
+    path output alone, through its click cases."""
     items = []
     for folder, label in folders:
         with open(os.path.join(folder, "sources.json"), encoding="utf-8") as handle:
@@ -364,17 +366,23 @@ def load_sets(folders: list[tuple[str, int]], exclude: tuple[str, ...] = (),
         for source in sources:
             if exclude and source["id"].startswith(exclude):
                 continue
-            image = read_png(os.path.join(folder, source["image"]))[:, :, :3]
-            mask = read_png(os.path.join(folder, source["gt"]))
-            mask = (mask if mask.ndim == 2 else mask[:, :, 0]) > 127
-            buffered = "buffered" in source.get("label_kind", "")
+            image = read_png(os.path.join(folder, source["image"]))
+            image = np.repeat(image[:, :, None], 3, axis=2) if image.ndim == 2 else image[:, :, :3]
+            if source.get("gt"):
+                mask = read_png(os.path.join(folder, source["gt"]))
+                mask = (mask if mask.ndim == 2 else mask[:, :, 0]) > 127
+                doubt = unsure_band(mask, "buffered" in source.get("label_kind", ""), unsure)
+            else:
+                mask = np.zeros(image.shape[:2], dtype=bool)
+                doubt = np.ones(image.shape[:2], dtype=np.float32)
             dataset = source.get("dataset", os.path.basename(os.path.normpath(folder)))
             items.append({"id": source["id"], "dataset": dataset, "label": label,
                           "ground": source.get("gsd_m"),
                           "image": torch.from_numpy(image.transpose(2, 0, 1).astype(np.float32)),
                           "mask": torch.from_numpy(mask.astype(np.float32)),
-                          "centre": torch.from_numpy(centreline_target(mask)),
-                          "unsure": torch.from_numpy(unsure_band(mask, buffered, unsure))})
+                          "centre": torch.from_numpy(centreline_target(mask) if mask.any() else
+                                                     np.zeros(mask.shape, np.float32)),
+                          "unsure": torch.from_numpy(doubt)})
     return items
 
 
@@ -551,7 +559,9 @@ def batch(data, size, generator, device_generator, looks=Looks(), scales=SCALES,
     images, sizes, labels, surface, box_means, grounds = data
     device = images.device
     uniform = _uniform(size, generator, device)
-    present = torch.unique(labels)
+    masked = torch.tensor([len(pixels) > 0 for pixels in surface])  # images without a mask:
+    labels = torch.where(masked, labels, -1)  # no surface crops
+    present = torch.unique(labels[masked])
     wanted = present[(torch.arange(size) % 4 == 3).long() * (len(present) - 1)]  # 3 road : 1
     pick = torch.empty(size, dtype=torch.long)
     for label in present:
@@ -923,6 +933,8 @@ def train(items, cases, steps, device, seed, log, network, looks=Looks(), scales
     average = None if ema <= 0 else torch.optim.swa_utils.AveragedModel(
         model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(ema), use_buffers=True)
     paths = int(round(batch_size * path_share)) if cases[2] is not None else 0
+    if not any(len(pixels) for pixels in data[3]):  # no masks: traced lines teach the path alone
+        paths = batch_size
     model.train()
     if init_from:  # the folded batch norms keep their running values
         for module in model.modules():
@@ -993,8 +1005,12 @@ def export(model, path):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--roads", action="append", default=[])
-    parser.add_argument("--water", action="append", default=[])
+    parser.add_argument("--roads", action="append", default=[], metavar="FOLDER",
+                        help="road images: a folder with sources.json ({id, image, gt} records; "
+                             "an image without gt teaches the path output alone, through its "
+                             "--cases); repeatable")
+    parser.add_argument("--water", action="append", default=[], metavar="FOLDER",
+                        help="water images, as --roads; repeatable")
     parser.add_argument("--cases", action="append", default=[], metavar="JSON",
                         help="click cases on the road images (repeatable; .json or .json.gz): "
                              "the path crops' source")

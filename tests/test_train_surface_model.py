@@ -480,3 +480,27 @@ def test_a_zero_encoder_rate_keeps_the_encoder_as_it_started(trainer, road_set):
     assert encoder
     assert all(torch.equal(state[name].cpu(), weights[name]) for name in encoder)
     assert not torch.equal(state["head.weight"].cpu(), weights["head.weight"])
+
+
+def test_images_without_masks_teach_the_path_alone(trainer, road_set, tmp_path):
+    """Sources without ``gt`` (scripts/session_cases.py's): no surface crops are drawn from them
+    and their path crops carry loss on the path plane alone."""
+    sources = json.loads((road_set / "sources.json").read_text())
+    for source in sources:
+        source["image"] = str(road_set / source.pop("image"))
+        del source["gt"]
+    (tmp_path / "sources.json").write_text(json.dumps(sources))
+    items = trainer.load_sets([(str(tmp_path), 0)])
+    assert all(float(item["mask"].sum()) == 0 for item in items)
+    assert all(float(item["unsure"].min()) == 1 for item in items)
+    cases = trainer.load_cases([str(road_set / "cases.json")], items)
+    data = trainer.stack(items, "cpu")
+    draws = trainer.generators(0, "cpu")
+    _, _, weights = trainer.path_batch(data, cases, 4, *draws)
+    assert float(weights[:, :2].sum()) == 0  # no surface, no centreline loss
+    assert float(weights[:, 2].sum()) > 0
+    model = trainer.train(items, cases, 2, "cpu", 0, lambda line: None,
+                          lambda: trainer.SurfaceNet((4, 8, 16, 32)), trainer.Looks(grey=0.0),
+                          batch_size=4)  # every crop a path crop: no surface to centre on
+    assert all(torch.isfinite(value).all() for value in model.state_dict().values()
+               if value.is_floating_point())

@@ -1,0 +1,121 @@
+"""scripts/session_cases.py: click cases from the road lines of the app's sessions, on image
+parts without masks, ready for ``eval`` and for the trainer's path output."""
+
+from __future__ import annotations
+
+import json
+
+import imageio.v3 as iio
+import numpy as np
+import pytest
+
+from app.model import Line, Segment
+from app.session import write_session
+from core.raster import load_image
+from core.tracer import TraceParams
+from tests.conftest import SAMPLE_IMAGE, load_script
+
+
+@pytest.fixture(scope="module")
+def script():
+    return load_script("session_cases")
+
+
+def line(line_id: int, kind: str, anchors: list) -> Line:
+    points = [tuple(map(float, point)) for point in anchors]
+    return Line(line_id, f"line {line_id}", kind, tuple(points),
+                tuple(Segment.straight(a, b) for a, b in zip(points[:-1], points[1:], strict=True)))
+
+
+@pytest.fixture
+def session(tmp_path):
+    """A session of the sample image: a bent road of about 560 px, a road too short for a
+    case, and a river line."""
+    lines = (line(1, "road", [(100, 400), (300, 300), (420, 80)]),
+             line(2, "road", [(50, 50), (80, 60)]),
+             line(3, "river", [(500, 400), (700, 420)]))
+    path = tmp_path / "one.session.json"
+    write_session(path, str(SAMPLE_IMAGE), lines, TraceParams(), "cpu")
+    return path
+
+
+def test_pieces_are_consecutive_and_within_the_lengths(script):
+    rng = np.random.default_rng(0)
+    polyline = np.array([[0.0, 0.0], [500.0, 0.0], [500.0, 700.0]])
+    found = script.pieces(polyline, (60.0, 200.0), rng)
+    lengths = [np.hypot(*np.diff(piece, axis=0).T).sum() for piece in found]
+    assert all(60.0 - 1e-9 <= length <= 200.0 + 1e-9 for length in lengths)
+    for first, second in zip(found[:-1], found[1:], strict=True):
+        np.testing.assert_allclose(first[-1], second[0])
+    np.testing.assert_allclose(found[0][0], polyline[0])
+    assert sum(lengths) > 1200 - 60  # at most a rest shorter than a piece is left over
+    assert script.pieces(polyline[:2] * 0.1, (60.0, 200.0), rng) == []  # 50 px: none
+
+
+def test_road_lines_become_cases_on_image_parts_without_masks(script, session, tmp_path):
+    out = tmp_path / "lines"
+    assert script.main([str(session), "--out", str(out)]) == 0
+    sources = json.loads((out / "sources.json").read_text())
+    cases = json.loads((out / "cases.json").read_text())
+    assert [source["id"] for source in sources] == ["gsi_108"]
+    assert "gt" not in sources[0]  # no mask: the trainer learns the path alone
+    assert len(cases) >= 2  # ~560 px of road in pieces of at most 400 px; no river, no stub
+    part = iio.imread(out / sources[0]["image"])
+    assert part.dtype == np.uint8
+    assert part.shape[2] == 3
+    corner = np.array(sources[0]["offset_xy"])
+    original = load_image(SAMPLE_IMAGE)
+    for case in cases:
+        assert case["meta"]["source"] == "gsi_108"
+        assert case["image"] == sources[0]["image"]
+        gt = np.array(case["gt"])
+        np.testing.assert_allclose(gt[0], case["a"], atol=0.01)
+        np.testing.assert_allclose(gt[-1], case["b"], atol=0.01)
+        # On the part, where the road lies on the image: along the first road line.
+        whole = gt + corner
+        assert np.all(whole >= (100 - 1e-6, 80 - 1e-6))
+        assert np.all(whole <= (420 + 1e-6, 400 + 1e-6))
+        assert np.all(gt >= 0)
+        assert np.all(gt < part.shape[1::-1])
+    # The part is the image's own pixels, linearly stretched: same ordering of brightness.
+    x, y = (int(value) for value in corner)
+    rows, cols = part.shape[:2]
+    grey = part.astype(float).mean(axis=2)
+    source = original.read_window(y, y + rows, x, x + cols)[:, :, :3].mean(axis=2)
+    assert np.corrcoef(grey.ravel(), source.ravel())[0, 1] > 0.99
+
+
+def test_the_cases_trace_with_eval(script, session, tmp_path):
+    from cli import main as cli_main
+
+    out = tmp_path / "lines"
+    assert script.main([str(session), "--out", str(out)]) == 0
+    report = tmp_path / "report.json"
+    assert cli_main(["eval", str(out / "cases.json"), "--json", str(report)]) == 0
+    results = json.loads(report.read_text())["methods"]["ours"]["cases"]
+    assert len(results) == len(json.loads((out / "cases.json").read_text()))
+    assert all(result["error"] is None for result in results)
+
+
+def test_bad_input_is_one_error_and_writes_nothing(script, session, tmp_path, capsys):
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "keep.txt").write_text("mine")
+    assert script.main([str(session), "--out", str(taken)]) == 2
+    assert "new or empty folder" in capsys.readouterr().err
+    assert sorted(path.name for path in taken.iterdir()) == ["keep.txt"]
+
+    not_session = tmp_path / "not.json"
+    not_session.write_text(json.dumps({"lines": []}))
+    assert script.main([str(not_session), "--out", str(tmp_path / "a")]) == 2
+    assert "not a roadtracer session" in capsys.readouterr().err
+
+    short = tmp_path / "short.session.json"
+    write_session(short, str(SAMPLE_IMAGE), (line(1, "road", [(10, 10), (40, 10)]),),
+                  TraceParams(), "cpu")
+    assert script.main([str(short), "--out", str(tmp_path / "b")]) == 2
+    assert "no road line of 60 px or more" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
+
+    assert script.main([str(session), "--out", str(tmp_path / "c"), "--min-length", "300"]) == 2
+    assert "--min-length" in capsys.readouterr().err
