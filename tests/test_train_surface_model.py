@@ -504,3 +504,16 @@ def test_images_without_masks_teach_the_path_alone(trainer, road_set, tmp_path):
                           batch_size=4)  # every crop a path crop: no surface to centre on
     assert all(torch.isfinite(value).all() for value in model.state_dict().values()
                if value.is_floating_point())
+
+
+def test_the_cpu_path_distance_is_exact_near_the_line(trainer):
+    torch.manual_seed(0)
+    line = torch.cumsum(torch.randn(400, 2), 0) + 128.0
+    pixels = torch.arange(trainer.CROP, dtype=torch.float32)
+    grid_y, grid_x = torch.meshgrid(pixels, pixels, indexing="ij")
+    grid = torch.stack([grid_x.flatten(), grid_y.flatten()], 1)
+    exact = torch.cdist(grid, line).amin(1)
+    got = trainer.line_distance(line)
+    near = exact <= trainer.PATH_REACH
+    torch.testing.assert_close(got[near], exact[near], rtol=0, atol=1e-5)
+    assert bool(torch.all(got[~near] > trainer.PATH_REACH))
