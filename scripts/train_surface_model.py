@@ -265,9 +265,9 @@ def load_exported(model: nn.Module, path: str) -> None:
     logits in eval mode: the export folded each batch norm into the convolution before it, so
     that convolution takes the folded weights and its batch norm becomes the folded bias (running
     mean −bias, running variance 1 − ε, unit scale, no shift); the head's exported outputs take
-    their weights, the auxiliary centreline output keeps its start. Train such a model with its
-    batch norms in eval mode (``frozen_norms`` of :func:`train`): their running statistics are
-    no longer statistics.
+    their weights, the auxiliary centreline output keeps its start. Such a model trains with its
+    batch norms in eval mode (:func:`train` with ``init_from``): their running values are no
+    longer statistics.
 
     Raises
     ------
