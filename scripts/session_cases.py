@@ -7,7 +7,8 @@ kept) is taken as the true centreline of its road. It is cut into consecutive pi
 of its own joins the last one where that stays within ``--max-length``, a line too short for
 one piece is left out); each piece is a click case, its ends the clicks, tagged
 ``nontrivial`` where the straight line between them has less than 80 % of the piece within
-3 px, as scripts/mask_cases.py's cases are. River lines are left out.
+3 px, as scripts/mask_cases.py's cases are. River lines, and pieces that leave the image, are
+left out.
 
 ``OUT`` (a new or empty folder) receives ``images/ID.png``, each session image's part around
 its lines (64 px beyond them; 8-bit RGB, its values stretched linearly to 0..255), the cases in
@@ -71,10 +72,9 @@ def pieces(line: np.ndarray, lengths: tuple[float, float],
             for start, end in zip(cuts[:-1], cuts[1:], strict=True)]
 
 
-def image_part(image: str, lines: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """The part of ``image`` around ``lines`` (MARGIN px beyond them) as 8-bit RGB (rows, cols,
-    3), and its top-left corner (x, y) in the image."""
-    raster = load_image(image)
+def image_part(raster, lines: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The part of the :class:`core.raster.Raster` around ``lines`` (each (n, 2), on the image;
+    MARGIN px beyond them) as 8-bit RGB (rows, cols, 3), and its top-left corner (x, y)."""
     points = np.vstack(lines)
     low = np.maximum(np.floor(points.min(axis=0)) - MARGIN, 0).astype(int)
     high = np.minimum(np.ceil(points.max(axis=0)) + MARGIN + 1,
@@ -103,13 +103,16 @@ def session_cases(sessions: list[str], out: str, lengths: tuple[float, float],
         by_image.setdefault(os.path.abspath(image), []).extend(roads)
     cases, sources, parts = [], [], {}
     for image, lines in by_image.items():
-        cut = [piece for line in lines for piece in pieces(line, lengths, rng)]
+        raster = load_image(image)
+        size = np.array([raster.width, raster.height], dtype=np.float64)
+        cut = [piece for line in lines for piece in pieces(line, lengths, rng)
+               if np.all(piece >= -0.5) and np.all(piece <= size - 0.5)]  # on the image
         if not cut:
             continue
         name = Path(image).stem
         while name in parts:
             name += "_"
-        parts[name], corner = image_part(image, cut)
+        parts[name], corner = image_part(raster, cut)
         sources.append({"id": name, "image": f"images/{name}.png", "from": image,
                         "offset_xy": corner.tolist()})
         for k, piece in enumerate(cut):
@@ -146,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         cases, sources = session_cases(args.sessions, args.out,
                                        (args.min_length, args.max_length), args.seed)
         if not cases:
-            raise BadParameter(f"no road line of {args.min_length:g} px or more in the sessions")
+            raise BadParameter(f"no road line of {args.min_length:g} px or more on its image "
+                               "in the sessions")
         write_text_atomic(os.path.join(args.out, "sources.json"), json.dumps(sources, indent=1))
         write_text_atomic(os.path.join(args.out, "cases.json"), json.dumps(cases))
     except TraceError as exc:

@@ -114,8 +114,14 @@ def test_bad_input_is_one_error_and_writes_nothing(script, session, tmp_path, ca
     write_session(short, str(SAMPLE_IMAGE), (line(1, "road", [(10, 10), (40, 10)]),),
                   TraceParams(), "cpu")
     assert script.main([str(short), "--out", str(tmp_path / "b")]) == 2
-    assert "no road line of 60 px or more" in capsys.readouterr().err
+    assert "no road line of 60 px or more on its image" in capsys.readouterr().err
     assert not (tmp_path / "b").exists()
 
     assert script.main([str(session), "--out", str(tmp_path / "c"), "--min-length", "300"]) == 2
     assert "--min-length" in capsys.readouterr().err
+
+    outside = tmp_path / "outside.session.json"  # a road drawn beyond the image's edge
+    write_session(outside, str(SAMPLE_IMAGE),
+                  (line(1, "road", [(5000, 5000), (5400, 5000)]),), TraceParams(), "cpu")
+    assert script.main([str(outside), "--out", str(tmp_path / "d")]) == 2
+    assert "no road line of 60 px or more on its image" in capsys.readouterr().err
