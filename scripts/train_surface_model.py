@@ -272,12 +272,16 @@ def load_exported(model: nn.Module, path: str) -> None:
     Raises
     ------
     SystemExit
-        If the file's convolutions do not match the model's, in number, order or shape.
+        If the file is not an ONNX model or its convolutions do not match the model's, in
+        number, order or shape.
     """
     import onnx
     from onnx import numpy_helper
 
-    graph = onnx.load(path).graph
+    try:
+        graph = onnx.load(path).graph
+    except Exception as exc:  # protobuf's and onnx's own errors
+        raise SystemExit(f"error: {path} is not an ONNX model: {exc}") from None
     values = {item.name: numpy_helper.to_array(item) for item in graph.initializer}
     nodes = [node for node in graph.node if node.op_type == "Conv"]
     order = []  # the model's convolutions in the order its forward pass runs them

@@ -464,6 +464,10 @@ def test_a_file_of_another_architecture_is_refused(trainer, tmp_path):
     trainer.export(trainer.SurfaceNet((4, 8, 16, 32)).eval(), path)
     with pytest.raises(SystemExit, match="convolutions"):
         trainer.load_exported(trainer.MobileNetUNet(), str(path))
+    text = tmp_path / "notes.onnx"
+    text.write_text("not a model")
+    with pytest.raises(SystemExit, match="not an ONNX model"):
+        trainer.load_exported(trainer.MobileNetUNet(), str(text))
 
 
 def test_a_zero_encoder_rate_keeps_the_encoder_as_it_started(trainer, road_set):
