@@ -34,9 +34,10 @@ from app.panels import LinesPanel, ParamsPanel
 from app.session import line_to_dict, read_session, write_session
 from app.traces import TraceOutcome, error_text
 from app.tracing import TracingController
-from core.errors import TraceError
+from core.errors import BadParameter, TraceError
 from core.raster import Raster, list_images
 from core.surface import UNKNOWN_GROUND_NOTE, use_model
+from core.teaching import PIECE_LENGTHS, check_new_folder, training_set, write_training_set
 from core.tracer import TraceParams, evidence_source, ground_resolution_unknown
 from core.vectors import read_lines
 
@@ -152,6 +153,10 @@ class MainWindow(QMainWindow):
                          "exports come back as drawn, other lines (OSM, old surveys) snap to "
                          "the imagery between their vertices")
         self._action(file, "&Export GeoJSON…", self.choose_export, ["Ctrl+E"])
+        self._action(file, "Export &training cases…", self.choose_training_export,
+                     tip="Write the road lines as click cases on this image, to teach the "
+                         "surface model imagery like it (scripts/train_surface_model.py; fix "
+                         "the lines that miss first)")
         file.addSeparator()
         self._action(file, "Surface &model…", self.choose_surface_model,
                      tip="Trace with another surface model than the bundled one, e.g. one "
@@ -628,6 +633,34 @@ class MainWindow(QMainWindow):
             self.show_error(str(exc), "Cannot export")
             return False
         self.show_status(f"exported {len(self.model.lines)} line(s) to {path}")
+        return True
+
+    def choose_training_export(self) -> None:
+        if self.raster is None or not any(line.kind == "road" for line in self.model.lines):
+            self.show_status("no road line to export: trace and fix some first")
+            return
+        folder = QFileDialog.getExistingDirectory(self, "Export training cases (a new or empty "
+                                                  "folder)", self._last_folder())
+        if folder:
+            self.export_training_cases(folder)
+
+    def export_training_cases(self, folder: str) -> bool:
+        """Write the road lines as a training set into the new or empty ``folder``
+        (:func:`core.teaching.training_set`); False (and a message box) if that fails."""
+        roads = [line.polyline for line in self.model.lines if line.kind == "road"]
+        try:
+            check_new_folder(folder)
+            sources, cases, parts = training_set({self.image_path: (self.raster, roads)})
+            if not cases:
+                raise BadParameter(f"no road line of {PIECE_LENGTHS[0]:g} px or more on the "
+                                   "image")
+            write_training_set(folder, sources, cases, parts)
+        except TraceError as exc:
+            self.show_error(str(exc), "Cannot export training cases")
+            return False
+        self.show_status(f"{len(cases)} training cases written to {folder}: teach the surface "
+                         "model with scripts/train_surface_model.py --roads FOLDER --cases "
+                         "FOLDER/cases.json --init-from … (docs/ACCURACY.md)")
         return True
 
     # -- closing -------------------------------------------------------------------------------

@@ -1048,3 +1048,24 @@ def test_opening_an_image_of_unknown_ground_resolution_says_so(make_window, qtbo
     with qtbot.waitSignal(window.image_loaded, timeout=60_000):
         window.open_image(str(SAMPLE_IMAGE))
     assert "ground resolution" not in window.statusBar().currentMessage()
+
+
+def test_file_menu_exports_the_road_lines_as_training_cases(make_window, qtbot, tmp_path):
+    window = window_with_a_line(make_window, qtbot)
+    out = tmp_path / "teach"
+    assert window.export_training_cases(str(out))
+    cases = json.loads((out / "cases.json").read_text())
+    sources = json.loads((out / "sources.json").read_text())
+    assert [source["id"] for source in sources] == ["gsi_108"]
+    assert "gt" not in sources[0]
+    assert len(cases) >= 1
+    assert all(case["meta"]["source"] == "gsi_108" for case in cases)
+    corner = np.array(sources[0]["offset_xy"])
+    line = window.model.lines[0].polyline
+    assert np.all(distance(np.array(cases[0]["gt"]) + corner, line) < 0.01)  # on it (rounded)
+    assert (out / "images" / "gsi_108.png").is_file()
+    assert "training cases written" in window.statusBar().currentMessage()
+    # A folder that holds files already is refused, and left as it was.
+    assert not window.export_training_cases(str(out))
+    assert "new or empty folder" in window.last_error
+    assert sorted(path.name for path in out.iterdir()) == ["cases.json", "images", "sources.json"]

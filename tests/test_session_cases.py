@@ -12,6 +12,7 @@ import pytest
 from app.model import Line, Segment
 from app.session import write_session
 from core.raster import load_image
+from core.teaching import road_pieces
 from core.tracer import TraceParams
 from tests.conftest import SAMPLE_IMAGE, load_script
 
@@ -39,17 +40,17 @@ def session(tmp_path):
     return path
 
 
-def test_pieces_are_consecutive_and_within_the_lengths(script):
+def test_pieces_are_consecutive_and_within_the_lengths():
     rng = np.random.default_rng(0)
     polyline = np.array([[0.0, 0.0], [500.0, 0.0], [500.0, 700.0]])
-    found = script.pieces(polyline, (60.0, 200.0), rng)
+    found = road_pieces(polyline, (60.0, 200.0), rng)
     lengths = [np.hypot(*np.diff(piece, axis=0).T).sum() for piece in found]
     assert all(60.0 - 1e-9 <= length <= 200.0 + 1e-9 for length in lengths)
     for first, second in zip(found[:-1], found[1:], strict=True):
         np.testing.assert_allclose(first[-1], second[0])
     np.testing.assert_allclose(found[0][0], polyline[0])
     assert sum(lengths) > 1200 - 60  # at most a rest shorter than a piece is left over
-    assert script.pieces(polyline[:2] * 0.1, (60.0, 200.0), rng) == []  # 50 px: none
+    assert road_pieces(polyline[:2] * 0.1, (60.0, 200.0), rng) == []  # 50 px: none
 
 
 def test_road_lines_become_cases_on_image_parts_without_masks(script, session, tmp_path):
@@ -102,7 +103,7 @@ def test_bad_input_is_one_error_and_writes_nothing(script, session, tmp_path, ca
     taken.mkdir()
     (taken / "keep.txt").write_text("mine")
     assert script.main([str(session), "--out", str(taken)]) == 2
-    assert "new or empty folder" in capsys.readouterr().err
+    assert "must be a new or empty folder" in capsys.readouterr().err
     assert sorted(path.name for path in taken.iterdir()) == ["keep.txt"]
 
     not_session = tmp_path / "not.json"

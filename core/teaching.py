@@ -1,0 +1,146 @@
+"""Training cases from traced road lines: the lines a user traced and fixed, as click cases on
+the parts of their images around them, to teach the surface model that imagery
+(scripts/train_surface_model.py; docs/ACCURACY.md, "Teaching the model a new source").
+
+Each road line is taken as the true centreline of its road and cut into consecutive pieces of
+``lengths[0]`` to ``lengths[1]`` px along it (random lengths; a rest too short for a piece of
+its own joins the last one where that stays within ``lengths[1]``; a line too short for one
+piece, and pieces that leave the image, are left out). Each piece is a click case, its ends
+the clicks, tagged ``nontrivial`` where the straight line between them has less than 80 % of
+the piece within 3 px, as the evaluation cases are. A training set is a folder:
+``images/ID.png`` (each image's part around its lines, 64 px beyond them, 8-bit RGB stretched
+linearly to 0..255), ``cases.json`` on those parts and ``sources.json`` listing them without
+masks (the trainer then learns the clicked road's course alone from them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from core.errors import BadParameter, OutputWriteError
+from core.metrics import path_metrics
+from core.output import write_text_atomic
+
+#: Shortest and longest piece of a line that makes a case (px along it).
+PIECE_LENGTHS = (60.0, 400.0)
+#: Image margin (px) kept around the lines.
+MARGIN = 64
+#: The straight line's share of a piece within 3 px below which its case is ``nontrivial``.
+NONTRIVIAL_BELOW = 0.8
+#: Percentiles of an image part's values stretched to 0 and 255.
+STRETCH_PERCENTILES = (0.1, 99.9)
+
+
+def road_pieces(line: np.ndarray, lengths: tuple[float, float],
+                rng: np.random.Generator) -> list[np.ndarray]:
+    """Consecutive pieces (each (m, 2)) of the polyline ``line`` (n, 2) (module docstring)."""
+    along = np.concatenate([[0.0], np.cumsum(np.hypot(*np.diff(line, axis=0).T))])
+    total = float(along[-1])
+    cuts = [0.0]
+    while total - cuts[-1] >= lengths[0]:
+        remaining = total - cuts[-1]
+        length = float(rng.uniform(*lengths))
+        if remaining - length < lengths[0]:  # the rest would be too short for a piece
+            cuts.append(cuts[-1] + min(remaining, lengths[1]))
+            break
+        cuts.append(cuts[-1] + length)
+
+    def point(at: float) -> np.ndarray:
+        return np.array([[np.interp(at, along, line[:, 0]), np.interp(at, along, line[:, 1])]])
+
+    return [np.vstack([point(start), line[(along > start) & (along < end)], point(end)])
+            for start, end in zip(cuts[:-1], cuts[1:], strict=True)]
+
+
+def image_part(raster, lines: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The part of the :class:`core.raster.Raster` around ``lines`` (each (n, 2), on the image;
+    MARGIN px beyond them) as 8-bit RGB (rows, cols, 3), and its top-left corner (x, y)."""
+    points = np.vstack(lines)
+    low = np.maximum(np.floor(points.min(axis=0)) - MARGIN, 0).astype(int)
+    high = np.minimum(np.ceil(points.max(axis=0)) + MARGIN + 1,
+                      (raster.width, raster.height)).astype(int)
+    pixels = raster.read_window(low[1], high[1], low[0], high[0])
+    bands = pixels[:, :, :3] if pixels.shape[2] >= 3 else np.repeat(pixels[:, :, :1], 3, axis=2)
+    lowest, highest = np.percentile(bands, STRETCH_PERCENTILES)
+    scaled = (bands - lowest) * (255.0 / max(float(highest - lowest), 1e-6))
+    return np.clip(np.round(scaled), 0, 255).astype(np.uint8), low.astype(np.float64)
+
+
+def training_set(lines_by_image: dict, lengths: tuple[float, float] = PIECE_LENGTHS,
+                 seed: int = 0) -> tuple[list[dict], list[dict], dict[str, np.ndarray]]:
+    """The training set of road lines.
+
+    Parameters
+    ----------
+    lines_by_image : dict
+        Image path → (its :class:`core.raster.Raster`, its road lines, each (n, 2) pixel x, y).
+    lengths : (float, float)
+        Shortest and longest piece (px along a line).
+    seed : int
+        Seed of the pieces' random lengths.
+
+    Returns
+    -------
+    sources, cases, parts
+        The sources.json records, the cases, and each image part (rows, cols, 3) uint8 by id;
+        images with no piece are left out.
+    """
+    rng = np.random.default_rng(seed)
+    sources, cases, parts = [], [], {}
+    for image, (raster, lines) in lines_by_image.items():
+        size = np.array([raster.width, raster.height], dtype=np.float64)
+        cut = [piece for line in lines
+               for piece in road_pieces(np.asarray(line, dtype=np.float64), lengths, rng)
+               if np.all(piece >= -0.5) and np.all(piece <= size - 0.5)]  # on the image
+        if not cut:
+            continue
+        name = Path(image).stem
+        while name in parts:
+            name += "_"
+        parts[name], corner = image_part(raster, cut)
+        sources.append({"id": name, "image": f"images/{name}.png",
+                        "from": os.path.abspath(image), "offset_xy": corner.tolist()})
+        for k, piece in enumerate(cut):
+            piece = piece - corner
+            a, b = piece[0], piece[-1]
+            nontrivial = path_metrics(np.array([a, b]), piece).completeness_3 < NONTRIVIAL_BELOW
+            cases.append({"id": f"{name}_{k:03d}", "image": f"images/{name}.png",
+                          "a": np.round(a, 2).tolist(), "b": np.round(b, 2).tolist(),
+                          "gt": np.round(piece, 2).tolist(),
+                          "tags": ["nontrivial"] if nontrivial else [],
+                          "meta": {"source": name}})
+    return sources, cases, parts
+
+
+def check_new_folder(out: str | os.PathLike) -> None:
+    """Raise :class:`BadParameter` unless ``out`` is a new or an empty folder."""
+    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        raise BadParameter(f"{out} must be a new or empty folder")
+
+
+def write_training_set(out: str | os.PathLike, sources: list[dict], cases: list[dict],
+                       parts: dict[str, np.ndarray]) -> None:
+    """Write :func:`training_set`'s result into the new or empty folder ``out``.
+
+    Raises
+    ------
+    BadParameter
+        If ``out`` holds files already.
+    OutputWriteError
+        If a file cannot be written.
+    """
+    import imageio.v3 as iio
+
+    check_new_folder(out)
+    try:
+        os.makedirs(os.path.join(out, "images"), exist_ok=True)
+        for name, pixels in parts.items():
+            iio.imwrite(os.path.join(out, "images", f"{name}.png"), pixels)
+    except OSError as exc:
+        raise OutputWriteError(f"cannot write {out}: {exc.strerror or exc}") from None
+    write_text_atomic(os.path.join(out, "sources.json"), json.dumps(sources, indent=1))
+    write_text_atomic(os.path.join(out, "cases.json"), json.dumps(cases))
