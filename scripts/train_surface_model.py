@@ -964,6 +964,7 @@ def train(items, cases, steps, device, seed, log, network, looks=Looks(), scales
         optimiser, max_lr=[group["lr"] for group in groups], total_steps=steps)
     average = None if ema <= 0 else torch.optim.swa_utils.AveragedModel(
         model, multi_avg_fn=torch.optim.swa_utils.get_ema_multi_avg_fn(ema), use_buffers=True)
+    report_every = max(1, min(500, steps // 20))  # about twenty progress lines a training
     paths = int(round(batch_size * path_share)) if cases[2] is not None else 0
     if not any(len(pixels) for pixels in data[3]):  # no masks: traced lines teach the path alone
         paths = batch_size
@@ -996,10 +997,12 @@ def train(items, cases, steps, device, seed, log, network, looks=Looks(), scales
         schedule.step()
         if average is not None:
             average.update_parameters(model)
-        if step % 500 == 0 or step == steps - 1:
+        if step % report_every == 0 or step == steps - 1:
             extra = "" if skeleton is None else f" skeleton {skeleton.item():.4f}"
+            elapsed = time.time() - start
+            left = elapsed / (step + 1) * (steps - step - 1)
             log(f"  step {step:5d} loss {loss.item():.4f} dice {dice.item():.4f}{extra} "
-                f"({time.time() - start:.0f} s)")
+                f"({elapsed:.0f} s, about {left:.0f} s to go)")
     return (model if average is None else average.module).eval()
 
 
