@@ -1137,6 +1137,14 @@ def main():
     args = parser.parse_args()
     if args.init_from and not os.path.isfile(args.init_from):
         parser.error(f"--init-from {args.init_from}: no such file")
+    if not args.roads and not args.water:
+        parser.error("give the training images: --roads FOLDER (and/or --water FOLDER)")
+    for folder in args.roads + args.water:
+        if not os.path.isfile(os.path.join(folder, "sources.json")):
+            parser.error(f"{folder} has no sources.json listing its images")
+    for file in args.cases:
+        if not os.path.isfile(file):
+            parser.error(f"--cases {file}: no such file")
     if not 0 <= args.water_path_share < 1:
         parser.error("--water-path-share must be at least 0 and below 1")
     widths = tuple(int(value) for value in args.widths.split(","))
