@@ -521,3 +521,20 @@ def test_the_cpu_path_distance_is_exact_near_the_line(trainer):
     near = exact <= trainer.PATH_REACH
     torch.testing.assert_close(got[near], exact[near], rtol=0, atol=1e-5)
     assert bool(torch.all(got[~near] > trainer.PATH_REACH))
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ([], "give the training images"),
+    (["--roads", "{missing}"], "has no sources.json"),
+    (["--roads", "{roads}", "--cases", "{missing}/cases.json"], "no such file"),
+    (["--roads", "{roads}", "--init-from", "{missing}/surface.onnx"], "no such file")])
+def test_bad_training_options_are_one_usage_error(trainer, road_set, tmp_path, monkeypatch,
+                                                  capsys, args, message):
+    names = {"roads": str(road_set), "missing": str(tmp_path / "missing")}
+    monkeypatch.setattr("sys.argv", ["train_surface_model.py", "--out", str(tmp_path / "out"),
+                                     *(arg.format(**names) for arg in args)])
+    with pytest.raises(SystemExit) as exit_info:
+        trainer.main()
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
