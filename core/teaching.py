@@ -9,7 +9,8 @@ piece, and pieces that leave the image, are left out). Each piece is a click cas
 the clicks, tagged ``nontrivial`` where the straight line between them has less than 80 % of
 the piece within 3 px, as the evaluation cases are. A training set is a folder:
 ``images/ID.png`` (each image's part around its lines, 64 px beyond them, 8-bit RGB stretched
-linearly to 0..255), ``cases.json`` on those parts and ``sources.json`` listing them without
+linearly to 0..255; one part per piece where the lines spread wider than
+``MAX_PART_PIXELS``), ``cases.json`` on those parts and ``sources.json`` listing them without
 masks (the trainer then learns the clicked road's course alone from them).
 """
 
@@ -31,6 +32,9 @@ PIECE_LENGTHS = (60.0, 400.0)
 MARGIN = 64
 #: The straight line's share of a piece within 3 px below which its case is ``nontrivial``.
 NONTRIVIAL_BELOW = 0.8
+#: Largest image part (px) around all of an image's lines; lines spread wider over a large
+#: image (a GeoTIFF) get a part each piece.
+MAX_PART_PIXELS = 2048 * 2048
 #: Percentiles of an image part's values stretched to 0 and 255.
 STRETCH_PERCENTILES = (0.1, 99.9)
 
@@ -98,22 +102,35 @@ def training_set(lines_by_image: dict, lengths: tuple[float, float] = PIECE_LENG
                if np.all(piece >= -0.5) and np.all(piece <= size - 0.5)]  # on the image
         if not cut:
             continue
-        name = Path(image).stem
-        while name in parts:
-            name += "_"
-        parts[name], corner = image_part(raster, cut)
-        sources.append({"id": name, "image": f"images/{name}.png",
-                        "from": os.path.abspath(image), "offset_xy": corner.tolist()})
-        for k, piece in enumerate(cut):
-            piece = piece - corner
-            a, b = piece[0], piece[-1]
-            nontrivial = path_metrics(np.array([a, b]), piece).completeness_3 < NONTRIVIAL_BELOW
-            cases.append({"id": f"{name}_{k:03d}", "image": f"images/{name}.png",
-                          "a": np.round(a, 2).tolist(), "b": np.round(b, 2).tolist(),
-                          "gt": np.round(piece, 2).tolist(),
-                          "tags": ["nontrivial"] if nontrivial else [],
-                          "meta": {"source": name}})
+        stem = Path(image).stem
+        for suffix, group in _part_groups(cut):
+            name = stem + suffix
+            while name in parts:
+                name += "_"
+            parts[name], corner = image_part(raster, group)
+            sources.append({"id": name, "image": f"images/{name}.png",
+                            "from": os.path.abspath(image), "offset_xy": corner.tolist()})
+            for k, piece in enumerate(group):
+                piece = piece - corner
+                a, b = piece[0], piece[-1]
+                nontrivial = (path_metrics(np.array([a, b]), piece).completeness_3
+                              < NONTRIVIAL_BELOW)
+                cases.append({"id": f"{name}_{k:03d}", "image": f"images/{name}.png",
+                              "a": np.round(a, 2).tolist(), "b": np.round(b, 2).tolist(),
+                              "gt": np.round(piece, 2).tolist(),
+                              "tags": ["nontrivial"] if nontrivial else [],
+                              "meta": {"source": name}})
     return sources, cases, parts
+
+
+def _part_groups(pieces: list[np.ndarray]) -> list[tuple[str, list[np.ndarray]]]:
+    """The image parts of one image's ``pieces``: one part around all of them (suffix "") where
+    it holds at most ``MAX_PART_PIXELS``, else one part per piece (suffix "_p<k>")."""
+    points = np.vstack(pieces)
+    sides = points.max(axis=0) - points.min(axis=0) + 2 * MARGIN
+    if float(sides[0] * sides[1]) <= MAX_PART_PIXELS:
+        return [("", pieces)]
+    return [(f"_p{k:03d}", [piece]) for k, piece in enumerate(pieces)]
 
 
 def check_new_folder(out: str | os.PathLike) -> None:

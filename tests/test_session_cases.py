@@ -126,3 +126,20 @@ def test_bad_input_is_one_error_and_writes_nothing(script, session, tmp_path, ca
                   (line(1, "road", [(5000, 5000), (5400, 5000)]),), TraceParams(), "cpu")
     assert script.main([str(outside), "--out", str(tmp_path / "d")]) == 2
     assert "no road line of 60 px or more on its image" in capsys.readouterr().err
+
+
+def test_lines_spread_over_a_large_image_get_a_part_each_piece(monkeypatch):
+    import core.teaching
+
+    raster = load_image(SAMPLE_IMAGE)
+    lines = [np.array([[50.0, 50.0], [150.0, 50.0]]), np.array([[420.0, 500.0], [520.0, 500.0]])]
+    whole = core.teaching.training_set({str(SAMPLE_IMAGE): (raster, lines)})
+    assert [source["id"] for source in whole[0]] == ["gsi_108"]
+    monkeypatch.setattr(core.teaching, "MAX_PART_PIXELS", 300 * 300)
+    sources, cases, parts = core.teaching.training_set({str(SAMPLE_IMAGE): (raster, lines)})
+    assert [source["id"] for source in sources] == ["gsi_108_p000", "gsi_108_p001"]
+    assert all(part.shape[0] * part.shape[1] <= 300 * 300 for part in parts.values())
+    for case in cases:  # each case on its own part, where its line lies
+        source = next(s for s in sources if s["id"] == case["meta"]["source"])
+        whole_line = np.array(case["gt"]) + np.array(source["offset_xy"])
+        assert any(np.allclose(whole_line[[0, -1]], line, atol=0.01) for line in lines)
