@@ -5,7 +5,8 @@ Each road line of a session (the app's File ▸ Save session: the lines as trace
 kept) is taken as the true centreline of its road and cut into pieces of ``--min-length`` to
 ``--max-length`` px, each a click case (core/teaching.py says how; the app's File ▸ Export
 training cases does the same for the open image's lines). ``OUT`` (a new or empty folder)
-receives ``images/ID.png``, each session image's part around its lines, the cases in
+receives ``images/ID.png``, each session image's part around its lines (a part per piece where
+they spread wide over a large image), the cases in
 ``cases.json`` and ``sources.json`` listing the images without masks, so that
 scripts/train_surface_model.py learns the clicked road's course alone from them:
 
