@@ -34,10 +34,10 @@ from app.panels import LinesPanel, ParamsPanel
 from app.session import line_to_dict, read_session, write_session
 from app.traces import TraceOutcome, error_text
 from app.tracing import TracingController
-from core.errors import BadParameter, TraceError
+from core.errors import TraceError
 from core.raster import Raster, list_images
 from core.surface import UNKNOWN_GROUND_NOTE, use_model
-from core.teaching import PIECE_LENGTHS, check_new_folder, training_set, write_training_set
+from core.teaching import check_new_folder, training_set, write_training_set
 from core.tracer import TraceParams, evidence_source, ground_resolution_unknown
 from core.vectors import read_lines
 
@@ -651,9 +651,6 @@ class MainWindow(QMainWindow):
         try:
             check_new_folder(folder)
             sources, cases, parts = training_set({self.image_path: (self.raster, roads)})
-            if not cases:
-                raise BadParameter(f"no road line of {PIECE_LENGTHS[0]:g} px or more on the "
-                                   "image")
             write_training_set(folder, sources, cases, parts)
         except TraceError as exc:
             self.show_error(str(exc), "Cannot export training cases")

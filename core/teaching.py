@@ -92,6 +92,11 @@ def training_set(lines_by_image: dict, lengths: tuple[float, float] = PIECE_LENG
     sources, cases, parts
         The sources.json records, the cases, and each image part (rows, cols, 3) uint8 by id;
         images with no piece are left out.
+
+    Raises
+    ------
+    BadParameter
+        If no line makes a case (none of ``lengths[0]`` px or more on its image).
     """
     rng = np.random.default_rng(seed)
     sources, cases, parts = [], [], {}
@@ -120,6 +125,8 @@ def training_set(lines_by_image: dict, lengths: tuple[float, float] = PIECE_LENG
                               "gt": np.round(piece, 2).tolist(),
                               "tags": ["nontrivial"] if nontrivial else [],
                               "meta": {"source": name}})
+    if not cases:
+        raise BadParameter(f"no road line of {lengths[0]:g} px or more on its image")
     return sources, cases, parts
 
 

@@ -67,9 +67,6 @@ def main(argv: list[str] | None = None) -> int:
         check_new_folder(args.out)
         sources, cases, parts = training_set(session_lines(args.sessions),
                                              (args.min_length, args.max_length), args.seed)
-        if not cases:
-            raise BadParameter(f"no road line of {args.min_length:g} px or more on its image "
-                               "in the sessions")
         write_training_set(args.out, sources, cases, parts)
     except TraceError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -1069,3 +1069,10 @@ def test_file_menu_exports_the_road_lines_as_training_cases(make_window, qtbot, 
     assert not window.export_training_cases(str(out))
     assert "new or empty folder" in window.last_error
     assert sorted(path.name for path in out.iterdir()) == ["cases.json", "images", "sources.json"]
+
+
+def test_training_cases_need_a_road_line_long_enough(make_window, tmp_path):
+    window = make_window()
+    assert not window.export_training_cases(str(tmp_path / "teach"))
+    assert "no road line of 60 px or more" in window.last_error
+    assert not (tmp_path / "teach").exists()
