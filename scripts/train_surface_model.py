@@ -1000,9 +1000,13 @@ def train(items, cases, steps, device, seed, log, network, looks=Looks(), scales
         if step % report_every == 0 or step == steps - 1:
             extra = "" if skeleton is None else f" skeleton {skeleton.item():.4f}"
             elapsed = time.time() - start
-            left = elapsed / (step + 1) * (steps - step - 1)
+            if step == 0:  # the first step also sets up: no estimate from it
+                first = elapsed
+                left = ""
+            else:
+                left = f", about {(elapsed - first) / step * (steps - step - 1):.0f} s to go"
             log(f"  step {step:5d} loss {loss.item():.4f} dice {dice.item():.4f}{extra} "
-                f"({elapsed:.0f} s, about {left:.0f} s to go)")
+                f"({elapsed:.0f} s{left})")
     return (model if average is None else average.module).eval()
 
 
