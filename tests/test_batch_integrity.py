@@ -403,7 +403,7 @@ def test_a_stopped_batch_leaves_no_workers(tmp_path, stop):
         workers = descendants_of(process.pid)
         time.sleep(1.0)
         process.send_signal(stop)
-        code = process.wait(30)
+        code = process.wait(90)  # a hang detector: a loaded 2-core machine can take 30 s
     finally:
         process.kill()
     assert wait_for(lambda: not any(alive(pid) for pid in workers), 10)
