@@ -26,8 +26,8 @@ from core.errors import BadParameter, OutputWriteError
 from core.metrics import path_metrics
 from core.output import write_text_atomic
 
-#: Shortest and longest piece of a line that makes a case (px along it).
-PIECE_LENGTHS = (60.0, 400.0)
+#: Shortest and longest click case (px along its road), as the evaluation cases.
+CASE_LENGTHS = (60.0, 400.0)
 #: Image margin (px) kept around the lines.
 MARGIN = 64
 #: The straight line's share of a piece within 3 px below which its case is ``nontrivial``.
@@ -37,6 +37,13 @@ NONTRIVIAL_BELOW = 0.8
 MAX_PART_PIXELS = 2048 * 2048
 #: Percentiles of an image part's values stretched to 0 and 255.
 STRETCH_PERCENTILES = (0.1, 99.9)
+
+
+def is_nontrivial(a: np.ndarray, b: np.ndarray, line: np.ndarray) -> bool:
+    """Whether the straight line from click ``a`` to ``b`` (2,) has less than
+    ``NONTRIVIAL_BELOW`` of the true ``line`` (n, 2) within 3 px: the cases tagged
+    ``nontrivial``, as the evaluation cases are."""
+    return path_metrics(np.array([a, b]), line).completeness_3 < NONTRIVIAL_BELOW
 
 
 def road_pieces(line: np.ndarray, lengths: tuple[float, float],
@@ -74,7 +81,7 @@ def image_part(raster, lines: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]
     return np.clip(np.round(scaled), 0, 255).astype(np.uint8), low.astype(np.float64)
 
 
-def training_set(lines_by_image: dict, lengths: tuple[float, float] = PIECE_LENGTHS,
+def training_set(lines_by_image: dict, lengths: tuple[float, float] = CASE_LENGTHS,
                  seed: int = 0) -> tuple[list[dict], list[dict], dict[str, np.ndarray]]:
     """The training set of road lines.
 
@@ -118,12 +125,10 @@ def training_set(lines_by_image: dict, lengths: tuple[float, float] = PIECE_LENG
             for k, piece in enumerate(group):
                 piece = piece - corner
                 a, b = piece[0], piece[-1]
-                nontrivial = (path_metrics(np.array([a, b]), piece).completeness_3
-                              < NONTRIVIAL_BELOW)
                 cases.append({"id": f"{name}_{k:03d}", "image": f"images/{name}.png",
                               "a": np.round(a, 2).tolist(), "b": np.round(b, 2).tolist(),
                               "gt": np.round(piece, 2).tolist(),
-                              "tags": ["nontrivial"] if nontrivial else [],
+                              "tags": ["nontrivial"] if is_nontrivial(a, b, piece) else [],
                               "meta": {"source": name}})
     if not cases:
         raise BadParameter(f"no road line of {lengths[0]:g} px or more on its image")

@@ -11,9 +11,9 @@ where the roads allow) join two random centreline pixels by the shortest way
 along the centrelines (``skimage.graph.MCP_Geometric``), ``--min-length`` to ``--max-length``
 px long, its pixel chain smoothed (Gaussian, σ 2.5 px) so that it runs down the middle of the
 road rather than along the thinning's staircase. A case is tagged ``nontrivial`` where the
-straight line from a to b has less than 80 % of it within 3 px (``core.metrics``), as the
-measured cases are. Cases go to ``--out`` (image paths relative to its folder, each case's
-image id in ``meta.source``).
+straight line from a to b has less than 80 % of it within 3 px
+(``core.teaching.is_nontrivial``), as the measured cases are. Cases go to ``--out`` (image
+paths relative to its folder, each case's image id in ``meta.source``).
 
 Usage:
 
@@ -36,15 +36,14 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from core.errors import BadParameter, TraceError  # noqa: E402
-from core.metrics import path_metrics  # noqa: E402
 from core.output import read_json, write_text_atomic  # noqa: E402
 from core.raster import load_image  # noqa: E402
+from core.teaching import CASE_LENGTHS, is_nontrivial  # noqa: E402
 
 #: Mask specks and holes smaller than this (px) are cleaned away before thinning.
 SPECK_PIXELS = 150
-#: Smoothing of a case's centreline chain (px), and the straight line's share of it within
-#: 3 px below which a case is ``nontrivial``.
-SMOOTHING_SIGMA, NONTRIVIAL_BELOW = 2.5, 0.8
+#: Smoothing of a case's centreline chain (px).
+SMOOTHING_SIGMA = 2.5
 #: Random clicks tried per case wanted before an image gives up.
 TRIES_PER_CASE = 20
 #: A case follows one road as a user clicks it: its centreline's heading, taken every
@@ -129,7 +128,7 @@ def image_cases(skeleton: np.ndarray, count: int, most_straight: int,
         if not follows_one_road(line):
             continue
         a, b = chain[0], chain[-1]
-        nontrivial = path_metrics(np.array([a, b]), line).completeness_3 < NONTRIVIAL_BELOW
+        nontrivial = is_nontrivial(a, b, line)
         if not nontrivial:
             if straight == most_straight:
                 continue
@@ -185,10 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nontrivial-share", type=float, default=0.5,
                         help="share of each image's cases that a straight line misses, where "
                              "its roads have them (default 0.5)")
-    parser.add_argument("--min-length", type=float, default=60.0,
-                        help="shortest case along the road, px (default 60)")
-    parser.add_argument("--max-length", type=float, default=400.0,
-                        help="longest case along the road, px (default 400)")
+    parser.add_argument("--min-length", type=float, default=CASE_LENGTHS[0],
+                        help=f"shortest case along the road, px (default {CASE_LENGTHS[0]:g})")
+    parser.add_argument("--max-length", type=float, default=CASE_LENGTHS[1],
+                        help=f"longest case along the road, px (default {CASE_LENGTHS[1]:g})")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     try:

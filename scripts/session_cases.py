@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.session import read_session  # noqa: E402
 from core.errors import BadParameter, TraceError  # noqa: E402
 from core.raster import load_image  # noqa: E402
-from core.teaching import PIECE_LENGTHS, check_new_folder, training_set, write_training_set  # noqa: E402
+from core.teaching import CASE_LENGTHS, check_new_folder, training_set, write_training_set  # noqa: E402
 
 
 def session_lines(sessions: list[str]) -> dict:
@@ -54,10 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("sessions", nargs="+", help="session files saved by the app")
     parser.add_argument("--out", required=True, help="a new or empty folder")
-    parser.add_argument("--min-length", type=float, default=PIECE_LENGTHS[0],
-                        help=f"shortest case along the road, px (default {PIECE_LENGTHS[0]:g})")
-    parser.add_argument("--max-length", type=float, default=PIECE_LENGTHS[1],
-                        help=f"longest case along the road, px (default {PIECE_LENGTHS[1]:g})")
+    parser.add_argument("--min-length", type=float, default=CASE_LENGTHS[0],
+                        help=f"shortest case along the road, px (default {CASE_LENGTHS[0]:g})")
+    parser.add_argument("--max-length", type=float, default=CASE_LENGTHS[1],
+                        help=f"longest case along the road, px (default {CASE_LENGTHS[1]:g})")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     try:
