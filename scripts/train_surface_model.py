@@ -624,7 +624,10 @@ def path_batch(data, cases, size, generator, device_generator, looks=Looks(), sc
     target = (sampled[:, 3:4] > 0.5).float()
     clicks = _to_crop(clicks, pose) + uniform(-1.5, 1.5, (size, 2, 2))
     lines = _to_crop(lines, pose)
-    distance = torch.stack([line_distance(line) for line in lines])
+    pixels = torch.arange(CROP, device=device, dtype=torch.float32)
+    grid_y, grid_x = torch.meshgrid(pixels, pixels, indexing="ij")
+    grid = torch.stack([grid_x.flatten(), grid_y.flatten()], 1)  # (C², 2) x, y row-major
+    distance = torch.stack([line_distance(line, grid) for line in lines])
     path = torch.exp(-distance.view(size, 1, CROP, CROP) ** 2 / (2 * CENTRELINE_SIGMA ** 2))
     x = recolour(sampled[:, :3] / 255.0, uniform, generator, device_generator, looks)
     if occlusion > 0:
@@ -640,15 +643,12 @@ def path_batch(data, cases, size, generator, device_generator, looks=Looks(), sc
 PATH_REACH, PATH_CELL = 16.0, 4
 
 
-def line_distance(line: torch.Tensor) -> torch.Tensor:
-    """(CROP², ) distance (crop px) from each crop pixel (row-major) to the nearest of the
-    points ``line`` (P, 2) (x, y). On the GPU exact everywhere; on the CPU exact within
-    ``PATH_REACH`` px of the line and infinite beyond (only the pixels of the ``PATH_CELL``-px
-    cells whose centre lies within ``PATH_REACH`` plus a cell's half-diagonal are measured:
-    several times less work)."""
-    pixels = torch.arange(CROP, device=line.device, dtype=torch.float32)
-    grid_y, grid_x = torch.meshgrid(pixels, pixels, indexing="ij")
-    grid = torch.stack([grid_x.flatten(), grid_y.flatten()], 1)  # (C², 2)
+def line_distance(line: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+    """(CROP², ) distance (crop px) from each crop pixel ``grid`` (CROP², 2) (x, y, row-major)
+    to the nearest of the points ``line`` (P, 2) (x, y). On the GPU exact everywhere; on the CPU
+    exact within ``PATH_REACH`` px of the line and infinite beyond (only the pixels of the
+    ``PATH_CELL``-px cells whose centre lies within ``PATH_REACH`` plus a cell's half-diagonal
+    are measured: several times less work)."""
     if line.device.type != "cpu":
         return torch.cdist(grid[None], line[None]).amin(2)[0]
     centres = torch.arange(CROP // PATH_CELL, dtype=torch.float32) * PATH_CELL \

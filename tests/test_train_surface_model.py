@@ -517,7 +517,7 @@ def test_the_cpu_path_distance_is_exact_near_the_line(trainer):
     grid_y, grid_x = torch.meshgrid(pixels, pixels, indexing="ij")
     grid = torch.stack([grid_x.flatten(), grid_y.flatten()], 1)
     exact = torch.cdist(grid, line).amin(1)
-    got = trainer.line_distance(line)
+    got = trainer.line_distance(line, grid)
     near = exact <= trainer.PATH_REACH
     torch.testing.assert_close(got[near], exact[near], rtol=0, atol=1e-5)
     assert bool(torch.all(got[~near] > trainer.PATH_REACH))
