@@ -16,6 +16,7 @@ masks (the trainer then learns the clicked road's course alone from them).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -153,7 +154,8 @@ def check_new_folder(out: str | os.PathLike) -> None:
 
 def write_training_set(out: str | os.PathLike, sources: list[dict], cases: list[dict],
                        parts: dict[str, np.ndarray]) -> None:
-    """Write :func:`training_set`'s result into the new or empty folder ``out``.
+    """Write :func:`training_set`'s result into the new or empty folder ``out``; where that
+    fails, what was written is removed again (the folder is left empty).
 
     Raises
     ------
@@ -162,14 +164,23 @@ def write_training_set(out: str | os.PathLike, sources: list[dict], cases: list[
     OutputWriteError
         If a file cannot be written.
     """
+    import shutil
+
     import imageio.v3 as iio
 
     check_new_folder(out)
+    images = os.path.join(out, "images")
     try:
-        os.makedirs(os.path.join(out, "images"), exist_ok=True)
+        os.makedirs(images, exist_ok=True)
         for name, pixels in parts.items():
-            iio.imwrite(os.path.join(out, "images", f"{name}.png"), pixels)
-    except OSError as exc:
+            iio.imwrite(os.path.join(images, f"{name}.png"), pixels)
+        write_text_atomic(os.path.join(out, "sources.json"), json.dumps(sources, indent=1))
+        write_text_atomic(os.path.join(out, "cases.json"), json.dumps(cases))
+    except OSError as exc:  # OutputWriteError is one too
+        shutil.rmtree(images, ignore_errors=True)
+        for name in ("sources.json", "cases.json"):
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(out, name))
+        if isinstance(exc, OutputWriteError):
+            raise
         raise OutputWriteError(f"cannot write {out}: {exc.strerror or exc}") from None
-    write_text_atomic(os.path.join(out, "sources.json"), json.dumps(sources, indent=1))
-    write_text_atomic(os.path.join(out, "cases.json"), json.dumps(cases))

@@ -143,3 +143,21 @@ def test_lines_spread_over_a_large_image_get_a_part_each_piece(monkeypatch):
         source = next(s for s in sources if s["id"] == case["meta"]["source"])
         whole_line = np.array(case["gt"]) + np.array(source["offset_xy"])
         assert any(np.allclose(whole_line[[0, -1]], line, atol=0.01) for line in lines)
+
+
+def test_a_failed_write_leaves_the_folder_empty(tmp_path, monkeypatch):
+    import core.teaching
+    from core.errors import OutputWriteError
+
+    raster = load_image(SAMPLE_IMAGE)
+    made = core.teaching.training_set(
+        {str(SAMPLE_IMAGE): (raster, [np.array([[50.0, 50.0], [150.0, 50.0]])])})
+
+    def fail(path, text):
+        raise OutputWriteError(f"cannot write {path}: disk full")
+
+    monkeypatch.setattr(core.teaching, "write_text_atomic", fail)
+    out = tmp_path / "teach"
+    with pytest.raises(OutputWriteError, match="disk full"):
+        core.teaching.write_training_set(out, *made)
+    assert list(out.iterdir()) == []
