@@ -406,7 +406,7 @@ def test_a_stopped_batch_leaves_no_workers(tmp_path, stop):
         code = process.wait(90)  # a hang detector: a loaded 2-core machine can take 30 s
     finally:
         process.kill()
-    assert wait_for(lambda: not any(alive(pid) for pid in workers), 10)
+    assert wait_for(lambda: not any(alive(pid) for pid in workers), 30)
     if stop == signal.SIGTERM:
         assert code == 130
         summary = json.loads((out / "summary.json").read_text())
