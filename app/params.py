@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 
 from core.errors import BadParameter
 from core.scores import SCORE_KINDS
-from core.tracer import LINE_KINDS, POINT_SPACING, TraceParams
+from core.tracer import GROUND_RESOLUTION_RANGE, LINE_KINDS, POINT_SPACING, TraceParams
 
 #: Backends offered in the panel (``gpu.select.BACKEND_CHOICES`` without the slow reference).
 PANEL_BACKENDS = ("auto", "cpu", "gpu")
@@ -53,7 +53,7 @@ PARAM_RANGES = {
     "max_angle": ParamRange(1.0, 180.0, decimals=1),
     "sigma": ParamRange(0.3, 20.0, decimals=2),
     # The imagery's metres per pixel where its georeferencing does not say (null: unknown).
-    "ground_resolution": ParamRange(0.001, 10000.0, decimals=3, auto=True),
+    "ground_resolution": ParamRange(*GROUND_RESOLUTION_RANGE, decimals=3, auto=True),
 }
 
 

@@ -20,6 +20,8 @@ import time
 
 import numpy as np
 
+from cli.trace_cmd import output_file
+
 #: Paper, Table 2: GTX 750 Ti, DP only, unconstrained, ms; rows n = 5..8, columns d.
 PAPER_TABLE2_MS = {5: [1.9, 7.5, 53.1, 460.9], 6: [2.5, 11.4, 88.5, 787.8],
                    7: [3.6, 14.8, 108.1, 1004.4], 8: [5.4, 22.0, 157.0, 1397.8]}
@@ -71,7 +73,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                         "division points"),
                         default="5,6,7,8", help="division points n = m + 2")
     parser.add_argument("--image", default=None, help="image for end-to-end (default: sample)")
-    parser.add_argument("--json", metavar="FILE", help="also write the raw figures here")
+    parser.add_argument("--json", metavar="FILE", type=output_file,
+                        help="also write the raw figures here")
 
 
 def machine_description() -> str:
@@ -149,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(markdown_table(rows, note))
     print(f"\nPeak resident memory of the whole run: {peak_mb:.0f} MB.")
-    if args.json:
+    if args.json is not None:
         write_text_atomic(args.json, json.dumps({"backend": note, "machine": machine_description(),
                                                  "rows": rows}, indent=1))
     return 0

@@ -10,6 +10,7 @@ import sys
 from cli import note
 from cli.trace_cmd import (
     add_trace_parameters,
+    output_file,
     params_from_args,
     positive_pixels,
     use_process_options,
@@ -38,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also simulate a user who adds up to N vertices per line (0-5), "
                              "each where the line misses the road worst, and report the share "
                              "of good lines (90%% of the road within 5 px) after each")
-    parser.add_argument("--json", metavar="OUT", help="write the full report (per case too) here")
+    parser.add_argument("--json", metavar="OUT", type=output_file,
+                        help="write the full report (per case too) here")
 
 
 #: Most vertices ``--corrections`` adds to a line.
@@ -55,8 +57,10 @@ def run(args: argparse.Namespace) -> int:
     from core.errors import BadParameter
     from core.evaluate import (
         OURS,
+        SOURCES_FILE,
         RasterCache,
         case_params,
+        check_cases,
         corrections,
         corrections_report,
         evaluate,
@@ -72,7 +76,6 @@ def run(args: argparse.Namespace) -> int:
     from core.tracer import evidence_folder, ground_resolution_unknown
     from gpu.select import choose_backend
 
-    refuse_overwriting_input(args.json, (args.cases,), "--json")
     use_process_options(args)
     if args.limit is not None and args.limit < 1:
         raise BadParameter(f"--limit must be >= 1, got {args.limit}")
@@ -83,13 +86,16 @@ def run(args: argparse.Namespace) -> int:
         evidence_folder(args.evidence_dir)
     params = params_from_args(args)
     cases = load_cases(args.cases, args.limit)
+    rasters = RasterCache()
+    inputs = check_cases(cases, rasters, params, args.evidence_dir)
+    sources = os.path.join(os.path.dirname(os.path.abspath(args.cases)), SOURCES_FILE)
+    refuse_overwriting_input(args.json, (args.cases, sources, *inputs), "--json")
     methods = [OURS, *PEERS] if args.method == "all" else [args.method]
     backend = None
     if OURS in methods:
         backend, backend_note = choose_backend(args.backend,
                                                notify=lambda text: note(args, text))
         note(args, f"ours: {backend_note}")
-    rasters = RasterCache()
     if OURS in methods:
         unknown = sorted({case.image for case in cases if ground_resolution_unknown(
             rasters.get(case.image), case_params(params, case, args.evidence_dir))})
@@ -137,6 +143,6 @@ def run(args: argparse.Namespace) -> int:
     if needed:
         text, document["corrections"] = corrections_report(cases, needed, args.corrections)
         print(text)
-    if args.json:
+    if args.json is not None:
         write_text_atomic(args.json, json.dumps(document) + "\n")
     return 0

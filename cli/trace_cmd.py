@@ -47,6 +47,13 @@ def positive_number(what: str):
     return parse
 
 
+def output_file(text: str) -> str:
+    """An argparse type: a path to write to (not empty: an empty path names no file)."""
+    if not text:
+        raise argparse.ArgumentTypeError("expected a file to write, got an empty path")
+    return text
+
+
 #: argparse types: the imagery's metres per pixel; a distance in pixels.
 metres_per_pixel = positive_number("metres per pixel")
 positive_pixels = positive_number("a distance in px")
@@ -152,7 +159,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", default="json", choices=("json", "geojson"),
                         help="output format (default: %(default)s)")
     add_crs_arguments(parser)
-    parser.add_argument("-o", "--output", metavar="FILE",
+    parser.add_argument("-o", "--output", metavar="FILE", type=output_file,
                         help="write here instead of stdout ('-': stdout); a regular file is "
                              "replaced atomically (a symbolic link: its target), a device or "
                              "FIFO written in place")

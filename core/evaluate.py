@@ -34,7 +34,14 @@ from core.metrics import (
 )
 from core.output import json_number, read_json
 from core.raster import Raster, load_image
-from core.tracer import TraceParams, join_polylines, trace, with_evidence_from
+from core.tracer import (
+    GROUND_RESOLUTION_RANGE,
+    TraceParams,
+    check_point,
+    join_polylines,
+    trace,
+    with_evidence_from,
+)
 
 #: Metric names in report order (fields of :class:`PathMetrics`) plus latency.
 METRICS = tuple(f.name for f in fields(PathMetrics))
@@ -93,7 +100,8 @@ def load_cases(path: str | os.PathLike, limit: int | None = None) -> list[Case]:
     if not isinstance(records, list) or not records:
         raise BadParameter(f"cases file {path} must be a non-empty JSON list of cases "
                            '({"id", "image", "a", "b", "gt", "tags"}), got '
-                           f"{type(records).__name__ if records else 'an empty list'}")
+                           + ("an empty list" if records == [] else
+                              "null" if records is None else type(records).__name__))
     folder = os.path.dirname(os.path.abspath(path))
     cases = [_case(record, index, folder, path)
              for index, record in enumerate(records[:limit] if limit is not None else records)]
@@ -112,8 +120,8 @@ def load_cases(path: str | os.PathLike, limit: int | None = None) -> list[Case]:
 
 def sources_ground_resolutions(folder: str) -> dict[str, float]:
     """{normalised absolute image path: metres per pixel} of the :data:`SOURCES_FILE` in
-    ``folder`` (empty where there is none; entries without an ``image`` name or a positive,
-    finite ``gsd_m`` are left out).
+    ``folder`` (empty where there is none; entries without an ``image`` name or a ``gsd_m``
+    within :data:`core.tracer.GROUND_RESOLUTION_RANGE` are left out).
 
     Raises
     ------
@@ -151,31 +159,39 @@ def _case(record, index: int, folder: str, path: str) -> Case:
     if not isinstance(record["image"], str) or not record["image"]:
         raise bad("image", "must be a file name")
     points = {}
-    for key, shape in (("a", (2,)), ("b", (2,)), ("gt", (-1, 2))):
-        try:
-            points[key] = np.asarray(record[key], dtype=np.float64).reshape(shape)
-        except (TypeError, ValueError, OverflowError):
+    for key in ("a", "b", "gt"):
+        pairs = record[key] if key == "gt" else [record[key]]
+        if not isinstance(pairs, list) or not all(
+                isinstance(pair, list) and len(pair) == 2 for pair in pairs):
             raise bad(key, "must be " + ("an [x, y] pair" if key != "gt" else
-                                         "a list of [x, y] pairs")) from None
-        if not np.all(np.isfinite(points[key])):
-            raise bad(key, "holds a number that is not finite")
+                                         "a list of [x, y] pairs"))
+        numbers = [json_number(value) for pair in pairs for value in pair]
+        if None in numbers:
+            raise bad(key, "must hold finite numbers only")
+        points[key] = np.array(numbers, dtype=np.float64).reshape((-1, 2) if key == "gt" else 2)
     if len(points["gt"]) < 2:
         raise bad("gt", "needs at least 2 points")
+    if np.hypot(*(points["b"] - points["a"])) < 2:
+        raise bad("a and b", "must be at least 2 px apart")
     tags = record.get("tags", [])
     if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
         raise bad("tags", "must be a list of strings")
     given = record.get("ground_resolution")
     ground = _metres_per_pixel(given)
     if given is not None and ground is None:
-        raise bad("ground_resolution", "must be a positive number of metres per pixel")
+        low, high = GROUND_RESOLUTION_RANGE
+        raise bad("ground_resolution", f"must be a number of metres per pixel from {low:g} "
+                                       f"to {high:g}")
     return Case(str(record["id"]), os.path.join(folder, record["image"]), points["a"],
                 points["b"], points["gt"], tuple(tags), ground)
 
 
 def _metres_per_pixel(value) -> float | None:
-    """``value`` (from JSON) as a float if it is a positive, finite number, else None."""
+    """``value`` (from JSON) as a float if it is a number within
+    :data:`core.tracer.GROUND_RESOLUTION_RANGE`, else None."""
     number = json_number(value)
-    return number if number is not None and number > 0 else None
+    low, high = GROUND_RESOLUTION_RANGE
+    return number if number is not None and low <= number <= high else None
 
 
 def read_report(path: str | os.PathLike) -> dict[str, dict[str, dict]]:
@@ -254,6 +270,35 @@ class RasterCache:
         if path not in self._rasters:
             self._rasters[path] = load_image(path)
         return self._rasters[path]
+
+
+def check_cases(cases: list[Case], rasters: RasterCache, params: TraceParams | None = None,
+                evidence_dir: str | os.PathLike | None = None) -> list[str]:
+    """Check that every case's image can be read and holds its endpoints, and that its
+    evidence raster (with ``evidence_dir``) exists; return every file the cases read (the
+    images and evidence rasters).
+
+    Raises
+    ------
+    BadParameter, ImageReadError
+        Naming the first case whose image cannot be read, whose a or b lies outside its
+        image, or whose evidence raster is missing.
+    """
+    files = []
+    for case in cases:
+        try:
+            raster = rasters.get(case.image)
+            for name, point in (("a", case.a), ("b", case.b)):
+                check_point(raster, point, name)
+        except TraceError as exc:
+            raise type(exc)(f"case {case.id!r}: {exc}") from None
+        files.append(case.image)
+        evidence = case_params(params, case, evidence_dir).evidence_path
+        if evidence is not None:
+            if not os.path.isfile(evidence):
+                raise BadParameter(f"case {case.id!r}: evidence raster {evidence} not found")
+            files.append(evidence)
+    return files
 
 
 def ours_method(params: TraceParams, backend=None) -> Callable:

@@ -128,6 +128,23 @@ class TraceResult:
     timings_ms: dict = field(default_factory=dict)
 
 
+#: The ground resolutions (metres per pixel) a trace accepts: drone imagery of 1 mm to
+#: coarse satellite imagery of 10 km; beyond them a stated resolution is a mistake.
+GROUND_RESOLUTION_RANGE = (0.001, 10000.0)
+
+
+def check_ground_resolution(value: float, what: str = "ground resolution") -> float:
+    """``value`` if it is a number of metres per pixel within :data:`GROUND_RESOLUTION_RANGE`,
+    else :class:`BadParameter` naming ``what`` it is."""
+    low, high = GROUND_RESOLUTION_RANGE
+    if not low <= value <= high:  # NaN fails too
+        raise BadParameter(f"{what} {value:.3g} m per pixel, outside {low:g} to {high:g} m"
+                           + ("" if what == "ground resolution" else
+                              "; state the right one (--ground-resolution, or the app's "
+                              "ground resolution parameter)"))
+    return value
+
+
 def check_point(raster: Raster, point, name: str) -> np.ndarray:
     """Return the point as (2,) float64, or raise if it is not finite and inside the image."""
     try:
@@ -298,7 +315,10 @@ def ground_resolution_of(raster: Raster, params: TraceParams) -> float | None:
     raster's (from its georeferencing; None where neither says)."""
     if params.ground_resolution is not None:
         return params.ground_resolution
-    return raster.ground_resolution
+    if raster.ground_resolution is None:
+        return None
+    return check_ground_resolution(raster.ground_resolution,
+                                   "the image's georeferencing gives a ground resolution of")
 
 
 @dataclass(frozen=True)
@@ -549,8 +569,14 @@ def _segment(raster: Raster, a, b, params: TraceParams) -> _Segment:
     if params.halfwidth is not None and not (np.isfinite(params.halfwidth)
                                              and params.halfwidth > 0):
         raise BadParameter(f"halfwidth must be > 0 px, got {params.halfwidth}")
+    if params.halfwidth is not None and params.halfwidth > np.hypot(raster.width,
+                                                                    raster.height):
+        raise BadParameter(f"halfwidth {params.halfwidth:g} px is more than the image's "
+                           f"diagonal ({np.hypot(raster.width, raster.height):.0f} px)")
     if not np.isfinite(params.sigma) or params.sigma <= 0:
         raise BadParameter(f"sigma must be > 0 px, got {params.sigma}")
+    if params.ground_resolution is not None:
+        check_ground_resolution(params.ground_resolution)
     if params.line_kind not in LINE_KINDS:
         raise BadParameter(f"line kind must be one of {', '.join(LINE_KINDS)}, got "
                            f"{params.line_kind!r}")

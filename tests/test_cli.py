@@ -100,7 +100,8 @@ def test_a_line_through_via_points_is_its_legs_joined(capsys):
       "--halfwidth", "30"], "no polyline turns"),
     ([SAMPLE_IMAGE, "--a", A, "--b", B, "--points", "100000"], "lower points"),
     ([SAMPLE_IMAGE, "--a", A, "--b", B, "--guides", "1000000"], "lower guides"),
-    ([SAMPLE_IMAGE, "--a", A, "--b", B, "--halfwidth", "1e9"], "lower halfwidth"),
+    ([SAMPLE_IMAGE, "--a", A, "--b", B, "--halfwidth", "1e9"], "halfwidth 1e+09 px is more "
+                                                               "than the image's diagonal"),
     ([SAMPLE_IMAGE, "--a", A, "--b", B, "--sigma", "1e4"], "lower sigma"),
     ([SAMPLE_IMAGE, "--a", A, "--b", B, "--halfwidth", "1e-9"], "halfwidth 1e-09 px is too "
                                                                  "narrow"),
@@ -413,8 +414,13 @@ def test_an_output_that_names_an_input_is_refused(capsys, tmp_path):
     assert code == 2
     assert "would destroy the input" in err
     assert image.read_bytes() == before
+    with pytest.raises(SystemExit, match="2"):
+        run_cli(capsys, image, "--a", A, "--b", B, "-o", "")
+    assert "argument -o/--output: expected a file to write, got an empty path" in \
+        capsys.readouterr().err
     cases = tmp_path / "cases.json"
     shutil.copy(ROOT / "resources" / "sample" / "gsi_108_cases.json", cases)
+    shutil.copy(SAMPLE_IMAGE, tmp_path / "gsi_108.png")
     code = cli_main(["eval", str(cases), "--json", str(cases), "-q"])
     assert code == 2
     assert "would destroy the input" in capsys.readouterr().err

@@ -65,20 +65,29 @@ GOOD_CASE = {"id": "c", "image": "i.png", "a": [0, 0], "b": [9, 0], "gt": [[0, 0
     ({"a": 1}, "must be a non-empty JSON list of cases"),
     (5, "must be a non-empty JSON list of cases"),
     ([], "got an empty list"),
+    (None, "got null"),
     ([5], r"case #0: the case is not a JSON object"),
     ([{**GOOD_CASE, "gt": []}], "case 'c': gt needs at least 2 points"),
-    ([{**GOOD_CASE, "gt": [[0, 0], [float("nan"), 1]]}], "case 'c': gt holds a number that is "
-                                                          "not finite"),
+    ([{**GOOD_CASE, "gt": [[0, 0], [float("nan"), 1]]}], "case 'c': gt must hold finite "
+                                                          "numbers only"),
+    ([{**GOOD_CASE, "gt": [[0, 0, 1], [2, 3, 4]]}], r"case 'c': gt must be a list of \[x, y\] "
+                                                     "pairs"),
+    ([{**GOOD_CASE, "a": ["1", "2"]}], "case 'c': a must hold finite numbers only"),
+    ([{**GOOD_CASE, "a": [True, False]}], "case 'c': a must hold finite numbers only"),
+    ([{**GOOD_CASE, "a": [[1], [2]]}], "case 'c': a must hold finite numbers only"),
+    ([{**GOOD_CASE, "b": [1, 0.5]}], "case 'c': a and b must be at least 2 px apart"),
     ([{**GOOD_CASE, "a": [1, 2, 3]}], r"case 'c': a must be an \[x, y\] pair"),
-    ([{**GOOD_CASE, "b": [10**400, 0]}], r"case 'c': b must be an \[x, y\] pair"),
+    ([{**GOOD_CASE, "b": [10**400, 0]}], "case 'c': b must hold finite numbers only"),
     ([{**GOOD_CASE, "image": ["x"]}], "case 'c': image must be a file name"),
     ([{**GOOD_CASE, "tags": "road"}], "case 'c': tags must be a list of strings"),
     ([{**GOOD_CASE, "id": None}], "case #0: id must be a string or an integer"),
     ([GOOD_CASE, {**GOOD_CASE, "a": [1, 1]}], "case id 'c' is given twice"),
     ([{**GOOD_CASE, "ground_resolution": 10**400}], "case 'c': ground_resolution must be a "
-                                                    "positive number"),
+                                                    "number of metres per pixel from 0.001"),
     ([{**GOOD_CASE, "ground_resolution": -0.3}], "case 'c': ground_resolution must be a "
-                                                 "positive number"),
+                                                 "number of metres per pixel"),
+    ([{**GOOD_CASE, "ground_resolution": 1e-9}], "case 'c': ground_resolution must be a "
+                                                 "number of metres per pixel"),
 ])
 def test_malformed_cases_are_one_clear_error(tmp_path, document, message):
     path = tmp_path / "cases.json"
@@ -290,6 +299,42 @@ def test_eval_command_bad_input(tmp_path, capsys):
     assert "cannot read cases file" in capsys.readouterr().err
 
 
+def test_eval_refuses_cases_its_images_cannot_hold(tmp_path, capsys):
+    document = json.loads(CASES.read_text())
+    for record in document:
+        record["image"] = str(DATA / record["image"])
+    document[1]["b"] = [5000, 10]
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps(document))
+    assert main(["eval", str(path), "--method", "straight"]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        "case 'dubai_t6_003_01': point b=(5000, 10) lies outside the 380×195 image")
+    document[1]["image"] = str(tmp_path / "missing.png")
+    path.write_text(json.dumps(document))
+    assert main(["eval", str(path), "--method", "straight"]) == 2
+    assert "case 'dubai_t6_003_01': " in capsys.readouterr().err
+
+
+def test_eval_report_never_replaces_an_input(tmp_path, capsys):
+    import shutil
+
+    folder = tmp_path / "set"
+    shutil.copytree(DATA, folder, )
+    cases = folder / CASES.name
+    image = folder / "dubai_t6_003_crop.png"
+    sources = folder / "sources.json"
+    sources.write_text("[]")
+    for target in (cases, image, sources):
+        before = target.read_bytes()
+        assert main(["eval", str(cases), "--method", "straight", "--json", str(target)]) == 2
+        assert f"--json {target} is the input" in capsys.readouterr().err
+        assert target.read_bytes() == before
+    with pytest.raises(SystemExit, match="2"):
+        main(["eval", str(cases), "--method", "straight", "--json", ""])
+    assert "argument --json: expected a file to write, got an empty path" in \
+        capsys.readouterr().err
+
+
 def test_eval_on_an_evidence_folder(tmp_path, capsys, cases):
     # The cases' own ground truth drawn as a 6 px band: an oracle probability map, which the
     # optimiser must follow (ours reads it; the peers still trace the image).
@@ -314,11 +359,12 @@ def test_eval_on_an_evidence_folder(tmp_path, capsys, cases):
     summary = report["methods"]["ours"]["summary"]["all"]
     assert summary["failures"] == 0
     assert summary["completeness_3"]["median"] >= 0.95
-    # A folder without the image's raster: every case fails, and says why.
+    # A folder without the image's raster: refused before any work, naming the first case.
     empty = tmp_path / "empty"
     empty.mkdir()
     capsys.readouterr()
-    assert main(["eval", str(CASES), "--evidence-dir", str(empty)]) == 0
-    assert capsys.readouterr().err.count("evidence raster not found") == len(cases)
+    assert main(["eval", str(CASES), "--evidence-dir", str(empty)]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        f"case 'dubai_t6_003_00': evidence raster {empty / 'dubai_t6_003_crop.png'} not found")
     assert main(["eval", str(CASES), "--evidence-dir", str(tmp_path / "none")]) == 2
     assert "evidence folder" in capsys.readouterr().err

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from core.errors import BadParameter
 from core.evaluate import case_params, load_cases
 from core.georef import Georef, ground_resolution, parse_crs
 from core.raster import load_image
-from core.tracer import TraceParams, trace
+from core.tracer import GROUND_RESOLUTION_RANGE, TraceParams, trace
 from tests.conftest import SAMPLE_IMAGE
 from tests.test_cli import A, B, run_cli
 from tests.test_georef import sample_pixels, write_geotiff
@@ -140,7 +141,7 @@ def test_cases_may_give_the_ground_resolution_and_bad_values_are_named(tmp_path)
     assert case_params(TraceParams(ground_resolution=1.0), given).ground_resolution == 1.0
     for bad in (0, -1, "fine", True):
         path.write_text(json.dumps([dict(record, ground_resolution=bad)]))
-        with pytest.raises(BadParameter, match="ground_resolution must be a positive number"):
+        with pytest.raises(BadParameter, match="ground_resolution must be a number of metres"):
             load_cases(path)
 
 
@@ -156,3 +157,30 @@ def test_command_line_and_sessions_take_a_ground_resolution(capsys):
     assert params_from_dict({"ground_resolution": None}).ground_resolution is None
     with pytest.raises(BadParameter, match="params.ground_resolution must be a number"):
         params_from_dict({"ground_resolution": -2})
+
+
+@pytest.mark.parametrize("ground", [1e-20, 1e-5, 2e4, float("nan")])
+def test_a_ground_resolution_beyond_any_imagery_is_refused_before_any_work(ground, capsys):
+    raster = load_image(SAMPLE_IMAGE)
+    with pytest.raises(BadParameter, match=re.escape(f"ground resolution {ground:.3g} m per "
+                                                     "pixel, outside 0.001 to 10000 m")):
+        trace(raster, (150, 300), (400, 300), TraceParams(ground_resolution=ground))
+    if math.isnan(ground):  # the command line refuses it as no number
+        return
+    code, _, err = run_cli(capsys, SAMPLE_IMAGE, "--a", A, "--b", B, "--ground-resolution",
+                           f"{ground:g}")
+    assert code == 2
+    assert err.strip().endswith("outside 0.001 to 10000 m")
+
+
+def test_a_georeferencing_of_absurd_pixels_is_named(tmp_path):
+    path = tmp_path / "tiny.tif"
+    write_geotiff(path, sample_pixels(), transform=Affine(1e-7, 0.0, 500000.0, 0.0, -1e-7,
+                                                                 3900000.0))
+    raster = load_image(path)
+    assert raster.ground_resolution < GROUND_RESOLUTION_RANGE[0]
+    with pytest.raises(BadParameter, match="the image's georeferencing gives a ground "
+                                           "resolution of 9.93e-08 m per pixel, outside"):
+        trace(raster, (10, 10), (60, 10))
+    # Stating the right one traces it.
+    assert len(trace(raster, (10, 10), (60, 10), TraceParams(ground_resolution=0.3)).polyline)
