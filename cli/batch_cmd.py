@@ -208,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         with contextlib.redirect_stderr(PipeTolerantStream(sys.stderr)), \
-                lock_output_folder(args.output):
+                lock_output_folder(args.output, inputs=(args.seeds,)):
             return run_batch(args)
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -40,9 +40,11 @@ import csv
 import hashlib
 import io
 import json
+import math
 import multiprocessing.connection
 import os
 import socket
+import stat
 import tempfile
 import threading
 import time
@@ -76,8 +78,21 @@ from core.georef import parse_crs, read_georef, sidecar_files
 from core.gradient import gradient_margin
 from core.guides import build_corridor, check_max_angle
 from core.jit import numba
-from core.output import TEMPORARY_PREFIX, printable, read_json, write_text_atomic
-from core.raster import TIFF_SUFFIXES, Raster, choose_bands, list_images, load_image
+from core.output import (
+    TEMPORARY_PREFIX,
+    printable,
+    read_json,
+    refuse_overwriting_input,
+    write_text_atomic,
+)
+from core.raster import (
+    IMAGE_SUFFIXES,
+    TIFF_SUFFIXES,
+    Raster,
+    choose_bands,
+    list_images,
+    load_image,
+)
 from core.resources import check_trace_plan
 from core.scores import get_score_kind
 from core.tracer import (
@@ -285,11 +300,26 @@ def _line_features(raster: Raster, seed: Seed, vertices: np.ndarray, params: Tra
         else:
             runs[-1].append((k, outcome))
     features = [traced_line_feature([result for _, result in run], raster,
-                                    {"seed": seed.id, "seed_properties": seed.properties,
+                                    {"seed": seed.id,
+                                     "seed_properties": json_compliant(seed.properties),
                                      "segments": [k for k, _ in run],
                                      "params": params.as_dict()}, crs)
                 for run in runs if run]
     return features, sum(len(run) for run in runs), failures
+
+
+def json_compliant(value):
+    """``value`` (read from a JSON document, which Python's reader lets hold ``NaN`` and
+    ``Infinity``) with every non-finite number replaced by None: JSON has no value for them
+    (the output is written with ``allow_nan=False``), and null is what JavaScript's
+    ``JSON.stringify`` writes for them too."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: json_compliant(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [json_compliant(item) for item in value]
+    return value
 
 
 def open_task_image(task: ImageTask) -> Raster:
@@ -363,6 +393,42 @@ def output_names(images: list[Path]) -> dict[str, str]:
             for image in images}
 
 
+def refuse_empty_path(path: str | os.PathLike | None, what: str) -> None:
+    """Raise :class:`BadParameter` when ``path`` (``what`` it names, e.g. "output") is the
+    empty string: as a :class:`~pathlib.Path` it would be the current folder."""
+    if path is not None and os.fspath(path) == "":
+        raise BadParameter(f"empty {what} path")
+
+
+def _file_identity(path) -> tuple[int, int] | None:
+    """(device, inode) of the regular file at ``path`` (links followed), None for none."""
+    try:
+        status = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return (status.st_dev, status.st_ino) if stat.S_ISREG(status.st_mode) else None
+
+
+def refuse_clobbering_inputs(outputs, inputs) -> None:
+    """Raise :class:`BadParameter` (:func:`core.output.refuse_overwriting_input`'s) when a
+    file of ``outputs`` (paths a run writes or removes) exists and is one of the files
+    ``inputs`` (paths, None entries skipped) that it reads, under any name or link.
+
+    Each file is looked at once (a folder of many images costs one ``stat`` per file, not
+    one per pair), and the inputs only when an output exists."""
+    existing = {}
+    for output in outputs:
+        identity = _file_identity(output)
+        if identity is not None:
+            existing.setdefault(identity, output)
+    if not existing:
+        return
+    for source in inputs:
+        output = None if source is None else existing.get(_file_identity(source))
+        if output is not None:
+            refuse_overwriting_input(output, (source,), "output")
+
+
 def _check_writable(out_dir: Path) -> None:
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -374,10 +440,11 @@ def _check_writable(out_dir: Path) -> None:
 
 
 @contextmanager
-def lock_output_folder(out_dir: str | os.PathLike) -> Iterator[Path]:
+def lock_output_folder(out_dir: str | os.PathLike, inputs=()) -> Iterator[Path]:
     """Own ``out_dir`` for one batch run (created if missing): hold an exclusive ``flock`` on
     its :data:`LOCK_FILE` (which names the owner's process id and host), and remove the
-    temporary files that a run killed while writing left there.
+    temporary files that a run killed while writing left there; neither may be one of the
+    files ``inputs`` (e.g. the seeds file), which are left as they are.
 
     The kernel releases the lock when its holder exits, however it ends, so a lock file left
     by a killed run is stale and taken over. The folders this call created (``out_dir`` and
@@ -392,13 +459,16 @@ def lock_output_folder(out_dir: str | os.PathLike) -> Iterator[Path]:
     Raises
     ------
     BadParameter
-        If another run holds the folder (naming its process).
+        If ``out_dir`` is empty, another run holds the folder (naming its process), or the
+        lock file or a leftover temporary file is one of ``inputs``.
     OutputWriteError
         If the folder cannot be created or written to.
     """
     import fcntl
 
+    refuse_empty_path(out_dir, "output")
     out_dir = Path(out_dir)
+    refuse_clobbering_inputs([out_dir / LOCK_FILE, *_leftovers(out_dir)], inputs)
     created = [folder for folder in (out_dir, *out_dir.parents) if not folder.exists()]
     _check_writable(out_dir)
     path = out_dir / LOCK_FILE
@@ -417,7 +487,7 @@ def lock_output_folder(out_dir: str | os.PathLike) -> Iterator[Path]:
                 from None
         os.ftruncate(handle, 0)
         os.pwrite(handle, f"process {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
-        for leftover in out_dir.glob(f"{TEMPORARY_PREFIX}*.part"):
+        for leftover in _leftovers(out_dir):
             leftover.unlink(missing_ok=True)
         yield out_dir
     finally:
@@ -425,6 +495,14 @@ def lock_output_folder(out_dir: str | os.PathLike) -> Iterator[Path]:
             path.unlink()
             _remove_empty(created)
         os.close(handle)  # releases the lock; the file stays (removing it would race)
+
+
+def _leftovers(out_dir: Path) -> list[Path]:
+    """The temporary files of atomic writes in ``out_dir`` (none where it is no folder)."""
+    try:
+        return list(out_dir.glob(f"{TEMPORARY_PREFIX}*.part"))
+    except OSError:
+        return []
 
 
 def _remove_empty(folders: list[Path]) -> None:
@@ -580,12 +658,18 @@ def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
     Raises
     ------
     BadParameter
-        If ``images_dir`` or ``evidence_dir`` is not a folder, the seeds file is unreadable,
-        ``crs`` or ``image_crs`` is unknown, ``bands`` is not 1 or 3 band numbers, or a
-        tracing parameter is out of range.
+        If a path is empty, ``images_dir`` or ``evidence_dir`` is not a folder,
+        ``images_dir`` holds no image, the seeds file is unreadable, ``crs`` or ``image_crs``
+        is unknown, ``bands`` is not 1 or 3 band numbers, a tracing parameter is out of
+        range, or a file the run would write (an image's output, ``summary.json``,
+        ``summary.csv``) is one it reads (the seeds file, an image, its georeferencing
+        sidecars, an evidence raster).
     OutputWriteError
         If ``out_dir`` cannot be created or written to.
     """
+    for path, what in ((images_dir, "images folder"), (seeds_path, "seeds file"),
+                       (out_dir, "output"), (evidence_dir, "evidence folder")):
+        refuse_empty_path(path, what)
     images_dir, out_dir = Path(images_dir), Path(out_dir)
     params = params or TraceParams()
     check_params(params)
@@ -596,11 +680,14 @@ def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
         bands = choose_bands(max(bands, default=1), bands)
     if not images_dir.is_dir():
         raise BadParameter(f"images folder {images_dir} does not exist or is not a folder")
+    images = list_images(images_dir)
+    if not images:
+        raise BadParameter(f"no images in {images_dir} (batch reads the files ending in "
+                           f"{', '.join(IMAGE_SUFFIXES)})")
     if evidence_dir is not None:
         evidence_dir = evidence_folder(evidence_dir)
     seeds, seed_failures = read_seeds(seeds_path)
     _check_writable(out_dir)
-    images = list_images(images_dir)
     names = {image.name for image in images}
     for seed in seeds:
         if seed.image is not None and seed.image not in names:
@@ -612,6 +699,7 @@ def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
         for seed_id in found:
             candidates[seed_id].add(image)
     outputs, tasks, skipped, changed_images = {}, [], [], []
+    read = [seeds_path]  # every file the run reads: none may be replaced by an output
     for image, output in output_names(images).items():
         outputs[image] = out_dir / output
         mine = tuple(seed for seed in seeds
@@ -619,6 +707,7 @@ def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
         task = ImageTask(str(images_dir / image), mine,
                          with_evidence_from(params, evidence_dir, image), crs, image_crs,
                          bands)
+        read += [task.image, *sidecar_files(task.image), task.params.evidence_path]
         # An output is kept unless --overwrite, or the record it carries shows that it came
         # from other inputs (or it carries none: not ours, or an older version's).
         if not overwrite and outputs[image].exists():
@@ -631,6 +720,8 @@ def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
                 continue
             changed_images.append(image)
         tasks.append(task)
+    refuse_clobbering_inputs([out_dir / SUMMARY_JSON, out_dir / SUMMARY_CSV,
+                              *outputs.values()], read)
     return BatchPlan(images_dir, out_dir, tasks, outputs, skipped, seed_failures, candidates,
                      changed_images)
 

@@ -365,6 +365,11 @@ def _read_corridor(raster: Raster, source: Raster, corridor: Corridor, shift,
     col0, row0 = max(want0[0], 0), max(want0[1], 0)
     col1, row1 = min(want1[0], raster.width), min(want1[1], raster.height)
     pixels = source.read_window(row0, row1, col0, col1)
+    if pixels.size and not np.any(pixels != pixels.flat[0]):
+        raise BadParameter(f"{'the evidence raster' if source is not raster else 'the image'} "
+                           "holds nothing to trace between a and b: every pixel there reads "
+                           f"{float(pixels.flat[0]):g} (a blank area, or no data or NaN in the "
+                           "file)")
     origin = np.array([col0, row0], dtype=np.float64)
     outside = ((col0 - min(want0[0], col0), max(want1[0], col1) - col1),
                (row0 - min(want0[1], row0), max(want1[1], row1) - row1))
@@ -525,6 +530,16 @@ def _trace_many_once(raster: Raster, pairs: list, params: list[TraceParams],
     return results
 
 
+def _evidence_or_error(raster: Raster, segment: _Segment, backend: TracerBackend
+                       ) -> Evidence | TraceError:
+    """The evidence of one segment's corridor, or the TraceError that stops it."""
+    try:
+        return _evidence_many(raster, [(segment.corridor, segment.params, segment.shift)],
+                              backend, deferred=False)[0]
+    except TraceError as exc:
+        return exc
+
+
 def _solve_chunk(raster: Raster, segments: list, backend: TracerBackend, results: list) -> None:
     """The evidence of every (k, segment) of ``segments`` made together, then each traced
     into ``results[k]`` (its TraceResult or TraceError)."""
@@ -536,8 +551,9 @@ def _solve_chunk(raster: Raster, segments: list, backend: TracerBackend, results
         evidences = _evidence_many(
             raster, [(segment.corridor, segment.params, segment.shift)
                      for _, segment in segments], backend, deferred=True)
-    except TraceError as exc:
-        evidences = [exc] * len(segments)
+    except TraceError as exc:  # one corridor's, as a rule: the others made one by one
+        evidences = [exc] if len(segments) == 1 else \
+            [_evidence_or_error(raster, segment, backend) for _, segment in segments]
     evidence_ms = 1e3 * (time.perf_counter() - start) / max(len(segments), 1)
     start = time.perf_counter()
     ready = []

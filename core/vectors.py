@@ -87,7 +87,12 @@ def feature_lines(feature, index: int, lonlat: bool = True) -> tuple[list[Seed],
     without, they are taken as they are (a document in pixels or a projected CRS)."""
     if not isinstance(feature, dict) or feature.get("type") != "Feature":
         return [], [Failure(f"feature #{index} is not a GeoJSON Feature", f"#{index}")]
-    seed_id = str(feature["id"]) if feature.get("id") is not None else f"#{index}"
+    feature_id = feature.get("id")
+    if feature_id is not None and (not isinstance(feature_id, str | numbers.Real)
+                                   or isinstance(feature_id, bool)):
+        return [], [Failure(f"id {shortened(feature_id)} is not a string or number "
+                            "(RFC 7946)", f"#{index}")]
+    seed_id = f"#{index}" if feature_id is None else str(feature_id)
     properties = feature.get("properties") or {}
     geometry = feature.get("geometry") or {}
     if not isinstance(properties, dict) or not isinstance(geometry, dict):
@@ -188,7 +193,10 @@ def geojson_features(document, path) -> list:
         If ``document`` (read from ``path``) is none of these.
     """
     kind = document.get("type") if isinstance(document, dict) else None
-    if kind == "FeatureCollection" and isinstance(document.get("features"), list):
+    if kind == "FeatureCollection":
+        if not isinstance(document.get("features"), list):
+            raise BadParameter(f'{path} is a FeatureCollection whose "features" must be a list '
+                               f'(it is {shortened(document.get("features"), 40)})')
         return document["features"]
     if kind == "Feature":
         return [document]

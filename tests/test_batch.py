@@ -21,6 +21,7 @@ from cli import main as cli_main
 from cli.batch_cmd import worker_backend
 from core.backend import CpuBackend
 from core.batch import (
+    SUMMARY_JSON,
     WORKER_IMAGES,
     ImageTask,
     images_per_call,
@@ -823,3 +824,120 @@ def test_lonlat_seeds_find_images_across_the_antimeridian(tmp_path):
             for lonlat, pixel in zip(([10.0, 45.0], [-170.0, 45.0]), expected, strict=True):
                 line = near_centre(np.array([lonlat, lonlat]), centre_longitude(raster))
                 np.testing.assert_allclose(raster.georef.lonlat_to_pixel(line)[0], pixel)
+
+
+def test_outputs_that_are_inputs_are_refused_before_any_work(tmp_path, capsys):
+    """An output name (summary.json, summary.csv, <stem>.geojson, the lock file) that is the
+    seeds file, an image or an evidence raster, by name or through a link: refused, nothing
+    written or replaced."""
+    from core.batch import LOCK_FILE
+
+    images, seeds = make_folder(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("summary.json", "summary.csv", "geo.geojson", LOCK_FILE):
+        taken = out / name
+        shutil.copy(seeds, taken)
+        code, err = batch(capsys, images, taken, out, "--workers", "1")
+        assert code == 2
+        assert err.splitlines() == [
+            f"error: output {taken} is the input {taken}: writing it would destroy the input; "
+            "choose another file"]
+        assert taken.read_bytes() == seeds.read_bytes()
+        assert {path.name for path in out.iterdir()} <= {name, LOCK_FILE}
+        taken.unlink()
+    maps = tmp_path / "maps"
+    maps.mkdir()
+    shutil.copy(images / "world.png", maps / "world.png")
+    for link, target, extra in (("plain.geojson", images / "plain.png", ()),
+                                ("world.geojson", maps / "world.png",
+                                 ("--score", "evidence", "--evidence-dir", maps))):
+        before = target.read_bytes()
+        (out / link).symlink_to(target)
+        code, err = batch(capsys, images, seeds, out, "--workers", "1", *extra)
+        assert code == 2
+        assert err.splitlines()[-1] == (
+            f"error: output {out / link} is the input {target}: writing it would destroy the "
+            "input; choose another file")
+        assert target.read_bytes() == before
+        assert not (out / SUMMARY_JSON).exists()
+        (out / link).unlink()
+
+
+def test_non_finite_numbers_in_seed_properties_are_written_as_null(tmp_path, capsys):
+    images, seeds = make_folder(tmp_path)
+    document = json.loads(seeds.read_text())
+    document["features"][1]["properties"].update(
+        {"x": float("nan"), "more": [float("inf"), {"y": -float("inf")}], "ok": 1.5})
+    seeds.write_text(json.dumps(document))  # NaN, Infinity: what Python's reader accepts
+    out = tmp_path / "out"
+    code, err = batch(capsys, images, seeds, out, "--workers", "1", "--quiet")
+    assert (code, err) == (0, "")
+    assert {path.name for path in out.glob("*.geojson")} == {
+        "geo.geojson", "plain.geojson", "world.geojson"}
+    summary, rows = read_summary(out)
+    assert summary["totals"]["ok"] == 3
+
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    plain = json.loads((out / "plain.geojson").read_text(), parse_constant=refuse)
+    properties = {f["properties"]["seed"]: f["properties"]["seed_properties"]
+                  for f in plain["features"]}
+    assert properties["#1"] == {"image": "plain.png", "x": None, "more": [None, {"y": None}],
+                                "ok": 1.5}
+
+
+def test_empty_paths_are_refused(tmp_path, capsys, monkeypatch):
+    images, seeds = make_folder(tmp_path)
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)  # where an empty path would read or write
+    for arguments, message in (
+            ((images, seeds, ""), "error: empty output path"),
+            (("", seeds, "out"), "error: empty images folder path"),
+            ((images, "", "out"), "error: empty seeds file path"),
+            ((images, seeds, "out", "--evidence-dir", ""), "error: empty evidence folder path")):
+        code, err = batch(capsys, *arguments)
+        assert (code, err.splitlines()) == (2, [message])
+        assert os.listdir(here) == []
+
+
+def test_a_folder_without_images_is_refused(tmp_path, capsys):
+    _, seeds = make_folder(tmp_path)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("not an image")
+    out = tmp_path / "out"
+    code, err = batch(capsys, empty, seeds, out)
+    assert code == 2
+    assert err.splitlines() == [f"error: no images in {empty} (batch reads the files ending in "
+                                ".png, .jpg, .jpeg, .tif, .tiff)"]
+    assert not out.exists()
+
+
+def test_feature_ids_that_are_not_strings_or_numbers_are_bad_seeds(tmp_path, capsys):
+    images, seeds = make_folder(tmp_path)
+    document = json.loads(seeds.read_text())
+    document["features"][1]["id"] = [1]
+    document["features"][3]["id"] = {"a": 1}
+    seeds.write_text(json.dumps(document))
+    out = tmp_path / "out"
+    code, err = batch(capsys, images, seeds, out, "--workers", "1", "--quiet")
+    assert code == 1
+    summary, _ = read_summary(out)
+    assert [failure["seed"] for failure in summary["seed_failures"]] == ["#1", "#3"]
+    assert all("string or number" in failure["reason"] for failure in summary["seed_failures"])
+    assert summary["totals"]["ok"] == 3
+    assert "bad seed: seed #1" in err
+
+
+def test_a_feature_collection_whose_features_are_no_list(tmp_path, capsys):
+    images, seeds = make_folder(tmp_path)
+    seeds.write_text(json.dumps({"type": "FeatureCollection", "features": {"a": 1}}))
+    out = tmp_path / "out"
+    code, err = batch(capsys, images, seeds, out)
+    assert code == 2
+    assert err.count("\n") == 1
+    assert '"features" must be a list' in err
+    assert not out.exists()

@@ -301,7 +301,7 @@ def scene_lonlat(points) -> np.ndarray:
 
 def test_geotiff_with_rpcs_only(tmp_path):
     image = tmp_path / "scene.tif"
-    pixels = np.zeros((600, 600, 1), dtype=np.uint8)
+    pixels = np.random.default_rng(0).integers(0, 255, (600, 600, 1), dtype=np.uint8)
     write_geotiff(image, pixels, transform=None, rpcs=scene_rpcs())
     with load_image(image) as raster:
         georef = raster.georef

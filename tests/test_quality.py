@@ -11,7 +11,7 @@ import pytest
 from core.errors import BadParameter, ImageReadError
 from core.evaluate import evaluate, load_cases, stability, summarise
 from core.raster import Raster
-from core.tracer import TraceParams, trace
+from core.tracer import TraceParams, trace, trace_many
 from tests.conftest import SAMPLE_CASES
 
 RIVER_CASES = Path(__file__).resolve().parent / "data" / "dubai_t6_003_cases.json"
@@ -124,8 +124,10 @@ def test_evidence_raster_errors(tmp_path):
     from tests.test_georef import write_geotiff
 
     scores = tmp_path / "scores.tif"
-    write_geotiff(scores, np.full((50, 60, 1), 200.0, dtype=np.float32), transform=None)
-    with pytest.raises(BadParameter, match=r"probability in \[0, 1\].* from 200 to 200"):
+    values = np.full((50, 60, 1), 200.0, dtype=np.float32)
+    values[:, :30] = 150.0
+    write_geotiff(scores, values, transform=None)
+    with pytest.raises(BadParameter, match=r"probability in \[0, 1\].* from 150 to 200"):
         trace(image, (5, 5), (50, 40), TraceParams(score="evidence", evidence_path=str(scores)))
 
 
@@ -181,3 +183,22 @@ def test_leaving_the_image_earns_nothing(flip):
     result = trace(Raster(pixels), a, b)
     across = result.polyline[:, 0] if flip else result.polyline[:, 1]
     assert np.all(np.abs(across - 3.0) <= 1.5)
+
+
+def test_a_corridor_without_data_is_named_and_fails_only_its_own_trace(tmp_path):
+    pytest.importorskip("rasterio")
+    from core.raster import load_image
+    from tests.test_georef import write_geotiff
+
+    path = tmp_path / "nan.tif"
+    pixels = np.random.default_rng(0).random((80, 200, 3)).astype(np.float32)
+    pixels[:, 100:] = np.nan  # the file's right half holds no data
+    write_geotiff(path, pixels, transform=None)
+    with load_image(path) as raster:
+        with pytest.raises(BadParameter, match="the image holds nothing to trace between a and "
+                                               "b: every pixel there reads 0"):
+            trace(raster, (130, 40), (190, 40), TraceParams(score="centre"))
+        blank, fine = trace_many(raster, [((130, 40), (190, 40)), ((10, 40), (80, 40))],
+                                 TraceParams(score="centre"))
+    assert isinstance(blank, BadParameter)
+    assert len(fine.polyline) >= 2
