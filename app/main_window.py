@@ -34,7 +34,10 @@ from app.panels import LinesPanel, ParamsPanel
 from app.session import line_to_dict, read_session, write_session
 from app.traces import TraceOutcome, error_text
 from app.tracing import TracingController
+from core import surface
 from core.errors import TraceError
+from core.georef import sidecar_files
+from core.output import refuse_overwriting_input
 from core.raster import Raster, list_images
 from core.surface import UNKNOWN_GROUND_NOTE, use_model
 from core.teaching import check_new_folder, training_set, write_training_set
@@ -48,6 +51,8 @@ EXPORT_LONLAT = "GeoJSON, WGS84 longitude/latitude (*.geojson *.json)"
 EXPORT_SOURCE = "GeoJSON, the image's own CRS (*.geojson *.json)"
 MAX_RECENT = 8
 AUTOSAVE_DELAY_MS = 1000
+#: :meth:`MainWindow.confirm_discard`'s answer where the user discards lines it left in place.
+DISCARD = "discard"
 
 
 class MainWindow(QMainWindow):
@@ -218,6 +223,7 @@ class MainWindow(QMainWindow):
         self.last_notice = text
         self.show_status(text)
         box = QMessageBox(icon, title, text, QMessageBox.StandardButton.Ok, self)
+        box.setTextFormat(Qt.TextFormat.PlainText)  # file names are shown as written
         box.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         box.open()
 
@@ -308,14 +314,18 @@ class MainWindow(QMainWindow):
 
         Returns False if the user kept the current lines instead.
         """
-        if not self.confirm_discard():
+        discard = self.confirm_discard(discard_now=False)
+        if not discard:
             return False
         path = os.path.abspath(path)
         self.show_status(f"opening {path}…")
 
         def loaded(result) -> None:
             raster, levels = result
-            self._flush_autosave()
+            if discard == DISCARD:  # the user said so; only now that the new image is here
+                self._discard_lines()
+            else:
+                self._flush_autosave()
             # The lines first: nothing of the window changes until they are known.
             autosaved = self._autosaved_lines(path)
             lines = autosaved if session is None else session[0]
@@ -507,8 +517,25 @@ class MainWindow(QMainWindow):
         self.show_error(f"cannot write {path}: it is not a regular file", title)
         return True
 
+    def _replaces_an_input(self, path: str, title: str, session_too: bool) -> bool:
+        """True (after a message) where writing ``path`` would replace a file the window
+        reads: the image, its georeferencing sidecars, the evidence raster, the surface
+        model, and with ``session_too`` the session file."""
+        inputs = [self.params_panel.params().evidence_path, os.fspath(surface.MODEL_PATH)]
+        if self.image_path is not None:
+            inputs += [self.image_path, *sidecar_files(self.image_path)]
+        if session_too:
+            inputs.append(self.session_path)
+        try:
+            refuse_overwriting_input(path, inputs, "file")
+        except TraceError as exc:
+            self.show_error(str(exc), title)
+            return True
+        return False
+
     def write_session(self, path: str) -> bool:
-        if self._not_a_file(path, "Cannot save session"):
+        if self._not_a_file(path, "Cannot save session") or \
+                self._replaces_an_input(path, "Cannot save session", session_too=False):
             return False
         try:
             write_session(path, self.image_path, self.model.lines, self.params_panel.params(),
@@ -557,8 +584,12 @@ class MainWindow(QMainWindow):
             QMessageBox.warning(self, "Autosave not restored", str(exc))
             return ()
 
-    def confirm_discard(self) -> bool:
-        """Before the lines are replaced: True to go on (after saving if asked), False to stay."""
+    def confirm_discard(self, discard_now: bool = True) -> bool | str:
+        """Before the lines are replaced: True to go on (after saving if asked), False to stay.
+        Where the user discards them, they are dropped now, or with ``discard_now`` False
+        left as they are and :data:`DISCARD` returned: the caller drops them
+        (:meth:`_discard_lines`) once their replacement is there (an image that fails to
+        open then changes nothing)."""
         if not self.model.dirty or not self.model.lines:
             return True
         answer = QMessageBox.question(
@@ -569,12 +600,18 @@ class MainWindow(QMainWindow):
         if answer == QMessageBox.StandardButton.Save:
             return self.save_session()
         if answer == QMessageBox.StandardButton.Discard:
-            self.model.reset()
-            self._autosave_timer.stop()
-            if self.image_path is not None:
-                remove_autosave(self.autosave_dir, self.image_path)
+            if not discard_now:
+                return DISCARD
+            self._discard_lines()
             return True
         return False
+
+    def _discard_lines(self) -> None:
+        """Drop the open image's lines and their autosave (the user chose to)."""
+        self.model.reset()
+        self._autosave_timer.stop()
+        if self.image_path is not None:
+            remove_autosave(self.autosave_dir, self.image_path)
 
     def choose_import(self) -> None:
         if self.raster is None:
@@ -625,7 +662,8 @@ class MainWindow(QMainWindow):
     def export_geojson(self, path: str, crs: str = "wgs84") -> bool:
         """Export the lines to ``path`` (:func:`app.files.export_lines`); False (and a message
         box) if that fails."""
-        if self._not_a_file(path, "Cannot export"):
+        if self._not_a_file(path, "Cannot export") or \
+                self._replaces_an_input(path, "Cannot export", session_too=True):
             return False
         try:
             export_lines(path, self.model.lines, self.raster, crs)

@@ -306,6 +306,12 @@ class TracingController(QObject):
         if p is None:
             self.lines_stale.emit()
             return
+        neighbours = [line.anchors[k] for k in (index - 1, index + 1)
+                      if 0 <= k < len(line.anchors)]
+        if any(np.hypot(*(np.asarray(anchor) - p)) < 2 for anchor in neighbours):
+            self.message.emit("a vertex must stay at least 2 px from the next one: not moved")
+            self.lines_stale.emit()
+            return
         self._run(Retrace.move_anchor(line, index, p))
 
     def split_segment(self, line_id: int, index: int, point, exact: bool = False) -> None:

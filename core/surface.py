@@ -94,8 +94,9 @@ def use_model(path: str | os.PathLike) -> Path:
     Raises
     ------
     ModelUnavailable
-        If the file is missing, is not an ONNX model ONNX Runtime can load, or has another
-        number of input or output planes.
+        If the file is missing, is not an ONNX model ONNX Runtime can load, has another
+        number of input or output planes, or does not run on windows of this program's
+        sizes and return finite maps of their size.
     """
     global MODEL_PATH
     model = Path(path).expanduser().resolve()
@@ -106,9 +107,27 @@ def use_model(path: str | os.PathLike) -> Path:
         if len(shapes) != 1 or len(shapes[0]) != 4 or shapes[0][1] != planes:
             raise ModelUnavailable(f"surface model {model} must have one {kind} of shape "
                                    f"(1, {planes}, height, width); it has {shapes}")
+    _try_model(session, os.fspath(model))
     MODEL_PATH = model
     os.environ[MODEL_VARIABLE] = os.fspath(model)
     return model
+
+
+def _try_model(session, model_file: str) -> None:
+    """Run the model on two small random windows of different sizes; raise
+    :class:`ModelUnavailable` unless it takes them and returns finite maps of their size."""
+    random = np.random.default_rng(0)
+    for rows, cols in ((48, 64), (80, 96)):
+        pixels = random.random((rows, cols, 3), dtype=np.float32)
+        similarity = random.random((rows, cols), dtype=np.float32)
+        a, b = np.array([8.0, 8.0]), np.array([cols - 9.0, rows - 9.0])
+        planes = _model_maps(session, model_file, pixels, similarity, a, b, 1)
+        if any(plane.shape != (rows, cols) for plane in planes):
+            raise ModelUnavailable(f"surface model {model_file} returns maps of another size "
+                                   f"than its input ({NO_MODEL_HINT})")
+        if not all(np.isfinite(plane).all() for plane in planes):
+            raise ModelUnavailable(f"surface model {model_file} returns values that are not "
+                                   f"numbers ({NO_MODEL_HINT})")
 
 
 def endpoint_reach(a: np.ndarray, b: np.ndarray) -> np.float32:

@@ -147,7 +147,10 @@ def _part_groups(pieces: list[np.ndarray]) -> list[tuple[str, list[np.ndarray]]]
 
 
 def check_new_folder(out: str | os.PathLike) -> None:
-    """Raise :class:`BadParameter` unless ``out`` is a new or an empty folder."""
+    """Raise :class:`BadParameter` unless ``out`` is a new or an empty folder (an empty path,
+    which would name the current folder, is neither)."""
+    if not os.fspath(out):
+        raise BadParameter("an empty path names no folder: give a new or empty folder")
     if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
         raise BadParameter(f"{out} must be a new or empty folder")
 
