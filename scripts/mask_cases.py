@@ -36,7 +36,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from core.errors import BadParameter, TraceError  # noqa: E402
-from core.output import read_json, write_text_atomic  # noqa: E402
+from core.output import (  # noqa: E402
+    json_number,
+    read_json,
+    refuse_overwriting_input,
+    shortened,
+    write_text_atomic,
+)
 from core.raster import load_image  # noqa: E402
 from core.teaching import CASE_LENGTHS, is_nontrivial  # noqa: E402
 
@@ -50,6 +56,9 @@ TRIES_PER_CASE = 20
 #: ``TURN_STEP`` px, turns by at most ``MOST_TURN_DEG`` over two such steps (no corner taken at
 #: a junction) and by at most ``MOST_TOTAL_TURN_DEG`` in all.
 TURN_STEP, MOST_TURN_DEG, MOST_TOTAL_TURN_DEG = 10, 45.0, 100.0
+#: Most cases asked of one image: each takes up to ``TRIES_PER_CASE`` shortest-path searches
+#: over the whole image, and a few hundred cases cover an image's roads many times over.
+MOST_PER_IMAGE = 500
 
 
 def without_specks(mask: np.ndarray) -> np.ndarray:
@@ -147,9 +156,20 @@ def make_cases(folder: str, out: str, per_image: int, nontrivial_share: float,
             for item in sources):
         raise BadParameter(f"{folder}/sources.json must be a list of "
                            '{"id", "image", "gt"} records (non-empty strings)')
+    if not sources:
+        raise BadParameter(f"{folder}/sources.json lists no images")
     ids = [source["id"] for source in sources]
     if len(set(ids)) != len(ids):
         raise BadParameter(f"{folder}/sources.json names an image id twice; ids must be unique")
+    for source in sources:
+        ground = source.get("gsd_m")
+        metres = json_number(ground)
+        if ground is not None and (metres is None or metres <= 0):
+            raise BadParameter(f"{folder}/sources.json: gsd_m of {source['id']!r} must be a "
+                               f"positive number of metres per pixel, got {shortened(ground)}")
+    inputs = [os.path.join(folder, "sources.json")] + [
+        os.path.join(folder, source[key]) for source in sources for key in ("image", "gt")]
+    refuse_overwriting_input(out, inputs, "--out")
     rng = np.random.default_rng(seed)
     out_folder = os.path.dirname(os.path.abspath(out))
     cases = []
@@ -193,6 +213,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.per_image < 1:
             raise BadParameter(f"--per-image must be at least 1, got {args.per_image}")
+        if args.per_image > MOST_PER_IMAGE:
+            raise BadParameter(f"--per-image must be at most {MOST_PER_IMAGE} (more only repeat "
+                               f"an image's roads; add images instead), got {args.per_image}")
+        if args.seed < 0:
+            raise BadParameter(f"--seed must be 0 or more, got {args.seed}")
         if not 0 <= args.nontrivial_share <= 1:
             raise BadParameter(f"--nontrivial-share must be 0 to 1, got {args.nontrivial_share}")
         if not 2 <= args.min_length <= args.max_length:

@@ -15,17 +15,19 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from pathlib import Path
 
+import numpy as np
 from PIL import Image, ImageDraw
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core.errors import BadParameter  # noqa: E402
-from core.evaluate import OURS, read_report, report_cases  # noqa: E402
-from core.output import read_json  # noqa: E402
+from core.errors import BadParameter, TraceError  # noqa: E402
+from core.evaluate import OURS, RasterCache, read_report, report_cases  # noqa: E402
+from core.output import json_number, read_json, refuse_overwriting_input  # noqa: E402
 
 COLOURS = {"truth": (255, 230, 0), "ours": (255, 40, 40), "peer": (0, 230, 255),
            "vertex": (255, 255, 255)}
@@ -50,6 +52,59 @@ def corrected_lines(path: str) -> dict[str, dict]:
     return lines
 
 
+def checked_points(points, what: str) -> list | None:
+    """``points`` of a report (``[[x, y], …]``; None or empty: nothing to draw) as a list of
+    (x, y) floats, or None; BadParameter naming ``what`` where they are not such a list of
+    finite numbers."""
+    if points is None or points == []:
+        return None
+    if not isinstance(points, list) or not all(
+            isinstance(point, list) and len(point) == 2
+            and all(json_number(value) is not None for value in point) for point in points):
+        raise BadParameter(f"{what} must be a list of [x, y] pairs of finite numbers")
+    return [(float(x), float(y)) for x, y in points]
+
+
+def check_output_folder(out: str) -> None:
+    """Raise BadParameter unless ``out`` names a folder, or nothing yet (it is made)."""
+    if not out:
+        raise BadParameter("the output folder must be named, got an empty path")
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise BadParameter(f"output folder {out} exists and is not a folder")
+
+
+def picture_name(case_id: str) -> str:
+    """The file name of case ``case_id``'s picture; BadParameter where the id would make it
+    anything but a plain file name in the output folder (``../x``, ``a/b``)."""
+    name = f"{case_id}.png"
+    if os.path.basename(name) != name or (os.altsep and os.altsep in name):
+        raise BadParameter(f"case id {case_id!r} is not a plain file name: its picture would "
+                           "be written outside the output folder")
+    return name
+
+
+def case_frame(case, raster) -> tuple:
+    """The picture's frame of ``case`` on its image ``raster`` (:func:`drawn`): the image
+    around the case's truth, MARGIN px beyond it, as RGB enlarged towards SIZE px, its top-left
+    image pixel and the enlargement; BadParameter where the truth lies off the image."""
+    xs, ys = case.gt[:, 0], case.gt[:, 1]
+    left, top = max(math.floor(xs.min()) - MARGIN, 0), max(math.floor(ys.min()) - MARGIN, 0)
+    right = min(math.ceil(xs.max()) + MARGIN, raster.width)
+    bottom = min(math.ceil(ys.max()) + MARGIN, raster.height)
+    if right <= left or bottom <= top:
+        raise BadParameter(f"case {case.id!r}: its ground truth lies outside its image "
+                           f"({raster.width}×{raster.height} px)")
+    try:
+        pixels = raster.read_window(top, bottom, left, right)
+    except TraceError as exc:
+        raise BadParameter(f"cannot read the image of case {case.id!r}: {exc}") from None
+    pixels = pixels[:, :, :3] if pixels.shape[2] >= 3 else np.repeat(pixels[:, :, :1], 3, axis=2)
+    crop = Image.fromarray(np.clip(np.rint(255.0 * pixels), 0, 255).astype(np.uint8), "RGB")
+    scale = max(1, round(SIZE / max(crop.size)))
+    crop = crop.resize((crop.width * scale, crop.height * scale), Image.LANCZOS)
+    return crop, (left, top), scale
+
+
 def drawn(frame: tuple, lines: tuple, dots=()) -> Image.Image:
     """A copy of ``frame``'s picture (its crop, the crop's top-left image pixel and its
     enlargement) with ``lines`` ((colour name, [[x, y], …] or None), …, in image pixels)
@@ -71,6 +126,31 @@ def drawn(frame: tuple, lines: tuple, dots=()) -> Image.Image:
     return picture
 
 
+def case_picture(case, frame: tuple, methods: dict, peer: str, fixed: dict | None,
+                 report: str) -> Image.Image:
+    """The picture of ``case`` on ``frame`` (:func:`case_frame`): the truth, ours and the
+    ``peer`` of ``methods`` (:func:`core.evaluate.read_report`), or with ``fixed``
+    (:func:`corrected_lines`) ours as traced beside ours after the added vertices;
+    BadParameter where a line of the ``report`` is malformed."""
+    def line(method: str) -> list | None:
+        return checked_points(methods[method][case.id].get("polyline"),
+                              f"{report}: the polyline of {method!r} on case {case.id!r}")
+
+    truth = ("truth", case.gt.tolist())
+    if fixed is None:
+        return drawn(frame, (truth, ("peer", line(peer)), ("ours", line(OURS))))
+    after = fixed.get(case.id) or {}
+    what = f"{report}: the corrected line of case {case.id!r}"
+    left = drawn(frame, (truth, ("ours", line(OURS))))
+    right = drawn(frame, (truth, ("ours", checked_points(after.get("polyline"), what))),
+                  checked_points(after.get("vertices"), f"{what}: its vertices") or ())
+    crop = frame[0]
+    picture = Image.new("RGB", (2 * crop.width + GAP, crop.height), (255, 255, 255))
+    picture.paste(left, (0, 0))
+    picture.paste(right, (crop.width + GAP, 0))
+    return picture
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("report")
@@ -83,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                              "of eval --corrections) instead of the peer")
     args = parser.parse_args(argv)
     try:
+        check_output_folder(args.out)
         methods = read_report(args.report)
         cases = report_cases(methods, args.cases)
         fixed = corrected_lines(args.report) if args.corrected else None
@@ -94,44 +175,38 @@ def main(argv: list[str] | None = None) -> int:
         unknown = [case_id for case_id in args.ids if case_id not in cases]
         if unknown:
             raise BadParameter(f"no case {unknown[0]!r} in {args.report}")
-    except BadParameter as exc:
+        for case_id in args.ids:
+            for name in wanted:
+                if case_id not in methods[name]:
+                    raise BadParameter(f"{args.report}: method {name!r} has no case {case_id!r}")
+        paths = {case_id: os.path.join(args.out, picture_name(case_id)) for case_id in args.ids}
+        inputs = [args.report, args.cases] + [cases[case_id].image for case_id in args.ids]
+        for path in paths.values():
+            refuse_overwriting_input(path, inputs, "picture")
+        # Every image read and every line checked before any picture is written.
+        rasters, pictures = RasterCache(), {}
+        for case_id in args.ids:
+            case = cases[case_id]
+            try:
+                raster = rasters.get(case.image)
+            except TraceError as exc:
+                raise BadParameter(f"cannot read the image of case {case_id!r}: {exc}") from None
+            pictures[case_id] = case_picture(case, case_frame(case, raster), methods, args.peer,
+                                             fixed, args.report)
+        try:
+            os.makedirs(args.out, exist_ok=True)
+        except OSError as exc:
+            raise BadParameter(f"cannot make output folder {args.out}: "
+                               f"{exc.strerror or exc}") from None
+        for case_id, picture in pictures.items():
+            try:
+                picture.save(paths[case_id], optimize=True)  # a file it began is removed
+            except OSError as exc:
+                raise BadParameter(f"cannot write {paths[case_id]}: {exc.strerror or exc}") \
+                    from None
+    except TraceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    images = {}
-    for case_id in args.ids:  # every image readable before any picture is written
-        try:
-            images[case_id] = Image.open(cases[case_id].image)
-        except OSError as exc:
-            print(f"error: cannot read the image of case {case_id!r}: {exc}", file=sys.stderr)
-            return 2
-    def polylines(method: str) -> dict:
-        return {case_id: row.get("polyline") for case_id, row in methods[method].items()}
-
-    ours = polylines(OURS)
-    peer = None if fixed is not None else polylines(args.peer)
-    os.makedirs(args.out, exist_ok=True)
-    for case_id in args.ids:
-        case, image = cases[case_id], images[case_id]
-        xs = [x for x, _ in case.gt]
-        ys = [y for _, y in case.gt]
-        box = (max(min(xs) - MARGIN, 0), max(min(ys) - MARGIN, 0),
-               min(max(xs) + MARGIN, image.width), min(max(ys) + MARGIN, image.height))
-        crop = image.convert("RGB").crop(box)
-        scale = max(1, round(SIZE / max(crop.size)))
-        crop = crop.resize((crop.width * scale, crop.height * scale), Image.LANCZOS)
-        frame = (crop, box[:2], scale)
-        truth = ("truth", case.gt.tolist())
-        if fixed is None:
-            picture = drawn(frame, (truth, ("peer", peer[case_id]), ("ours", ours[case_id])))
-        else:
-            after = fixed.get(case_id) or {}
-            left = drawn(frame, (truth, ("ours", ours[case_id])))
-            right = drawn(frame, (truth, ("ours", after.get("polyline"))),
-                          after.get("vertices") or ())
-            picture = Image.new("RGB", (2 * crop.width + GAP, crop.height), (255, 255, 255))
-            picture.paste(left, (0, 0))
-            picture.paste(right, (crop.width + GAP, 0))
-        picture.save(os.path.join(args.out, f"{case_id}.png"), optimize=True)
     return 0
 
 

@@ -22,6 +22,7 @@ Keep some sessions out to measure the result with (``roadtracer eval LINES2/case
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from pathlib import Path
@@ -61,9 +62,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     try:
+        if not args.out:
+            raise BadParameter("--out must name a folder, got an empty path")
+        if not (math.isfinite(args.min_length) and math.isfinite(args.max_length)):
+            raise BadParameter("--min-length and --max-length must be finite, got "
+                               f"{args.min_length:g} and {args.max_length:g}")
         if not 2 <= args.min_length <= args.max_length / 2:
             raise BadParameter("need 2 <= --min-length <= half of --max-length, got "
                                f"{args.min_length:g} and {args.max_length:g}")
+        if args.seed < 0:
+            raise BadParameter(f"--seed must be 0 or more, got {args.seed}")
         check_new_folder(args.out)
         sources, cases, parts = training_set(session_lines(args.sessions),
                                              (args.min_length, args.max_length), args.seed)

@@ -74,17 +74,25 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gzip
 import json
 import math
 import os
+import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
 from PIL import Image
 from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from core.errors import BadParameter, TraceError  # noqa: E402
+from core.output import json_number, read_json, shortened  # noqa: E402
 
 CROP = 256
 #: Input planes: stretched RGB, endpoint similarity, endpoint plane.
@@ -248,9 +256,17 @@ def imagenet_encoder(path: str, layers: int) -> dict:
     here it reads the stretched bands x and the click planes: the RGB weights w become w / s,
     the constant Σ w·m / s this adds is added to the batch norm's running mean (the same output
     away from the border), and the click planes' weights start at zero."""
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    state = {name[len("features."):]: value for name, value in state.items()
-             if name.startswith("features.") and int(name.split(".")[1]) < layers}
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = {name[len("features."):]: value for name, value in state.items()
+                 if name.startswith("features.") and int(name.split(".")[1]) < layers}
+    except Exception as exc:  # pickle's, torch's and a foreign layout's errors
+        reason = (str(exc).strip().splitlines() or [""])[0]
+        raise BadParameter(f"--backbone-weights {path} is not torchvision's MobileNetV2 state "
+                           f"dict: {type(exc).__name__}: {reason}") from None
+    if "0.0.weight" not in state:
+        raise BadParameter(f"--backbone-weights {path} is not torchvision's MobileNetV2 state "
+                           "dict: it has no features.0.0.weight")
     weight = state["0.0.weight"] / torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
     state["0.1.running_mean"] = state["0.1.running_mean"] + (
         weight * torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)).sum((1, 2, 3))
@@ -271,7 +287,7 @@ def load_exported(model: nn.Module, path: str) -> None:
 
     Raises
     ------
-    SystemExit
+    BadParameter
         If the file is not an ONNX model or its convolutions do not match the model's, in
         number, order or shape.
     """
@@ -281,7 +297,8 @@ def load_exported(model: nn.Module, path: str) -> None:
     try:
         graph = onnx.load(path).graph
     except Exception as exc:  # protobuf's and onnx's own errors
-        raise SystemExit(f"error: {path} is not an ONNX model: {exc}") from None
+        reason = (str(exc).strip().splitlines() or [""])[0]
+        raise BadParameter(f"{path} is not an ONNX model: {reason}") from None
     values = {item.name: numpy_helper.to_array(item) for item in graph.initializer}
     nodes = [node for node in graph.node if node.op_type == "Conv"]
     order = []  # the model's convolutions in the order its forward pass runs them
@@ -299,15 +316,18 @@ def load_exported(model: nn.Module, path: str) -> None:
             if isinstance(first, nn.Conv2d) and isinstance(second, nn.BatchNorm2d):
                 norm_after[first] = second
     if len(order) != len(nodes):
-        raise SystemExit(f"error: {path} has {len(nodes)} convolutions, the model "
-                         f"{len(order)}: not a model of this architecture")
+        raise BadParameter(f"{path} has {len(nodes)} convolutions, the model "
+                           f"{len(order)}: not a model of this architecture")
     for conv, node in zip(order, nodes, strict=True):
+        if any(name not in values for name in node.input[1:3]):
+            raise BadParameter(f"{path}: a convolution's weights are not stored in the file: "
+                               "not a model that export wrote")
         weight = torch.from_numpy(values[node.input[1]].copy())
         bias = torch.from_numpy(values[node.input[2]].copy()) if len(node.input) > 2 else None
         rows = EXPORTED if conv is getattr(model, "head", None) else slice(None)
         if tuple(conv.weight[rows].shape) != tuple(weight.shape):
-            raise SystemExit(f"error: {path}: a convolution of shape {tuple(weight.shape)} where "
-                             f"the model has {tuple(conv.weight[rows].shape)}")
+            raise BadParameter(f"{path}: a convolution of shape {tuple(weight.shape)} where "
+                               f"the model has {tuple(conv.weight[rows].shape)}")
         with torch.no_grad():
             conv.weight[rows] = weight
             if conv.bias is not None:
@@ -329,9 +349,13 @@ def stretch(x: torch.Tensor) -> torch.Tensor:
 
 
 def read_png(path: str) -> np.ndarray:
-    """The file's pixels: (H, W) or (H, W, bands) uint8."""
-    with Image.open(path) as image:
-        return np.asarray(image)
+    """The file's pixels: (H, W) or (H, W, bands) uint8; BadParameter where it cannot be
+    read."""
+    try:
+        with Image.open(path) as image:
+            return np.asarray(image)
+    except (OSError, ValueError, Image.DecompressionBombError) as exc:
+        raise BadParameter(f"cannot read image {path}: {exc}") from None
 
 
 def centreline_target(mask: np.ndarray) -> np.ndarray:
@@ -356,18 +380,50 @@ def unsure_band(mask: np.ndarray, buffered: bool, band: float) -> np.ndarray:
     return ((distance > 0) & (distance <= band)).astype(np.float32)
 
 
+def read_sources(folder: str) -> list[dict]:
+    """The records of ``folder``'s sources.json (module docstring), checked.
+
+    Raises
+    ------
+    BadParameter
+        If the file cannot be read, is not JSON or not a non-empty list of records with an
+        ``id`` and an ``image`` (non-empty strings), or a record's ``gt``, ``dataset``,
+        ``label_kind`` or ``gsd_m`` is of the wrong kind (one message naming the file).
+    """
+    path = os.path.join(folder, "sources.json")
+    sources = read_json(path, "sources file")
+    if not isinstance(sources, list) or not sources:
+        raise BadParameter(f"{path} must be a non-empty list of "
+                           '{"id", "image", "gt"} records')
+    for source in sources:
+        if not isinstance(source, dict) or not all(
+                isinstance(source.get(key), str) and source[key] for key in ("id", "image")):
+            raise BadParameter(f'{path}: every record needs an "id" and an "image" '
+                               "(non-empty strings)")
+        for key in ("gt", "dataset", "label_kind"):
+            if source.get(key) is not None and not isinstance(source[key], str):
+                raise BadParameter(f"{path}: {key} of {source['id']!r} must be a string, got "
+                                   f"{shortened(source[key])}")
+        ground = source.get("gsd_m")
+        metres = json_number(ground)
+        if ground is not None and (metres is None or metres <= 0):
+            raise BadParameter(f"{path}: gsd_m of {source['id']!r} must be a positive number "
+                               f"of metres per pixel, got {shortened(ground)}")
+    return sources
+
+
 def load_sets(folders: list[tuple[str, int]], exclude: tuple[str, ...] = (),
               unsure: float = 0.0):
     """[(folder, class index)] → list of dicts with image (3, H, W) float32 0..255, mask,
     centreline target and unsure band (:func:`unsure_band`) (H, W); sources whose id starts
     with one of ``exclude`` are skipped. A source without a mask (no ``gt``: an image with
     traced lines alone, e.g. scripts/session_cases.py's) is unsure everywhere: it teaches the
-    path output alone, through its click cases."""
+    path output alone, through its click cases. BadParameter where a sources.json
+    (:func:`read_sources`), an image or a mask cannot be read, or a mask is not of its
+    image's size."""
     items = []
     for folder, label in folders:
-        with open(os.path.join(folder, "sources.json"), encoding="utf-8") as handle:
-            sources = json.load(handle)
-        for source in sources:
+        for source in read_sources(folder):
             if exclude and source["id"].startswith(exclude):
                 continue
             image = read_png(os.path.join(folder, source["image"]))
@@ -375,11 +431,16 @@ def load_sets(folders: list[tuple[str, int]], exclude: tuple[str, ...] = (),
             if source.get("gt"):
                 mask = read_png(os.path.join(folder, source["gt"]))
                 mask = (mask if mask.ndim == 2 else mask[:, :, 0]) > 127
-                doubt = unsure_band(mask, "buffered" in source.get("label_kind", ""), unsure)
+                if mask.shape != image.shape[:2]:
+                    raise BadParameter(f"mask of {source['id']!r} is {mask.shape[1]}×"
+                                       f"{mask.shape[0]} px, its image {image.shape[1]}×"
+                                       f"{image.shape[0]}")
+                doubt = unsure_band(mask, "buffered" in (source.get("label_kind") or ""),
+                                    unsure)
             else:
                 mask = np.zeros(image.shape[:2], dtype=bool)
                 doubt = np.ones(image.shape[:2], dtype=np.float32)
-            dataset = source.get("dataset", os.path.basename(os.path.normpath(folder)))
+            dataset = source.get("dataset") or os.path.basename(os.path.normpath(folder))
             items.append({"id": source["id"], "dataset": dataset, "label": label,
                           "ground": source.get("gsd_m"),
                           "image": torch.from_numpy(image.transpose(2, 0, 1).astype(np.float32)),
@@ -469,6 +530,23 @@ def resample(points, step: float = 0.5) -> np.ndarray:
     return np.concatenate([dense, np.repeat(dense[-1:], PATH_POINTS - len(dense), 0)])
 
 
+def read_cases(file: str) -> list:
+    """The click cases of ``file``: a JSON list (``.gz`` read compressed); BadParameter where
+    it cannot be read or is not a list."""
+    if file.endswith(".gz"):
+        try:
+            with gzip.open(file, "rt", encoding="utf-8") as handle:
+                cases = json.load(handle)
+        except (OSError, EOFError, ValueError, RecursionError) as exc:
+            raise BadParameter(f"cannot read cases file {file}: {exc}") from None
+    else:
+        cases = read_json(file, "cases file")
+    if not isinstance(cases, list):
+        raise BadParameter(f"cases file {file} must be a JSON list of cases, got "
+                           f"{type(cases).__name__}")
+    return cases
+
+
 def load_cases(files: list[str], items, nontrivial_weight: float = 1.0,
                water_share: float = 0.0):
     """Click cases on the images of ``items`` (cases of other images are skipped; cases on
@@ -476,23 +554,37 @@ def load_cases(files: list[str], items, nontrivial_weight: float = 1.0,
     float (a, b as (x, y)), true lines (M, PATH_POINTS, 2) float, and each case's drawing
     weight (M,) (``nontrivial_weight`` for cases tagged nontrivial, 1 otherwise; the cases on
     water images then scaled to make up ``water_share`` of the draws). ``files``: JSON lists
-    (``.gz`` read compressed)."""
-    import gzip
-
+    (``.gz`` read compressed). BadParameter where a file is not such a list (:func:`read_cases`)
+    or a case lacks ``meta.source``, or, on an image of ``items``, finite ``a``, ``b`` ([x, y])
+    or ``gt`` ([[x, y], …]) or a list of ``tags``."""
     index = {item["id"]: i for i, item in enumerate(items)
              if item["label"] == 0 or water_share > 0}
     picks, clicks, lines, weights = [], [], [], []
     for file in files:
-        with (gzip.open if file.endswith(".gz") else open)(file, "rt", encoding="utf-8") as handle:
-            cases = json.load(handle)
-        for case in cases:
-            if case["meta"]["source"] not in index:
+        for number, case in enumerate(read_cases(file)):
+            meta = case.get("meta") if isinstance(case, dict) else None
+            source = meta.get("source") if isinstance(meta, dict) else None
+            if not isinstance(source, str):
+                raise BadParameter(f"cases file {file}: case #{number} has no meta.source "
+                                   "(its image's id)")
+            if source not in index:
                 continue
-            line = json.loads(case["gt"]) if isinstance(case["gt"], str) else case["gt"]
-            picks.append(index[case["meta"]["source"]])
-            clicks.append([case["a"], case["b"]])
-            lines.append(resample(line))
-            weights.append(nontrivial_weight if "nontrivial" in case.get("tags", ()) else 1.0)
+            tags = case.get("tags") or []
+            try:
+                line = json.loads(case["gt"]) if isinstance(case["gt"], str) else case["gt"]
+                pair = np.asarray([case["a"], case["b"]], dtype=np.float64).reshape(2, 2)
+                points = np.asarray(line, dtype=np.float64)
+                dense = resample(points) if points.ndim == 2 and points.shape[1] == 2 else None
+            except (KeyError, TypeError, ValueError, IndexError):
+                pair = dense = None
+            if (pair is None or dense is None or not np.isfinite(pair).all()
+                    or not np.isfinite(dense).all() or not isinstance(tags, list)):
+                raise BadParameter(f"cases file {file}: case #{number} needs finite a and b "
+                                   "([x, y]), gt ([[x, y], …]) and a list of tags")
+            picks.append(index[source])
+            clicks.append(pair.tolist())
+            lines.append(dense)
+            weights.append(nontrivial_weight if "nontrivial" in tags else 1.0)
     weights = torch.tensor(weights, dtype=torch.float32)
     water = torch.tensor([items[i]["label"] == 1 for i in picks], dtype=torch.bool)
     if water.any() and not water.all():
@@ -1042,6 +1134,65 @@ def export(model, path):
                                     "logits": {2: "height", 3: "width"}}, dynamo=False)
 
 
+def option_numbers(option: str, text: str, kind: type = float, count: int | None = None
+                   ) -> tuple:
+    """``text`` (``A,B,…``), the value of ``option``, as positive, finite numbers of ``kind``
+    (``count`` of them where given, then in increasing order: a LOW,HIGH range).
+
+    Raises
+    ------
+    BadParameter
+        Naming the option, where ``text`` is not such a list.
+    """
+    try:
+        values = tuple(kind(value) for value in text.split(","))
+    except ValueError:
+        values = ()
+    if (not values or (count is not None and len(values) != count)
+            or not all(math.isfinite(value) and value > 0 for value in values)
+            or (count is not None and list(values) != sorted(values))):
+        wanted = ("LOW,HIGH: two positive numbers, LOW <= HIGH" if count == 2 else
+                  f"positive {'whole ' if kind is int else ''}numbers separated by commas")
+        raise BadParameter(f"{option} must be {wanted}, got {text!r}")
+    return values
+
+
+#: Options that are fractions of the crops (0 to 1), and options that must not be negative.
+FRACTION_OPTIONS = ("path_share", "grey", "match_histograms", "amplitude_mix", "ground_share",
+                    "occlusion", "blur", "random_conv")
+NON_NEGATIVE_OPTIONS = ("encoder_lr", "weight_decay", "colour_mix", "skeleton_weight",
+                        "unsure_band", "box_below")
+
+
+def check_counts(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """A usage error (``parser.error``: one line, exit 2) for a count or number of ``args``
+    out of its range: --steps and --batch at least 1, --folds 0 or at least 2 (each --fold
+    one of them), the fractions 0 to 1, the rates, weights and band widths finite and not
+    negative (--learning-rate and --nontrivial-weight positive), --ema 0 up to 1."""
+    for option in ("steps", "batch"):
+        if getattr(args, option) < 1:
+            parser.error(f"--{option} must be at least 1, got {getattr(args, option)}")
+    if args.folds < 0 or args.folds == 1:
+        parser.error(f"--folds must be 0 or at least 2, got {args.folds}")
+    for fold in args.fold or ():
+        if not 0 <= fold < args.folds:
+            parser.error(f"--fold {fold} needs --folds K with 0 <= {fold} < K")
+    for option in FRACTION_OPTIONS:
+        if not 0 <= getattr(args, option) <= 1:
+            parser.error(f"--{option.replace('_', '-')} must be 0 to 1, got "
+                         f"{getattr(args, option):g}")
+    for option in NON_NEGATIVE_OPTIONS:
+        if not 0 <= getattr(args, option) < math.inf:
+            parser.error(f"--{option.replace('_', '-')} must be a finite number, 0 or more, "
+                         f"got {getattr(args, option):g}")
+    for option in ("learning_rate", "nontrivial_weight"):
+        if not 0 < getattr(args, option) < math.inf:
+            parser.error(f"--{option.replace('_', '-')} must be a finite positive number, got "
+                         f"{getattr(args, option):g}")
+    if not 0 <= args.ema < 1:
+        parser.error(f"--ema must be at least 0 and below 1, got {args.ema:g}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--roads", action="append", default=[], metavar="FOLDER",
@@ -1151,7 +1302,18 @@ def main():
             parser.error(f"--cases {file}: no such file")
     if not 0 <= args.water_path_share < 1:
         parser.error("--water-path-share must be at least 0 and below 1")
-    widths = tuple(int(value) for value in args.widths.split(","))
+    if not args.out:
+        parser.error("--out must name a folder, got an empty path")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        parser.error(f"--out {args.out} exists and is not a folder")
+    check_counts(parser, args)
+    try:
+        widths = option_numbers("--widths", args.widths, int)
+        scales = option_numbers("--scales", args.scales, count=2)
+        ground_range = (None if args.ground_range is None
+                        else option_numbers("--ground-range", args.ground_range, count=2))
+    except BadParameter as exc:
+        parser.error(str(exc))
     if args.backbone == "unet":
         def network():
             return SurfaceNet(widths)
@@ -1164,13 +1326,24 @@ def main():
 
         def network():
             return MobileNetUNet(args.backbone_weights, args.encoder_stride)
-    scales = tuple(float(value) for value in args.scales.split(","))
-    ground_range = (None if args.ground_range is None
-                    else tuple(float(value) for value in args.ground_range.split(",")))
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    os.makedirs(args.out, exist_ok=True)
-    items = load_sets([(f, 0) for f in args.roads] + [(f, 1) for f in args.water],
-                      tuple(args.exclude), args.unsure_band)
+    try:  # every input read and checked before the output folder is made
+        items = load_sets([(f, 0) for f in args.roads] + [(f, 1) for f in args.water],
+                          tuple(args.exclude), args.unsure_band)
+        if not items:
+            raise BadParameter("--exclude leaves no training image")
+        if load_cases(args.cases, items, args.nontrivial_weight, args.water_path_share)[2] is None:
+            raise BadParameter("no click case lies on a training image: the path output needs "
+                               "--cases")
+        model = network()  # --backbone-weights read
+        if args.init_from:
+            load_exported(model, args.init_from)
+    except TraceError as exc:
+        parser.error(str(exc))
+    try:
+        os.makedirs(args.out, exist_ok=True)
+    except OSError as exc:
+        parser.error(f"cannot make --out {args.out}: {exc.strerror or exc}")
     print(f"{len(items)} images on {device}", flush=True)
 
     def cases_on(images):

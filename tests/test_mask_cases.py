@@ -82,6 +82,12 @@ def test_the_cases_trace_and_measure_with_eval(script, folder, capsys):
     assert "straight" in capsys.readouterr().out
 
 
+def with_ground(text: str):
+    """A setup writing a sources.json whose image's ``gsd_m`` is the JSON ``text``."""
+    record = '{"id": "tile", "image": "tile.png", "gt": "tile_mask.png", "gsd_m": ' + text + "}"
+    return lambda f: (f / "sources.json").write_text(f"[{record}]")
+
+
 @pytest.mark.parametrize(("setup", "options", "message"), [
     (lambda f: (f / "sources.json").unlink(), [], "sources.json"),
     (lambda f: (f / "sources.json").write_text('{"id": 1}'), [], "must be a list of"),
@@ -97,6 +103,11 @@ def test_the_cases_trace_and_measure_with_eval(script, folder, capsys):
     (lambda f: None, ["--per-image", "0"], "--per-image must be at least 1"),
     (lambda f: None, ["--nontrivial-share", "2"], "--nontrivial-share must be 0 to 1"),
     (lambda f: None, ["--min-length", "500"], "--min-length <= --max-length"),
+    (lambda f: (f / "sources.json").write_text("[]"), [], "sources.json lists no images"),
+    *[(with_ground(text), [], "gsd_m of 'tile' must be a positive number of metres per pixel")
+      for text in ('"0.5"', "[1]", "NaN", "-1", "0", "true")],
+    (lambda f: None, ["--seed=-1"], "--seed must be 0 or more"),
+    (lambda f: None, ["--per-image", "100000"], "--per-image must be at most 500"),
 ])
 def test_bad_input_is_one_error_and_writes_nothing(script, folder, capsys, setup, options,
                                                    message):
@@ -108,3 +119,14 @@ def test_bad_input_is_one_error_and_writes_nothing(script, folder, capsys, setup
     assert err.count("\n") == 1
     assert message in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("name", ["sources.json", "tile.png", "tile_mask.png"])
+def test_an_out_that_is_an_input_is_refused_and_left_alone(script, folder, capsys, name):
+    before = {path.name: path.read_bytes() for path in folder.iterdir()}
+    assert script.main([str(folder), "--out", str(folder / name)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ")
+    assert err.count("\n") == 1
+    assert f"--out {folder / name} is the input" in err
+    assert {path.name: path.read_bytes() for path in folder.iterdir()} == before

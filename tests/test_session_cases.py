@@ -161,3 +161,21 @@ def test_a_failed_write_leaves_the_folder_empty(tmp_path, monkeypatch):
     with pytest.raises(OutputWriteError, match="disk full"):
         core.teaching.write_training_set(out, *made)
     assert list(out.iterdir()) == []
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (["--out", "lines", "--seed=-1"], "--seed must be 0 or more"),
+    (["--out", "lines", "--max-length", "inf"], "--min-length and --max-length must be finite"),
+    (["--out", "lines", "--max-length", "nan"], "--min-length and --max-length must be finite"),
+    (["--out", ""], "--out must name a folder, got an empty path")])
+def test_bad_options_are_one_error_and_write_nothing(script, session, tmp_path, monkeypatch,
+                                                     capsys, options, message):
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)  # an empty --out would have written here
+    assert script.main([str(session), *options]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ")
+    assert err.count("\n") == 1
+    assert message in err
+    assert list(work.iterdir()) == []

@@ -13,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("skimage")
 
+from core.errors import BadParameter  # noqa: E402
 from core.scores import endpoint_similarity  # noqa: E402
 from core.surface import endpoint_plane  # noqa: E402
 from tests.conftest import load_script  # noqa: E402
@@ -462,11 +463,11 @@ def test_a_file_of_another_architecture_is_refused(trainer, tmp_path):
     pytest.importorskip("onnx")
     path = tmp_path / "unet.onnx"
     trainer.export(trainer.SurfaceNet((4, 8, 16, 32)).eval(), path)
-    with pytest.raises(SystemExit, match="convolutions"):
+    with pytest.raises(BadParameter, match="convolutions"):
         trainer.load_exported(trainer.MobileNetUNet(), str(path))
     text = tmp_path / "notes.onnx"
     text.write_text("not a model")
-    with pytest.raises(SystemExit, match="not an ONNX model"):
+    with pytest.raises(BadParameter, match="not an ONNX model"):
         trainer.load_exported(trainer.MobileNetUNet(), str(text))
 
 
@@ -527,14 +528,46 @@ def test_the_cpu_path_distance_is_exact_near_the_line(trainer):
     ([], "give the training images"),
     (["--roads", "{missing}"], "has no sources.json"),
     (["--roads", "{roads}", "--cases", "{missing}/cases.json"], "no such file"),
-    (["--roads", "{roads}", "--init-from", "{missing}/surface.onnx"], "no such file")])
+    (["--roads", "{roads}", "--init-from", "{missing}/surface.onnx"], "no such file"),
+    (["--roads", "{roads}", "--widths", "a,b"], "--widths must be positive whole numbers"),
+    (["--roads", "{roads}", "--scales", "x"], "--scales must be LOW,HIGH"),
+    (["--roads", "{roads}", "--scales", "1.6,0.6"], "--scales must be LOW,HIGH"),
+    (["--roads", "{roads}", "--ground-range", "1"], "--ground-range must be LOW,HIGH"),
+    (["--roads", "{roads}", "--steps", "0"], "--steps must be at least 1"),
+    (["--roads", "{roads}", "--batch", "0"], "--batch must be at least 1"),
+    (["--roads", "{roads}", "--path-share", "2"], "--path-share must be 0 to 1"),
+    (["--roads", "{roads}", "--learning-rate", "nan"], "--learning-rate must be a finite"),
+    (["--roads", "{not_json}"], "sources.json is not JSON"),
+    (["--roads", "{a_dict}"], "sources.json must be a non-empty list"),
+    (["--roads", "{roads}", "--cases", "{not_json}/sources.json"], "is not JSON"),
+    (["--roads", "{roads}", "--cases", "{a_dict}/sources.json"],
+     "must be a JSON list of cases, got dict"),
+    (["--roads", "{roads}", "--cases", "{roads}/cases.json", "--out", "{file}"],
+     "exists and is not a folder"),
+    (["--roads", "{roads}", "--cases", "{roads}/cases.json", "--out", ""],
+     "--out must name a folder"),
+    (["--roads", "{roads}", "--cases", "{roads}/cases.json", "--init-from", "{file}"],
+     "is not an ONNX model")])
 def test_bad_training_options_are_one_usage_error(trainer, road_set, tmp_path, monkeypatch,
                                                   capsys, args, message):
-    names = {"roads": str(road_set), "missing": str(tmp_path / "missing")}
+    """Each is one ``error:`` line after argparse's usage, exit 2, before any training: no
+    output folder made, no input changed."""
+    for name, text in (("not_json", "{"), ("a_dict", '{"id": "road0"}')):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "sources.json").write_text(text)
+    (tmp_path / "file.png").write_text("not a picture nor a model")
+    names = {"roads": str(road_set), "missing": str(tmp_path / "missing"),
+             "not_json": str(tmp_path / "not_json"), "a_dict": str(tmp_path / "a_dict"),
+             "file": str(tmp_path / "file.png")}
+    inputs = {path: path.read_bytes() for path in [*road_set.iterdir(), *tmp_path.rglob("*.*")]}
     monkeypatch.setattr("sys.argv", ["train_surface_model.py", "--out", str(tmp_path / "out"),
                                      *(arg.format(**names) for arg in args)])
     with pytest.raises(SystemExit) as exit_info:
         trainer.main()
     assert exit_info.value.code == 2
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("train_surface_model.py: error: ")
+    assert message in err.strip().splitlines()[-1]
     assert not (tmp_path / "out").exists()
+    assert {path: path.read_bytes() for path in inputs} == inputs
