@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import math
 import os
 
@@ -22,7 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.model import LINE_KINDS, LinesModel
+from app.model import LINE_KINDS, Line, LinesModel
 from app.params import PANEL_BACKENDS, PARAM_RANGES, ParamRange
 from app.tracing import TracingController
 from core.scores import SCORE_KINDS
@@ -177,14 +178,26 @@ class LinesPanel(QWidget):
     """The traced lines: name (editable; checkbox = visible), kind, length, mean score per px.
 
     Double-clicking a kind switches it between road and river.
+
+    The table follows the model incrementally, so that an edit among thousands of lines costs
+    milliseconds: a change inserts the rows of new lines, removes those of deleted lines and
+    rewrites only the cells whose text differs from the changed line's; unchanged lines (the
+    same immutable :class:`~app.model.Line`) are not even looked at. The kind, length and
+    score columns are sized by the panel (widened to fit the rows it writes, measuring only
+    their longest texts), never re-measured over all rows by the header.
     """
 
     COLUMNS = ("Name", "Kind", "Length (px)", "Score/px")
+    #: At most this many distinct texts of a column are measured when fitting its width.
+    FIT_SAMPLE = 8
 
     def __init__(self, model: LinesModel, controller: TracingController, parent=None) -> None:
         super().__init__(parent)
         self.model = model
         self.controller = controller
+        self._ids: list[int] = []  # the line id of every row, top to bottom
+        self._row_of: dict[int, int] = {}  # the row of every line id
+        self._shown: dict[int, Line] = {}  # the line (immutable) each row was last written from
         self.new_kind = QComboBox()
         self.new_kind.addItems(LINE_KINDS)
         self.new_kind.setToolTip("Kind given to the next line you trace")
@@ -196,10 +209,15 @@ class LinesPanel(QWidget):
         self.table.setHorizontalHeaderLabels(self.COLUMNS)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setSortingEnabled(False)  # rows keep the model's order; setItem never re-sorts
         self.table.verticalHeader().hide()
         header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        # Not ResizeToContents: that re-measures every row of the column at each cell written
+        # (seconds per edit with a few hundred lines); _fit_columns sizes them instead.
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        for column in range(1, len(self.COLUMNS)):
+            self.table.setColumnWidth(column, header.sectionSizeHint(column))
         self.table.itemChanged.connect(self._item_changed)
         self.table.cellDoubleClicked.connect(self._cell_double_clicked)
         self.table.itemSelectionChanged.connect(self._table_selection_changed)
@@ -214,20 +232,73 @@ class LinesPanel(QWidget):
         model.subscribe(lambda _change: self.refresh())
         controller.selection_changed.connect(self._show_selection)
 
+    # -- following the model --------------------------------------------------------------------
     def refresh(self) -> None:
-        """Rebuild the rows from the model."""
-        self.table.blockSignals(True)
-        self.table.setRowCount(len(self.model.lines))
-        for row, line in enumerate(self.model.lines):
+        """Bring the rows up to date with the model, touching only what changed."""
+        lines = self.model.lines
+        table = self.table
+        blocker = QSignalBlocker(table)
+        repaint = table.updatesEnabled()  # (left alone when an ancestor has turned them off)
+        if repaint:
+            table.setUpdatesEnabled(False)
+        try:
+            self._sync_rows([line.id for line in lines])
+            written: list[tuple[int, tuple[str, ...]]] = []
+            shown = self._shown
+            for row, line in enumerate(lines):
+                if shown.get(line.id) is not line:
+                    written.append((row, self._show_line(row, line)))
+        finally:
+            if repaint:
+                table.setUpdatesEnabled(True)
+            blocker.unblock()
+        if written or not lines:
+            self._fit_columns(written, shrink=len(written) == len(lines))
+        self._show_selection()
+
+    def _sync_rows(self, ids: list[int]) -> None:
+        """Insert and remove rows so that they stand for the lines ``ids``, in this order; the
+        rows of lines still there keep their items."""
+        old = self._ids
+        if old == ids:
+            return
+        table_model = self.table.model()
+        keep, had = set(ids), set(old)
+        if [i for i in old if i in keep] != [i for i in ids if i in had]:  # reordered: start over
+            self.table.setRowCount(0)
+            self._shown.clear()
+            old, had = [], set()
+        for start, count in reversed(_runs([row for row, i in enumerate(old) if i not in keep])):
+            table_model.removeRows(start, count)
+        for start, count in _runs([row for row, i in enumerate(ids) if i not in had]):
+            table_model.insertRows(start, count)
+        for line_id in had - keep:
+            self._shown.pop(line_id, None)
+        self._ids = list(ids)
+        self._row_of = {line_id: row for row, line_id in enumerate(ids)}
+
+    def _show_line(self, row: int, line: Line) -> tuple[str, ...]:
+        """Make ``row`` show ``line``, setting only the cells whose text or check state differ
+        from what the table shows; returns the texts of the kind, length and score columns."""
+        score = line.score_per_px
+        texts = (line.kind, f"{line.length:.0f}", "—" if math.isnan(score) else f"{score:.3f}")
+        state = Qt.CheckState.Checked if line.visible else Qt.CheckState.Unchecked
+        name = self.table.item(row, 0)
+        if name is None or name.data(Qt.ItemDataRole.UserRole) != line.id:
             name = QTableWidgetItem(line.name)
             name.setData(Qt.ItemDataRole.UserRole, line.id)
             name.setFlags(name.flags() | Qt.ItemFlag.ItemIsUserCheckable)
-            name.setCheckState(Qt.CheckState.Checked if line.visible else Qt.CheckState.Unchecked)
+            name.setCheckState(state)
             name.setToolTip("Double-click to rename; untick to hide")
             self.table.setItem(row, 0, name)
-            score = line.score_per_px
-            for column, text in ((1, line.kind), (2, f"{line.length:.0f}"),
-                                 (3, "—" if math.isnan(score) else f"{score:.3f}")):
+        else:
+            if name.text() != line.name:
+                name.setText(line.name)
+            if name.checkState() != state:
+                name.setCheckState(state)
+        for column, text in enumerate(texts, start=1):
+            item = self.table.item(row, column)
+            if item is None:
                 item = QTableWidgetItem(text)
                 item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEditable)
                 if column == 1:
@@ -236,24 +307,49 @@ class LinesPanel(QWidget):
                     item.setTextAlignment(Qt.AlignmentFlag.AlignRight
                                           | Qt.AlignmentFlag.AlignVCenter)
                 self.table.setItem(row, column, item)
-        self.table.blockSignals(False)
-        self._show_selection()
+            elif item.text() != text:
+                item.setText(text)
+        self._shown[line.id] = line
+        return texts
 
+    def _fit_columns(self, written: list[tuple[int, tuple[str, ...]]], shrink: bool) -> None:
+        """Widen the kind, length and score columns to fit the rows just ``written`` (row,
+        texts), or fit them exactly (narrowing too) when ``shrink``: every row was written (or
+        none is left). Only the few longest distinct texts of each column are measured."""
+        header = self.table.horizontalHeader()
+        grid = 1 if self.table.showGrid() else 0
+        table_model = self.table.model()
+        for offset in range(len(self.COLUMNS) - 1):
+            column = offset + 1
+            rows: dict[str, int] = {}
+            for row, texts in written:
+                rows.setdefault(texts[offset], row)
+            longest = heapq.nlargest(self.FIT_SAMPLE, rows, key=lambda text: (len(text), text))
+            width = max([header.sectionSizeHint(column)]
+                        + [self.table.sizeHintForIndex(table_model.index(rows[text], column))
+                           .width() + grid for text in longest])
+            if not shrink:
+                width = max(width, self.table.columnWidth(column))
+            if width != self.table.columnWidth(column):
+                self.table.setColumnWidth(column, width)
+
+    # -- the user's actions ---------------------------------------------------------------------
     def _line_id(self, row: int) -> int | None:
-        item = self.table.item(row, 0)
-        return None if item is None else item.data(Qt.ItemDataRole.UserRole)
+        return self._ids[row] if 0 <= row < len(self._ids) else None
 
     def _item_changed(self, item: QTableWidgetItem) -> None:
         line = self.model.line(self._line_id(item.row()))
         if line is None or item.column() != 0:
             return
         visible = item.checkState() == Qt.CheckState.Checked
+        name = item.text().strip()
         if visible != line.visible:
             self.model.set_visible(line.id, visible)
-        elif item.text().strip() and item.text() != line.name:
-            self.model.rename(line.id, item.text().strip())
-        else:
-            self.refresh()
+        elif name and name != line.name:
+            self.model.rename(line.id, name)
+        else:  # an empty name, or only spaces added: show the line's name again
+            with QSignalBlocker(self.table):
+                self._show_line(item.row(), line)
 
     def _cell_double_clicked(self, row: int, column: int) -> None:
         line = self.model.line(self._line_id(row))
@@ -269,15 +365,24 @@ class LinesPanel(QWidget):
             self.controller.select(line_id)
 
     def _show_selection(self) -> None:
-        line_id = self.controller.selection[0]
-        self.table.blockSignals(True)
-        self.table.clearSelection()
-        for row in range(self.table.rowCount()):
-            if self._line_id(row) == line_id:
+        row = self._row_of.get(self.controller.selection[0])
+        with QSignalBlocker(self.table):
+            self.table.clearSelection()
+            if row is not None:
                 self.table.selectRow(row)
-        self.table.blockSignals(False)
 
     def delete_selected(self) -> None:
         line_id = self.controller.selection[0]
         if self.model.line(line_id) is not None:
             self.model.delete(line_id)
+
+
+def _runs(rows: list[int]) -> list[tuple[int, int]]:
+    """Increasing ``rows`` as runs of consecutive rows: [(first row, count), …]."""
+    runs: list[tuple[int, int]] = []
+    for row in rows:
+        if runs and runs[-1][0] + runs[-1][1] == row:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((row, 1))
+    return runs
