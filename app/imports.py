@@ -1,12 +1,48 @@
-"""Importing lines: every imported line traced in the background, all added as one undo step."""
+"""Importing lines: every imported line traced in the background, all added as one undo step.
+
+Each line is traced a few segments at a time, one bulk job after the other (:func:`job_size`:
+at most :data:`SEGMENTS_PER_JOB` segments and :data:`JOB_LENGTH_PX` of them, or one longer
+segment). Esc, another image or closing the window thus stops an import within one such job
+however long its lines are, and a click made meanwhile waits behind one job at most.
+"""
 
 from __future__ import annotations
 
+import time
 from typing import Protocol
+
+import numpy as np
 
 from app.model import LinesModel, Point, Segment
 from app.traces import TraceOutcome, error_text
 from core.tracer import TraceParams
+
+#: Most segments one background job of an import traces.
+SEGMENTS_PER_JOB = 4
+#: Most length (px) of the segments one job traces, unless one segment is longer: tracing time
+#: grows with the segments' length (the corridor's area), so that cancelling waits for about
+#: the time of one long segment, or of a few short ones.
+JOB_LENGTH_PX = 200.0
+#: Least time (s) between two progress messages of an import (a line done always says so).
+PROGRESS_INTERVAL_S = 0.25
+
+
+def job_size(lengths: np.ndarray) -> int:
+    """How many of a line's next segments one job traces.
+
+    Parameters
+    ----------
+    lengths : ndarray of shape (M,), M >= 1
+        The lengths (px) of the segments left to trace, in order.
+
+    Returns
+    -------
+    int
+        At least 1; at most :data:`SEGMENTS_PER_JOB`, and more than 1 only while their total
+        length stays within :data:`JOB_LENGTH_PX`.
+    """
+    total = np.cumsum(lengths[:SEGMENTS_PER_JOB])
+    return max(1, int(np.searchsorted(total, JOB_LENGTH_PX, side="right")))
 
 
 class ImportHost(Protocol):
@@ -27,21 +63,22 @@ class ImportHost(Protocol):
 
 
 class ImportRunner:
-    """Imports in progress: each is a set of bulk jobs, one per line, whose lines join the
-    model together when the last is traced; :meth:`cancel` drops them all."""
+    """Imports in progress: each traces every line a few segments per bulk job
+    (:func:`job_size`), and its lines join the model together when the last is traced;
+    :meth:`cancel` drops them all."""
 
     def __init__(self, model: LinesModel, host: ImportHost) -> None:
         self.model = model
         self.host = host
-        self._running: set[object] = set()  # a ticket per import in progress
+        self._running: set[_Import] = set()
 
     @property
     def running(self) -> bool:
         return bool(self._running)
 
     def cancel(self) -> bool:
-        """Drop every import in progress (the jobs still waiting return at once); False if
-        there was none."""
+        """Drop every import in progress: the job running ends unheard, the jobs waiting return
+        at once and no further one is submitted; False if there was none."""
         if not self._running:
             return False
         self._running.clear()
@@ -51,46 +88,122 @@ class ImportRunner:
         """Trace imported lines (:class:`core.vectors.ImportedLine`) with the current
         parameters, each as its own kind or ``default_kind``. Messages report the progress and,
         at the end, the segments kept straight."""
-        ticket = object()
-        self._running.add(ticket)
-        traced: list[tuple[str, str, tuple[Point, ...], tuple[Segment, ...]]] = []
-        problems: list[str] = []
+        if not lines:
+            return
+        job = _Import(self, source)
+        self._running.add(job)
+        job.start([(line.name, line.kind or default_kind,
+                    np.asarray(line.anchors, dtype=np.float64)) for line in lines])
 
-        def live() -> bool:
-            return ticket in self._running
+    def is_live(self, job: _Import) -> bool:
+        """Whether ``job`` is still in progress (not cancelled, nor finished)."""
+        return job in self._running
 
-        def finish_one() -> None:
-            if len(traced) < len(lines):
-                self.host.tell(f"importing lines from {source}: {len(traced)}/{len(lines)} "
-                               "(Esc cancels)")
-                return
-            self._running.discard(ticket)
-            added = self.model.add_lines(traced, origin=self)
-            segments = sum(len(line.segments) for line in added)
-            straight = f"; {len(problems)} kept straight ({problems[0]})" if problems else ""
-            self.host.tell(f"imported {len(added)} line(s), {segments} segment(s) from "
-                           f"{source}{straight}")
-            self.host.select(added[-1].id)
-            self.host.drawing_changed()
+    def finish(self, job: _Import) -> None:
+        """Every line of ``job`` traced: add them as one undo step and say so."""
+        self._running.discard(job)
+        added = self.model.add_lines(job.traced, origin=self)
+        segments = sum(len(line.segments) for line in added)
+        problems = job.problems
+        straight = f"; {len(problems)} kept straight ({problems[0]})" if problems else ""
+        self.host.tell(f"imported {len(added)} line(s), {segments} segment(s) from "
+                       f"{job.source}{straight}")
+        self.host.select(added[-1].id)
+        self.host.drawing_changed()
 
-        for line in lines:
-            anchors = tuple((float(x), float(y)) for x, y in line.anchors)
-            kind = line.kind or default_kind
 
-            def done(result: tuple[TraceOutcome, list[str]], name=line.name, kind=kind,
-                     anchors=anchors) -> None:
-                if live():
-                    outcome, reasons = result
-                    traced.append((name, kind, anchors, outcome.segments))
-                    problems.extend(reasons)
-                    finish_one()
+class _Import:
+    """One import in progress: its lines (each a :class:`_LineTrace`), those traced (in the
+    order they were done), the reasons of segments kept straight, and the progress."""
 
-            def failed(exc: BaseException, name=line.name, kind=kind, anchors=anchors) -> None:
-                if live():
-                    traced.append((name, kind, anchors, tuple(
-                        Segment.straight(a, b) for a, b in zip(anchors[:-1], anchors[1:],
-                                                               strict=True))))
-                    problems.extend([error_text(exc)] * (len(anchors) - 1))
-                    finish_one()
+    def __init__(self, runner: ImportRunner, source: str) -> None:
+        self.runner = runner
+        self.host = runner.host
+        self.source = source
+        self.lines = 0
+        self.traced: list[tuple[str, str, tuple[Point, ...], tuple[Segment, ...]]] = []
+        self.problems: list[str] = []
+        self.total = 0  # segments, of every line
+        self.done = 0  # segments traced, of every line
+        self.told = time.monotonic()
 
-            self.host.submit_anchors(anchors, self.host.line_params(kind), done, failed, live)
+    def start(self, lines: list[tuple[str, str, np.ndarray]]) -> None:
+        """Submit the first job of every line ``(name, kind, anchors (K, 2))``."""
+        self.lines = len(lines)
+        self.total = sum(len(anchors) - 1 for _, _, anchors in lines)
+        self.tell_progress()
+        for name, kind, anchors in lines:
+            _LineTrace(self, name, kind, anchors).submit_next()
+
+    def live(self) -> bool:
+        """Whether the import still runs (not cancelled, nor finished)."""
+        return self.runner.is_live(self)
+
+    def add(self, segments: int, reasons: list[str]) -> None:
+        """A job traced ``segments`` segments, kept straight for ``reasons``."""
+        self.done += segments
+        self.problems += reasons
+        if time.monotonic() - self.told >= PROGRESS_INTERVAL_S:
+            self.tell_progress()
+
+    def line_done(self, line: tuple[str, str, tuple[Point, ...], tuple[Segment, ...]]) -> None:
+        """A line is traced: the import is done with the last one."""
+        self.traced.append(line)
+        if len(self.traced) == self.lines:
+            self.runner.finish(self)
+        else:
+            self.tell_progress()
+
+    def tell_progress(self) -> None:
+        """Say how far the import is."""
+        self.told = time.monotonic()
+        self.host.tell(f"importing lines from {self.source}: {len(self.traced)}/{self.lines} "
+                       f"line(s), {self.done}/{self.total} segment(s) (Esc cancels)")
+
+
+class _LineTrace:
+    """One line of an import, traced one job after the other (:func:`job_size`); its anchors
+    become points a job at a time, so that no step holds the window for long however many
+    vertices the line has."""
+
+    def __init__(self, owner: _Import, name: str, kind: str, anchors: np.ndarray) -> None:
+        self.owner = owner
+        self.name = name
+        self.kind = kind
+        self.anchors = anchors
+        self.lengths = np.hypot(*np.diff(anchors, axis=0).T)
+        self.points: list[Point] = []  # the anchors traced so far
+        self.segments: list[Segment] = []
+        self.job: tuple[Point, ...] = ()  # the anchors being traced
+
+    def submit_next(self) -> None:
+        """Trace the line's next segments in the worker."""
+        first = len(self.segments)
+        count = job_size(self.lengths[first:])
+        self.job = tuple(map(tuple, self.anchors[first:first + count + 1].tolist()))
+        host = self.owner.host
+        host.submit_anchors(self.job, host.line_params(self.kind), self._traced, self._failed,
+                            self.owner.live)
+
+    def _traced(self, result: tuple[TraceOutcome, list[str]]) -> None:
+        if self.owner.live():
+            outcome, reasons = result
+            self._add(outcome.segments, reasons)
+
+    def _failed(self, exc: BaseException) -> None:
+        """An unexpected error: the job's segments stay straight, the error is the reason."""
+        if self.owner.live():
+            self._add(tuple(Segment.straight(a, b) for a, b in zip(self.job[:-1], self.job[1:],
+                                                                    strict=True)),
+                      [error_text(exc)] * (len(self.job) - 1))
+
+    def _add(self, segments: tuple[Segment, ...], reasons: list[str]) -> None:
+        """Keep a job's segments; trace the next ones, or say the line is done."""
+        self.points += self.job[1:] if self.points else self.job
+        self.segments += segments
+        self.owner.add(len(segments), reasons)
+        if len(self.segments) < len(self.anchors) - 1:
+            self.submit_next()
+        else:
+            self.owner.line_done((self.name, self.kind, tuple(self.points),
+                                  tuple(self.segments)))

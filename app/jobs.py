@@ -5,8 +5,10 @@ single worker thread, which also keeps the compiled tracer from ever running twi
 Jobs run in submission order; a preview job waits behind them and is replaced by a newer
 preview while it waits, so moving the mouse never piles up work: at most one job runs and one
 preview waits. *Bulk* jobs (an import of many lines) wait behind both, so a click or a preview
-made meanwhile runs next. Results and exceptions come back to the GUI thread through queued
-signals.
+made meanwhile runs next; the bulk jobs that a bulk job's ``done`` or ``failed`` submits (its
+continuation: the next segments of an imported line) run before the other bulk jobs waiting,
+so that a chain of them ends before the next chain goes on. Results and exceptions come back
+to the GUI thread through queued signals.
 """
 
 from __future__ import annotations
@@ -77,6 +79,8 @@ class JobQueue(QObject):
         self._preview: Job | None = None
         self._running: Job | None = None
         self._closed = False
+        # While a bulk job's callbacks run: where the bulk jobs they submit go in ``_bulk``.
+        self._continuation: int | None = None
 
     @property
     def running(self) -> Job | None:
@@ -88,16 +92,22 @@ class JobQueue(QObject):
         return len(self._queue) + len(self._bulk) + (self._preview is not None)
 
     def submit(self, job: Job) -> None:
-        """Queue a job; a preview replaces the preview that is still waiting, if any."""
+        """Queue a job; a preview replaces the preview that is still waiting, if any. A bulk
+        job submitted by a bulk job's callback goes before the other bulk jobs waiting (after
+        those the same callback submitted before it)."""
         if self._closed:
             return
         if job.preview:
             self._preview = job
+        elif job.bulk and self._continuation is not None:
+            self._bulk.insert(self._continuation, job)
+            self._continuation += 1
         elif job.bulk:
             self._bulk.append(job)
         else:
             self._queue.append(job)
-        self._start_next()
+        if self._continuation is None:  # else the callbacks' end starts the next job
+            self._start_next()
 
     def drop_preview(self) -> None:
         self._preview = None
@@ -131,6 +141,7 @@ class JobQueue(QObject):
     @Slot(object, object, object)
     def _on_finished(self, job: Job, result: object, error: BaseException | None) -> None:
         self._running = None
+        self._continuation = 0 if job.bulk else None
         try:
             if self._closed:
                 return
@@ -140,12 +151,20 @@ class JobQueue(QObject):
                 else:
                     failed(error)
         finally:
+            self._continuation = None
             self._start_next()
 
     def shutdown(self, timeout_ms: int = 30_000) -> bool:
-        """Drop waiting jobs, wait for the running one; True if the worker stopped in time."""
+        """Drop waiting jobs, wait for the running one; True if the worker stopped in time.
+
+        Once it has, :attr:`running` is None: the result of the job that ran last is dropped
+        (no ``done`` or ``failed`` runs after a shutdown).
+        """
         self._closed = True
         self._queue.clear()
         self._bulk.clear()
         self._preview = None
-        return self._pool.waitForDone(timeout_ms)
+        stopped = self._pool.waitForDone(timeout_ms)
+        if stopped:
+            self._running = None
+        return stopped

@@ -276,9 +276,9 @@ class TracingController(QObject):
     # -- importing -------------------------------------------------------------------------------
     def import_lines(self, lines, source: str) -> None:
         """Trace imported lines (:class:`core.vectors.ImportedLine`) with the current
-        parameters, one job per line; they join the model as one undo step when the last is
-        done (:class:`app.imports.ImportRunner`). Esc (:meth:`cancel`) or opening another
-        image drops the import."""
+        parameters, a few segments per job (:func:`app.imports.job_size`); they join the
+        model as one undo step when the last is done (:class:`app.imports.ImportRunner`).
+        Esc (:meth:`cancel`) or opening another image drops the import."""
         if self.raster is None or not lines:
             return
         self.line_drawing.stop()

@@ -17,6 +17,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from itertools import chain, compress
 
 from core.errors import BadParameter, OutputWriteError, TraceError
 
@@ -209,20 +210,26 @@ def shortened(value, limit: int = 80) -> str:
 
 def json_depth_exceeds(document, limit: int = MAX_JSON_DEPTH) -> bool:
     """Whether arrays and objects in ``document`` nest deeper than ``limit`` (iterative: no
-    recursion however deep)."""
-    pending = [(document, 1)]
-    while pending:
-        value, depth = pending.pop()
-        if isinstance(value, dict):
-            children = value.values()
-        elif isinstance(value, list):
-            children = value
-        else:
-            continue
+    recursion however deep).
+
+    One level at a time, its children gathered and sorted by type through C-level iterators
+    (no Python step per number): a file of a million coordinates is checked in well under a
+    second.
+    """
+    level = [document] if isinstance(document, dict | list) else []
+    depth = 1
+    while level:
         if depth > limit:
             return True
-        pending += [(child, depth + 1) for child in children
-                    if isinstance(child, (dict, list))]
+        if any(issubclass(kind, dict) for kind in set(map(type, level))):
+            children = list(chain.from_iterable(
+                value.values() if isinstance(value, dict) else value for value in level))
+        else:  # arrays only (a line's coordinates)
+            children = list(chain.from_iterable(level))
+        kinds = list(map(type, children))
+        containers = {kind for kind in set(kinds) if issubclass(kind, dict | list)}
+        level = list(compress(children, map(containers.__contains__, kinds)))
+        depth += 1
     return False
 
 

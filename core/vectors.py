@@ -16,11 +16,18 @@ says:
   skipped.
 
 A line exported by roadtracer carries its anchors in pixels (``anchors`` from the app,
-``anchors_px`` from batch). Where they agree with the geometry's two ends (within
-:data:`ANCHOR_TOLERANCE_PX`) they become the imported line's anchors, so the line comes back
-as it was drawn; otherwise every vertex of the geometry is an anchor. Lines are clipped to the
+``anchors_px`` from batch): vertices of its geometry, in order, from its first vertex to its
+last. Where their two ends agree with the geometry's (within :data:`ANCHOR_TOLERANCE_PX`) they
+become the imported line's anchors, so the line comes back as it was drawn; every one of them
+must then be a pair of finite numbers inside the image on the geometry (at most
+:data:`MAX_LINE_VERTICES`), else the feature is skipped with the reason. Otherwise (anchors of
+another image, or none) every vertex of the geometry is an anchor. Lines are clipped to the
 image, and anchors closer than :data:`MIN_SEGMENT_PX` to the previous one are dropped, as for
 seeds.
+
+Every check and conversion of a line's vertices runs on the whole line at once (numpy, or a
+compiled loop where each vertex depends on the one kept before it), so that reading a file of
+a million vertices takes well under a second.
 """
 
 from __future__ import annotations
@@ -28,11 +35,13 @@ from __future__ import annotations
 import numbers
 import os
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 
 from core.errors import BadParameter
 from core.georef import parse_crs, transform_points
+from core.jit import numba
 from core.output import read_json, shortened
 from core.raster import Raster
 from core.tracer import LINE_KINDS
@@ -101,31 +110,25 @@ def feature_lines(feature, index: int, lonlat: bool = True) -> tuple[list[Seed],
     if image is not None and (not isinstance(image, str) or not image):
         return [], [Failure(f"properties.image={image!r} is not a file name", seed_id)]
     kind = geometry.get("type")
+    coordinates = geometry.get("coordinates")
     if kind == "LineString":
-        parts = [(seed_id, geometry.get("coordinates"))]
-    elif kind == "MultiLineString" and isinstance(geometry.get("coordinates"), list):
-        parts = [(f"{seed_id}/{k}", c) for k, c in enumerate(geometry["coordinates"])]
+        parts = [(seed_id, coordinates)]
+    elif kind == "MultiLineString" and isinstance(coordinates, list):
+        parts = [(f"{seed_id}/{k}", c) for k, c in enumerate(coordinates)]
+    elif kind == "MultiLineString":
+        return [], [Failure(f"MultiLineString coordinates {shortened(coordinates)} are not a "
+                            "list of lines of [x, y] number pairs", seed_id)]
     else:
         return [], [Failure(f"geometry type {kind!r} is not a LineString or "
                             "MultiLineString", seed_id)]
     seeds, failures = [], []
     for part_id, coords in parts:
-        if isinstance(coords, list) and len(coords) > MAX_LINE_VERTICES:
-            failures.append(Failure(f"a line of {len(coords)} vertices: at most "
-                                    f"{MAX_LINE_VERTICES} are read", part_id))
-            continue
         try:
-            vertices = np.array([_position(vertex) for vertex in coords])
-        except (TypeError, ValueError, OverflowError):
-            failures.append(Failure(f"coordinates {shortened(coords)} are not [x, y] "
-                                    "number pairs", part_id))
+            vertices = line_vertices(coords)
+        except BadParameter as exc:
+            failures.append(Failure(str(exc), part_id))
             continue
-        if vertices.ndim != 2 or vertices.shape[0] < 2 or vertices.shape[1] != 2:
-            failures.append(Failure(f"a line needs at least 2 [x, y] vertices, got "
-                                    f"{shortened(coords)}", part_id))
-        elif not np.all(np.isfinite(vertices)):
-            failures.append(Failure("coordinates are not finite", part_id))
-        elif lonlat and image is None and (np.abs(vertices[:, 0]).max() > 180
+        if lonlat and image is None and (np.abs(vertices[:, 0]).max() > 180
                                            or np.abs(vertices[:, 1]).max() > 90):
             failures.append(Failure(
                 f"vertex {vertices[np.argmax(np.abs(vertices).max(1))].tolist()} is not "
@@ -136,19 +139,73 @@ def feature_lines(feature, index: int, lonlat: bool = True) -> tuple[list[Seed],
     return seeds, failures
 
 
-def _position(vertex) -> list[float]:
-    """(x, y) of a GeoJSON position: a list of 2 or more numbers (a height and any further
-    values, such as a GPS track's time, are dropped).
+def line_vertices(coords, key: str | None = None) -> np.ndarray:
+    """(x, y) of a line's GeoJSON positions, checked for the whole line at once.
+
+    Parameters
+    ----------
+    coords
+        A geometry's ``coordinates`` (or a feature's ``properties[key]``): a list of at least
+        2 and at most :data:`MAX_LINE_VERTICES` positions, each a list of 2 or more numbers (a
+        height and any further values, such as a GPS track's time, are dropped).
+    key : str, optional
+        The property ``coords`` is (``"anchors"``), to name it in the messages; None for a
+        geometry's coordinates.
+
+    Returns
+    -------
+    ndarray of shape (N, 2), float64, finite
 
     Raises
     ------
-    TypeError
-        If ``vertex`` is anything else (text, an object, a bool, a single number).
+    BadParameter
+        Naming what is wrong: too many positions, a position that is not numbers (text, an
+        object, a bool, a single number, a number beyond a float), fewer than 2, or a value
+        that is not finite.
     """
-    if not (isinstance(vertex, list | tuple) and len(vertex) >= 2 and all(
-            isinstance(value, numbers.Real) and not isinstance(value, bool) for value in vertex)):
-        raise TypeError(f"{vertex!r} is not a position")
-    return [float(vertex[0]), float(vertex[1])]
+    what, items, line = ("coordinates", "vertices", "a line") if key is None else (
+        f"properties.{key}", "anchors", f"properties.{key}")
+    if isinstance(coords, list) and len(coords) > MAX_LINE_VERTICES:
+        counted = "a line of" if key is None else f"properties.{key} lists"
+        raise BadParameter(f"{counted} {len(coords)} {items}: at most {MAX_LINE_VERTICES} are "
+                           "read")
+    try:
+        vertices = _positions(coords)
+    except (TypeError, ValueError, OverflowError):
+        raise BadParameter(f"{what} {shortened(coords)} are not [x, y] number pairs") from None
+    if len(vertices) < 2:
+        raise BadParameter(f"{line} needs at least 2 [x, y] {items}, got {shortened(coords)}")
+    if not np.all(np.isfinite(vertices)):
+        raise BadParameter(f"{what} are not finite")
+    return vertices
+
+
+def _positions(coords) -> np.ndarray:
+    """(x, y) of GeoJSON positions (a list of lists of 2 or more numbers), shape (N, 2), with
+    no Python step per vertex: the types of the positions and of their values are gathered by
+    C-level iterators and numpy converts the numbers.
+
+    Raises
+    ------
+    TypeError, ValueError or OverflowError
+        If ``coords`` is no list of positions, a position has fewer than 2 values, or a value
+        is no number (text, an object, a bool) or beyond a float.
+    """
+    if not isinstance(coords, list | tuple):
+        raise TypeError(f"{type(coords).__name__} is not a list of positions")
+    if not coords:
+        return np.empty((0, 2))
+    if not all(issubclass(kind, list | tuple) for kind in set(map(type, coords))):
+        raise TypeError("a position is not a list")
+    lengths = set(map(len, coords))
+    if min(lengths) < 2:
+        raise TypeError("a position has fewer than 2 values")
+    if not all(issubclass(kind, numbers.Real) and not issubclass(kind, bool)
+               for kind in set(map(type, chain.from_iterable(coords)))):
+        raise TypeError("a position holds something else than numbers")
+    if len(lengths) > 1:  # some with a height, some without
+        coords = [position[:2] for position in coords]
+    return np.array(coords, dtype=np.float64)[:, :2]
 
 
 def read_seeds(path: str | os.PathLike) -> tuple[list[Seed], list[Failure]]:
@@ -207,9 +264,48 @@ def geojson_features(document, path) -> list:
 
 
 # -------------------------------------------------------------------------------- matching
+def clip_segments(p: np.ndarray, q: np.ndarray, width: int, height: int) -> tuple[
+        np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Clip segments p[i]–q[i] to the pixel-centre box ``[0, width-1] × [0, height-1]``, all
+    at once (Liang–Barsky).
+
+    Parameters
+    ----------
+    p, q : ndarray of shape (M, 2)
+        Pixel (x, y) end points (a segment with a non-finite one misses the box).
+
+    Returns
+    -------
+    start, end : ndarray of shape (M, 2)
+        The clipped segments (meaningful where ``inside``).
+    start_clipped, end_clipped : ndarray of shape (M,), bool
+        Whether each end was moved onto the box's border.
+    inside : ndarray of shape (M,), bool
+        Whether each segment meets the box.
+    """
+    p = np.asarray(p, dtype=np.float64).reshape(-1, 2)
+    q = np.asarray(q, dtype=np.float64).reshape(-1, 2)
+    inside = np.all(np.isfinite(p), axis=1) & np.all(np.isfinite(q), axis=1)
+    t0, t1 = np.zeros(len(p)), np.ones(len(p))
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        d = q - p
+        for pk, qk in ((-d[:, 0], p[:, 0]), (d[:, 0], width - 1 - p[:, 0]),
+                       (-d[:, 1], p[:, 1]), (d[:, 1], height - 1 - p[:, 1])):
+            inside &= (pk != 0) | (qk >= 0)  # parallel to this border and beyond it: missed
+            t = qk / np.where(pk == 0, 1.0, pk)
+            t0 = np.where(pk < 0, np.maximum(t0, t), t0)
+            t1 = np.where(pk > 0, np.minimum(t1, t), t1)
+        upper = np.array([width - 1, height - 1], dtype=np.float64)
+        start = np.clip(p + t0[:, None] * d, 0, upper)
+        end = np.clip(p + t1[:, None] * d, 0, upper)
+    inside &= (t0 <= t1) & np.all(np.isfinite(start), axis=1) & np.all(np.isfinite(end), axis=1)
+    return start, end, t0 > 0, t1 < 1, inside
+
+
 def clip_segment(p: np.ndarray, q: np.ndarray, width: int,
                  height: int) -> tuple[np.ndarray, np.ndarray, bool, bool] | None:
-    """Clip segment p–q to the pixel-centre box ``[0, width-1] × [0, height-1]``.
+    """Clip segment p–q to the pixel-centre box ``[0, width-1] × [0, height-1]``
+    (:func:`clip_segments` for one segment).
 
     Parameters
     ----------
@@ -220,34 +316,18 @@ def clip_segment(p: np.ndarray, q: np.ndarray, width: int,
     -------
     (start, end, start_clipped, end_clipped) or None when the segment misses the box.
     """
-    if not (np.all(np.isfinite(p)) and np.all(np.isfinite(q))):
+    start, end, start_clipped, end_clipped, inside = clip_segments(p, q, width, height)
+    if not inside[0]:
         return None
-    d = q - p
-    t0, t1 = 0.0, 1.0
-    for pk, qk in ((-d[0], p[0]), (d[0], width - 1 - p[0]),
-                   (-d[1], p[1]), (d[1], height - 1 - p[1])):
-        if pk == 0:
-            if qk < 0:
-                return None
-            continue
-        t = qk / pk
-        if pk < 0:
-            t0 = max(t0, t)
-        else:
-            t1 = min(t1, t)
-    if t0 > t1:
-        return None
-    upper = np.array([width - 1, height - 1], dtype=np.float64)
-    start = np.clip(p + t0 * d, 0, upper)
-    end = np.clip(p + t1 * d, 0, upper)
-    return start, end, t0 > 0, t1 < 1
+    return start[0], end[0], bool(start_clipped[0]), bool(end_clipped[0])
 
 
 def lines_in_image(vertices_px: np.ndarray, width: int, height: int) -> list[np.ndarray]:
     """Pieces of a polyline inside an image, each segment clipped to it.
 
     Consecutive segments that stay inside join into one piece; clipped pieces shorter
-    than 2 px (a corner grazing the border) are dropped.
+    than 2 px (a corner grazing the border) are dropped. All segments are clipped at once
+    (:func:`clip_segments`).
 
     Parameters
     ----------
@@ -258,23 +338,26 @@ def lines_in_image(vertices_px: np.ndarray, width: int, height: int) -> list[np.
     -------
     list of ndarray of shape (K, 2), K >= 2
     """
-    pieces: list[list[np.ndarray]] = []
-    joined = False
-    for p, q in zip(vertices_px[:-1], vertices_px[1:], strict=True):
-        clipped = clip_segment(p, q, width, height)
-        if clipped is None:
-            joined = False
-            continue
-        start, end, start_clipped, end_clipped = clipped
-        if (start_clipped or end_clipped) and np.hypot(*(end - start)) < 2:
-            joined = False
-            continue
-        if joined and not start_clipped:
-            pieces[-1].append(end)
-        else:
-            pieces.append([start, end])
-        joined = not end_clipped
-    return [np.array(piece) for piece in pieces]
+    vertices = np.asarray(vertices_px, dtype=np.float64).reshape(-1, 2)
+    if len(vertices) < 2:
+        return []
+    start, end, start_clipped, end_clipped, inside = clip_segments(
+        vertices[:-1], vertices[1:], width, height)
+    kept = inside & ~((start_clipped | end_clipped) & (np.hypot(*(end - start).T) < 2))
+    if not kept.any():
+        return []
+    # A kept segment continues the piece before it where that one was kept and ended inside
+    # (it then starts inside too); any other starts a piece.
+    continues = np.zeros_like(kept)
+    continues[1:] = kept[:-1] & ~end_clipped[:-1]
+    first = (kept & ~(continues & ~start_clipped))[kept]
+    # The vertices: every piece's start, then every kept segment's end.
+    ends_at = np.cumsum(1 + first) - 1
+    starts_at = ends_at[first] - 1
+    points = np.empty((ends_at[-1] + 1, 2))
+    points[ends_at] = end[kept]
+    points[starts_at] = start[kept][first]
+    return np.split(points, starts_at[1:])
 
 
 def centre_longitude(raster: Raster) -> float | None:
@@ -348,11 +431,25 @@ def without_close_vertices(vertices: np.ndarray) -> np.ndarray:
     -------
     ndarray of shape (K, 2), K <= N
     """
-    kept = [vertices[0]]
-    for vertex in vertices[1:]:
-        if np.hypot(*(vertex - kept[-1])) >= MIN_SEGMENT_PX:
-            kept.append(vertex)
-    return np.array(kept)
+    vertices = np.asarray(vertices, dtype=np.float64)
+    return vertices[_far_from_the_last_kept(vertices, MIN_SEGMENT_PX)]
+
+
+@numba.njit(cache=True)
+def _far_from_the_last_kept(vertices: np.ndarray, distance: float) -> np.ndarray:
+    """Which vertices (N, 2) to keep: the first, then each at least ``distance`` from the last
+    one kept (a compiled loop: each vertex depends on the one kept before it)."""
+    keep = np.zeros(len(vertices), dtype=np.bool_)
+    if len(vertices) == 0:
+        return keep
+    keep[0] = True
+    last = 0
+    for i in range(1, len(vertices)):
+        if np.hypot(vertices[i, 0] - vertices[last, 0],
+                    vertices[i, 1] - vertices[last, 1]) >= distance:
+            keep[i] = True
+            last = i
+    return keep
 
 
 def line_kind_of(properties: dict) -> str | None:
@@ -404,7 +501,9 @@ def read_lines(path: str | os.PathLike, raster: Raster,
     lines : list of ImportedLine
         One per piece of a feature inside the image.
     failures : list of Failure
-        Features that are not lines, name another image, cannot be projected, or miss it.
+        Features that are not lines, name another image, cannot be projected, miss it, or
+        whose exported anchors are bad (:func:`line_vertices`; outside the image or off the
+        geometry).
 
     Raises
     ------
@@ -430,12 +529,12 @@ def read_lines(path: str | os.PathLike, raster: Raster,
                 continue
             try:
                 pixels = _to_pixels(seed, space, crs, raster, centre)
+                anchors = _anchors(seed.properties, pixels, raster.width, raster.height)
             except BadParameter as exc:
                 failures.append(Failure(str(exc), seed.id))
                 continue
             pieces = [without_close_vertices(piece)
-                      for piece in lines_in_image(_anchors(seed.properties, pixels),
-                                                  raster.width, raster.height)]
+                      for piece in lines_in_image(anchors, raster.width, raster.height)]
             pieces = [piece for piece in pieces if len(piece) >= 2]
             if not pieces:
                 failures.append(Failure(f"no part of it longer than {MIN_SEGMENT_PX:g} px "
@@ -477,17 +576,58 @@ def _to_pixels(seed: Seed, space: str, crs, raster: Raster, centre: float | None
     return georef.map_to_pixel(transform_points(seed.vertices, crs, georef.crs))
 
 
-def _anchors(properties: dict, pixels: np.ndarray) -> np.ndarray:
-    """The exported pixel anchors of a roadtracer line when they match its geometry's ends,
-    else the geometry's vertices ``pixels`` (N, 2)."""
+def _anchors(properties: dict, pixels: np.ndarray, width: int, height: int) -> np.ndarray:
+    """The exported pixel anchors of a roadtracer line (``anchors``, else ``anchors_px``) when
+    their two ends are the geometry's (within :data:`ANCHOR_TOLERANCE_PX`), else the
+    geometry's vertices ``pixels`` (N, 2) (anchors of another image, or no export's).
+
+    Anchors whose ends match are checked whole: at most :data:`MAX_LINE_VERTICES` pairs of
+    finite numbers (:func:`line_vertices`), each inside the ``width`` × ``height`` image and a
+    vertex of the geometry, in order, as an export writes them.
+
+    Raises
+    ------
+    BadParameter
+        Naming the property and what is wrong with it, or its first bad anchor.
+    """
     for key in ("anchors", "anchors_px"):
-        try:
-            anchors = np.asarray(properties.get(key), dtype=np.float64)
-        except (TypeError, ValueError, OverflowError):  # not numbers, ragged, beyond a float
+        value = properties.get(key)
+        if not (isinstance(value, list) and value and np.all(np.isfinite(pixels[[0, -1]]))):
             continue
-        if anchors.ndim == 2 and anchors.shape[0] >= 2 and anchors.shape[1] == 2 \
-                and np.all(np.isfinite(anchors)) and np.all(np.isfinite(pixels[[0, -1]])) \
-                and np.hypot(*(anchors[[0, -1]] - pixels[[0, -1]]).T).max() \
-                <= ANCHOR_TOLERANCE_PX:
-            return anchors
+        try:
+            ends = _positions([value[0], value[-1]])
+        except (TypeError, ValueError, OverflowError):
+            continue  # not a line's anchors
+        if not (np.all(np.isfinite(ends))
+                and np.hypot(*(ends - pixels[[0, -1]]).T).max() <= ANCHOR_TOLERANCE_PX):
+            continue
+        anchors = line_vertices(value, key)
+        outside = np.flatnonzero(np.any((anchors < 0) | (anchors > [width - 1, height - 1]),
+                                        axis=1))
+        if outside.size:
+            raise BadParameter(f"anchor {outside[0]} {shortened(anchors[outside[0]].tolist())} "
+                               f"of properties.{key} lies outside the image ({width} × "
+                               f"{height} px)")
+        matched = _anchors_on_line(anchors, pixels, ANCHOR_TOLERANCE_PX)
+        if matched < len(anchors):
+            raise BadParameter(f"anchor {matched} {shortened(anchors[matched].tolist())} of "
+                               f"properties.{key} is not on the line's geometry (an export's "
+                               f"anchors are vertices of it, in order, within "
+                               f"{ANCHOR_TOLERANCE_PX:g} px)")
+        return anchors
     return pixels
+
+
+@numba.njit(cache=True)
+def _anchors_on_line(anchors: np.ndarray, vertices: np.ndarray, tolerance: float) -> int:
+    """How many of the first ``anchors`` (K, 2) lie, in order, within ``tolerance`` of
+    ``vertices`` (N, 2) of a line: each matched to the first vertex at or after the last
+    match (a compiled walk along both, O(K + N)); K when all do."""
+    j = 0
+    for k in range(len(anchors)):
+        while j < len(vertices) and not np.hypot(anchors[k, 0] - vertices[j, 0],
+                                                 anchors[k, 1] - vertices[j, 1]) <= tolerance:
+            j += 1
+        if j == len(vertices):
+            return k
+    return len(anchors)
