@@ -190,28 +190,33 @@ def open_executor(args: argparse.Namespace, tasks: int, gpu: bool,
 
 
 def _interrupt(signum, frame) -> None:
-    """SIGTERM handler: stop as Ctrl-C does (the summary of what is done is written); a
-    second SIGTERM, while stopping, is ignored so that the summary is still written."""
+    """SIGINT and SIGTERM handler: stop (the workers are ended and the summary of what is
+    done is written); further SIGINTs and SIGTERMs, while stopping, are ignored, so that a
+    quick second Ctrl-C (or ``timeout``'s signal to the process and again to its group) does
+    not cut the stopping short: no lost summary, no worker left running."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the batch, owning the output folder meanwhile; SIGTERM stops it as Ctrl-C does,
-    and stderr closing (``2>&1 | head -1``) does not stop it."""
+    """Run the batch, owning the output folder meanwhile; Ctrl-C or SIGTERM stops it
+    (:func:`_interrupt`), and stderr closing (``2>&1 | head -1``) does not stop it."""
     from core.batch import lock_output_folder
     from core.output import PipeTolerantStream
 
     use_process_options(args)
     if args.scheduler:
         check_scheduler_address(args.scheduler)
-    previous = signal.signal(signal.SIGTERM, _interrupt)
+    previous = {number: signal.signal(number, _interrupt)
+                for number in (signal.SIGINT, signal.SIGTERM)}
     try:
         with contextlib.redirect_stderr(PipeTolerantStream(sys.stderr)), \
                 lock_output_folder(args.output, inputs=(args.seeds,)):
             return run_batch(args)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def run_batch(args: argparse.Namespace) -> int:

@@ -379,7 +379,7 @@ def wait_for(condition, seconds: float) -> bool:
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux /proc")
-@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL])
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL, "two Ctrl-C"])
 def test_a_stopped_batch_leaves_no_workers(tmp_path, stop):
     images = tmp_path / "images"
     images.mkdir()
@@ -395,24 +395,30 @@ def test_a_stopped_batch_leaves_no_workers(tmp_path, stop):
     out = tmp_path / "out"
     log = tmp_path / "stderr.txt"
     with open(log, "w") as stream:
+        # Its own process group, as a terminal's foreground job is: Ctrl-C signals all of it.
         process = batch_process(images, seeds, out, "--workers", "2", "--points", "301",
-                                stderr=stream)
+                                stderr=stream, start_new_session=True)
     try:
         # The workers, the server they are forked from and the resource tracker.
         assert wait_for(lambda: len(descendants_of(process.pid)) >= 4, 60), log.read_text()
         workers = descendants_of(process.pid)
         time.sleep(1.0)
-        process.send_signal(stop)
+        if stop == "two Ctrl-C":  # a quick double Ctrl-C: the batch and its workers, twice
+            os.killpg(process.pid, signal.SIGINT)
+            os.killpg(process.pid, signal.SIGINT)
+        else:
+            process.send_signal(stop)
         code = process.wait(90)  # a hang detector: a loaded 2-core machine can take 30 s
     finally:
         process.kill()
     assert wait_for(lambda: not any(alive(pid) for pid in workers), 30)
-    if stop == signal.SIGTERM:
+    if stop != signal.SIGKILL:
         assert code == 130
         summary = json.loads((out / "summary.json").read_text())
         assert summary["interrupted"] is True
         assert len(summary["images"]) + len(summary["not_done"]) == 8
         assert "leaked" not in log.read_text()  # no semaphore left behind by a worker
+        assert "Traceback" not in log.read_text()  # a second Ctrl-C cut no stopping short
     assert not list(out.glob("*.part"))
 
 
