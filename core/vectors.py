@@ -34,13 +34,13 @@ from __future__ import annotations
 
 import numbers
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import chain
 
 import numpy as np
 
 from core.errors import BadParameter
-from core.georef import parse_crs, transform_points
+from core.georef import parse_crs, transform_points, wgs84
 from core.jit import numba
 from core.output import read_json, shortened
 from core.raster import Raster
@@ -221,16 +221,29 @@ def read_seeds(path: str | os.PathLike) -> tuple[list[Seed], list[Failure]]:
         ``kind`` property is not one of :data:`core.tracer.LINE_KINDS` while no OpenStreetMap
         tag says its kind (:func:`line_kind_of`).
 
+    Map coordinates in a projected CRS that the document's ``crs`` member names (a batch
+    output written with ``--crs source``) are read in it and become lon/lat.
+
     Raises
     ------
     BadParameter
-        If the file cannot be read or is not a GeoJSON object at all.
+        If the file cannot be read, is not a GeoJSON object at all, or names a CRS PROJ does
+        not know.
     """
     seeds, failures = [], []
-    for index, feature in enumerate(geojson_features(read_json(path, "seeds file"), path)):
-        found, bad = feature_lines(feature, index)
+    document = read_json(path, "seeds file")
+    space, crs = _coordinates_of(document)
+    for index, feature in enumerate(geojson_features(document, path)):
+        found, bad = feature_lines(feature, index, lonlat=space != "source")
         failures += bad
         for seed in found:
+            if space == "source" and seed.image is None:
+                lonlat = transform_points(seed.vertices, crs, wgs84())
+                if not np.all(np.isfinite(lonlat)):
+                    failures.append(Failure(f"a vertex cannot be placed on the globe from "
+                                            f"{crs.name}", seed.id))
+                    continue
+                seed = replace(seed, vertices=lonlat)
             kind = seed.properties.get("kind")
             if kind is None or line_kind_of(seed.properties) is not None:
                 seeds.append(seed)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from core.errors import BadParameter
-from core.georef import Georef
+from core.georef import Georef, parse_crs, transform_points, wgs84
 from core.raster import Raster
 from core.tracer import TraceParams
 from core.vectors import read_lines, read_seeds
@@ -175,3 +175,19 @@ def test_a_line_of_too_many_vertices_is_a_bad_seed_read_at_once(tmp_path):
                                                               {"image": "a.png"})))
     assert failures == []
     assert len(seed.vertices) == MAX_LINE_VERTICES
+
+
+def test_seeds_in_the_projected_crs_their_file_names_are_read_as_lon_lat(tmp_path):
+    # A batch output written with --crs source, fed back as seeds.
+    utm = [[500024.5, 3899962.3], [500036.9, 3899972.5], [500049.3, 3899982.7]]
+    crs = {"type": "name", "properties": {"name": "urn:ogc:def:crs:EPSG::32654"}}
+    (seed,), failures = read_seeds(write(tmp_path, collection(utm, crs=crs)))
+    assert failures == []
+    expected = transform_points(utm, parse_crs("EPSG:32654"), wgs84())
+    np.testing.assert_allclose(seed.vertices, expected, atol=1e-9)
+    assert 140.9 < seed.vertices[0, 0] < 141.1
+    assert 35.2 < seed.vertices[0, 1] < 35.3
+    # Without the member the same numbers are no longitudes and latitudes.
+    seeds, (failure,) = read_seeds(write(tmp_path, collection(utm)))
+    assert seeds == []
+    assert "not longitude/latitude" in failure.reason
