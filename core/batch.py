@@ -541,7 +541,8 @@ def image_footprint(path: Path, image_crs: str | None) -> np.ndarray | None:
 
     Reads only the header (rasterio for TIFFs, Pillow for the others) and the sidecar
     files; the box is that of the image's outline, sampled every 1/16 of a side, grown by
-    1 % on each side. Returns None when the image has no georeferencing with a CRS.
+    1 % on each side (all longitudes up to the pole where the image holds one). Returns None
+    when the image has no georeferencing with a CRS.
 
     Raises
     ------
@@ -577,7 +578,15 @@ def image_footprint(path: Path, image_crs: str | None) -> np.ndarray | None:
     lonlat[:, 0] = np.unwrap(lonlat[:, 0], period=360.0)  # across 180°: past it, not round
     low, high = lonlat.min(axis=0), lonlat.max(axis=0)
     grow = 0.01 * (high - low)
-    return np.concatenate([low - grow, high + grow])
+    box = np.concatenate([low - grow, high + grow])
+    for latitude in (90.0, -90.0):  # a pole inside the image: every longitude, up to it
+        with np.errstate(invalid="ignore"):
+            pole = georef.lonlat_to_pixel(np.array([[0.0, latitude]]))[0]
+        if np.all(np.isfinite(pole)) and -0.5 <= pole[0] <= width - 0.5 \
+                and -0.5 <= pole[1] <= height - 0.5:
+            box[[0, 2]] = -180.0, 180.0
+            box[1 if latitude < 0 else 3] = latitude
+    return box
 
 
 def seed_candidates(seeds: list[Seed], images: list[Path],

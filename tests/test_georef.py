@@ -543,3 +543,16 @@ def test_plain_images_need_no_geo_packages():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(("epsg", "pole"), [(3413, 90.0), (3031, -90.0)])
+def test_the_footprint_of_an_image_around_a_pole_reaches_it(tmp_path, epsg, pole):
+    # 60 m × 60 m of polar stereographic map, the pole at its centre: its outline's latitudes
+    # stop short of the pole, which lies inside.
+    image = tmp_path / "pole.tif"
+    write_geotiff(image, sample_pixels(), transform=Affine(0.2, 0.0, -30.0, 0.0, -0.2, 30.0),
+                  crs=f"EPSG:{epsg}")
+    low_lon, low_lat, high_lon, high_lat = image_footprint(image, None)
+    assert (low_lon, high_lon) == (-180.0, 180.0)
+    assert (high_lat if pole > 0 else low_lat) == pole
+    assert abs(low_lat if pole > 0 else high_lat) > 89.99
