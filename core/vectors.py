@@ -315,26 +315,6 @@ def clip_segments(p: np.ndarray, q: np.ndarray, width: int, height: int) -> tupl
     return start, end, t0 > 0, t1 < 1, inside
 
 
-def clip_segment(p: np.ndarray, q: np.ndarray, width: int,
-                 height: int) -> tuple[np.ndarray, np.ndarray, bool, bool] | None:
-    """Clip segment p–q to the pixel-centre box ``[0, width-1] × [0, height-1]``
-    (:func:`clip_segments` for one segment).
-
-    Parameters
-    ----------
-    p, q : ndarray of shape (2,)
-        Pixel (x, y) end points (non-finite: the segment is dropped).
-
-    Returns
-    -------
-    (start, end, start_clipped, end_clipped) or None when the segment misses the box.
-    """
-    start, end, start_clipped, end_clipped, inside = clip_segments(p, q, width, height)
-    if not inside[0]:
-        return None
-    return start[0], end[0], bool(start_clipped[0]), bool(end_clipped[0])
-
-
 def lines_in_image(vertices_px: np.ndarray, width: int, height: int) -> list[np.ndarray]:
     """Pieces of a polyline inside an image, each segment clipped to it.
 

@@ -37,7 +37,7 @@ from core.tracer import TraceParams
 from core.vectors import (
     Failure,
     Seed,
-    clip_segment,
+    clip_segments,
     lines_in_image,
     read_seeds,
     without_close_vertices,
@@ -458,13 +458,14 @@ def test_read_seeds_forms_and_failures(tmp_path):
         read_seeds(path)
 
 
-def test_clip_segment_and_pieces():
-    start, end, start_clipped, end_clipped = clip_segment(
-        np.array([-10.0, 5.0]), np.array([5.0, 5.0]), 100, 50)
-    np.testing.assert_allclose([start, end], [[0, 5], [5, 5]])
-    assert (start_clipped, end_clipped) == (True, False)
-    assert clip_segment(np.array([-10.0, -5.0]), np.array([-1.0, 60.0]), 100, 50) is None
-    assert clip_segment(np.array([np.nan, 0.0]), np.array([1.0, 1.0]), 100, 50) is None
+def test_clip_segments_and_pieces():
+    start, end, start_clipped, end_clipped, inside = clip_segments(
+        np.array([[-10.0, 5.0], [-10.0, -5.0], [np.nan, 0.0]]),
+        np.array([[5.0, 5.0], [-1.0, 60.0], [1.0, 1.0]]), 100, 50)
+    np.testing.assert_allclose([start[0], end[0]], [[0, 5], [5, 5]])
+    assert (start_clipped[0], end_clipped[0]) == (True, False)
+    # Missing the box, and a non-finite end: neither meets it.
+    assert inside.tolist() == [True, False, False]
     # In, in, out, in: two pieces; the one leaving ends on the border at x = 99.
     vertices = np.array([[10.0, 10], [50, 10], [150, 10], [60, 20]])
     pieces = lines_in_image(vertices, 100, 50)
