@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 from pathlib import Path
 
@@ -38,6 +39,41 @@ NONTRIVIAL_BELOW = 0.8
 MAX_PART_PIXELS = 2048 * 2048
 #: Percentiles of an image part's values stretched to 0 and 255.
 STRETCH_PERCENTILES = (0.1, 99.9)
+
+
+def add_case_options(parser) -> None:
+    """Add the case-making options ``--min-length``, ``--max-length`` and ``--seed`` to the
+    argparse ``parser`` of a script that makes click cases (:func:`check_case_options` checks
+    them)."""
+    parser.add_argument("--min-length", type=float, default=CASE_LENGTHS[0],
+                        help=f"shortest case along the road, px (default {CASE_LENGTHS[0]:g})")
+    parser.add_argument("--max-length", type=float, default=CASE_LENGTHS[1],
+                        help=f"longest case along the road, px (default {CASE_LENGTHS[1]:g})")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def check_case_options(lengths: tuple[float, float], seed: int, least_ratio: float = 1.0
+                       ) -> None:
+    """Check the case-making options of the scripts that make click cases (``--min-length``,
+    ``--max-length``: ``lengths`` in px; ``--seed``): finite lengths with 2 ≤ shortest and
+    ``least_ratio`` × shortest ≤ longest (2 where lines are cut into pieces of such lengths,
+    :func:`road_pieces`), and a seed of 0 or more.
+
+    Raises
+    ------
+    BadParameter
+        Naming the option that is wrong.
+    """
+    shortest, longest = lengths
+    if not (math.isfinite(shortest) and math.isfinite(longest)):
+        raise BadParameter("--min-length and --max-length must be finite, got "
+                           f"{shortest:g} and {longest:g}")
+    if not 2 <= shortest <= longest / least_ratio:
+        bound = "--max-length" if least_ratio == 1 else f"--max-length / {least_ratio:g}"
+        raise BadParameter(f"need 2 <= --min-length <= {bound}, got {shortest:g} and "
+                           f"{longest:g}")
+    if seed < 0:
+        raise BadParameter(f"--seed must be 0 or more, got {seed}")
 
 
 def is_nontrivial(a: np.ndarray, b: np.ndarray, line: np.ndarray) -> bool:

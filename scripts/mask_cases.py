@@ -44,7 +44,7 @@ from core.output import (  # noqa: E402
     write_text_atomic,
 )
 from core.raster import load_image  # noqa: E402
-from core.teaching import CASE_LENGTHS, is_nontrivial  # noqa: E402
+from core.teaching import add_case_options, check_case_options, is_nontrivial  # noqa: E402
 
 #: Mask specks and holes smaller than this (px) are cleaned away before thinning.
 SPECK_PIXELS = 150
@@ -204,11 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nontrivial-share", type=float, default=0.5,
                         help="share of each image's cases that a straight line misses, where "
                              "its roads have them (default 0.5)")
-    parser.add_argument("--min-length", type=float, default=CASE_LENGTHS[0],
-                        help=f"shortest case along the road, px (default {CASE_LENGTHS[0]:g})")
-    parser.add_argument("--max-length", type=float, default=CASE_LENGTHS[1],
-                        help=f"longest case along the road, px (default {CASE_LENGTHS[1]:g})")
-    parser.add_argument("--seed", type=int, default=0)
+    add_case_options(parser)
     args = parser.parse_args(argv)
     try:
         if args.per_image < 1:
@@ -216,13 +212,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.per_image > MOST_PER_IMAGE:
             raise BadParameter(f"--per-image must be at most {MOST_PER_IMAGE} (more only repeat "
                                f"an image's roads; add images instead), got {args.per_image}")
-        if args.seed < 0:
-            raise BadParameter(f"--seed must be 0 or more, got {args.seed}")
         if not 0 <= args.nontrivial_share <= 1:
             raise BadParameter(f"--nontrivial-share must be 0 to 1, got {args.nontrivial_share}")
-        if not 2 <= args.min_length <= args.max_length:
-            raise BadParameter("need 2 <= --min-length <= --max-length, got "
-                               f"{args.min_length:g} and {args.max_length:g}")
+        check_case_options((args.min_length, args.max_length), args.seed)
         cases = make_cases(args.folder, args.out, args.per_image, args.nontrivial_share,
                            (args.min_length, args.max_length), args.seed)
         write_text_atomic(args.out, json.dumps(cases))

@@ -22,7 +22,6 @@ Keep some sessions out to measure the result with (``roadtracer eval LINES2/case
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from pathlib import Path
@@ -34,7 +33,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.session import read_session  # noqa: E402
 from core.errors import BadParameter, TraceError  # noqa: E402
 from core.raster import load_image  # noqa: E402
-from core.teaching import CASE_LENGTHS, check_new_folder, training_set, write_training_set  # noqa: E402
+from core.teaching import (  # noqa: E402
+    add_case_options,
+    check_case_options,
+    check_new_folder,
+    training_set,
+    write_training_set,
+)
 
 
 def session_lines(sessions: list[str]) -> dict:
@@ -55,23 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("sessions", nargs="+", help="session files saved by the app")
     parser.add_argument("--out", required=True, help="a new or empty folder")
-    parser.add_argument("--min-length", type=float, default=CASE_LENGTHS[0],
-                        help=f"shortest case along the road, px (default {CASE_LENGTHS[0]:g})")
-    parser.add_argument("--max-length", type=float, default=CASE_LENGTHS[1],
-                        help=f"longest case along the road, px (default {CASE_LENGTHS[1]:g})")
-    parser.add_argument("--seed", type=int, default=0)
+    add_case_options(parser)
     args = parser.parse_args(argv)
     try:
-        if not args.out:
-            raise BadParameter("--out must name a folder, got an empty path")
-        if not (math.isfinite(args.min_length) and math.isfinite(args.max_length)):
-            raise BadParameter("--min-length and --max-length must be finite, got "
-                               f"{args.min_length:g} and {args.max_length:g}")
-        if not 2 <= args.min_length <= args.max_length / 2:
-            raise BadParameter("need 2 <= --min-length <= half of --max-length, got "
-                               f"{args.min_length:g} and {args.max_length:g}")
-        if args.seed < 0:
-            raise BadParameter(f"--seed must be 0 or more, got {args.seed}")
+        check_case_options((args.min_length, args.max_length), args.seed, least_ratio=2)
         check_new_folder(args.out)
         sources, cases, parts = training_set(session_lines(args.sessions),
                                              (args.min_length, args.max_length), args.seed)

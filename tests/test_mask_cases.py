@@ -103,6 +103,7 @@ def with_ground(text: str):
     (lambda f: None, ["--per-image", "0"], "--per-image must be at least 1"),
     (lambda f: None, ["--nontrivial-share", "2"], "--nontrivial-share must be 0 to 1"),
     (lambda f: None, ["--min-length", "500"], "--min-length <= --max-length"),
+    (lambda f: None, ["--max-length", "inf"], "--min-length and --max-length must be finite"),
     (lambda f: (f / "sources.json").write_text("[]"), [], "sources.json lists no images"),
     *[(with_ground(text), [], "gsd_m of 'tile' must be a positive number of metres per pixel")
       for text in ('"0.5"', "[1]", "NaN", "-1", "0", "true")],
