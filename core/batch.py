@@ -82,6 +82,7 @@ from core.output import (
     TEMPORARY_PREFIX,
     printable,
     read_json,
+    refuse_empty_path,
     refuse_overwriting_input,
     write_text_atomic,
 )
@@ -391,13 +392,6 @@ def output_names(images: list[Path]) -> dict[str, str]:
         stems[image.stem] = stems.get(image.stem, 0) + 1
     return {image.name: f"{image.stem if stems[image.stem] == 1 else image.name}.geojson"
             for image in images}
-
-
-def refuse_empty_path(path: str | os.PathLike | None, what: str) -> None:
-    """Raise :class:`BadParameter` when ``path`` (``what`` it names, e.g. "output") is the
-    empty string: as a :class:`~pathlib.Path` it would be the current folder."""
-    if path is not None and os.fspath(path) == "":
-        raise BadParameter(f"empty {what} path")
 
 
 def _file_identity(path) -> tuple[int, int] | None:

@@ -104,6 +104,13 @@ def _write_in_place(path: str, data: bytes) -> None:
         raise OutputWriteError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
+def refuse_empty_path(path: str | os.PathLike | None, what: str) -> None:
+    """Raise :class:`BadParameter` when ``path`` (``what`` it names, e.g. "output") is the
+    empty string: as a :class:`~pathlib.Path` it would be the current folder."""
+    if path is not None and os.fspath(path) == "":
+        raise BadParameter(f"empty {what} path")
+
+
 def refuse_overwriting_input(output: str | os.PathLike | None, inputs, option: str) -> None:
     """Raise :class:`BadParameter` when the output file ``output`` (given as ``option``) is one
     of the files ``inputs`` read (None entries skipped): writing it would destroy that input."""

@@ -26,7 +26,7 @@ import numpy as np
 
 from core.errors import BadParameter, OutputWriteError
 from core.metrics import path_metrics
-from core.output import write_text_atomic
+from core.output import refuse_empty_path, write_text_atomic
 
 #: Shortest and longest click case (px along its road), as the evaluation cases.
 CASE_LENGTHS = (60.0, 400.0)
@@ -185,8 +185,7 @@ def _part_groups(pieces: list[np.ndarray]) -> list[tuple[str, list[np.ndarray]]]
 def check_new_folder(out: str | os.PathLike) -> None:
     """Raise :class:`BadParameter` unless ``out`` is a new or an empty folder (an empty path,
     which would name the current folder, is neither)."""
-    if not os.fspath(out):
-        raise BadParameter("an empty path names no folder: give a new or empty folder")
+    refuse_empty_path(out, "output folder")
     if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
         raise BadParameter(f"{out} must be a new or empty folder")
 

@@ -167,7 +167,7 @@ def test_a_failed_write_leaves_the_folder_empty(tmp_path, monkeypatch):
     (["--out", "lines", "--seed=-1"], "--seed must be 0 or more"),
     (["--out", "lines", "--max-length", "inf"], "--min-length and --max-length must be finite"),
     (["--out", "lines", "--max-length", "nan"], "--min-length and --max-length must be finite"),
-    (["--out", ""], "an empty path names no folder")])
+    (["--out", ""], "empty output folder path")])
 def test_bad_options_are_one_error_and_write_nothing(script, session, tmp_path, monkeypatch,
                                                      capsys, options, message):
     work = tmp_path / "work"
