@@ -11,6 +11,7 @@ Usage: ``python benchmarks/batch_workload.py FOLDER N``, then
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import sys
@@ -23,9 +24,14 @@ SAMPLE = ROOT / "resources" / "sample" / "gsi_108.png"
 CASES = ROOT / "resources" / "sample" / "gsi_108_cases.json"
 
 
-def main(argv=None) -> int:
-    folder, count = Path(sys.argv[1] if argv is None else argv[0]), int(
-        sys.argv[2] if argv is None else argv[1])
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("folder", type=Path, metavar="FOLDER",
+                        help="where to write images/ and seeds.geojson (made if missing)")
+    parser.add_argument("count", type=int, metavar="N",
+                        help="copies of the sample (96: docs/BENCHMARKS.md's 1728 segments)")
+    args = parser.parse_args(argv)
+    folder, count = args.folder, args.count
     (folder / "images").mkdir(parents=True, exist_ok=True)
     features, segments = [], 0
     for i in range(count):

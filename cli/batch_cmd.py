@@ -127,12 +127,16 @@ def _same(backend: TracerBackend) -> TracerBackend:
 
 
 def check_scheduler_address(address: str) -> None:
-    """BadParameter unless ``address`` reads as a Dask scheduler address
-    (``PROTOCOL://HOST:PORT``, e.g. ``tcp://10.0.0.5:8786``)."""
-    from distributed.comm.addressing import parse_address, parse_host_port
-
+    """BadParameter unless Dask's distributed package is installed and ``address`` reads as
+    a Dask scheduler address (``PROTOCOL://HOST:PORT``, e.g. ``tcp://10.0.0.5:8786``)."""
     from core.errors import BadParameter
 
+    try:
+        from distributed.comm.addressing import parse_address, parse_host_port
+    except ImportError as exc:
+        raise BadParameter(f"--scheduler needs Dask's distributed package, which cannot be "
+                           f"imported ({exc}): install the batch extra, "
+                           'pip install -e ".[batch]"') from None
     try:
         protocol, location = parse_address(address, strict=True)
         if protocol in ("tcp", "tls"):

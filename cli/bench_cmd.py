@@ -62,16 +62,21 @@ def repeat_count(text: str) -> int:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from gpu.select import BACKEND_CHOICES
 
-    parser.add_argument("--backend", default="cpu", choices=BACKEND_CHOICES)
+    parser.add_argument("--backend", default="cpu", choices=BACKEND_CHOICES,
+                        help="compute backend to time (default: %(default)s; auto: the GPU if "
+                             "usable)")
     parser.add_argument("--repeats", type=repeat_count, default=5,
-                        help="runs per cell (median reported)")
+                        help="runs per cell, the median reported (default: %(default)s)")
     parser.add_argument("--angles", type=number_list(float, 1e-3, 180, "angles in degrees"),
-                        default="180,30", help="max angles θ to time, degrees")
+                        default="180,30", help="max angles θ to time, degrees (default: "
+                                               "%(default)s)")
     parser.add_argument("--points", type=number_list(int, 2, MAX_POINTS, "points per guide"),
-                        default=",".join(map(str, POINTS)), help="points per guide d to time")
+                        default=",".join(map(str, POINTS)),
+                        help="points per guide d to time (default: %(default)s)")
     parser.add_argument("--divisions", type=number_list(int, 3, MAX_DIVISIONS,
                                                         "division points"),
-                        default="5,6,7,8", help="division points n = m + 2")
+                        default="5,6,7,8", help="division points n = m + 2 (default: "
+                                                "%(default)s)")
     parser.add_argument("--image", default=None, help="image for end-to-end (default: sample)")
     parser.add_argument("--json", metavar="FILE", type=output_file,
                         help="also write the raw figures here")

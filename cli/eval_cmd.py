@@ -71,12 +71,15 @@ def run(args: argparse.Namespace) -> int:
         summarise,
     )
     from core.output import refuse_overwriting_input, write_text_atomic
-    from core.peers import PEERS
+    from core.peers import PEERS, check_libraries
     from core.surface import UNKNOWN_GROUND_NOTE
     from core.tracer import evidence_folder, ground_resolution_unknown
     from gpu.select import choose_backend
 
-    use_process_options(args)
+    methods = [OURS, *PEERS] if args.method == "all" else [args.method]
+    check_libraries(methods)
+    # --stability moves the clicks of our tracer, whichever the methods.
+    use_process_options(args, traces=OURS in methods or args.stability is not None)
     if args.limit is not None and args.limit < 1:
         raise BadParameter(f"--limit must be >= 1, got {args.limit}")
     if args.corrections is not None and not 0 <= args.corrections <= MOST_CORRECTIONS:
@@ -90,13 +93,11 @@ def run(args: argparse.Namespace) -> int:
     inputs = check_cases(cases, rasters, params, args.evidence_dir)
     sources = os.path.join(os.path.dirname(os.path.abspath(args.cases)), SOURCES_FILE)
     refuse_overwriting_input(args.json, (args.cases, sources, *inputs), "--json")
-    methods = [OURS, *PEERS] if args.method == "all" else [args.method]
     backend = None
     if OURS in methods:
         backend, backend_note = choose_backend(args.backend,
                                                notify=lambda text: note(args, text))
         note(args, f"ours: {backend_note}")
-    if OURS in methods:
         unknown = sorted({case.image for case in cases if ground_resolution_unknown(
             rasters.get(case.image), case_params(params, case, args.evidence_dir))})
         if unknown:

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import time
+from dataclasses import replace
 
 from cli import note
 from core.tracer import TraceParams
@@ -118,18 +119,30 @@ def add_crs_arguments(parser: argparse.ArgumentParser) -> None:
                              "three)")
 
 
-def use_process_options(args: argparse.Namespace) -> None:
+def use_process_options(args: argparse.Namespace, traces: bool = True) -> None:
     """Make ``--memory-budget`` the budget of every trace of this process and of the worker
     processes it starts (:mod:`core.resources`), and ``--surface-model`` (else
     ``$ROADTRACER_SURFACE_MODEL``) their surface model, checked before any work
-    (:func:`core.surface.use_model`; a note names it); BadParameter if the budget is not a
-    size, ModelUnavailable if the model is not one this program can run."""
+    (:func:`core.surface.use_model`; a note names it) where the command ``traces`` with a
+    score kind that runs the model (else a ``--surface-model`` given is noted as unused);
+    BadParameter if the budget is not a size, ModelUnavailable if the model is not one this
+    program can run."""
     from core import surface
     from core.resources import BUDGET_VARIABLE, parse_size
+    from core.tracer import runs_surface_model
 
     if args.memory_budget is not None:
         parse_size(args.memory_budget, "--memory-budget")
         os.environ[BUDGET_VARIABLE] = args.memory_budget
+    # An evidence folder (batch, eval) puts every trace on an evidence raster too.
+    evidence = getattr(args, "evidence", None) or getattr(args, "evidence_dir", None)
+    if not (traces and runs_surface_model(replace(params_from_args(args),
+                                                  evidence_path=evidence))):
+        if args.surface_model:
+            why = (f"score kind {args.score!r} runs no surface model" if traces
+                   else "no method measured runs our tracer")
+            note(args, f"--surface-model is not used: {why}")
+        return
     chosen = args.surface_model or os.environ.get(surface.MODEL_VARIABLE)
     if chosen:
         model = surface.use_model(chosen)
@@ -215,7 +228,11 @@ def run(args: argparse.Namespace) -> int:
     from core.output import refuse_overwriting_input, write_text_or_stdout
     from core.raster import load_image
     from core.surface import UNKNOWN_GROUND_NOTE
-    from core.tracer import ground_resolution_unknown, trace_through
+    from core.tracer import (
+        ground_resolution_unknown,
+        no_ground_resolution_reason,
+        trace_through,
+    )
     from gpu.select import choose_backend
 
     start = time.perf_counter()
@@ -238,25 +255,28 @@ def run(args: argparse.Namespace) -> int:
     if raster.band_note:
         note(args, f"{args.image}: tracing {raster.band_note}")
     if ground_resolution_unknown(raster, params):
-        note(args, f"{args.image}: ground resolution unknown (no georeferencing): "
-                   f"{UNKNOWN_GROUND_NOTE}; give --ground-resolution M to run it once")
-    names = ["a", *(f"via {k + 1}" for k in range(len(args.via))), "b"]
-    results = trace_through(raster, [args.a, *args.via, args.b], params, backend, names)
-    load_ms = 1e3 * (time.perf_counter() - start) - sum(result.timings_ms["total"]
-                                                         for result in results)
+        note(args, f"{args.image}: ground resolution unknown "
+                   f"({no_ground_resolution_reason(raster)}): {UNKNOWN_GROUND_NOTE}; give "
+                   "--ground-resolution M to run it once")
     if args.format == "geojson":
         from core.geojson import (
+            coordinate_space,
             feature_collection,
             pixel_space_note,
             trace_feature,
             traced_line_feature,
         )
 
+        if coordinate_space(raster, args.crs) == "pixel":
+            note(args, f"{args.image}: GeoJSON {pixel_space_note(raster)}")
+    names = ["a", *(f"via {k + 1}" for k in range(len(args.via))), "b"]
+    results = trace_through(raster, [args.a, *args.via, args.b], params, backend, names)
+    load_ms = 1e3 * (time.perf_counter() - start) - sum(result.timings_ms["total"]
+                                                         for result in results)
+    if args.format == "geojson":
         feature = trace_feature(results[0], raster, crs=args.crs) if len(results) == 1 else \
             traced_line_feature(results, raster, {"params": params.as_dict()}, args.crs)
         document = feature_collection([feature], raster, args.crs)
-        if document["coordinate_space"] == "pixel":
-            note(args, f"{args.image}: GeoJSON {pixel_space_note(raster)}")
     else:
         document = result_record(results, args.image, backend_note, load_ms)
     text = json.dumps(document, indent=None if args.format == "geojson" else 1)

@@ -9,15 +9,18 @@
 |∇I| is our colour gradient (:func:`core.gradient.gaussian_gradient`, σ = 1.5 px) in 8-bit
 grey-level units. Each peer sees the box around a and b grown by :func:`peer_margin` on every
 side (more room than our corridor), so its latency is that of one click on a tile, not on the
-whole image. OpenCV and scikit-image are optional (extra ``eval``) and imported on use.
+whole image. OpenCV and scikit-image are optional (extra ``eval``) and imported on use;
+:func:`check_libraries` says up front which one a run lacks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from core.errors import BadParameter
 from core.gradient import gaussian_gradient
 from core.raster import Raster
 
@@ -102,3 +105,31 @@ PEERS: dict[str, Callable[[Raster, np.ndarray, np.ndarray], np.ndarray]] = {
     "route_edge": route_edge,
     "straight": straight,
 }
+
+#: Peer name → (library, the module it is imported as); the ``eval`` extra installs them.
+PEER_LIBRARIES = {
+    "livewire": ("OpenCV", "cv2"),
+    "route_flat": ("scikit-image", "skimage"),
+    "route_edge": ("scikit-image", "skimage"),
+}
+
+
+def check_libraries(methods: Iterable[str]) -> None:
+    """Import the library of every peer among ``methods`` (other names are let through).
+
+    Raises
+    ------
+    BadParameter
+        Naming the first peer whose library cannot be imported, the module and how to install
+        it.
+    """
+    for method in methods:
+        if method not in PEER_LIBRARIES:
+            continue
+        library, module = PEER_LIBRARIES[method]
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise BadParameter(f"method {method} needs {library} (module {module}), which cannot "
+                               f"be imported ({exc}): install the eval extra, "
+                               'pip install -e ".[eval]"') from None

@@ -13,7 +13,7 @@ real roads and rivers (docs/ACCURACY.md):
   re-traced click costs about 2.5 plain ones, not 3.5);
 * guides m = clip(round(L / 20), 1, 40), i.e. one guide every ~20 px;
 * points d = 2·round(w / 1.5) + 1, i.e. guide points ~1.5 px apart;
-* max angle 30°, σ = 1.5 px, score ``surface``.
+* max angle 60°, σ = 1.5 px, score ``surface``.
 
 Evidence from the user: ``TraceParams.evidence_path`` names a raster on the image's pixel
 grid (same width and height, e.g. a road-probability map from a segmentation model); the
@@ -99,9 +99,15 @@ class TraceParams:
             min(max(round(length / GUIDE_SPACING), 1), 40))
         points = self.points if self.points is not None else 2 * int(
             round(halfwidth / POINT_SPACING)) + 1
-        score = "centre" if self.evidence_path is not None and self.score == "surface" \
+        return replace(self, guides=guides, points=points, halfwidth=halfwidth,
+                       score=self.traced_score)
+
+    @property
+    def traced_score(self) -> str:
+        """The score kind that traces: ``score``, but ``centre`` for ``surface`` (a model of
+        imagery) on an evidence raster."""
+        return "centre" if self.evidence_path is not None and self.score == "surface" \
             else self.score
-        return replace(self, guides=guides, points=points, halfwidth=halfwidth, score=score)
 
     def as_dict(self) -> dict:
         """The parameters by field name (JSON-ready)."""
@@ -303,11 +309,26 @@ def reads_ground_resolution(params: TraceParams) -> bool:
             and params.evidence_path is None)
 
 
+def runs_surface_model(params: TraceParams) -> bool:
+    """Whether traces with ``params`` run the learned surface model (their score kind reads
+    it)."""
+    return "surface model" in get_score_kind(params.traced_score).needs
+
+
 def ground_resolution_unknown(raster: Raster, params: TraceParams) -> bool:
     """Whether traces on ``raster`` with ``params`` depend on a ground resolution that neither
     the parameters nor the raster's georeferencing give (such imagery is traced as imagery
     finer than ``core.surface.COARSE_GROUND_RESOLUTION``)."""
     return reads_ground_resolution(params) and ground_resolution_of(raster, params) is None
+
+
+def no_ground_resolution_reason(raster: Raster) -> str:
+    """Why the georeferencing of ``raster`` gives no ground resolution, in a few words."""
+    if raster.georef is None:
+        return "no georeferencing"
+    if raster.georef.crs is None:
+        return f"{raster.georef.source} without a CRS: its units are unknown"
+    return "its georeferencing cannot place the image's centre"
 
 
 def ground_resolution_of(raster: Raster, params: TraceParams) -> float | None:

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import tempfile
@@ -72,4 +73,7 @@ def main(output: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else str(ROOT / "docs" / "screenshot.png")))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("output", nargs="?", default=str(ROOT / "docs" / "screenshot.png"),
+                        help="PNG file to write (default: docs/screenshot.png)")
+    sys.exit(main(parser.parse_args().output))

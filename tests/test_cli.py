@@ -1,4 +1,5 @@
-"""The ``trace`` command: output contract and one-line errors with exit code 2."""
+"""The commands (mostly ``trace``): output contract, notes before the work and one-line errors with
+exit code 2."""
 
 import json
 import os
@@ -444,3 +445,62 @@ def test_a_line_break_in_a_file_name_cannot_forge_a_message(capsys, tmp_path):
     assert len(lines) == 1
     assert lines[0].startswith("error: image file not found")
     assert "x\\nerror: forged.png" in lines[0]
+
+
+def test_notes_come_before_the_trace(capsys, tmp_path, monkeypatch):
+    import core.tracer
+
+    image = tmp_path / "s.png"
+    shutil.copy(SAMPLE_IMAGE, image)
+    (tmp_path / "s.pgw").write_text("0.2\n0\n0\n-0.2\n500000.1\n3899999.9\n")  # no .prj
+    before_tracing = []
+
+    def trace_through(*args, **kwargs):
+        before_tracing.append(capsys.readouterr().err)
+        return original(*args, **kwargs)
+
+    original = core.tracer.trace_through
+    monkeypatch.setattr(core.tracer, "trace_through", trace_through)
+    code, out, err = run_cli(capsys, image, "--a", A, "--b", B, "--backend", "cpu",
+                             "--format", "geojson")
+    assert code == 0
+    assert json.loads(out)["coordinate_space"] == "pixel"
+    assert err == ""  # every note was printed before tracing
+    (notes,) = before_tracing
+    assert (f"note: {image}: ground resolution unknown (world file s.pgw without a CRS: its "
+            "units are unknown)") in notes
+    assert f"note: {image}: GeoJSON coordinates are image pixels" in notes
+    assert "names no CRS" in notes
+
+
+def test_a_scheduler_without_dask_distributed_is_one_error_before_any_work(capsys, tmp_path,
+                                                                          monkeypatch):
+    for name in [name for name in sys.modules if name.startswith("distributed.")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, "distributed", None)  # as without the batch extra
+    out = tmp_path / "out"
+    code = cli_main(["batch", str(tmp_path), "--seeds", str(tmp_path / "seeds.geojson"),
+                     "-o", str(out), "--scheduler", "tcp://127.0.0.1:8786"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("error: --scheduler needs Dask's distributed package, which cannot be "
+                          "imported (")
+    assert err.endswith('install the batch extra, pip install -e ".[batch]"\n')
+    assert err.count("\n") == 1
+    assert not out.exists()
+
+
+def test_bench_help_shows_the_default_backend(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(["bench", "--help"])
+    assert exit_.value.code == 0
+    assert "(default: cpu;" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("script", ["scripts/screenshot.py", "benchmarks/batch_workload.py"])
+def test_scripts_take_help(script, tmp_path):
+    process = subprocess.run([sys.executable, str(ROOT / script), "--help"], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120)
+    assert process.returncode == 0, process.stderr
+    assert process.stdout.startswith("usage: ")
+    assert list(tmp_path.iterdir()) == []  # nothing written

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -292,6 +293,33 @@ def test_eval_notes_images_of_unknown_ground_resolution(tmp_path, capsys):
                 ["eval", str(CASES), "--method", "straight", "--limit", "1"]):
         assert main(run) == 0
         assert "ground resolution" not in capsys.readouterr().err, run
+
+
+@pytest.mark.parametrize(("method", "module", "library"), [
+    ("all", "cv2", "livewire needs OpenCV"),
+    ("livewire", "cv2", "livewire needs OpenCV"),
+    ("route_flat", "skimage", "route_flat needs scikit-image"),
+    ("all", "skimage", "route_flat needs scikit-image"),
+])
+def test_a_peer_without_its_library_is_one_error_before_any_work(tmp_path, capsys, monkeypatch,
+                                                                 method, module, library):
+    monkeypatch.setitem(sys.modules, module, None)  # as if the eval extra were not installed
+    report = tmp_path / "report.json"
+    assert main(["eval", str(CASES), "--method", method, "--json", str(report)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(f"error: method {library} (module {module}), which cannot "
+                                   "be imported (")
+    assert captured.err.endswith('install the eval extra, pip install -e ".[eval]"\n')
+    assert captured.err.count("\n") == 1
+    assert not report.exists()
+
+
+def test_methods_that_need_no_missing_library_still_run(capsys, monkeypatch):
+    pytest.importorskip("skimage")
+    monkeypatch.setitem(sys.modules, "cv2", None)
+    assert main(["eval", str(CASES), "--method", "route_edge", "--limit", "1", "--quiet"]) == 0
+    assert "route_edge" in capsys.readouterr().out
 
 
 def test_eval_command_bad_input(tmp_path, capsys):

@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 
+import imageio.v3 as iio
 import numpy as np
 import pytest
 
@@ -132,3 +133,33 @@ def test_the_variable_is_checked_before_any_work_too(capsys, tmp_path, monkeypat
     assert err == (f"error: surface model not found: {tmp_path / 'missing.onnx'} "
                    "(score kind 'centre' traces without it)\n")
     assert not output.exists()
+
+
+def test_score_kinds_without_the_model_never_load_it(capsys, tmp_path, monkeypatch,
+                                                     restored_model):
+    monkeypatch.setenv(core.surface.MODEL_VARIABLE, str(tmp_path / "missing.onnx"))
+    for options in (["--score", "centre"], ["--score", "colour", "--line-kind", "river"]):
+        code, out, err = trace(capsys, *options)
+        assert code == 0, err
+        assert json.loads(out)["params"]["score"] == options[1]
+    probability = np.zeros((572, 572), dtype=np.uint8)
+    probability[150:170, :] = 255
+    iio.imwrite(tmp_path / "p.png", probability)
+    # On an evidence raster the default score kind follows the raster's centre, not the model.
+    code, out, err = trace(capsys, "--evidence", tmp_path / "p.png")
+    assert code == 0, err
+    assert json.loads(out)["params"]["score"] == "centre"
+    cases = ROOT / "resources" / "sample" / "gsi_108_cases.json"
+    assert cli_main(["eval", str(cases), "--method", "straight", "--limit", "1", "--quiet"]) == 0
+    capsys.readouterr()
+
+
+def test_a_given_model_that_no_trace_runs_is_noted_not_loaded(capsys, tmp_path, restored_model):
+    missing = tmp_path / "missing.onnx"
+    assert cli_main(["trace", str(SAMPLE_IMAGE), "--a", A, "--b", B, "--backend", "cpu",
+                     "--score", "centre", "--surface-model", str(missing)]) == 0
+    err = capsys.readouterr().err
+    assert ("note: --surface-model is not used: score kind 'centre' runs no surface model\n"
+            in err)
+    assert "error" not in err
+    assert core.surface.MODEL_PATH == core.surface.BUNDLED_MODEL
