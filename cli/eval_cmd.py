@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     methods = [OURS, *PEERS] if args.method == "all" else [args.method]
     check_libraries(methods)
     # --stability moves the clicks of our tracer, whichever the methods.
-    use_process_options(args, traces=OURS in methods or args.stability is not None)
+    runs_model = use_process_options(args, traces=OURS in methods or args.stability is not None)
     if args.limit is not None and args.limit < 1:
         raise BadParameter(f"--limit must be >= 1, got {args.limit}")
     if args.corrections is not None and not 0 <= args.corrections <= MOST_CORRECTIONS:
@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
                                args.evidence_dir, bar.update)
     document = report_document(runs, params)
     document["evidence_dir"] = args.evidence_dir
-    document["surface_model"] = os.fspath(surface.MODEL_PATH)
+    document["surface_model"] = os.fspath(surface.MODEL_PATH) if runs_model else None
     if args.stability is not None:
         median = float(np.median(shifts)) if len(shifts) else None  # JSON has no NaN
         moves = "no case could be traced" if median is None else f"line moves {median:.2f} px"

@@ -119,14 +119,14 @@ def add_crs_arguments(parser: argparse.ArgumentParser) -> None:
                              "three)")
 
 
-def use_process_options(args: argparse.Namespace, traces: bool = True) -> None:
+def use_process_options(args: argparse.Namespace, traces: bool = True) -> bool:
     """Make ``--memory-budget`` the budget of every trace of this process and of the worker
     processes it starts (:mod:`core.resources`), and ``--surface-model`` (else
     ``$ROADTRACER_SURFACE_MODEL``) their surface model, checked before any work
     (:func:`core.surface.use_model`; a note names it) where the command ``traces`` with a
     score kind that runs the model (else a ``--surface-model`` given is noted as unused);
     BadParameter if the budget is not a size, ModelUnavailable if the model is not one this
-    program can run."""
+    program can run. Returns whether the traces run the surface model."""
     from core import surface
     from core.resources import BUDGET_VARIABLE, parse_size
     from core.tracer import runs_surface_model
@@ -142,12 +142,13 @@ def use_process_options(args: argparse.Namespace, traces: bool = True) -> None:
             why = (f"score kind {args.score!r} runs no surface model" if traces
                    else "no method measured runs our tracer")
             note(args, f"--surface-model is not used: {why}")
-        return
+        return False
     chosen = args.surface_model or os.environ.get(surface.MODEL_VARIABLE)
     if chosen:
         model = surface.use_model(chosen)
         if model != surface.BUNDLED_MODEL:
             note(args, f"surface model {model} (not the bundled one)")
+    return True
 
 
 def params_from_args(args: argparse.Namespace) -> TraceParams:
