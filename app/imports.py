@@ -1,9 +1,13 @@
-"""Importing lines: every imported line traced in the background, all added as one undo step.
+"""Importing lines: the file read and every imported line traced in the background, all added
+as one undo step.
 
-Each line is traced a few segments at a time, one bulk job after the other (:func:`job_size`:
-at most :data:`SEGMENTS_PER_JOB` segments and :data:`JOB_LENGTH_PX` of them, or one longer
-segment). Esc, another image or closing the window thus stops an import within one such job
-however long its lines are, and a click made meanwhile waits behind one job at most.
+The file is read in the worker first (:meth:`ImportRunner.reading`: the window submits the job,
+:func:`core.vectors.read_lines` asking the reading's ``live`` between two features). Then each
+line is traced a few segments at a time, one bulk job after the other (:func:`job_size`: at
+most :data:`SEGMENTS_PER_JOB` segments and :data:`JOB_LENGTH_PX` of them, or one longer
+segment). Esc, another image or closing the window thus stops an import within one feature
+read or one such job however long its lines are, and a click made meanwhile waits behind one
+job (or the reading of a file) at most.
 """
 
 from __future__ import annotations
@@ -63,25 +67,43 @@ class ImportHost(Protocol):
 
 
 class ImportRunner:
-    """Imports in progress: each traces every line a few segments per bulk job
-    (:func:`job_size`), and its lines join the model together when the last is traced;
-    :meth:`cancel` drops them all."""
+    """Imports in progress: each reads its file (:meth:`reading`), then traces every line a few
+    segments per bulk job (:func:`job_size`), and its lines join the model together when the
+    last is traced; :meth:`cancel` drops them all, those being read too. Several imports go on
+    side by side, each its own undo step."""
 
     def __init__(self, model: LinesModel, host: ImportHost) -> None:
         self.model = model
         self.host = host
-        self._running: set[_Import] = set()
+        self._running: set[_Import | Reading] = set()
 
     @property
     def running(self) -> bool:
         return bool(self._running)
 
     def cancel(self) -> bool:
-        """Drop every import in progress: the job running ends unheard, the jobs waiting return
-        at once and no further one is submitted; False if there was none."""
+        """Drop every import in progress: the job running ends unheard (a file being read stops
+        within one feature), the jobs waiting return at once and no further one is submitted;
+        False if there was none."""
         if not self._running:
             return False
         self._running.clear()
+        return True
+
+    def reading(self, source: str) -> Reading:
+        """An import whose file ``source`` is now read (in the worker): in progress until
+        :meth:`end_reading`, unless :meth:`cancel` drops it first."""
+        reading = Reading(self, source)
+        self._running.add(reading)
+        return reading
+
+    def end_reading(self, reading: Reading) -> bool:
+        """``reading``'s file is read (or could not be): True if the import goes on (the caller
+        then traces its lines with :meth:`start`, or says why it cannot), False if it was
+        dropped meanwhile (its result is then dropped too)."""
+        if reading not in self._running:
+            return False
+        self._running.discard(reading)
         return True
 
     def start(self, lines, source: str, default_kind: str) -> None:
@@ -95,8 +117,9 @@ class ImportRunner:
         job.start([(line.name, line.kind or default_kind,
                     np.asarray(line.anchors, dtype=np.float64)) for line in lines])
 
-    def is_live(self, job: _Import) -> bool:
-        """Whether ``job`` is still in progress (not cancelled, nor finished)."""
+    def is_live(self, job: _Import | Reading) -> bool:
+        """Whether ``job`` is still in progress (not cancelled, nor finished); the worker asks
+        too."""
         return job in self._running
 
     def finish(self, job: _Import) -> None:
@@ -110,6 +133,19 @@ class ImportRunner:
                        f"{job.source}{straight}")
         self.host.select(added[-1].id)
         self.host.drawing_changed()
+
+
+class Reading:
+    """An import whose file is being read (:meth:`ImportRunner.reading`)."""
+
+    def __init__(self, runner: ImportRunner, source: str) -> None:
+        self.runner = runner
+        self.source = source
+
+    def live(self) -> bool:
+        """Whether the import still goes on (not cancelled, nor read): the worker's reading
+        asks between two features, and stops once it does not."""
+        return self.runner.is_live(self)
 
 
 class _Import:

@@ -13,6 +13,8 @@ to the GUI thread through queued signals.
 
 from __future__ import annotations
 
+import sys
+import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,11 +43,20 @@ class _Relay(QObject):
     finished = Signal(object, object, object)  # job, result, exception (one of them None)
 
 
+def _proj_context() -> object | None:
+    """The owner of the PROJ context that pyproj made for this thread's Python thread state,
+    if pyproj is in use and made one (else None)."""
+    context = sys.modules.get("pyproj._context")
+    owner = getattr(context, "get_context_manager", None)
+    return owner() if owner is not None else None
+
+
 class _Runnable(QRunnable):
-    def __init__(self, job: Job, relay: _Relay) -> None:
+    def __init__(self, job: Job, relay: _Relay, proj_contexts: dict[int, object]) -> None:
         super().__init__()
         self.job = job
         self.relay = relay
+        self.proj_contexts = proj_contexts
 
     def run(self) -> None:
         try:
@@ -54,6 +65,25 @@ class _Runnable(QRunnable):
             self.relay.finished.emit(self.job, None, exc)
         else:
             self.relay.finished.emit(self.job, result, None)
+        finally:
+            self._keep_proj_context()
+
+    def _keep_proj_context(self) -> None:
+        """Keep the PROJ context pyproj made in this job for the jobs after it on this thread.
+
+        pyproj (3.7) keeps a thread's context in the thread's own storage, but lets the
+        Python thread state free it; Qt's pool thread gets a new thread state for every job,
+        so the next job to use pyproj (a CRS, a transform) would find the freed one and crash
+        (pyproj issues 1509, 1622). Held here, it lives as long as the thread; the context of
+        a thread that has ended (the pool's only thread expires when idle) is let go.
+        """
+        owner = _proj_context()
+        if owner is None:  # none made in this job (one made before is still held)
+            return
+        thread = threading.get_native_id()
+        for other in [key for key in self.proj_contexts if key != thread]:
+            del self.proj_contexts[other]  # the thread that made it has ended: one at a time
+        self.proj_contexts[thread] = owner
 
 
 class JobQueue(QObject):
@@ -74,6 +104,7 @@ class JobQueue(QObject):
         self._pool.setMaxThreadCount(1)
         self._relay = _Relay(self)
         self._relay.finished.connect(self._on_finished)
+        self._proj_contexts: dict[int, object] = {}  # see _Runnable._keep_proj_context
         self._queue: deque[Job] = deque()
         self._bulk: deque[Job] = deque()
         self._preview: Job | None = None
@@ -136,7 +167,7 @@ class JobQueue(QObject):
             return
         self._running = job
         self.started.emit(job)
-        self._pool.start(_Runnable(job, self._relay))
+        self._pool.start(_Runnable(job, self._relay, self._proj_contexts))
 
     @Slot(object, object, object)
     def _on_finished(self, job: Job, result: object, error: BaseException | None) -> None:

@@ -628,25 +628,48 @@ class MainWindow(QMainWindow):
             self.import_lines(path)
 
     def import_lines(self, path: str) -> bool:
-        """Read a GeoJSON file's lines on this image and trace them (core.vectors)."""
+        """Read a GeoJSON file's lines on this image (core.vectors.read_lines) and trace them
+        (app.imports.ImportRunner), both in the worker: the window stays responsive, and Esc,
+        another image or closing the window drop the import. True if the reading started; a
+        file that cannot be read, or has no line on this image, is then reported in a message
+        box. Like imports being traced, files read meanwhile are imported too, each on its
+        own."""
         if self.raster is None:
             self.show_status("open an image first")
             return False
-        try:
-            lines, failures = read_lines(path, self.raster, os.path.basename(self.image_path))
-        except TraceError as exc:
-            self.show_error(str(exc), "Cannot import lines")
-            return False
+        raster, image_name = self.raster, os.path.basename(self.image_path)
         name = os.path.basename(path)
+        imports = self.controller.imports
+        reading = imports.reading(name)
+        # An import ends the line being drawn when chosen; a click made while the file is read
+        # draws on (the lines join the model only once traced).
+        self.controller.line_drawing.stop()
+
+        def read():  # in the worker; it stops between two features once the import is dropped
+            return read_lines(path, raster, image_name, stop=lambda: not reading.live())
+
+        def done(result) -> None:
+            if imports.end_reading(reading):
+                self._trace_lines_read(*result, name)
+
+        def failed(exc: BaseException) -> None:
+            if imports.end_reading(reading):  # else dropped: ReadStopped, or a late error
+                self.show_error(error_text(exc), "Cannot import lines")
+
+        self.jobs.submit(Job(read, done, failed))
+        self.show_status(f"reading {name}… (Esc cancels)")
+        return True
+
+    def _trace_lines_read(self, lines, failures, name: str) -> None:
+        """Trace the ``lines`` read from the file ``name``, or say why there are none."""
         first = f"feature {failures[0].seed}: {failures[0].reason}" if failures else ""
         if not lines:
             self.show_error(f"no line of {name} lies on this image{': ' if first else ''}"
                             f"{first}", "Nothing to import")
-            return False
+            return
         if failures:
             name += f" ({len(failures)} feature(s) skipped: {first})"
-        self.controller.import_lines(lines, name)
-        return True
+        self.controller.imports.start(lines, name, self.controller.kind)
 
     def choose_export(self) -> None:
         if self.raster is None or not self.model.lines:
@@ -710,8 +733,10 @@ class MainWindow(QMainWindow):
         event.accept()
 
     def shutdown(self) -> None:
-        """Stop the worker (waiting for a running job); safe to call twice."""
+        """Stop the worker (waiting for a running job: a file being read stops within one
+        feature); safe to call twice."""
         self._autosave_timer.stop()
+        self.controller.imports.cancel()
         self.jobs.shutdown()
 
 

@@ -274,16 +274,6 @@ class TracingController(QObject):
             self.select(line_id)
 
     # -- importing -------------------------------------------------------------------------------
-    def import_lines(self, lines, source: str) -> None:
-        """Trace imported lines (:class:`core.vectors.ImportedLine`) with the current
-        parameters, a few segments per job (:func:`app.imports.job_size`); they join the
-        model as one undo step when the last is done (:class:`app.imports.ImportRunner`).
-        Esc (:meth:`cancel`) or opening another image drops the import."""
-        if self.raster is None or not lines:
-            return
-        self.line_drawing.stop()
-        self.imports.start(lines, source, self.kind)
-
     # -- editing finished lines ------------------------------------------------------------------
     def select(self, line_id: int | None, segment: int | None = None) -> None:
         if (line_id, segment) != self.selection:

@@ -1,17 +1,20 @@
-"""File ▸ Import lines: long imports stop promptly (Esc, closing the window), big files are read
-without a Python step per vertex, and bad files are named (exported anchors, MultiLineString
-coordinates)."""
+"""File ▸ Import lines: the file is read in the worker while the window goes on, long imports
+stop promptly (Esc, closing the window), big files are read without a Python step per vertex,
+and bad files are named (exported anchors, MultiLineString coordinates)."""
 
 from __future__ import annotations
 
 import cProfile
 import json
 import pstats
+import shutil
+import threading
 import time
 
 import numpy as np
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QMessageBox
 
 import app.imports
 import core.vectors
@@ -21,6 +24,7 @@ from app.traces import TraceOutcome
 from core.tracer import TraceParams
 from core.vectors import MAX_LINE_VERTICES, ImportedLine
 from tests import test_app
+from tests.conftest import SAMPLE_IMAGE
 from tests.test_app import A, B, click, click_and_wait, wait_idle
 
 make_window = test_app.make_window  # the fixture: windows closed, their workers stopped
@@ -67,11 +71,176 @@ def traced_segments(monkeypatch) -> list[int]:
     return counted
 
 
+def import_errors(qtbot, window, path) -> list[str]:
+    """Import ``path`` and wait until it is read and traced (or refused): the errors shown,
+    each also the text of a message box still open."""
+    errors: list[str] = []
+    open_before = set(message_boxes(window))
+    window.error_shown.connect(errors.append)
+    assert window.import_lines(str(path))  # the file is read in the worker
+    wait_idle(qtbot, window)
+    window.error_shown.disconnect(errors.append)
+    boxes = [box for box in message_boxes(window) if box not in open_before]
+    assert [(box.text(), box.textFormat()) for box in boxes] == [
+        (error, Qt.TextFormat.PlainText) for error in errors]
+    return errors
+
+
+def message_boxes(window) -> list[QMessageBox]:
+    """The window's message boxes on screen."""
+    return [box for box in window.findChildren(QMessageBox) if box.isVisible()]
+
+
 def python_calls(work) -> int:
     """Python function calls (and C functions called from Python) that ``work()`` makes."""
     profile = cProfile.Profile()
     profile.runcall(work)
     return pstats.Stats(profile).total_calls
+
+
+# ------------------------------------------------------------------- reading in the worker
+class HeldReads:
+    """``read_lines`` as the window calls it, held in the worker until :attr:`go` is set."""
+
+    def __init__(self, real) -> None:
+        self.real = real
+        self.go = threading.Event()
+        self.threads: list[int] = []  # the thread of each read, as it starts
+        self.ends: list[str] = []  # how each read ended: "read", or the exception's name
+
+    def __call__(self, path, raster, image_name, stop=None):
+        self.threads.append(threading.get_ident())
+        assert self.go.wait(30)
+        try:
+            result = self.real(path, raster, image_name, stop=stop)
+        except Exception as exc:
+            self.ends.append(type(exc).__name__)
+            raise
+        self.ends.append("read")
+        return result
+
+
+@pytest.fixture
+def held_reads(make_window, monkeypatch):
+    """The window's reads held (:class:`HeldReads`); let go before the windows close."""
+    import app.main_window
+
+    reads = HeldReads(app.main_window.read_lines)
+    monkeypatch.setattr(app.main_window, "read_lines", reads)
+    yield reads
+    reads.go.set()
+
+
+def test_the_file_is_read_in_the_worker_while_the_window_goes_on(make_window, qtbot, tmp_path,
+                                                                 held_reads):
+    window = test_app.window_with_a_line(make_window, qtbot)
+    (drawn,) = window.model.lines
+    line = zigzag(12)
+    assert window.import_lines(write_lines(tmp_path, (line, {"name": "long"})))
+    # import_lines returned; the worker now reads the file.
+    qtbot.waitUntil(lambda: bool(held_reads.threads), timeout=10_000)
+    assert held_reads.threads != [threading.get_ident()]
+    assert held_reads.ends == []
+    assert window.statusBar().currentMessage() == "reading lines.geojson… (Esc cancels)"
+    assert window.controller.imports.running
+    # The window handles clicks meanwhile: one starts a new line.
+    click(qtbot, window, A)
+    assert window.controller.tail == A
+    assert window.model.lines == (drawn,)
+    held_reads.go.set()
+    wait_idle(qtbot, window)
+    assert held_reads.ends == ["read"]
+    kept, imported = window.model.lines
+    assert kept == drawn
+    assert (imported.name, imported.anchors) == ("long", tuple(map(tuple, line.tolist())))
+    assert window.statusBar().currentMessage().startswith(
+        "imported 1 line(s), 11 segment(s) from lines.geojson")
+    assert window.controller.tail == A  # the line started while reading goes on
+    assert message_boxes(window) == []
+
+
+@pytest.mark.parametrize("how", ["Esc", "another image", "closing the window"])
+def test_an_import_dropped_while_its_file_is_read_changes_nothing(make_window, qtbot, tmp_path,
+                                                                  held_reads, traced_segments,
+                                                                  how):
+    window = test_app.window_with_a_line(make_window, qtbot)
+    window.model.mark_saved()  # nothing to ask before another image or closing
+    before = window.model.lines
+    path = write_lines(tmp_path, *[(zigzag(40), {}) for _ in range(5)])
+    assert window.import_lines(path)
+    qtbot.waitUntil(lambda: bool(held_reads.threads), timeout=10_000)
+    if how == "Esc":
+        qtbot.keyClick(window.canvas, Qt.Key.Key_Escape)
+        assert window.statusBar().currentMessage() == "import cancelled: no line added"
+        assert not window.controller.imports.running
+        held_reads.go.set()
+        wait_idle(qtbot, window)
+    elif how == "another image":
+        other = tmp_path / "other.png"
+        shutil.copy(SAMPLE_IMAGE, other)
+        with qtbot.waitSignal(window.image_loaded, timeout=60_000):
+            window.open_image(str(other))  # waits behind the reading
+            held_reads.go.set()
+        wait_idle(qtbot, window)
+        assert window.image_path == str(other)
+        before = ()  # the lines of other.png: none
+    else:
+        threading.Timer(0.2, held_reads.go.set).start()  # close() waits for the reading
+        window.close()
+        assert window.jobs.running is None
+        qtbot.wait(100)  # the reading's result arrives and is dropped
+    # The file is read up to its first feature at most, or dropped when read (the other image
+    # waited for it); no line was traced, none added, nothing reported.
+    assert held_reads.ends == (["read"] if how == "another image" else ["ReadStopped"])
+    assert traced_segments == []
+    assert window.model.lines == before
+    assert not window.controller.imports.running
+    assert message_boxes(window) == []
+
+
+@pytest.mark.parametrize("problem", ["cut short", "a folder", "no collection"])
+def test_a_file_that_cannot_be_read_ends_in_one_message(make_window, qtbot, tmp_path, problem):
+    window = test_app.window_with_a_line(make_window, qtbot)
+    (drawn,) = window.model.lines
+    path = write_lines(tmp_path, *[(zigzag(40), {}) for _ in range(3)])
+    text = open(path).read()
+    if problem == "cut short":
+        with open(path, "w") as stream:
+            stream.write(text[:len(text) // 2])
+        with pytest.raises(json.JSONDecodeError) as decoding:
+            json.loads(text[:len(text) // 2])
+        expected = f"GeoJSON file {path} is not JSON: {decoding.value}"
+    elif problem == "a folder":
+        path = str(tmp_path)
+        expected = f"cannot read GeoJSON file {path}: it is a folder"
+    else:
+        with open(path, "w") as stream:
+            stream.write('{"type": "Topology", "objects": ' + text + "}")
+        expected = f"{path} is not a GeoJSON FeatureCollection, Feature or LineString " \
+                   "(type 'Topology')"
+    assert import_errors(qtbot, window, path) == [expected]
+    assert window.statusBar().currentMessage() == expected
+    assert window.model.lines == (drawn,)
+    assert not window.controller.imports.running
+
+
+def test_a_file_imported_while_another_is_read_is_imported_too(make_window, qtbot, tmp_path,
+                                                                held_reads):
+    """As an import started while another is traced: each goes on, its own undo step."""
+    window = make_window()
+    first = write_lines(tmp_path, (zigzag(6), {"name": "first"}), name="first.geojson")
+    second = write_lines(tmp_path, (zigzag(4) + [0.0, 50.0], {"name": "second"}),
+                         name="second.geojson")
+    assert window.import_lines(first)
+    qtbot.waitUntil(lambda: bool(held_reads.threads), timeout=10_000)
+    assert window.import_lines(second)
+    assert window.statusBar().currentMessage() == "reading second.geojson… (Esc cancels)"
+    held_reads.go.set()
+    wait_idle(qtbot, window)
+    assert held_reads.ends == ["read", "read"]
+    assert [line.name for line in window.model.lines] == ["first", "second"]
+    window.controller.undo()
+    assert [line.name for line in window.model.lines] == ["first"]
 
 
 # ------------------------------------------------------------------------ stopping promptly
@@ -251,11 +420,44 @@ def test_a_bulk_jobs_continuation_runs_before_the_other_bulk_jobs(qtbot):
     assert queue.shutdown(1000)
 
 
+JOBS_MAKING_CRSS = """
+import pyproj
+from PySide6.QtCore import QCoreApplication
+
+from app.jobs import Job, JobQueue
+
+application = QCoreApplication([])
+queue, names = JobQueue(), []
+for code in ("EPSG:32654", "EPSG:4326", "EPSG:3857", "EPSG:32654"):
+    queue.submit(Job(lambda code=code: pyproj.CRS.from_user_input(code).name, names.append,
+                     lambda exc: names.append(repr(exc))))
+queue.idle.connect(application.quit)
+application.exec()
+print(names)
+"""
+
+
+def test_jobs_one_after_another_may_use_pyproj():
+    """Reading a file in a map CRS, opening a georeferenced image: each job on the worker
+    thread may make CRSs. pyproj 3.7 let each job free the thread's PROJ context, and the next
+    job's CRS crashed the program (run in a child process here, which died of it)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    run = subprocess.run([sys.executable, "-c", JOBS_MAKING_CRSS], capture_output=True,
+                         text=True, timeout=120, cwd=Path(__file__).resolve().parent.parent)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.splitlines()[-1] == str(["WGS 84 / UTM zone 54N", "WGS 84",
+                                               "WGS 84 / Pseudo-Mercator",
+                                               "WGS 84 / UTM zone 54N"])
+
+
 def test_starting_an_import_of_many_vertices_has_no_step_per_vertex(make_window, qtbot):
     window = make_window()
     lines = [ImportedLine(f"track {k}", None, zigzag(MAX_LINE_VERTICES - 1, spacing=3.0))
              for k in range(3)]
-    calls = python_calls(lambda: window.controller.import_lines(lines, "tracks"))
+    calls = python_calls(lambda: window.controller.imports.start(lines, "tracks", "road"))
     assert calls < 1000, calls
     window.controller.cancel()
     wait_idle(qtbot, window)
@@ -323,10 +525,9 @@ def test_exported_anchors_are_bounded_like_vertices(make_window, qtbot, tmp_path
     window = make_window()
     anchors = zigzag(MAX_LINE_VERTICES + 1)
     path = write_lines(tmp_path, (anchors[[0, -1]], {"anchors": anchors.tolist()}))
-    assert not window.import_lines(path)
-    assert window.last_error == (
+    assert import_errors(qtbot, window, path) == [
         f"no line of lines.geojson lies on this image: feature #0: properties.anchors lists "
-        f"{MAX_LINE_VERTICES + 1} anchors: at most {MAX_LINE_VERTICES} are read")
+        f"{MAX_LINE_VERTICES + 1} anchors: at most {MAX_LINE_VERTICES} are read"]
     assert window.model.lines == ()
 
 
@@ -344,10 +545,10 @@ def test_anchors_whose_ends_are_not_the_geometrys_give_way_to_its_vertices(
     assert line.anchors == tuple(map(tuple, geometry))
 
 
-def test_a_multilinestring_with_malformed_coordinates_is_named_as_such(make_window, tmp_path):
+def test_a_multilinestring_with_malformed_coordinates_is_named_as_such(make_window, qtbot,
+                                                                        tmp_path):
     window = make_window()
     path = write_lines(tmp_path, ({"type": "MultiLineString", "coordinates": "x"}, {}))
-    assert not window.import_lines(path)
-    assert window.last_error == ("no line of lines.geojson lies on this image: feature #0: "
-                                 "MultiLineString coordinates 'x' are not a list of lines of "
-                                 "[x, y] number pairs")
+    assert import_errors(qtbot, window, path) == [
+        "no line of lines.geojson lies on this image: feature #0: MultiLineString coordinates "
+        "'x' are not a list of lines of [x, y] number pairs"]

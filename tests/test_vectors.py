@@ -191,3 +191,33 @@ def test_seeds_in_the_projected_crs_their_file_names_are_read_as_lon_lat(tmp_pat
     seeds, (failure,) = read_seeds(write(tmp_path, collection(utm)))
     assert seeds == []
     assert "not longitude/latitude" in failure.reason
+
+
+# ------------------------------------------------------------------ stopping a read
+def test_reading_stops_between_two_features_when_told(tmp_path):
+    import gc
+
+    from core.vectors import ReadStopped
+
+    raster = Raster(np.zeros((400, 400, 3), np.float32), "plain.png")
+    document = collection(PIXELS, coordinate_space="pixel")
+    document["features"] *= 5
+    path = write(tmp_path, document)
+    asked = []
+
+    def stop_after(count: int):
+        """A ``stop`` that says go on ``count`` times, then stop."""
+        def stop() -> bool:
+            asked.append(1)
+            return len(asked) > count
+        return stop
+
+    lines, failures = read_lines(path, raster, "plain.png", stop=stop_after(1000))
+    assert (len(lines), failures) == (5, [])
+    assert len(asked) == 5  # before each feature is placed on the image
+    for count in (0, 3):
+        asked.clear()
+        with pytest.raises(ReadStopped):
+            read_lines(path, raster, "plain.png", stop=stop_after(count))
+        assert len(asked) == count + 1
+        assert gc.isenabled()  # the collector paused while reading runs again
