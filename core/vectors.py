@@ -554,13 +554,27 @@ def _lines_on_image(document, path, raster: Raster, image_name: str,
             if not pieces:
                 failures.append(Failure(f"no part of it longer than {MIN_SEGMENT_PX:g} px "
                                         "lies on the image", seed.id))
-            name = seed.properties.get("name")
-            name = name if isinstance(name, str) and name else seed.id
-            kind = line_kind_of(seed.properties)
+            name, kind = imported_name_and_kind(seed.properties, seed.id)
             for number, piece in enumerate(pieces, 1):
                 lines.append(ImportedLine(name if len(pieces) == 1 else f"{name} ({number})",
                                           kind, piece))
     return lines, failures
+
+
+def imported_name_and_kind(properties: dict, seed_id: str) -> tuple[str, str | None]:
+    """An imported line's name and kind (None: the app's default) from its feature's
+    ``properties``: its ``name`` and kind (:func:`line_kind_of`); for a line of batch output,
+    else those of the seed it was traced from (``seed_properties``, ``seed``: the seed's id)
+    and the kind the batch traced with (``params``); else the feature's id ``seed_id``."""
+    seed = properties.get("seed_properties")
+    seed = seed if isinstance(seed, dict) else {}
+    params = properties.get("params")
+    traced_as = params.get("line_kind") if isinstance(params, dict) else None
+    names = (properties.get("name"), seed.get("name"), properties.get("seed"))
+    name = next((n for n in names if isinstance(n, str) and n), seed_id)
+    kind = line_kind_of(properties) or line_kind_of(seed) or (
+        traced_as if traced_as in LINE_KINDS else None)
+    return name, kind
 
 
 class ReadStopped(Exception):

@@ -111,8 +111,9 @@ def test_unreadable_documents(tmp_path):
     assert "no georeferencing" in failures[0].reason
 
 
-def test_batch_output_imports_with_its_anchors(tmp_path):
-    """A batch output document (pixel space here) comes back with the traced runs' anchors."""
+def test_batch_output_imports_with_its_anchors_names_and_kinds(tmp_path):
+    """A batch output document (pixel space here) comes back with the traced runs' anchors,
+    each named and kinded as its seed was."""
     from core.backend import CpuBackend
     from core.batch import ImageTask, process_image
     from core.raster import load_image
@@ -120,14 +121,35 @@ def test_batch_output_imports_with_its_anchors(tmp_path):
     from tests.conftest import SAMPLE_IMAGE
 
     anchors = np.array([[430.0, 241.0], [486.0, 172.0], [520.0, 120.0]])
-    task = ImageTask(str(SAMPLE_IMAGE), (Seed("road", anchors, SAMPLE_IMAGE.name),),
-                     TraceParams(score="centre"))
+    seeds = (Seed("road", anchors, SAMPLE_IMAGE.name),
+             Seed("#1", anchors[:2] + [0, 20], SAMPLE_IMAGE.name, {"name": "Old canal",
+                                                                   "waterway": "canal"}))
+    task = ImageTask(str(SAMPLE_IMAGE), seeds, TraceParams(score="centre"))
     report, document = process_image(task, CpuBackend)
     assert report.status == "ok"
     raster = load_image(SAMPLE_IMAGE)
-    (line,), failures = read_lines(write(tmp_path, document), raster, SAMPLE_IMAGE.name)
+    lines, failures = read_lines(write(tmp_path, document), raster, SAMPLE_IMAGE.name)
     assert failures == []
-    np.testing.assert_allclose(line.anchors, anchors)
+    assert [(line.name, line.kind) for line in lines] == [("road", "road"),
+                                                          ("Old canal", "river")]
+    np.testing.assert_allclose(lines[0].anchors, anchors)
+    np.testing.assert_allclose(lines[1].anchors, anchors[:2] + [0, 20])
+
+
+def test_imported_names_and_kinds():
+    from core.vectors import imported_name_and_kind
+
+    assert imported_name_and_kind({"name": "A", "kind": "river"}, "#0") == ("A", "river")
+    assert imported_name_and_kind({"highway": "primary"}, "#3") == ("#3", "road")
+    assert imported_name_and_kind({}, "way/9") == ("way/9", None)
+    # Batch output: the seed's name and kind, else its id and the kind the batch traced with.
+    batch = {"seed": "s1", "seed_properties": {"name": "B", "kind": "road"},
+             "params": {"line_kind": "river"}}
+    assert imported_name_and_kind(batch, "#0") == ("B", "road")
+    assert imported_name_and_kind({**batch, "seed_properties": {}}, "#0") == ("s1", "river")
+    # What a hostile file puts there instead is passed over.
+    odd = {"name": "", "seed_properties": ["x"], "seed": 5, "params": {"line_kind": "lava"}}
+    assert imported_name_and_kind(odd, "#2") == ("#2", None)
 
 
 @pytest.mark.parametrize("coordinates", [
