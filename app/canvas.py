@@ -22,7 +22,8 @@ CORRIDOR_COLOUR = QColor(255, 255, 255, 150)
 ZOOM_LIMITS = (1 / 64, 64.0)
 #: Screen pixels within which a click grabs a vertex or picks a line.
 GRAB_RADIUS = 7.0
-#: Screen px the mouse moves with the button held on a line before the press is a drag.
+#: Screen px the mouse moves with the button held on a vertex or a line before the press is a
+#: drag (less is a click, whatever the hand's jitter between press and release).
 DRAG_START = 4
 
 
@@ -253,10 +254,14 @@ class Canvas(QGraphicsView):
         self.scene().addItem(self._overlay)
         self._space_held = False
         self._pan_from: QPointF | None = None
-        self._drag: tuple[int, int] | None = None  # line id, anchor index
-        #: A press on a line: (line id, segment index, scene point, view position); a drag
-        #: from it adds a vertex to that segment, a click there starts a line on it.
-        self._split: tuple[int, int, tuple[float, float], QPointF] | None = None
+        #: A press on a vertex: (line id, anchor index); a drag from it moves the vertex, a
+        #: click on it starts a line there.
+        self._drag: tuple[int, int] | None = None
+        #: A press on a line: (line id, segment index, scene point); a drag from it adds a
+        #: vertex to that segment, a click there starts a line on it.
+        self._split: tuple[int, int, tuple[float, float]] | None = None
+        #: The view position of the press on a vertex or a line, for :meth:`_dragging`.
+        self._pressed_at: QPointF | None = None
         model.subscribe(lambda change: self.sync_lines(change.line_ids))
         controller.changed.connect(self._overlay_changed)
         controller.selection_changed.connect(self._selection_changed)
@@ -405,15 +410,29 @@ class Canvas(QGraphicsView):
             self.controller.select_at((x, y), self._grab_radius())
             return
         if not self.controller.drawing:
+            # A click or the start of a drag, on a vertex or a line: see _dragging.
             self._drag = self._anchor_at(x, y)
             if self._drag is not None:
+                self._pressed_at = event.position()
                 self.controller.select(self._drag[0])
                 return
             found = self.model.segment_at((x, y), self._grab_radius())
-            if found is not None:  # a click or the start of a drag: told apart on moving
-                self._split = (*found[:2], (x, y), event.position())
+            if found is not None:
+                self._split = (*found[:2], (x, y))
+                self._pressed_at = event.position()
                 return
         self._press(x, y, event)
+
+    def _dragging(self, event) -> bool:
+        """Whether the press on a vertex or a line is a drag: once the mouse has gone
+        ``DRAG_START`` screen px from where it was pressed (until the release); closer, it is
+        a click."""
+        if self._overlay.drag_lines is not None:
+            return True
+        if self._pressed_at is None:
+            return False
+        moved = event.position() - self._pressed_at
+        return max(abs(moved.x()), abs(moved.y())) >= DRAG_START
 
     def _press(self, x: float, y: float, event) -> None:
         """A click for the tracing tool; on or near a visible line, exactly on it (a
@@ -436,9 +455,7 @@ class Canvas(QGraphicsView):
         self.cursor_moved.emit(x, y)
         if self._split is not None:
             line = self.model.line(self._split[0])
-            moved = event.position() - self._split[3]
-            if line is not None and (self._overlay.drag_lines is not None
-                                     or max(abs(moved.x()), abs(moved.y())) >= DRAG_START):
+            if line is not None and self._dragging(event):
                 index = self._split[1]
                 self._overlay.drag_lines = np.array(
                     [line.anchors[index], (x, y), line.anchors[index + 1]], dtype=np.float64)
@@ -446,7 +463,7 @@ class Canvas(QGraphicsView):
             return
         if self._drag is not None:
             line = self.model.line(self._drag[0])
-            if line is not None:
+            if line is not None and self._dragging(event):
                 index = self._drag[1]
                 band = [*line.anchors[max(index - 1, 0):index], (x, y),
                         *line.anchors[index + 1:index + 2]]
@@ -472,9 +489,9 @@ class Canvas(QGraphicsView):
                                       else Qt.CursorShape.ArrowCursor)
             return
         if self._split is not None and event.button() == Qt.MouseButton.LeftButton:
-            line_id, index, pressed, _ = self._split
-            dragged = self._overlay.drag_lines is not None
-            self._split = self._overlay.drag_lines = None
+            line_id, index, pressed = self._split
+            dragged = self._dragging(event)
+            self._split = self._pressed_at = self._overlay.drag_lines = None
             if dragged:  # dropped on another line: exactly on it
                 x, y = self._scene_xy(event)
                 target = self._snap_target(x, y, exclude=line_id)
@@ -486,8 +503,8 @@ class Canvas(QGraphicsView):
             return
         if self._drag is not None and event.button() == Qt.MouseButton.LeftButton:
             line_id, index = self._drag
-            moved = self._overlay.drag_lines is not None
-            self._drag = self._overlay.drag_lines = None
+            moved = self._dragging(event)
+            self._drag = self._pressed_at = self._overlay.drag_lines = None
             line = self.model.line(line_id)
             if line is not None and moved:  # dropped on another line: exactly on it
                 x, y = self._scene_xy(event)

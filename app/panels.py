@@ -220,7 +220,11 @@ class LinesPanel(QWidget):
             self.table.setColumnWidth(column, header.sectionSizeHint(column))
         self.table.itemChanged.connect(self._item_changed)
         self.table.cellDoubleClicked.connect(self._cell_double_clicked)
+        # The user's choice of a row: a new row selected (mouse or keys), or a press on the
+        # row already selected (which changes no selection in the table, but can turn the
+        # selection of one segment of that line into the whole line).
         self.table.itemSelectionChanged.connect(self._table_selection_changed)
+        self.table.pressed.connect(self._table_selection_changed)
         top = QHBoxLayout()
         top.addWidget(QLabel("New line:"))
         top.addWidget(self.new_kind)
@@ -358,11 +362,13 @@ class LinesPanel(QWidget):
             self.controller.set_line_kind(line.id,
                                           kinds[(kinds.index(line.kind) + 1) % len(kinds)])
 
-    def _table_selection_changed(self) -> None:
+    def _table_selection_changed(self, _index=None) -> None:
+        """The user chose a row (or none): select its whole line, even where one segment of
+        that line was selected. (The table following the controller's selection, in
+        :meth:`_show_selection` and :meth:`refresh`, has its signals blocked: it never gets
+        here, so a selected segment stays selected while the table shows its line's row.)"""
         rows = self.table.selectionModel().selectedRows()
-        line_id = self._line_id(rows[0].row()) if rows else None
-        if line_id != self.controller.selection[0]:
-            self.controller.select(line_id)
+        self.controller.select(self._line_id(rows[0].row()) if rows else None)
 
     def _show_selection(self) -> None:
         row = self._row_of.get(self.controller.selection[0])
