@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 import os
 import sys
-from dataclasses import replace
+import threading
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from PySide6.QtCore import QCoreApplication, QSettings, QStandardPaths, Qt, QTimer, Signal
@@ -55,6 +56,19 @@ AUTOSAVE_DELAY_MS = 1000
 DISCARD = "discard"
 
 
+@dataclass(eq=False)
+class _Opening:
+    """An image being opened: its path, and the answer to "Save them first?" about the lines of
+    ``asked_about`` (the image open when it was asked) that the open goes on with (True, or
+    :data:`DISCARD`: drop them once the new image is here). ``dropped`` is set where a later
+    open supersedes it: its load is skipped, or its result thrown away."""
+
+    path: str
+    answer: bool | str
+    asked_about: str | None
+    dropped: threading.Event = field(default_factory=threading.Event)
+
+
 class MainWindow(QMainWindow):
     """The application window.
 
@@ -78,6 +92,7 @@ class MainWindow(QMainWindow):
         self._evidence_levels: list | None = None
         self._import_folder: str | None = None  # where the last imported lines came from
         self.image_path: str | None = None
+        self._opening: _Opening | None = None  # the image being loaded, if any
         self.session_path: str | None = None
         self.last_error: str | None = None
         self.last_notice: str | None = None  # the last message box shown (errors too)
@@ -292,19 +307,21 @@ class MainWindow(QMainWindow):
             self.open_image(path)
 
     def step_image(self, offset: int) -> bool:
-        """Open the image ``offset`` places after (or before) this one in its folder."""
-        if self.image_path is None:
+        """Open the image ``offset`` places after (or before) this one in its folder; while an
+        image is being opened, after (or before) that one (PgDown twice: two images on)."""
+        current = self._opening.path if self._opening is not None else self.image_path
+        if current is None:
             self.show_status("open an image first")
             return False
         try:
-            images = [str(path) for path in list_images(Path(self.image_path).parent)]
+            images = [str(path) for path in list_images(Path(current).parent)]
         except TraceError as exc:
             self.show_status(str(exc))
             return False
-        index = images.index(self.image_path) + offset if self.image_path in images else -1
+        index = images.index(current) + offset if current in images else -1
         if not 0 <= index < len(images):
             self.show_status(f"no {'next' if offset > 0 else 'previous'} image in "
-                             f"{os.path.dirname(self.image_path)}")
+                             f"{os.path.dirname(current)}")
             return False
         return self.open_image(images[index])
 
@@ -314,15 +331,48 @@ class MainWindow(QMainWindow):
 
         Returns False if the user kept the current lines instead.
         """
-        discard = self.confirm_discard(discard_now=False)
-        if not discard:
+        answer = self._confirm_replacing()
+        if not answer:
             return False
+        self._load_image(path, answer, session)
+        return True
+
+    def _confirm_replacing(self) -> bool | str:
+        """:meth:`confirm_discard` (``discard_now`` False) before an open, asked once: while an
+        image is being opened after a Discard, a further open goes on with that answer (the
+        lines it is about are still the open image's, dropped once an image is loaded)."""
+        if self._opening is not None and self._opening.answer == DISCARD and \
+                self._opening.asked_about == self.image_path:
+            return DISCARD
+        return self.confirm_discard(discard_now=False)
+
+    def _load_image(self, path: str, answer: bool | str, session: tuple | None = None) -> None:
+        """Load ``path`` in the worker and install it (with ``session``, see
+        :meth:`open_image`), the user having answered ``answer`` (:meth:`_confirm_replacing`)
+        about the open image's lines. An open still loading is superseded: its result is
+        dropped (nothing of it installed, nothing discarded), its load skipped if not begun."""
         path = os.path.abspath(path)
+        if self._opening is not None:
+            self._opening.dropped.set()
+        opening = self._opening = _Opening(path, answer, self.image_path)
         self.show_status(f"opening {path}…")
 
+        def load():  # in the worker
+            return None if opening.dropped.is_set() else load_for_display(path)
+
+        def current() -> bool:
+            """True (once) if this open is still the latest: it now ends."""
+            if opening.dropped.is_set() or self._opening is not opening:
+                return False
+            self._opening = None
+            return True
+
         def loaded(result) -> None:
+            if not current():
+                return
             raster, levels = result
-            if discard == DISCARD:  # the user said so; only now that the new image is here
+            # Only now that the new image is here, and only the lines the answer was about.
+            if answer == DISCARD and self.image_path == opening.asked_about:
                 self._discard_lines()
             else:
                 self._flush_autosave()
@@ -366,10 +416,10 @@ class MainWindow(QMainWindow):
             self.image_loaded.emit(path)
 
         def failed(exc: BaseException) -> None:
-            self.show_error(error_text(exc), "Cannot open image")
+            if current():
+                self.show_error(error_text(exc), "Cannot open image")
 
-        self.jobs.submit(Job(lambda: load_for_display(path), loaded, failed))
-        return True
+        self.jobs.submit(Job(load, loaded, failed))
 
     def _unusable_evidence(self, params: TraceParams) -> str | None:
         """Why the evidence raster of ``params`` cannot serve the open image; None if it can
@@ -486,7 +536,12 @@ class MainWindow(QMainWindow):
             self.open_session(path)
 
     def open_session(self, path: str) -> bool:
-        """Read a session and open its image with its lines and parameters."""
+        """Read a session and open its image with its lines and parameters. The unsaved lines
+        are asked about first: saved, they may be this very session's, which is then read as
+        saved."""
+        answer = self._confirm_replacing()
+        if not answer:
+            return False
         try:
             image, lines, params, backend = read_session(path)
         except TraceError as exc:
@@ -495,7 +550,8 @@ class MainWindow(QMainWindow):
         if not image:
             self.show_error(f"session {path} names no image", "Cannot open session")
             return False
-        return self.open_image(image, session=(lines, params, backend, path))
+        self._load_image(image, answer, session=(lines, params, backend, path))
+        return True
 
     def save_session(self, ask: bool = False) -> bool:
         """Save to the current session file (asking for one if there is none); True if saved."""
