@@ -9,8 +9,11 @@ Where a click becomes a polyline::
     TRACING --press--> TRACING          the click waits, traced when the segment lands
     TRACING --finish--> TRACING         ... and IDLE once the segment lands
     TRACING --backspace--> DRAWING      the segment in flight is dropped
-    TRACING --another's edit of the line (undo, lines panel)--> DRAWING
-                                        dropped too; the tail follows the line's new end
+    TRACING --undo or redo--> DRAWING   dropped too, with the clicks waiting; the tail
+                                        follows the line's new end
+    TRACING --another's edit of the line (a re-trace, the lines panel)--> TRACING
+        the segment in flight is kept if it still starts at the line's end and is traced as
+        the line's kind; else it is traced again so (the clicks waiting still wait)
     DRAWING --finish--> IDLE; DRAWING or TRACING --cancel--> IDLE
 
 The host (:class:`DrawingHost`, in the app the :class:`app.tracing.TracingController`) runs
@@ -78,6 +81,7 @@ class LineDrawing:
         self.line_id: int | None = None  # the line being drawn, once it has a segment
         self.last_latency_ms: float | None = None  # click to segment in the model
         self._ticket: object | None = None  # of the segment in flight
+        self._in_flight: TraceRequest | None = None  # the segment in flight
         self._queued: list[tuple[Point, bool]] = []  # clicks made while tracing
         self._finish_after = False  # finish once the segment in flight lands
         self._press_time = 0.0
@@ -146,17 +150,20 @@ class LineDrawing:
         self.host.drawing_changed()
 
     # -- segments -------------------------------------------------------------------------------
-    def _add_segment_to(self, b: Point, straight: bool) -> None:
+    def _add_segment_to(self, b: Point, straight: bool, at_once: bool = True) -> None:
+        """Trace the segment from the tail to ``b``; a straight one, or the preview's, is
+        added at once unless not ``at_once`` (in the middle of a change of the model)."""
         request = self.request(self.tail, b, straight)
-        if straight:
+        if straight and at_once:
             self._segment_landed(request, TraceOutcome((Segment.straight(request.a, b),), 0.0))
             return
-        preview = self.host.take_preview(request)
+        preview = self.host.take_preview(request) if at_once else None
         if preview is not None:
             self._segment_landed(request, TraceOutcome((preview,), 0.0))
             return
         self.state = DrawState.TRACING
         ticket = self._ticket = object()
+        self._in_flight = request
 
         def done(outcome: TraceOutcome) -> None:
             if ticket is self._ticket:
@@ -170,9 +177,10 @@ class LineDrawing:
             self.host.submit((request,), done, failed)
 
     def _segment_landed(self, request: TraceRequest, outcome: TraceOutcome) -> None:
-        self._ticket, self.state = None, DrawState.DRAWING
+        self._ticket, self._in_flight, self.state = None, None, DrawState.DRAWING
         segment = outcome.segments[0]
-        # Another's edit of the line would have dropped the ticket: it still ends at the tail.
+        # Another's edit of the line would have dropped the ticket unless the segment still
+        # starts at the line's end and is traced as the line's kind.
         if self.line_id is None:
             line = self.model.add_line(request.a, request.b, segment, self.kind, origin=self)
         else:
@@ -201,23 +209,55 @@ class LineDrawing:
 
     def _back_to_drawing(self) -> None:
         """Forget the segment in flight and the clicks waiting for it."""
-        self._ticket, self._finish_after = None, False
+        self._ticket, self._in_flight, self._finish_after = None, None, False
         self._queued.clear()
         if self.state is DrawState.TRACING:
             self.state = DrawState.DRAWING
 
     def _model_changed(self, change: ModelChange) -> None:
-        """Someone else's edit of the line being drawn (undo, redo, the lines panel): drop
-        the segment in flight and go on from the line's new end (stop if it is gone)."""
+        """Someone else's change of the line being drawn: stop if it is gone. After an undo
+        or redo, drop the segment in flight and the clicks waiting, and go on from the line's
+        end. After an edit (a re-trace, a change of kind), go on too: the segment in flight
+        lands if it still fits the line, else it is traced again from the line's end."""
         if self.state is DrawState.IDLE or change.origin is self:
             return
         if not (change.is_history or self.line_id in change.line_ids):
             return
-        self._back_to_drawing()
         line = self.model.line(self.line_id)
         if self.line_id is not None and line is None:
             self.stop()
-        elif line is not None:
+            return
+        if change.is_history or line is None:
+            self._back_to_drawing()
+            if line is not None:
+                self.tail = line.anchors[-1]
+                self.host.clear_preview()
+                self.host.drawing_changed()
+        elif self.state is DrawState.TRACING and not self._fits(self._in_flight, line):
+            self._trace_again(line.anchors[-1])
+        elif self.tail != line.anchors[-1]:
             self.tail = line.anchors[-1]
             self.host.clear_preview()
             self.host.drawing_changed()
+
+    @staticmethod
+    def _fits(request: TraceRequest, line) -> bool:
+        """Whether ``request`` still continues ``line``: from its end, traced as its kind."""
+        return request.a == line.anchors[-1] and (request.params is None
+                                                   or request.params.line_kind == line.kind)
+
+    def _trace_again(self, tail: Point) -> None:
+        """The segment in flight no longer fits the line: trace it again from ``tail`` (the
+        line's end), with the line's kind, in the worker; the clicks after it still wait."""
+        request = self._in_flight
+        self._ticket, self._in_flight, self.state = None, None, DrawState.DRAWING
+        self.tail = tail
+        self.host.clear_preview()
+        self._queued.insert(0, (request.b, request.params is None))
+        while self._queued and self.state is DrawState.DRAWING:
+            point, straight = self._queued.pop(0)
+            if point != self.tail:
+                self._add_segment_to(point, straight, at_once=False)
+        if self._finish_after and self.state is DrawState.DRAWING:
+            self.stop()
+        self.host.drawing_changed()

@@ -4,29 +4,35 @@ A click goes :meth:`TracingController.press` → :class:`app.drawing.LineDrawing
 machine of the line being drawn) → a trace job (:mod:`app.traces`, run on the
 :class:`app.jobs.JobQueue`) → a segment in the :class:`app.model.LinesModel`. The preview is
 :class:`app.previews.PreviewScheduler`'s, imports :class:`app.imports.ImportRunner`'s, and
-re-traces of finished lines are :class:`app.edits.Retrace` commands. The controller owns the
-image, the backend, the parameters and the selection, and runs every trace: a result traced
-for an image no longer open is dropped.
+an edit of a line that re-traces it (a vertex moved or added, new parameters, another kind)
+is an :class:`app.edits.Edit`, made in its turn, after the edits before it, as an
+:class:`app.edits.Retrace` command (an undo or redo asked for meanwhile waits its turn too).
+The controller owns the image, the backend, the parameters and the selection, and runs every
+trace: a result traced for an image no longer open is dropped.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import replace
 
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 from app.drawing import DrawState, LineDrawing
-from app.edits import Retrace
+from app.edits import Edit, Retrace, neighbours, too_close
 from app.imports import ImportRunner
 from app.jobs import Job, JobQueue
-from app.model import LinesModel, ModelChange, Point, Segment
+from app.model import Line, LinesModel, ModelChange, Point, Segment
 from app.previews import PreviewScheduler
 from app.traces import TraceOutcome, TraceRequest, error_text, run_requests, snap, trace_anchors
 from core.errors import TraceError
 from core.raster import Raster
 from core.tracer import TraceParams, check_point, trace
 from gpu.select import choose_backend
+
+#: How many times an edit whose result was stale is made again on the line as it is.
+MAX_ATTEMPTS = 3
 
 
 class TracingController(QObject):
@@ -61,6 +67,13 @@ class TracingController(QObject):
         self.line_drawing = LineDrawing(model, self)
         self.previews = PreviewScheduler(self.line_drawing, self, self)
         self.imports = ImportRunner(model, self)
+        self._edits: deque[Edit | str] = deque()  # edits waiting (and "undo", "redo")
+        self._edit_running: object | None = None  # the ticket of the edit being re-traced
+        # While edits are pending: (line before, line after, segment split or None) of every
+        # edit of a line but undo and redo, so that a waiting edit finds its line again.
+        self._lineage: list[tuple[Line, Line, int | None]] = []
+        self._lines_seen: dict[int, Line] = {line.id: line for line in model.lines}
+        self._splitting: int | None = None  # the segment split by the edit being applied
         model.subscribe(self._model_changed)
 
     # -- state the views show -------------------------------------------------------------------
@@ -97,6 +110,7 @@ class TracingController(QObject):
         """A new image: drawing, imports and selection start over."""
         self.raster = raster
         self.imports.cancel()
+        self._drop_edits()
         self.line_drawing.stop()
         self.select(None)
 
@@ -257,15 +271,31 @@ class TracingController(QObject):
             self.select(remaining.id if remaining else None)
 
     def undo(self) -> None:
-        if not self.model.undo():
+        """Undo the last edit; one still being re-traced is the last (undone once it lands)."""
+        if self._edits_pending:
+            self._edits.append("undo")
+        elif not self.model.undo():
             self.message.emit("nothing to undo")
 
     def redo(self) -> None:
-        if not self.model.redo():
+        if self._edits_pending:
+            self._edits.append("redo")
+        elif not self.model.redo():
             self.message.emit("nothing to redo")
 
     def _model_changed(self, change: ModelChange) -> None:
-        """Keep the selection on lines and segments that exist."""
+        """Follow the lines' changes for the edits pending (all dropped when the lines are
+        replaced); keep the selection on lines and segments that exist."""
+        if change.label == "Reset":
+            self._drop_edits()
+        for changed_id in change.line_ids:
+            before, after = self._lines_seen.pop(changed_id, None), self.model.line(changed_id)
+            if after is not None:
+                self._lines_seen[changed_id] = after
+            if (self._edits_pending and not change.is_history and before is not None
+                    and after is not None):
+                self._lineage.append((before, after, self._splitting if change.origin is self
+                                      else None))
         line_id, index = self.selection
         line = self.model.line(line_id)
         if line is None:
@@ -296,13 +326,11 @@ class TracingController(QObject):
         if p is None:
             self.lines_stale.emit()
             return
-        neighbours = [line.anchors[k] for k in (index - 1, index + 1)
-                      if 0 <= k < len(line.anchors)]
-        if any(np.hypot(*(np.asarray(anchor) - p)) < 2 for anchor in neighbours):
+        if too_close(p, neighbours(line, index)):
             self.message.emit("a vertex must stay at least 2 px from the next one: not moved")
             self.lines_stale.emit()
             return
-        self._run(Retrace.move_anchor(line, index, p))
+        self._edit(Edit("move", line, index, p))
 
     def split_segment(self, line_id: int, index: int, point, exact: bool = False) -> None:
         """Add a vertex to segment ``index`` of a line at ``point`` (the pixel centre nearest
@@ -314,10 +342,10 @@ class TracingController(QObject):
         if p is None:
             self.lines_stale.emit()
             return
-        if min(np.hypot(*(np.asarray(line.anchors[k]) - p)) for k in (index, index + 1)) < 2:
+        if too_close(p, line.anchors[index:index + 2]):
             self.lines_stale.emit()  # dropped on an end of the segment: nothing to split
             return
-        self._run(Retrace.split_segment(line, index, p))
+        self._edit(Edit("split", line, index, p))
 
     def retrace_selection(self) -> None:
         """Re-trace the selected segment (or every traced segment of the selected line)."""
@@ -325,9 +353,9 @@ class TracingController(QObject):
         line = self.model.line(line_id)
         if line is None or self.raster is None:
             return
-        command = Retrace.with_params(line, index, self.line_params(line.kind))
-        if command.params:
-            self._run(command)
+        if Retrace.with_params(line, index, self.params).params:
+            self._edit(Edit("params", line, segments=None if index is None else (index,),
+                            params=self.params))
 
     def set_line_kind(self, line_id: int, kind: str) -> None:
         """Make a line a road or a river; its traced segments are traced again as such (one
@@ -335,28 +363,122 @@ class TracingController(QObject):
         line = self.model.line(line_id)
         if line is None or kind == line.kind:
             return
-        command = Retrace.as_kind(line, kind)
-        if not command.params or self.raster is None:
+        if self.raster is None:
             self.model.set_kind(line_id, kind)
         else:
-            self._run(command)
+            self._edit(Edit("kind", line, kind=kind))
 
-    def _run(self, command: Retrace) -> None:
+    # -- the edits' queue --------------------------------------------------------------------------
+    # Edits of lines (and undo, redo asked for meanwhile) take effect one at a time, in the
+    # order made: an edit waits for the re-trace of the one before it to land, and is then
+    # made on the line as it is (Edit.through carries its indices over the vertices the edits
+    # before it added). Its result applies unless the line changed meanwhile in a way it
+    # cannot be carried over (Retrace.target): then the edit is made again on the line as it
+    # is, or, if it cannot be (the vertex or the line is gone), dropped with a message.
+    @property
+    def _edits_pending(self) -> bool:
+        """Whether an edit is being re-traced or waiting."""
+        return self._edit_running is not None or bool(self._edits)
+
+    def _edit(self, edit: Edit) -> None:
+        """Make ``edit`` once the edits before it have landed. A change of parameters replaces
+        the one still waiting for the same segments (typed digit by digit)."""
+        last = self._edits[-1] if self._edits else None
+        if (isinstance(last, Edit) and last.action == edit.action == "params"
+                and last.base is edit.base and last.segments == edit.segments):
+            self._edits[-1] = edit
+        else:
+            self._edits.append(edit)
+        self._next_edit()
+
+    def _drop_edits(self) -> None:
+        """Forget the edits waiting and the one in flight (new image, lines replaced)."""
+        self._edits.clear()
+        self._edit_running = None
+        self._lineage.clear()
+
+    def _next_edit(self) -> None:
+        """Start the edits waiting, up to the first that needs tracing."""
+        while self._edit_running is None and self._edits:
+            edit = self._edits.popleft()
+            if edit == "undo":
+                if not self.model.undo():
+                    self.message.emit("nothing to undo")
+            elif edit == "redo":
+                if not self.model.redo():
+                    self.message.emit("nothing to redo")
+            else:
+                self._start(edit)
+        if not self._edits_pending:
+            self._lineage.clear()
+
+    def _splits_since(self, base: Line, line: Line) -> list[tuple[int, Line]] | None:
+        """The splits ``(segment, the line split there)`` that made ``line`` out of ``base``,
+        in order; None if ``line`` does not come from ``base`` by the edits seen."""
+        splits, current = [], line
+        while line is not base:
+            step = next((step for step in reversed(self._lineage) if step[1] is line), None)
+            if step is None:  # not from base (an undo went further back): as many vertices?
+                return [] if len(current.anchors) == len(base.anchors) else None
+            line = step[0]
+            if step[2] is not None:
+                splits.append((step[2], step[1]))
+        return splits[::-1]
+
+    def _start(self, edit: Edit) -> None:
+        """Make ``edit`` on its line as it is now: trace its command, or apply it at once if
+        nothing needs tracing."""
+        line = self.model.line(edit.line_id)
+        splits = None if line is None else self._splits_since(edit.base, line)
+        if splits is None:
+            self._stale((line or edit.base).name)
+            return
+        command = edit.through(splits).command(line)
+        if isinstance(command, str):
+            self.message.emit(command)
+            self.lines_stale.emit()
+        elif command is not None and not command.requests:
+            self._apply(command, ())
+        elif command is not None:
+            self._run(edit, command)
+
+    def _stale(self, name: str) -> None:
+        self.message.emit(f"{name} changed while re-tracing; result dropped")
+        self.lines_stale.emit()
+
+    def _apply(self, command: Retrace, segments: tuple[Segment, ...]) -> None:
+        self._splitting = command.split
+        try:
+            command.apply(self.model, segments, origin=self)
+        finally:
+            self._splitting = None
+
+    def _run(self, edit: Edit, command: Retrace) -> None:
         """Trace a command's segments; its result becomes one undo step, unless the line
-        changed meanwhile."""
+        changed meanwhile: then the edit is made again on the line as it is (a few times at
+        most), or dropped."""
+        ticket = self._edit_running = object()
 
         def done(outcome: TraceOutcome) -> None:
-            if not command.is_current(self.model):
-                self.message.emit(f"{command.line.name} changed while re-tracing; result "
-                                  "dropped")
-                self.lines_stale.emit()
+            if ticket is not self._edit_running:
                 return
-            command.apply(self.model, outcome.segments, origin=self)
-            self.traced.emit(outcome)
-            self.changed.emit()
+            self._edit_running = None
+            if command.target(self.model) is not None:
+                self._apply(command, outcome.segments)
+                self.traced.emit(outcome)
+                self.changed.emit()
+            elif self.model.line(edit.line_id) is not None and edit.attempts < MAX_ATTEMPTS:
+                self._edits.appendleft(replace(edit, attempts=edit.attempts + 1))
+            else:
+                self._stale(command.line.name)
+            self._next_edit()
 
         def failed(exc: BaseException) -> None:
+            if ticket is not self._edit_running:
+                return
+            self._edit_running = None
             self.message.emit(error_text(exc))
             self.lines_stale.emit()
+            self._next_edit()
 
         self.submit(command.requests, done, failed)
