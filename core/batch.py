@@ -43,8 +43,10 @@ import json
 import math
 import multiprocessing.connection
 import os
+import signal
 import socket
 import stat
+import sys
 import tempfile
 import threading
 import time
@@ -74,7 +76,7 @@ from core.geojson import (
     traced_line_feature,
     write_geojson,
 )
-from core.georef import parse_crs, read_georef, sidecar_files
+from core.georef import parse_crs, read_georef, sidecar_files, world_shift
 from core.gradient import gradient_margin
 from core.guides import build_corridor, check_max_angle
 from core.jit import numba
@@ -329,6 +331,52 @@ def open_task_image(task: ImageTask) -> Raster:
     return load_image(task.image, crs=task.image_crs, bands=task.bands)
 
 
+def seeds_near_image(seeds, raster: Raster) -> tuple[Seed, ...]:
+    """``seeds`` as an image in a projected CRS whose map repeats along x reads them
+    (:func:`core.georef.world_shift`: Mercator, plate carrée): each vertex of a lon/lat line
+    moved by whole turns of 360°, which :meth:`core.georef.Georef.lonlat_to_pixel` places one
+    map's width away each (:func:`_turns_near`). An image across the map's edge (180° in
+    EPSG:3857) so gets the lines on both sides of it, which PROJ puts at the map's two edges.
+    Seeds in pixels, and every seed of an image in any other CRS, are left as they are.
+    """
+    georef = raster.georef
+    lonlat = [k for k, seed in enumerate(seeds) if seed.image is None]
+    shift = None if georef is None or georef.crs is None else world_shift(georef.crs)
+    if not lonlat or shift is None:
+        return tuple(seeds)
+    period = np.subtract(*georef.map_to_pixel([shift, [0.0, 0.0]]))  # one map's width (px)
+    centre = np.array([(raster.width - 1) / 2, (raster.height - 1) / 2])
+    # One projection call for every vertex of every lon/lat seed, then split per seed.
+    pixels = georef.lonlat_to_pixel(np.vstack([seeds[k].vertices for k in lonlat]))
+    ends = np.cumsum([len(seeds[k].vertices) for k in lonlat])
+    moved = list(seeds)
+    for k, line in zip(lonlat, np.split(pixels, ends[:-1]), strict=True):
+        turns = _turns_near(line, period, centre)
+        moved[k] = replace(seeds[k], vertices=seeds[k].vertices
+                           + np.column_stack([360.0 * turns, np.zeros_like(turns)]))
+    return tuple(moved)
+
+
+def _turns_near(line: np.ndarray, period: np.ndarray, centre: np.ndarray) -> np.ndarray:
+    """Per vertex of a line (K, 2) in pixels, the whole number of maps' widths ``period``
+    (a vector in pixels) to move it by: the line unwrapped along the map's repeat (no step
+    of more than half a map's width between neighbours, as :func:`lonlat_box` unwraps
+    longitudes), then moved as a whole to put a vertex of it nearest ``centre``. 0 for a
+    vertex that is not finite (it is not placed)."""
+    widths = line @ period / (period @ period)  # where it lies along the repeat, in widths
+    finite = np.isfinite(widths)
+    turns = np.zeros(len(line))
+    if not finite.any():
+        return turns
+    along = widths[finite]
+    turns[finite] = np.round(np.unwrap(along, period=1.0) - along)
+    placed = line[finite] + turns[finite, None] * period
+    offsets = np.round((centre - placed) @ period / (period @ period))
+    distances = np.hypot(*(placed + offsets[:, None] * period - centre).T)
+    turns[finite] += offsets[np.argmin(distances)]
+    return turns
+
+
 def process_image(task: ImageTask, backend_factory: Callable[[], TracerBackend],
                   opened: Callable[[], Raster] | None = None
                   ) -> tuple[ImageReport, dict | None]:
@@ -360,7 +408,7 @@ def process_image(task: ImageTask, backend_factory: Callable[[], TracerBackend],
             backend = backend_factory()
             features = []
             report.coordinate_space = coordinate_space(raster, task.crs)
-            lines = list(seeds_in_image(task.seeds, name, raster))
+            lines = list(seeds_in_image(seeds_near_image(task.seeds, raster), name, raster))
             traced = _trace_lines(raster, lines, task.params, backend)
             for (seed, _), (vertices, params, outcomes) in zip(lines, traced, strict=True):
                 found, segments, failures = _line_features(raster, seed, vertices, params,
@@ -764,11 +812,31 @@ def start_worker_server(modules: tuple[str, ...] = WORKER_MODULES) -> None:
     """Start the server that local workers are forked from (where the platform has one), so
     that it imports ``modules`` (what the workers need; one that fails to import is left to
     them) while this process goes on; call it as soon as a :func:`local_executor` of the same
-    ``modules`` is likely (a server once started keeps its modules)."""
+    ``modules`` is likely (a server once started keeps its modules).
+
+    The server starts with SIGINT blocked, and so does every worker forked from it (as
+    Python's resource tracker does): Ctrl-C signals a terminal's whole foreground process
+    group, and would end a server still importing, or a worker still starting, with a
+    traceback. This process stops them itself (:func:`stop_local_executor`), and they end
+    when it does."""
     if _worker_context(modules).get_start_method() == "forkserver":
         import multiprocessing.forkserver
+        import multiprocessing.resource_tracker
 
-        multiprocessing.forkserver.ensure_running()
+        multiprocessing.resource_tracker.ensure_running()  # first: starting unblocks SIGINT
+        with _sigint_blocked():
+            multiprocessing.forkserver.ensure_running()
+
+
+@contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """SIGINT blocked in this thread meanwhile (and in the processes it starts, for good); one
+    that comes meanwhile is handled once the block ends."""
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def local_executor(workers: int, gpus: int = 0, modules: tuple[str, ...] = WORKER_MODULES
@@ -785,6 +853,7 @@ def local_executor(workers: int, gpus: int = 0, modules: tuple[str, ...] = WORKE
     """
     from concurrent.futures import ProcessPoolExecutor
 
+    start_worker_server(modules)
     context = _worker_context(modules)
     devices = None
     if gpus:
@@ -798,11 +867,23 @@ def local_executor(workers: int, gpus: int = 0, modules: tuple[str, ...] = WORKE
 def stop_local_executor(executor: Executor, interrupted: bool) -> None:
     """Shut a :func:`local_executor` down; when ``interrupted``, images not started are
     dropped and the workers are terminated at once (not left to finish their image): every
-    multiprocessing child of this process is, which in the command line is the pool alone."""
+    multiprocessing child of this process is, which in the command line is the pool alone.
+
+    The pool's thread drops the images first, while this call holds the pool (it skips that
+    once the pool is gone): finding the workers gone first, it would fail, with a traceback,
+    marking as lost an image that this process took back (:func:`run_tasks`; CPython
+    gh-107219, fixed in Python 3.12). ``shutdown(wait=False)`` asks for that and forgets the
+    thread, which is waited for here, as ``shutdown(wait=True)`` would.
+    """
     if interrupted:
+        manager = getattr(executor, "_executor_manager_thread", None)
+        executor.shutdown(wait=False, cancel_futures=True)
         for worker in multiprocessing.active_children():
             worker.terminate()
-    executor.shutdown(wait=True, cancel_futures=True)
+        if manager is not None:
+            manager.join()
+    else:
+        executor.shutdown(wait=True, cancel_futures=True)
 
 
 def images_per_call(tasks: int, workers: int) -> int:
@@ -847,8 +928,9 @@ def run_tasks(tasks: list[ImageTask], backend_factory: Callable[[], TracerBacken
         return
     images = max(images, 1)
     calls = [tasks[first:first + images] for first in range(0, len(tasks), images)]
-    futures = {executor.submit(trace_images, called, backend_factory): called
-               for called in calls}
+    with _signals_deferred():  # a local worker's start is not cut short: see there
+        futures = {executor.submit(trace_images, called, backend_factory): called
+                   for called in calls}
     queue = list(futures)  # in submission order: workers take from the start, here from the end
     while here is not None and futures:
         done, _ = wait(futures, timeout=0, return_when=FIRST_COMPLETED)
@@ -860,6 +942,31 @@ def run_tasks(tasks: list[ImageTask], backend_factory: Callable[[], TracerBacken
         yield from _run_here(taken, here)
     for future in as_completed(list(futures)):
         yield from _call_outcomes(future, futures.pop(future))
+
+
+@contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """SIGINT and SIGTERM handled once the block ends, not in it (in the main thread, where
+    Python runs its signal handlers).
+
+    A local executor starts a worker as a call is submitted, and waits until the server it is
+    forked from has imported its modules: an interrupt in that wait (Ctrl-C) would leave a
+    worker that this process does not know of, to start once the server is ready and fail,
+    with a traceback, reading the task queue this process has since removed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+    handlers = {number: signal.signal(number, lambda number, frame: came.append(number))
+                for number in (signal.SIGINT, signal.SIGTERM)
+                if signal.getsignal(number) is not None}  # None: not set from Python
+    try:
+        yield
+    finally:
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+        if came:
+            signal.raise_signal(came[0])
 
 
 def _take_back(queue: list[Future], futures: dict[Future, list[ImageTask]]
@@ -903,16 +1010,63 @@ def _run_here(tasks: list[ImageTask], backend_factory: Callable[[], TracerBacken
                 current = upcoming
                 upcoming = (reader.submit(open_task_image, tasks[k + 1])
                             if k + 1 < len(tasks) and _read_ahead(tasks[k + 1]) else None)
-                try:
-                    outcome = process_image(task, backend_factory,
-                                            opened=current.result if current else None)
-                except Exception as exc:  # a bug: record it, keep going (as a worker would)
-                    outcome = _crashed(task, exc)
+                with _interrupts_kept():
+                    try:
+                        outcome = process_image(task, backend_factory,
+                                                opened=current.result if current else None)
+                    except Exception as exc:  # a bug: record it, keep going (as a worker would)
+                        outcome = _crashed(task, exc)
                 yield outcome
         finally:  # stopped early: close the image read ahead
             if upcoming is not None and not upcoming.cancel():
                 with suppress(Exception):
                     upcoming.result().close()
+
+
+@contextmanager
+def _interrupts_kept() -> Iterator[None]:
+    """The exception that the Python handler of SIGINT or SIGTERM raises meanwhile (the
+    command line's KeyboardInterrupt) raised again as the block ends, if it did not get out.
+
+    A handler that Python runs inside a callback from native code or inside a finalizer
+    (numba compiling in this process, LLVM objects freed: while this process traces images
+    as its workers start, or with no workers) has its exception printed ("Exception ignored
+    in ...", with a traceback) and dropped: the command line, which ignores further signals
+    once it is told to stop, would go on to the end. Here it is kept, not printed. Only in
+    the main thread, where Python runs handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    raised: list[BaseException] = []
+    unraisable_hook = sys.unraisablehook
+
+    def unless_kept(unraisable) -> None:
+        if unraisable.exc_value not in raised:
+            unraisable_hook(unraisable)
+
+    def noting(handler):
+        def noted(number, frame):
+            try:
+                handler(number, frame)
+            except BaseException as exc:
+                raised.append(exc)
+                raise
+        return noted
+
+    handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    noted = {number: noting(handler) for number, handler in handlers.items() if callable(handler)}
+    for number, handler in noted.items():
+        signal.signal(number, handler)
+    sys.unraisablehook = unless_kept
+    try:
+        yield
+    finally:
+        sys.unraisablehook = unraisable_hook
+        for number, handler in noted.items():
+            if signal.getsignal(number) is handler:  # not replaced by the handler it runs
+                signal.signal(number, handlers[number])
+    if raised:
+        raise raised[0]
 
 
 def _read_ahead(task: ImageTask) -> bool:

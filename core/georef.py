@@ -153,8 +153,25 @@ class Georef:
         -------
         ndarray of shape (N, 2), float64
             Non-finite where a point cannot be projected into :attr:`crs`.
+
+        Notes
+        -----
+        In a CRS whose map repeats along x (:func:`world_shift`: Mercator, plate carrée), a
+        longitude past 180° lands one map's width further east per turn of 360° than the
+        longitude that many turns back within ±180° (past -180°, further west): in EPSG:3857,
+        180.01° lands just east of 180°, past the map's east edge, where an image across it
+        has its pixels, not at the map's west edge as -179.99° does. In any other CRS, PROJ
+        places it as that longitude within ±180°.
         """
-        return self.map_to_pixel(transform_points(points, wgs84(), self._require_crs()))
+        crs = self._require_crs()
+        shift = world_shift(crs)
+        if shift is None:
+            return self.map_to_pixel(transform_points(points, wgs84(), crs))
+        lonlat = as_points(points)
+        turns = _turns_past_180(lonlat[:, 0])
+        wrapped = np.column_stack([lonlat[:, 0] - 360.0 * turns, lonlat[:, 1]])
+        return self.map_to_pixel(transform_points(wrapped, wgs84(), crs)
+                                 + turns[:, None] * shift)
 
     def _require_crs(self) -> pyproj.CRS:
         if self.crs is None:
@@ -305,6 +322,49 @@ def transform_points(points, source: pyproj.CRS, target: pyproj.CRS) -> np.ndarr
                           f"{target.name!r}") from None
     x, y = transformer.transform(xy[:, 0], xy[:, 1], errcheck=False)
     return np.column_stack([np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)])
+
+
+def _turns_past_180(lon: np.ndarray) -> np.ndarray:
+    """Whole turns of 360° by which longitudes (degrees) lie past ±180°: 0 within
+    [-180°, 180°], 1 in (180°, 540°], -1 in [-540°, -180°) and so on (NaN for NaN)."""
+    return np.sign(lon) * np.maximum(np.ceil((np.abs(lon) - 180.0) / 360.0), 0.0)
+
+
+#: Longitudes (degrees) and latitudes at which :func:`world_shift` samples a CRS's map.
+_SAMPLED_LONGITUDES = -157.5 + 45.0 * np.arange(8)
+_SAMPLED_LATITUDES = (-40.0, 0.0, 40.0)
+
+
+def world_shift(crs: pyproj.CRS) -> np.ndarray | None:
+    """The map vector (x, y) from a point to its copy 360° of longitude east, in a projected
+    CRS whose map repeats along x: a cylindrical projection (Mercator, Web Mercator, plate
+    carrée, equal-area cylindrical), whose map PROJ cuts at the antimeridian of its central
+    meridian. None for any other CRS (geographic, or a projection that puts a point and its
+    copy at one place).
+
+    Read from PROJ's map of eight meridians 45° apart on three parallels: each parallel is a
+    line along x, on which every 45° of longitude is one same step but the one across the
+    cut, which goes back one map's width (eight steps).
+    """
+    shift = _world_shift(crs.to_wkt()) if crs.is_projected else None
+    return None if shift is None else np.array(shift)
+
+
+@lru_cache(maxsize=64)
+def _world_shift(crs_wkt: str) -> tuple[float, float] | None:
+    lon, lat = np.meshgrid(_SAMPLED_LONGITUDES, _SAMPLED_LATITUDES)
+    xy = transform_points(np.column_stack([lon.ravel(), lat.ravel()]), wgs84(),
+                          _pyproj().CRS.from_wkt(crs_wkt)).reshape(*lon.shape, 2)
+    if not np.all(np.isfinite(xy)):
+        return None
+    steps = np.diff(xy, axis=1)
+    step = float(np.median(steps[..., 0]))
+    width = len(_SAMPLED_LONGITUDES) * step
+    tolerance = 1e-6 * abs(width)
+    along_x = np.all(np.abs(steps[..., 1]) <= tolerance)
+    even = np.all((np.abs(steps[..., 0] - step) <= tolerance)
+                  | (np.abs(steps[..., 0] - step + width) <= tolerance))
+    return (width, 0.0) if width and along_x and even else None
 
 
 def check_map_crs(crs: pyproj.CRS | None, where: str,

@@ -4,6 +4,7 @@ interruptions that never leave results disagreeing with their parameters, hostil
 from __future__ import annotations
 
 import csv
+import ctypes
 import json
 import os
 import signal
@@ -332,6 +333,27 @@ def test_an_image_over_the_memory_budget_fails_alone(tmp_path, capsys, monkeypat
            "may use" in failure["reason"]
 
 
+def test_a_ctrl_c_dropped_in_a_callback_still_stops_the_batch(tmp_path, capsys, monkeypatch):
+    """Ctrl-C while this process traces, its KeyboardInterrupt raised inside a callback from
+    native code (numba's compiler makes such calls), where Python drops it with an "Exception
+    ignored" traceback: the batch stops all the same, quietly, and records no image (the one
+    being traced may have gone wrong)."""
+    images, seeds = make_folder(tmp_path)
+    process_image = core.batch.process_image
+
+    def interrupted_in_a_callback(*args, **kwargs):
+        ctypes.CFUNCTYPE(None)(lambda: signal.raise_signal(signal.SIGINT))()
+        return process_image(*args, **kwargs)
+
+    monkeypatch.setattr("core.batch.process_image", interrupted_in_a_callback)
+    code, err = batch(capsys, images, seeds, tmp_path / "out")
+    assert code == 130
+    assert "Exception ignored" not in err
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["interrupted"] is True
+    assert summary["images"] == []
+
+
 # ----------------------------------------------------------------- separate processes
 def batch_process(images, seeds, out, *extra, **popen) -> subprocess.Popen:
     return subprocess.Popen(
@@ -420,6 +442,72 @@ def test_a_stopped_batch_leaves_no_workers(tmp_path, stop):
         assert "leaked" not in log.read_text()  # no semaphore left behind by a worker
         assert "Traceback" not in log.read_text()  # a second Ctrl-C cut no stopping short
     assert not list(out.glob("*.part"))
+
+
+#: Local workers started for four images (one call each) from a server whose modules include
+#: ``slow_import``, stopped by Ctrl-C as the command line stops them; then it waits for a line
+#: on stdin before it exits (as the command line writes the summary).
+WORKERS_STARTING = """
+import sys
+
+from core.backend import CpuBackend
+from core.batch import ImageTask, local_executor, run_tasks, start_worker_server
+from core.batch import stop_local_executor
+from core.tracer import TraceParams
+from core.vectors import Seed
+
+modules = ("core.batch", "slow_import")
+start_worker_server(modules)
+print("server started", flush=True)
+pool = None
+try:
+    pool = local_executor(2, modules=modules)
+    seed = Seed("s", [[10.0, 40.0], [80.0, 40.0]], "a.png")
+    tasks = [ImageTask(sys.argv[1], (seed,), TraceParams()) for _ in range(4)]
+    for outcome in run_tasks(tasks, CpuBackend, pool, 1, CpuBackend):
+        print(outcome[0].status, flush=True)
+except KeyboardInterrupt:
+    if pool is not None:
+        stop_local_executor(pool, True)
+    print("stopped", flush=True)
+    sys.stdin.readline()
+    sys.exit(130)
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux /proc")
+def test_ctrl_c_while_local_workers_start_stops_cleanly(tmp_path):
+    """Ctrl-C signals the whole process group while the server that workers are forked from
+    still imports their modules and this process waits for its first workers: the server
+    and the workers take no signal (no traceback of theirs), no worker starts unknown to this
+    process once the server is ready (it would fail on the task queue this process removed,
+    with a traceback), and this process stops as it does later."""
+    imported = tmp_path / "imported"
+    (tmp_path / "slow_import.py").write_text(
+        f"import time\ntime.sleep(1.5)\nopen({str(imported)!r}, 'w').close()\n")
+    road_png(tmp_path / "a.png")
+    # The server reads PYTHONPATH (not this process's sys.path) to find slow_import.
+    process = subprocess.Popen(
+        [sys.executable, "-c", WORKERS_STARTING, str(tmp_path / "a.png")], cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])},
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    try:
+        assert process.stdout.readline() == "server started\n"
+        time.sleep(0.5)  # the server imports slow_import; this process waits in its start
+        started = descendants_of(process.pid)  # the server and the resource tracker
+        assert not imported.exists()
+        os.killpg(process.pid, signal.SIGINT)
+        assert process.stdout.readline() == "stopped\n"
+        assert wait_for(imported.exists, 20)
+        time.sleep(0.5)  # the server serves what it was asked for while it imported
+        assert descendants_of(process.pid) <= started  # every worker is gone
+        out, err = process.communicate("\n", timeout=90)
+    finally:
+        process.kill()
+    assert "Traceback" not in err, err
+    assert (process.returncode, out) == (130, "")
+    assert wait_for(lambda: not any(alive(pid) for pid in started), 30)
 
 
 def test_a_closed_stderr_does_not_stop_the_batch(tmp_path):

@@ -33,6 +33,7 @@ from core.georef import (
     read_georef,
     read_world_file,
     world_file_candidates,
+    world_shift,
 )
 from core.raster import FULL_READ_LIMIT, Raster, WindowedRaster, load_image
 from core.tracer import trace
@@ -556,3 +557,50 @@ def test_the_footprint_of_an_image_around_a_pole_reaches_it(tmp_path, epsg, pole
     assert (low_lon, high_lon) == (-180.0, 180.0)
     assert (high_lat if pole > 0 else low_lat) == pole
     assert abs(low_lat if pole > 0 else high_lat) > 89.99
+
+
+def over_transformer(crs) -> pyproj.Transformer:
+    """WGS84 lon/lat to ``crs`` as PROJ transforms without wrapping longitudes (``+over``): the
+    reference for longitudes past ±180°."""
+    with warnings.catch_warnings():  # the PROJ string loses nothing a map projection needs
+        warnings.simplefilter("ignore", UserWarning)
+        definition = pyproj.CRS.from_user_input(crs).to_proj4()
+    return pyproj.Transformer.from_crs(pyproj.CRS(4326), pyproj.CRS(f"{definition} +over"),
+                                       always_xy=True)
+
+
+@pytest.mark.parametrize(("crs", "repeats"), [
+    ("EPSG:3857", True), ("EPSG:3832", True), ("EPSG:4087", True),
+    ("+proj=eqc +lon_0=90 +units=us-ft", True), ("EPSG:32660", False), ("EPSG:3413", False),
+    ("ESRI:54009", False), ("EPSG:2154", False), ("EPSG:4326", False)])
+def test_world_shift_of_maps_that_repeat_along_x(crs, repeats):
+    """Cylindrical projections repeat every 360° of longitude, one map's width along x (as
+    PROJ puts longitudes when it does not wrap them: +over); others (transverse Mercator,
+    polar stereographic, Mollweide, conic, degrees) do not."""
+    crs = pyproj.CRS.from_user_input(crs)
+    shift = world_shift(crs)
+    if not repeats:
+        assert shift is None
+        return
+    over = over_transformer(crs)
+    np.testing.assert_allclose(
+        shift, np.subtract(over.transform(370.0, 30.0), over.transform(10.0, 30.0)), rtol=1e-12)
+
+
+def test_longitudes_past_180_lie_past_the_edge_of_a_map_that_repeats():
+    """Web Mercator: 180.01° lies past the map's east edge, as PROJ's +over puts it, and
+    -180.01° past its west edge; within ±180° nothing changes, in any CRS."""
+    mercator = Georef(Affine(1.0, 0.0, 0.0, 0.0, -1.0, 0.0), pyproj.CRS.from_epsg(3857), "test")
+    np.testing.assert_allclose(world_shift(mercator.crs), [2 * 20037508.342789244, 0.0])
+    over = over_transformer("EPSG:3857")
+    lonlat = np.array([[180.01, 10.0], [-180.01, 10.0], [539.0, -5.0], [179.99, 10.0],
+                       [-179.99, 10.0], [180.0, 0.0], [0.0, 0.0]])
+    x, y = over.transform(lonlat[:, 0], lonlat[:, 1])
+    np.testing.assert_allclose(mercator.lonlat_to_pixel(lonlat),
+                               np.column_stack([x, -np.asarray(y)]) - 0.5, rtol=0, atol=1e-6)
+    for code in (3857, 3832, 32660):  # within ±180°: where PROJ puts them
+        georef = Georef(Affine(1.0, 0.0, 0.0, 0.0, -1.0, 0.0), pyproj.CRS.from_epsg(code), "t")
+        x, y = pyproj.Transformer.from_crs(4326, code, always_xy=True).transform(
+            lonlat[3:, 0], lonlat[3:, 1])
+        np.testing.assert_array_equal(georef.lonlat_to_pixel(lonlat[3:]),
+                                      np.column_stack([x, -np.asarray(y)]) - 0.5)
