@@ -76,7 +76,7 @@ from core.geojson import (
     traced_line_feature,
     write_geojson,
 )
-from core.georef import parse_crs, read_georef, sidecar_files, world_shift
+from core.georef import parse_crs, read_georef, sidecar_files
 from core.gradient import gradient_margin
 from core.guides import build_corridor, check_max_angle
 from core.jit import numba
@@ -331,52 +331,6 @@ def open_task_image(task: ImageTask) -> Raster:
     return load_image(task.image, crs=task.image_crs, bands=task.bands)
 
 
-def seeds_near_image(seeds, raster: Raster) -> tuple[Seed, ...]:
-    """``seeds`` as an image in a projected CRS whose map repeats along x reads them
-    (:func:`core.georef.world_shift`: Mercator, plate carrée): each vertex of a lon/lat line
-    moved by whole turns of 360°, which :meth:`core.georef.Georef.lonlat_to_pixel` places one
-    map's width away each (:func:`_turns_near`). An image across the map's edge (180° in
-    EPSG:3857) so gets the lines on both sides of it, which PROJ puts at the map's two edges.
-    Seeds in pixels, and every seed of an image in any other CRS, are left as they are.
-    """
-    georef = raster.georef
-    lonlat = [k for k, seed in enumerate(seeds) if seed.image is None]
-    shift = None if georef is None or georef.crs is None else world_shift(georef.crs)
-    if not lonlat or shift is None:
-        return tuple(seeds)
-    period = np.subtract(*georef.map_to_pixel([shift, [0.0, 0.0]]))  # one map's width (px)
-    centre = np.array([(raster.width - 1) / 2, (raster.height - 1) / 2])
-    # One projection call for every vertex of every lon/lat seed, then split per seed.
-    pixels = georef.lonlat_to_pixel(np.vstack([seeds[k].vertices for k in lonlat]))
-    ends = np.cumsum([len(seeds[k].vertices) for k in lonlat])
-    moved = list(seeds)
-    for k, line in zip(lonlat, np.split(pixels, ends[:-1]), strict=True):
-        turns = _turns_near(line, period, centre)
-        moved[k] = replace(seeds[k], vertices=seeds[k].vertices
-                           + np.column_stack([360.0 * turns, np.zeros_like(turns)]))
-    return tuple(moved)
-
-
-def _turns_near(line: np.ndarray, period: np.ndarray, centre: np.ndarray) -> np.ndarray:
-    """Per vertex of a line (K, 2) in pixels, the whole number of maps' widths ``period``
-    (a vector in pixels) to move it by: the line unwrapped along the map's repeat (no step
-    of more than half a map's width between neighbours, as :func:`lonlat_box` unwraps
-    longitudes), then moved as a whole to put a vertex of it nearest ``centre``. 0 for a
-    vertex that is not finite (it is not placed)."""
-    widths = line @ period / (period @ period)  # where it lies along the repeat, in widths
-    finite = np.isfinite(widths)
-    turns = np.zeros(len(line))
-    if not finite.any():
-        return turns
-    along = widths[finite]
-    turns[finite] = np.round(np.unwrap(along, period=1.0) - along)
-    placed = line[finite] + turns[finite, None] * period
-    offsets = np.round((centre - placed) @ period / (period @ period))
-    distances = np.hypot(*(placed + offsets[:, None] * period - centre).T)
-    turns[finite] += offsets[np.argmin(distances)]
-    return turns
-
-
 def process_image(task: ImageTask, backend_factory: Callable[[], TracerBackend],
                   opened: Callable[[], Raster] | None = None
                   ) -> tuple[ImageReport, dict | None]:
@@ -408,7 +362,7 @@ def process_image(task: ImageTask, backend_factory: Callable[[], TracerBackend],
             backend = backend_factory()
             features = []
             report.coordinate_space = coordinate_space(raster, task.crs)
-            lines = list(seeds_in_image(seeds_near_image(task.seeds, raster), name, raster))
+            lines = list(seeds_in_image(task.seeds, name, raster))
             traced = _trace_lines(raster, lines, task.params, backend)
             for (seed, _), (vertices, params, outcomes) in zip(lines, traced, strict=True):
                 found, segments, failures = _line_features(raster, seed, vertices, params,

@@ -44,7 +44,7 @@ from itertools import chain
 import numpy as np
 
 from core.errors import BadParameter
-from core.georef import parse_crs, transform_points, wgs84
+from core.georef import parse_crs, transform_points, wgs84, world_shift
 from core.jit import numba
 from core.output import read_json, shortened
 from core.raster import Raster
@@ -393,6 +393,7 @@ def seeds_in_image(seeds, image_name: str, raster: Raster) -> list[tuple[Seed, n
     list of (Seed, ndarray of shape (K, 2) pixel vertices)
     """
     georef = raster.georef
+    seeds = seeds_near_image(seeds, raster)
     lines = [(seed, seed.vertices) for seed in seeds if seed.image == image_name]
     lonlat = [seed for seed in seeds if seed.image is None]
     if not lonlat or georef is None or georef.crs is None:
@@ -410,6 +411,52 @@ def seeds_in_image(seeds, image_name: str, raster: Raster) -> list[tuple[Seed, n
         lines += [(seed, piece) for piece in lines_in_image(vertices, raster.width,
                                                             raster.height)]
     return lines
+
+
+def seeds_near_image(seeds, raster: Raster) -> tuple[Seed, ...]:
+    """``seeds`` as an image in a projected CRS whose map repeats along x reads them
+    (:func:`core.georef.world_shift`: Mercator, plate carrée): each vertex of a lon/lat line
+    moved by whole turns of 360°, which :meth:`core.georef.Georef.lonlat_to_pixel` places one
+    map's width away each (:func:`_turns_near`). An image across the map's edge (180° in
+    EPSG:3857) so gets the lines on both sides of it, which PROJ puts at the map's two edges.
+    Seeds in pixels, and every seed of an image in any other CRS, are left as they are.
+    """
+    georef = raster.georef
+    lonlat = [k for k, seed in enumerate(seeds) if seed.image is None]
+    shift = None if georef is None or georef.crs is None else world_shift(georef.crs)
+    if not lonlat or shift is None:
+        return tuple(seeds)
+    period = np.subtract(*georef.map_to_pixel([shift, [0.0, 0.0]]))  # one map's width (px)
+    centre = np.array([(raster.width - 1) / 2, (raster.height - 1) / 2])
+    # One projection call for every vertex of every lon/lat seed, then split per seed.
+    pixels = georef.lonlat_to_pixel(np.vstack([seeds[k].vertices for k in lonlat]))
+    ends = np.cumsum([len(seeds[k].vertices) for k in lonlat])
+    moved = list(seeds)
+    for k, line in zip(lonlat, np.split(pixels, ends[:-1]), strict=True):
+        turns = _turns_near(line, period, centre)
+        moved[k] = replace(seeds[k], vertices=seeds[k].vertices
+                           + np.column_stack([360.0 * turns, np.zeros_like(turns)]))
+    return tuple(moved)
+
+
+def _turns_near(line: np.ndarray, period: np.ndarray, centre: np.ndarray) -> np.ndarray:
+    """Per vertex of a line (K, 2) in pixels, the whole number of maps' widths ``period``
+    (a vector in pixels) to move it by: the line unwrapped along the map's repeat (no step
+    of more than half a map's width between neighbours, as :func:`lonlat_box` unwraps
+    longitudes), then moved as a whole to put a vertex of it nearest ``centre``. 0 for a
+    vertex that is not finite (it is not placed)."""
+    widths = line @ period / (period @ period)  # where it lies along the repeat, in widths
+    finite = np.isfinite(widths)
+    turns = np.zeros(len(line))
+    if not finite.any():
+        return turns
+    along = widths[finite]
+    turns[finite] = np.round(np.unwrap(along, period=1.0) - along)
+    placed = line[finite] + turns[finite, None] * period
+    offsets = np.round((centre - placed) @ period / (period @ period))
+    distances = np.hypot(*(placed + offsets[:, None] * period - centre).T)
+    turns[finite] += offsets[np.argmin(distances)]
+    return turns
 
 
 #: Seed vertices closer than this (px) to the previous kept vertex are dropped before tracing.
@@ -537,7 +584,7 @@ def _lines_on_image(document, path, raster: Raster, image_name: str,
         feature, features[index] = features[index], None
         seeds, bad = feature_lines(feature, index, lonlat=space == "lonlat")
         failures += bad
-        for seed in seeds:
+        for seed in seeds_near_image(seeds, raster) if space == "lonlat" else seeds:
             if seed.image is not None and seed.image != image_name:
                 failures.append(Failure(f"properties.image names another image "
                                         f"({seed.image})", seed.id))

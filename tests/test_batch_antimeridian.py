@@ -1,4 +1,5 @@
-"""Batch lon/lat seeds on images in a projected CRS across the antimeridian (180°)."""
+"""Lon/lat lines (batch seeds, lines imported in the app) on images in a projected CRS across
+the antimeridian (180°)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ import pytest
 from affine import Affine
 
 from core.backend import CpuBackend
-from core.batch import ImageTask, plan_batch, process_image, seeds_near_image
+from core.batch import ImageTask, plan_batch, process_image
 from core.raster import load_image
 from core.tracer import TraceParams
-from core.vectors import read_seeds
+from core.vectors import read_lines, read_seeds, seeds_near_image
 from tests.synthetic import road_image
 from tests.test_georef import over_transformer, write_geotiff
 
@@ -134,3 +135,14 @@ def test_images_away_from_the_antimeridian_read_seeds_as_before(tmp_path, crs, w
                                       ordinary_pixels(coordinates, crs, transform))
     np.testing.assert_allclose(ordinary_pixels(coordinates, crs, transform), SEED_PIXELS,
                                atol=1e-6)
+
+
+def test_lines_imported_onto_a_mercator_image_across_the_map_edge(tmp_path):
+    """The app's import reads lon/lat lines as batch does: on the image, not a map away."""
+    transform = road_geotiff(tmp_path / "tile.tif", "EPSG:3857", HALF_WORLD - 50.0)
+    coordinates = seeds_file(tmp_path / "lines.geojson", "EPSG:3857", transform)
+    with load_image(tmp_path / "tile.tif") as raster:
+        (line,), failures = read_lines(tmp_path / "lines.geojson", raster, "tile.tif")
+    assert failures == []
+    np.testing.assert_allclose(line.anchors,
+                               expected_pixels(coordinates, "EPSG:3857", transform), atol=1e-3)
