@@ -140,8 +140,8 @@ WORKER_IMAGES = 4
 class ImageReport:
     """What became of one image.
 
-    ``status`` is ``"ok"`` (every segment traced), ``"partial"`` (some failed; output
-    written), ``"failed"`` (no output: unreadable image or unwritable output) or
+    ``status`` is ``"ok"`` (every segment traced), ``"partial"`` (some failed, or all;
+    output written), ``"failed"`` (no output: unreadable image or unwritable output) or
     ``"skipped"`` (output from an earlier run kept). ``inputs`` is the
     :meth:`ImageTask.fingerprint` of what produced the output.
     """
