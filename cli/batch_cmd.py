@@ -266,35 +266,37 @@ def _run_planned(args: argparse.Namespace, plan, segments: int, pool: bool, shar
     from core.tracer import reads_ground_resolution
     from gpu.select import choose_backend
     modules = worker_modules(gpu_likely(args.backend))
-    if pool:
-        start_worker_server(modules)  # it imports what workers need while the backend is made
-    # Resolve "auto" once, here (the GPU's kernels built before the workers start).
-    backend, backend_note = choose_backend(args.backend, notify=lambda text: note(args, text))
-    if args.backend == "auto" and backend.name != "gpu":
-        note(args, f"using {backend_note}")
-    if backend.name == "gpu":
-        for text in sharing_notes:
-            note(args, text)
-    for failure in plan.seed_failures:
-        print(f"bad seed: {one_line(failure.describe())}", file=sys.stderr)
-    if plan.skipped:
-        note(args, f"skipping {len(plan.skipped)} image(s) whose output exists "
-             "(--overwrite traces them again)")
-    if plan.changed:
-        note(args, f"tracing {len(plan.changed)} image(s) again: their seeds, parameters or "
-             f"files changed since the earlier run, or their output has no record of them "
-             f"({', '.join(map(printable, plan.changed))})")
-    executor, close, workers = open_executor(args, len(plan.tasks), backend.name == "gpu",
-                                             segments, modules)
-    # Workers make that backend once each; in this process, the one made above traces (all
-    # the images, or those it takes back from local workers while they start).
-    here = functools.partial(_same, backend)
-    factory = functools.partial(worker_backend, backend.name) if executor is not None else here
     # One numba thread per task: images run in parallel instead (see the module docstring).
     tasks = [replace(task, threads=1) for task in plan.tasks]
     reports = []
-    interrupted = False
-    try:
+    backend, close, workers, interrupted = None, None, None, False
+    try:  # from here a Ctrl-C keeps what is done: the summary, then a resumable exit
+        if pool:
+            start_worker_server(modules)  # it imports what workers need while the backend is made
+        # Resolve "auto" once, here (the GPU's kernels built before the workers start).
+        backend, backend_note = choose_backend(args.backend,
+                                               notify=lambda text: note(args, text))
+        if args.backend == "auto" and backend.name != "gpu":
+            note(args, f"using {backend_note}")
+        if backend.name == "gpu":
+            for text in sharing_notes:
+                note(args, text)
+        for failure in plan.seed_failures:
+            print(f"bad seed: {one_line(failure.describe())}", file=sys.stderr)
+        if plan.skipped:
+            note(args, f"skipping {len(plan.skipped)} image(s) whose output exists "
+                 "(--overwrite traces them again)")
+        if plan.changed:
+            note(args, f"tracing {len(plan.changed)} image(s) again: their seeds, parameters "
+                 f"or files changed since the earlier run, or their output has no record of "
+                 f"them ({', '.join(map(printable, plan.changed))})")
+        executor, close, workers = open_executor(args, len(plan.tasks), backend.name == "gpu",
+                                                 segments, modules)
+        # Workers make that backend once each; in this process, the one made above traces
+        # (all the images, or those it takes back from local workers while they start).
+        here = functools.partial(_same, backend)
+        factory = functools.partial(worker_backend, backend.name) if executor is not None \
+            else here
         with tqdm(total=len(tasks), unit="image", file=sys.stderr,
                   disable=args.quiet) as progress:
             images = images_per_call(len(tasks), workers) if workers else 1
@@ -305,15 +307,17 @@ def _run_planned(args: argparse.Namespace, plan, segments: int, pool: bool, shar
                                          refresh=False)
                 progress.update()
     except KeyboardInterrupt:
-        interrupted = True  # keep what is done: the summary, then a resumable exit
+        interrupted = True
     finally:
-        close(interrupted)
-    settings = {"seeds": args.seeds, "backend": backend.name, "crs": args.crs,
+        if close is not None:
+            close(interrupted)
+    backend_name = backend.name if backend is not None else args.backend  # None: stopped first
+    settings = {"seeds": args.seeds, "backend": backend_name, "crs": args.crs,
                 "image_crs": args.image_crs, "bands": args.bands,
                 "evidence_dir": args.evidence_dir,
                 "params": params_from_args(args).as_dict(),
                 "workers": workers,
-                "gpu_sharing": sharing if backend.name == "gpu" and workers and workers > 1
+                "gpu_sharing": sharing if backend_name == "gpu" and workers and workers > 1
                 else None,
                 "scheduler": args.scheduler, "interrupted": interrupted}
     summary = summarize(plan, reports, time.perf_counter() - start, settings)

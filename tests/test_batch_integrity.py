@@ -354,6 +354,25 @@ def test_a_ctrl_c_dropped_in_a_callback_still_stops_the_batch(tmp_path, capsys, 
     assert summary["images"] == []
 
 
+def test_a_ctrl_c_while_the_backend_is_made_keeps_the_summary(tmp_path, capsys, monkeypatch):
+    """Ctrl-C before any image is traced (the GPU's kernels being built, workers starting):
+    the summary says every image is still to do, and the same command resumes."""
+    images, seeds = make_folder(tmp_path)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("gpu.select.choose_backend", interrupted)
+    code, err = batch(capsys, images, seeds, tmp_path / "out")
+    assert code == 130
+    assert "stopped after 0 of 3 image(s)" in err
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert (summary["interrupted"], summary["images"]) == (True, [])
+    assert summary["not_done"] == ["a.png", "b.png", "c.png"]
+    monkeypatch.undo()
+    assert batch(capsys, images, seeds, tmp_path / "out")[0] == 0
+
+
 # ----------------------------------------------------------------- separate processes
 def batch_process(images, seeds, out, *extra, **popen) -> subprocess.Popen:
     return subprocess.Popen(
