@@ -211,6 +211,9 @@ def entry(argv: list[str] | None = None) -> int:
         os.dup2(null, sys.stdout.fileno())
         os.close(null)
         return SIGPIPE_EXIT
+    except KeyboardInterrupt:  # Ctrl-C before a command's own handling (imports, parsing)
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 def dispatch(argv: list[str]) -> int:

@@ -212,3 +212,14 @@ def test_a_reader_that_goes_away_ends_the_run_quietly(argv):
     stderr = process.stderr.read()
     assert process.wait(timeout=300) == 141  # as a command ended by SIGPIPE
     assert stderr == ""
+
+
+def test_ctrl_c_while_a_command_is_being_read_ends_quietly(capsys, monkeypatch):
+    """A Ctrl-C before the command's own handling (its modules imported, its options read)
+    ends as one later does: "interrupted" and exit code 130, no traceback."""
+    def interrupted(name):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("cli.importlib.import_module", interrupted)
+    assert entry(["eval", "cases.json"]) == 130
+    assert capsys.readouterr().err == "interrupted\n"
