@@ -274,12 +274,14 @@ class TracingController(QObject):
         """Undo the last edit; one still being re-traced is the last (undone once it lands)."""
         if self._edits_pending:
             self._edits.append("undo")
+            self.message.emit("undo: once the re-trace in progress lands")
         elif not self.model.undo():
             self.message.emit("nothing to undo")
 
     def redo(self) -> None:
         if self._edits_pending:
             self._edits.append("redo")
+            self.message.emit("redo: once the re-trace in progress lands")
         elif not self.model.redo():
             self.message.emit("nothing to redo")
 

@@ -308,8 +308,10 @@ def test_undo_during_a_drag_undoes_that_drag(make_window, qtbot, held):
     held.hold()
     drag(qtbot, window, B, B2)
     wait_held(qtbot, held)
+    shown = messages(window)
     qtbot.keyClick(window.canvas, Qt.Key.Key_Z, CTRL)
     assert window.model.lines == before
+    assert shown == ["undo: once the re-trace in progress lands"]  # the user is told
     held.open()
     wait_idle(qtbot, window)
     assert window.model.lines == before  # the drag landed, and was undone
@@ -423,7 +425,7 @@ def test_lines_replaced_during_a_retrace_drop_the_edits_quietly(make_window, qtb
     wait_idle(qtbot, window)
     assert window.model.lines == (line,)
     assert undo_labels(window.model) == redo_labels(window.model) == []
-    assert not any("re-tracing" in text or "undo" in text for text in shown)
+    assert not any("re-tracing" in text or "nothing to" in text for text in shown)
 
 
 # -------------------------------------------------------------------- edits without a window
