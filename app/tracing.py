@@ -271,7 +271,8 @@ class TracingController(QObject):
             self.select(remaining.id if remaining else None)
 
     def undo(self) -> None:
-        """Undo the last edit; one still being re-traced is the last (undone once it lands)."""
+        """Undo the last edit; one still being re-traced is the last (undone once it lands;
+        if its re-trace fails, nothing is undone)."""
         if self._edits_pending:
             self._edits.append("undo")
             self.message.emit("undo: once the re-trace in progress lands")
@@ -439,6 +440,7 @@ class TracingController(QObject):
         if isinstance(command, str):
             self.message.emit(command)
             self.lines_stale.emit()
+            self._lost()
         elif command is not None and not command.requests:
             self._apply(command, ())
         elif command is not None:
@@ -447,6 +449,15 @@ class TracingController(QObject):
     def _stale(self, name: str) -> None:
         self.message.emit(f"{name} changed while re-tracing; result dropped")
         self.lines_stale.emit()
+        self._lost()
+
+    def _lost(self) -> None:
+        """An edit that did not land left no undo step: an undo asked for right after it (and
+        a redo right after that undo) was meant for it, not for the edit before it."""
+        if self._edits and self._edits[0] == "undo":
+            self._edits.popleft()
+            if self._edits and self._edits[0] == "redo":
+                self._edits.popleft()
 
     def _apply(self, command: Retrace, segments: tuple[Segment, ...]) -> None:
         self._splitting = command.split
@@ -481,6 +492,7 @@ class TracingController(QObject):
             self._edit_running = None
             self.message.emit(error_text(exc))
             self.lines_stale.emit()
+            self._lost()
             self._next_edit()
 
         self.submit(command.requests, done, failed)

@@ -15,6 +15,7 @@ import app.traces
 from app.drawing import DrawState
 from app.edits import Edit
 from app.model import LinesModel, Segment
+from core.errors import NoAdmissiblePath
 from core.tracer import TraceParams
 from tests import test_app
 from tests.test_app import A, B, C, click, click_and_wait, view_pos, wait_idle
@@ -36,6 +37,7 @@ class HeldTraces:
         self.passes = 0  # traces let go while held
         self.waiting = 0  # traces waiting in the worker now
         self.traced: list[tuple] = []  # (a, b, params) of every trace, as it starts
+        self.failing = 0  # how many of the traces let go next fail (NoAdmissiblePath)
 
     def __call__(self, raster, a, b, params, backend):
         with self.condition:
@@ -44,7 +46,10 @@ class HeldTraces:
             self.waiting -= 1
             if self.held:
                 self.passes -= 1
+            failing, self.failing = self.failing > 0, max(self.failing - 1, 0)
         self.traced.append((a, b, params))
+        if failing:
+            raise NoAdmissiblePath("no admissible path (held trace made to fail)")
         return self.real(raster, a, b, params, backend)
 
     def hold(self) -> None:
@@ -325,6 +330,32 @@ def test_undo_during_a_drag_undoes_that_drag(make_window, qtbot, held):
     assert window.model.lines == before
     window.controller.undo()
     assert window.model.lines[0].anchors == (A, B)
+
+
+@pytest.mark.parametrize("keys", [("undo",), ("undo", "redo"), ("undo", "undo")])
+def test_undo_during_a_drag_whose_retrace_fails_is_that_drags(make_window, qtbot, held, keys):
+    # The failed drag leaves no undo step; the undo asked for meanwhile was meant for it
+    # (and a redo right after, for that undo), not for the edit before it.
+    window = make_window()
+    before = (draw(qtbot, window, A, B, C),)
+    held.hold()
+    held.failing = 1
+    drag(qtbot, window, B, moved(B, 6, 4))
+    wait_held(qtbot, held)
+    shown = messages(window)
+    for key in keys:
+        getattr(window.controller, key)()
+    held.open()
+    wait_idle(qtbot, window)
+    assert "no admissible path (held trace made to fail)" in shown
+    if keys == ("undo", "undo"):  # the second undo is the one before
+        assert window.model.lines[0].anchors == (A, B)
+        assert (undo_labels(window.model), redo_labels(window.model)) == (["Add line"],
+                                                                          ["Add segment"])
+    else:
+        assert window.model.lines == before
+        assert (undo_labels(window.model), redo_labels(window.model)) == (
+            ["Add line", "Add segment"], [])
 
 
 def test_undo_twice_during_two_drags_undoes_both(make_window, qtbot, held):
