@@ -2,11 +2,12 @@
 
 A trace holds the link scores and the DP's argmax tables of every stage, (m + 1)·d² values
 for m guides of d points, and the evidence planes of its corridor window (the corridor's box
-grown by the gradient margin, ~4σ, on every side). :func:`check_trace_plan` estimates both
-and raises :class:`core.errors.BadParameter` naming the parameter to lower when their sum
-exceeds the memory budget: ``ROADTRACER_MEMORY_BUDGET`` (bytes, or with a K, M, G or T suffix,
-binary) when set, else :data:`AVAILABLE_FRACTION` of the memory available now (plans up to
-:data:`ALWAYS_AFFORDABLE` pass it unasked). It runs inside
+grown by the gradient margin, ~4σ, on every side; the tracer passes the bytes its score kind
+needs over the window it reads, :func:`core.scores.window_memory`). :func:`check_trace_plan`
+estimates both and raises :class:`core.errors.BadParameter` naming the parameter to lower when
+their sum exceeds the memory budget: ``ROADTRACER_MEMORY_BUDGET`` (bytes, or with a K, M, G
+or T suffix, binary) when set, else :data:`AVAILABLE_FRACTION` of the memory available now
+(plans up to :data:`ALWAYS_AFFORDABLE` pass it unasked). It runs inside
 :func:`core.tracer.trace`, so the command line, batch workers and the app refuse alike.
 :func:`check_decode_memory` holds images decoded whole (PNG, JPEG, …) to the same budget,
 from their header, before :func:`core.raster.load_image` decodes them.
@@ -27,10 +28,9 @@ BUDGET_VARIABLE = "ROADTRACER_MEMORY_BUDGET"
 AVAILABLE_FRACTION = 0.5
 #: Bytes per DP state: a float64 link score and an int32 argmax entry, plus working copies.
 BYTES_PER_STATE = 16
-#: Bytes per pixel of the corridor window: input bands, evidence planes, integral images
-#: (measured peaks: 62-69 with the colour kinds, 125-138 with the gradient kind ``cross``,
-#: path search included).
-BYTES_PER_WINDOW_PX = 128
+#: Bytes per pixel of the corridor window where the caller names no score kind's own figure
+#: (``ScoreKind.bytes_per_px``): the largest of the kinds without the surface model.
+BYTES_PER_WINDOW_PX = 170
 #: Peak memory of decoding an image whole, per byte of its float32 planes (one per value of
 #: the header, alpha included): the decoder's and numpy's copies come on top (measured on
 #: 4000 × 4000 images: 1.27 8-bit RGB PNG or JPEG, 1.30 8-bit grey, 1.55 16-bit grey).
@@ -100,21 +100,17 @@ def format_size(size: float) -> str:
     return f"{size:.3g} PiB"
 
 
-def trace_memory(guides: int, points: int, window_px: float) -> tuple[float, float]:
-    """Estimated bytes of a trace: (path search, corridor window).
-
-    Parameters
-    ----------
-    guides, points : int
-        m and d of the corridor.
-    window_px : float
-        Pixels of the corridor window, gradient margin included.
-    """
-    return (float(BYTES_PER_STATE) * (guides + 1) * float(points) ** 2,
-            float(BYTES_PER_WINDOW_PX) * window_px)
+def window_pixels(chord, halfwidth: float, margin: int) -> float:
+    """Pixels of the axis-aligned window around a corridor: its box (the chord (2,) = b − a,
+    the half-width across it on each side) grown by ``margin`` + 2 px on every side."""
+    dx, dy = abs(float(chord[0])), abs(float(chord[1]))
+    length = math.hypot(dx, dy)
+    return ((dx + 2.0 * halfwidth * dy / length + 2 * margin + 4)
+            * (dy + 2.0 * halfwidth * dx / length + 2 * margin + 4))
 
 
-def check_trace_plan(requested, resolved, chord, margin: int) -> None:
+def check_trace_plan(requested, resolved, chord, margin: int,
+                     window: tuple[float, float] | None = None) -> None:
     """Refuse a trace whose estimated memory exceeds the budget (module docstring).
 
     Parameters
@@ -127,6 +123,9 @@ def check_trace_plan(requested, resolved, chord, margin: int) -> None:
         b - a (px).
     margin : int
         Gradient margin of the window on each side (px).
+    window : (pixels, bytes), optional
+        The window the trace reads and the bytes its evidence and link scores need; default
+        :func:`window_pixels` at ``BYTES_PER_WINDOW_PX`` each.
 
     Raises
     ------
@@ -137,18 +136,17 @@ def check_trace_plan(requested, resolved, chord, margin: int) -> None:
     if requested.points is None and resolved.points < 2:
         raise BadParameter(f"halfwidth {resolved.halfwidth:g} px is too narrow: a guide needs "
                            "two points, so give --points or a halfwidth of at least 0.75 px")
-    dx, dy = abs(float(chord[0])), abs(float(chord[1]))
-    length = math.hypot(dx, dy)
-    # The corridor's box: the chord, the half-width across it each side, the margin around.
-    window_px = ((dx + 2.0 * resolved.halfwidth * dy / length + 2 * margin + 4)
-                 * (dy + 2.0 * resolved.halfwidth * dx / length + 2 * margin + 4))
-    search, window = trace_memory(resolved.guides, resolved.points, window_px)
-    if search + window <= ALWAYS_AFFORDABLE and not os.environ.get(BUDGET_VARIABLE):
+    if window is None:
+        window_px = window_pixels(chord, resolved.halfwidth, margin)
+        window = (window_px, float(BYTES_PER_WINDOW_PX) * window_px)
+    window_px, window_bytes = window
+    search = float(BYTES_PER_STATE) * (resolved.guides + 1) * float(resolved.points) ** 2
+    if search + window_bytes <= ALWAYS_AFFORDABLE and not os.environ.get(BUDGET_VARIABLE):
         return  # the common case, without asking the system (a live preview traces often)
     budget, source = memory_budget()
-    if budget is None or search + window <= budget:
+    if budget is None or search + window_bytes <= budget:
         return
-    if search >= window:
+    if search >= window_bytes:
         given = [name for name in ("points", "guides") if getattr(requested, name) is not None]
         culprit = " or ".join(given) if given else "halfwidth (it sets the points per guide)"
         what = (f"{resolved.guides} guides × {resolved.points} points per guide need "
@@ -156,9 +154,14 @@ def check_trace_plan(requested, resolved, chord, margin: int) -> None:
     else:
         culprit = "sigma" if margin > resolved.halfwidth else "halfwidth"
         what = (f"a corridor window of {window_px:.3g} px (halfwidth {resolved.halfwidth:g}, "
-                f"sigma {resolved.sigma:g}) needs {format_size(window)}")
+                f"sigma {resolved.sigma:g}, score {resolved.score}) needs "
+                f"{format_size(window_bytes)}")
+    advice = f"lower {culprit}"
+    if culprit == "halfwidth" and requested.halfwidth is None:  # the click distance sets it
+        advice = ("trace it in shorter legs (click a point in between; --via X,Y on the command "
+                  f"line) or {advice}")
     raise BadParameter(f"{what}, over the memory budget of {format_size(budget)} ({source}): "
-                       f"lower {culprit}")
+                       f"{advice}")
 
 
 def check_decode_memory(path: str, width: int, height: int, values_per_pixel: int) -> None:

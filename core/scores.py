@@ -27,7 +27,8 @@ import numpy as np
 from core.errors import BadParameter
 from core.gradient import gaussian_blur
 from core.offset import offset_ridge
-from core.surface import surface_model
+from core.resources import BYTES_PER_WINDOW_PX
+from core.surface import model_memory, surface_model
 
 SCALAR, CROSS, SINE = 0, 1, 2
 
@@ -112,6 +113,8 @@ class ScoreKind:
     surface)``: the kind as the tracer's river mode runs it, with ``surface`` (rows, cols) in
     [0, 1], how likely each pixel lies on the clicked surface, which the traced line is then
     centred on (core/centring.py).
+    ``bytes_per_px``: peak bytes per window pixel of making the planes and scoring links on
+    them on the CPU, the surface model's run aside (:func:`window_memory`).
     """
 
     name: str
@@ -122,6 +125,19 @@ class ScoreKind:
     river: Callable[[ScoreInputs], tuple[np.ndarray, float, np.ndarray]] | None = None
     needs: tuple[str, ...] = ("pixels",)
     produces: str = ""
+    bytes_per_px: float = BYTES_PER_WINDOW_PX
+
+
+def window_memory(kind: ScoreKind, window_px: float, river: bool,
+                  ground_resolution: float | None) -> float:
+    """Estimated peak bytes of ``kind``'s evidence over a window of ``window_px`` pixels and of
+    the link scores on it (CPU backend): ``kind.bytes_per_px`` per pixel, and the surface
+    model's run (:func:`core.surface.model_memory`; at half resolution for a ``river`` line)
+    where the kind reads it."""
+    total = kind.bytes_per_px * window_px
+    if "surface model" in kind.needs:
+        total += model_memory(window_px, river and kind.river is not None, ground_resolution)
+    return total
 
 
 SCORE_KINDS: dict[str, ScoreKind] = {}
@@ -391,11 +407,11 @@ register_score_kind(ScoreKind(
     "of m (OPEN_WIDTH, OFFSET_TOLERANCE), G_w a Gaussian of σ = CENTRE_BLUR × the width of "
     "m > 0.5 across a and b (≥ 1 px, truncate 3), m = √(p'·s), s = endpoint_similarity, "
     "p' = t·p + (1 − t)·s, (p, P) = surface_model (surface, path), t = min(1, mean p in the "
-    "endpoint patches / MODEL_TRUST)"))
+    "endpoint patches / MODEL_TRUST)", bytes_per_px=100))
 register_score_kind(ScoreKind(
     "centre", "follows the centre of the band whose colour matches a or b (roads, rivers)",
     SCALAR, _centre_planes, uses_gradient=False, river=_centre_river,
-    needs=("pixels", "endpoints"), produces=_CENTRED + "endpoint_similarity"))
+    needs=("pixels", "endpoints"), produces=_CENTRED + "endpoint_similarity", bytes_per_px=95))
 register_score_kind(ScoreKind(
     "evidence", "a probability raster's band 0 (0 = none .. 1 = certain), e.g. a model's "
     "road map: cost 1 - p", SCALAR,
@@ -405,13 +421,15 @@ register_score_kind(ScoreKind(
     "colour", "prefers pixels of the colour found under a and b (road/river surface)",
     SCALAR, _colour_planes, uses_gradient=False, needs=("pixels", "endpoints"),
     produces="1 plane: G_1.5 * -(1 - exp(-d² / 2s²) + 0.05), d the distance to the median "
-    "colour of the endpoint patches"))
+    "colour of the endpoint patches", bytes_per_px=85))
 register_score_kind(ScoreKind(
     "cross", "gradient magnitude across the link, |∇I × v| (edge following)", CROSS, _cross_planes,
-    needs=("gradient",), produces="2 planes: gx, gy; tau 0"))
+    needs=("gradient",), produces="2 planes: gx, gy; tau 0", bytes_per_px=170))
 register_score_kind(ScoreKind(
     "sine", "the paper's |sin φ| between gradient and link where |∇I| > median", SINE,
-    _sine_planes, needs=("gradient",), produces="2 planes: gx, gy; tau = median |∇I|"))
+    _sine_planes, needs=("gradient",), produces="2 planes: gx, gy; tau = median |∇I|",
+    bytes_per_px=170))
 register_score_kind(ScoreKind(
     "flat", "prefers low gradient (homogeneous surface)", SCALAR, _flat_planes,
-    needs=("gradient",), produces="1 plane: -(|∇I| / (g0 + |∇I|) + 0.05), g0 = 3·median |∇I|"))
+    needs=("gradient",), produces="1 plane: -(|∇I| / (g0 + |∇I|) + 0.05), g0 = 3·median |∇I|",
+    bytes_per_px=100))

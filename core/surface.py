@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+import textwrap
 from functools import lru_cache
 from pathlib import Path
 
@@ -58,14 +59,21 @@ STRETCH_CLIP = (-0.5, 1.5)
 ENDPOINT_REACH = 0.25
 #: Planes the model reads and writes (:func:`model_inputs`; surface, path).
 INPUT_PLANES, OUTPUT_PLANES = 5, 2
+#: Peak bytes per model pixel (of each step's block means) while ONNX Runtime runs the model on
+#: the CPU, its activations and the maps it returns (measured on 0.8 to 6.7 M px windows at
+#: steps 2 and 4: 725 at most).
+MODEL_BYTES_PER_PX = 800
 #: What a user can do without the model.
 NO_MODEL_HINT = "score kind 'centre' traces without it"
+#: Most characters of ONNX Runtime's own reason quoted in a message.
+MAX_DETAIL_CHARS = 120
 
 
 @lru_cache(maxsize=2)
 def _session(path: str):
     try:
         import onnxruntime
+        from onnxruntime.capi.onnxruntime_pybind11_state import InvalidProtobuf
     except ImportError:
         raise ModelUnavailable("the surface model needs ONNX Runtime: pip install onnxruntime "
                                f"({NO_MODEL_HINT})") from None
@@ -76,9 +84,19 @@ def _session(path: str):
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     try:
         return onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    except InvalidProtobuf:  # the file does not parse as an ONNX model
+        raise ModelUnavailable(f"{path} is not an ONNX model: give the .onnx file of a surface "
+                               f"model ({NO_MODEL_HINT})") from None
     except Exception as exc:  # ONNX Runtime raises its own exception types
-        raise ModelUnavailable(f"surface model {path} cannot be loaded: {exc} "
-                               f"({NO_MODEL_HINT})") from None
+        raise ModelUnavailable(f"surface model {path} cannot be loaded by ONNX Runtime: give "
+                               f"another ({NO_MODEL_HINT}; {_runtime_detail(exc, path)})") from None
+
+
+def _runtime_detail(exc: Exception, path: str) -> str:
+    """ONNX Runtime's reason in ``exc``, shortened for a message: without its status prefix
+    (``[ONNXRuntimeError] : 1 : FAIL : ``) and with the model's path left out."""
+    reason = str(exc).split(" : ")[-1].replace(path, "the file")
+    return textwrap.shorten(reason, MAX_DETAIL_CHARS, placeholder=" …")
 
 
 def use_model(path: str | os.PathLike) -> Path:
@@ -225,6 +243,14 @@ def model_steps(rows: int, cols: int, half_resolution: bool = False,
     if pixels <= full_resolution_pixels(ground_resolution * step) * step * step:
         return (step,)
     return (2 * step,)
+
+
+def model_memory(window_px: float, half_resolution: bool = False,
+                 ground_resolution: float | None = None) -> float:
+    """Estimated peak bytes of :func:`surface_model` on a window of ``window_px`` pixels:
+    ``MODEL_BYTES_PER_PX`` per model pixel at each of its :func:`model_steps`."""
+    steps = model_steps(int(window_px), 1, half_resolution, ground_resolution)
+    return MODEL_BYTES_PER_PX * sum(window_px / (step * step) for step in steps)
 
 
 def model_point(point: np.ndarray, step: int) -> np.ndarray:

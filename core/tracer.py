@@ -24,10 +24,18 @@ path is the angle-constrained geodesic on cost 1 − p + 0.5 per px (core/scores
 
 Near the image border the corridor may leave the image; evidence there counts as the worst in
 the window (:func:`corridor_evidence`), so no path gains by leaving the image.
+
+A long slanted click pair's axis-aligned window is mostly image far from the corridor (an
+11 300 px diagonal: a 7800² px box around a 320 px wide strip). Where that window would hold
+over ``TURNED_FRAME_PIXELS`` and at least ``TURNED_FRAME_SAVING`` times the pixels of a window
+turned to [a, b], and the turned one lies inside the image, the corridor is built and its
+evidence made in the turned frame, the image resampled into it bilinearly
+(:func:`_read_turned`); the polyline is turned back to the image at the end.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -48,8 +56,8 @@ from core.errors import (
 from core.gradient import gradient_margin
 from core.guides import Corridor, admissible_windows, build_corridor, check_max_angle
 from core.raster import IMAGE_SUFFIXES, Raster, has_grid, load_image, on_same_grid
-from core.resources import check_trace_plan
-from core.scores import Evidence, ScoreInputs, get_score_kind, pad_planes
+from core.resources import check_trace_plan, window_pixels
+from core.scores import Evidence, ScoreInputs, get_score_kind, pad_planes, window_memory
 
 #: Default corridor half-width per px of click distance.
 HALFWIDTH_PER_LENGTH = 0.25
@@ -63,6 +71,15 @@ CORRIDOR_GROWTH = 1.6
 MAX_HALFWIDTH = 150.0
 #: Most corridor pixels whose evidence :func:`trace_many` makes in one pass (bounds its memory).
 BATCH_PIXELS = 4_000_000
+#: Axis-aligned corridor windows of more pixels than this (about 1.2 GB of evidence with the
+#: surface model; a diagonal of some 2 500 px) may be read in a frame turned to [a, b] (module
+#: docstring); every smaller window, every click of the accuracy cases among them, is read as
+#: it lies in the image, with the context around the corridor that the model reads better.
+TURNED_FRAME_PIXELS = 4_000_000
+#: How many times fewer pixels the turned window must hold for a trace to use it.
+TURNED_FRAME_SAVING = 2.0
+#: Columns of the turned window resampled from one read of the image (bounds the read's box).
+TURNED_PIECE_COLUMNS = 512
 #: What ``TraceParams.line_kind`` may be.
 LINE_KINDS = ("road", "river")
 
@@ -270,22 +287,25 @@ def corridor_evidence_many(raster: Raster, corridors: list, backend: TracerBacke
     may differ in the corridor's size only (score kind, σ, line kind and evidence raster are
     those of the first).
     """
-    return _evidence_many(raster, corridors, backend or CpuBackend(), deferred=False)
+    return _evidence_many(raster, [(corridor, params, _Frame.shifted(shift))
+                                   for corridor, params, shift in corridors],
+                          backend or CpuBackend(), deferred=False)
 
 
 def _evidence_many(raster: Raster, corridors: list, backend: TracerBackend,
                    deferred: bool) -> list[Evidence]:
-    """:func:`corridor_evidence_many`; with ``deferred``, the planes may be left for
-    ``backend`` to fill by the end of its next ``trace_many`` (see
-    :meth:`TracerBackend.score_planes_many`): only that call may read them."""
+    """:func:`corridor_evidence_many` of (corridor, params, :class:`_Frame`) tuples; with
+    ``deferred``, the planes may be left for ``backend`` to fill by the end of its next
+    ``trace_many`` (see :meth:`TracerBackend.score_planes_many`): only that call may read
+    them."""
     if not corridors:
         return []
     params = corridors[0][1]
     kind = get_score_kind(params.score)
     source = evidence_source(raster, params)
     ground = ground_resolution_of(raster, params)
-    reads = [_read_corridor(raster, source, corridor, shift, params.sigma)
-             for corridor, _, shift in corridors]
+    reads = [_read_corridor(raster, source, corridor, frame, params.sigma)
+             for corridor, _, frame in corridors]
     if params.line_kind == "river" and kind.river is not None:
         made = []
         for read in reads:
@@ -374,11 +394,95 @@ class _CorridorWindow:
                         None if surface is None else np.asarray(surface, dtype=np.float32))
 
 
-def _read_corridor(raster: Raster, source: Raster, corridor: Corridor, shift,
+@dataclass(frozen=True)
+class _Frame:
+    """The frame a corridor is built and its evidence made in: image point = frame point @
+    ``axes`` + ``offset``.
+
+    axes : (2, 2) float64, rows the image directions of the frame's x and y: the identity
+        (the image's own frame, shifted off negative coordinates) or u and n of [a, b];
+    offset : (2,) float64;
+    window : (cols, rows) of a turned frame's window, from its (0, 0); None for a shifted one;
+    start : (2,) the frame point of a in a turned frame (None in a shifted one).
+    """
+
+    axes: np.ndarray
+    offset: np.ndarray
+    window: tuple[int, int] | None = None
+    start: np.ndarray | None = None
+
+    @classmethod
+    def shifted(cls, shift) -> _Frame:
+        """The image's own frame moved by ``shift`` (2,) integers >= 0 (:func:`border_shift`)."""
+        return cls(np.eye(2), -np.asarray(shift, dtype=np.float64))
+
+    def to_image(self, points: np.ndarray) -> np.ndarray:
+        """Frame points (n, 2) as image points (n, 2) float64."""
+        if self.window is None:  # a shift: exact
+            return points + self.offset
+        return points @ self.axes + self.offset
+
+
+def _turned_frame(raster: Raster, a: np.ndarray, b: np.ndarray,
+                  params: TraceParams) -> _Frame | None:
+    """The frame turned to [a, b] (x along it, y across) whose window holds the corridor of
+    ``params`` (resolved) with the gradient margin, where the trace should use it (module
+    docstring), else None."""
+    margin = gradient_margin(params.sigma)
+    axis_aligned = window_pixels(b - a, params.halfwidth, margin)
+    if axis_aligned <= TURNED_FRAME_PIXELS:
+        return None
+    margin += 2  # as _read_corridor's
+    length = float(np.hypot(*(b - a)))
+    across = math.ceil(params.halfwidth) + margin
+    window = (math.ceil(length) + 2 * margin + 1, 2 * across + 1)
+    if TURNED_FRAME_SAVING * window[0] * window[1] > axis_aligned:
+        return None
+    along = (b - a) / length
+    axes = np.array([along, [-along[1], along[0]]])
+    start = np.array([float(margin), float(across)])
+    frame = _Frame(axes, a - start @ axes, window, start)
+    corners = frame.to_image(np.array([[0.0, 0.0], [window[0] - 1, 0.0], [0.0, window[1] - 1],
+                                       [window[0] - 1, window[1] - 1]]))
+    if np.any(corners < 0) or np.any(corners > (raster.width - 1, raster.height - 1)):
+        return None
+    return frame
+
+
+def _read_turned(source: Raster, frame: _Frame) -> np.ndarray:
+    """The turned ``frame``'s window (rows, cols, bands) float32, resampled bilinearly from
+    ``source`` in pieces of ``TURNED_PIECE_COLUMNS`` columns, each from the image box of its
+    own piece (the window lies inside the image)."""
+    from scipy.ndimage import map_coordinates  # here only: scipy is slow to import
+
+    cols, rows = frame.window
+    across = np.arange(rows, dtype=np.float64)[:, None]
+    pieces = []
+    for first in range(0, cols, TURNED_PIECE_COLUMNS):
+        along = np.arange(first, min(first + TURNED_PIECE_COLUMNS, cols),
+                          dtype=np.float64)[None, :]
+        x, y = (frame.offset[axis] + along * frame.axes[0, axis] + across * frame.axes[1, axis]
+                for axis in (0, 1))
+        col0, row0 = int(np.floor(x.min())), int(np.floor(y.min()))
+        box = source.read_window(row0, int(np.floor(y.max())) + 2,
+                                 col0, int(np.floor(x.max())) + 2)
+        points = np.stack([y - row0, x - col0])
+        pieces.append(np.stack([map_coordinates(box[:, :, band], points, order=1,
+                                                mode="nearest", output=np.float32)
+                                for band in range(box.shape[2])], axis=2))
+    return np.concatenate(pieces, axis=1)
+
+
+def _read_corridor(raster: Raster, source: Raster, corridor: Corridor, frame: _Frame,
                    sigma: float) -> _CorridorWindow:
     """The window of ``source`` (``raster`` or its evidence raster) around ``corridor`` with
-    the gradient margin of σ (see :func:`corridor_evidence`)."""
-    sx, sy = (int(value) for value in shift)
+    the gradient margin of σ (see :func:`corridor_evidence`), in ``frame``."""
+    if frame.window is not None:
+        pixels = _read_turned(source, frame)
+        _check_not_blank(pixels, source is not raster)
+        return _CorridorWindow(pixels, corridor.a, corridor.b, (0, 0), ((0, 0), (0, 0)),
+                               frame.window)
+    sx, sy = (int(value) for value in -frame.offset)
     low, high = corridor.pixel_bounds
     margin = gradient_margin(sigma) + 2  # also covers the patches around a and b
     want0 = low - margin - (sx, sy)  # image frame
@@ -386,17 +490,23 @@ def _read_corridor(raster: Raster, source: Raster, corridor: Corridor, shift,
     col0, row0 = max(want0[0], 0), max(want0[1], 0)
     col1, row1 = min(want1[0], raster.width), min(want1[1], raster.height)
     pixels = source.read_window(row0, row1, col0, col1)
-    if pixels.size and not np.any(pixels != pixels.flat[0]):
-        raise BadParameter(f"{'the evidence raster' if source is not raster else 'the image'} "
-                           "holds nothing to trace between a and b: every pixel there reads "
-                           f"{float(pixels.flat[0]):g} (a blank area, or no data or NaN in the "
-                           "file)")
+    _check_not_blank(pixels, source is not raster)
     origin = np.array([col0, row0], dtype=np.float64)
     outside = ((col0 - min(want0[0], col0), max(want1[0], col1) - col1),
                (row0 - min(want0[1], row0), max(want1[1], row1) - row1))
     size = (max(raster.width, want1[0]) + sx, max(raster.height, want1[1]) + sy)
     return _CorridorWindow(pixels, corridor.a - (sx, sy) - origin, corridor.b - (sx, sy) - origin,
                            (col0 - outside[0][0] + sx, row0 - outside[1][0] + sy), outside, size)
+
+
+def _check_not_blank(pixels: np.ndarray, evidence_raster: bool) -> None:
+    """Raise :class:`BadParameter` if every value of the window ``pixels`` (rows, cols, bands)
+    is the same (from the evidence raster where ``evidence_raster``, else the image)."""
+    if pixels.size and not np.any(pixels != pixels.flat[0]):
+        raise BadParameter(f"{'the evidence raster' if evidence_raster else 'the image'} "
+                           "holds nothing to trace between a and b: every pixel there reads "
+                           f"{float(pixels.flat[0]):g} (a blank area, or no data or NaN in the "
+                           "file)")
 
 
 def trace(raster: Raster, a, b, params: TraceParams | None = None,
@@ -508,15 +618,15 @@ def _touches_edge(indices: np.ndarray, points: int) -> bool:
 @dataclass(frozen=True)
 class _Segment:
     """One pair's checked request and geometry: endpoints a, b (2,), the resolved params, the
-    corridor (in the frame moved by ``shift`` off negative coordinates), θ (rad) and the time
-    (ms) this took. Its admissible windows are made while the evidence is computed
-    (:func:`_solve_chunk`)."""
+    corridor (in ``frame``: the image's, moved off negative coordinates, or turned to [a, b]),
+    θ (rad) and the time (ms) this took. Its admissible windows are made while the evidence is
+    computed (:func:`_solve_chunk`)."""
 
     a: np.ndarray
     b: np.ndarray
     params: TraceParams
     corridor: Corridor
-    shift: np.ndarray
+    frame: _Frame
     max_angle_rad: float
     geometry_ms: float
 
@@ -555,7 +665,7 @@ def _evidence_or_error(raster: Raster, segment: _Segment, backend: TracerBackend
                        ) -> Evidence | TraceError:
     """The evidence of one segment's corridor, or the TraceError that stops it."""
     try:
-        return _evidence_many(raster, [(segment.corridor, segment.params, segment.shift)],
+        return _evidence_many(raster, [(segment.corridor, segment.params, segment.frame)],
                               backend, deferred=False)[0]
     except TraceError as exc:
         return exc
@@ -570,7 +680,7 @@ def _solve_chunk(raster: Raster, segments: list, backend: TracerBackend, results
     try:
         # Deferred: the device computes the planes while the host prepares the traces.
         evidences = _evidence_many(
-            raster, [(segment.corridor, segment.params, segment.shift)
+            raster, [(segment.corridor, segment.params, segment.frame)
                      for _, segment in segments], backend, deferred=True)
     except TraceError as exc:  # one corridor's, as a rule: the others made one by one
         evidences = [exc] if len(segments) == 1 else \
@@ -624,14 +734,26 @@ def _segment(raster: Raster, a, b, params: TraceParams) -> _Segment:
         raise BadParameter(f"endpoints a=({a[0]:g}, {a[1]:g}) and b=({b[0]:g}, {b[1]:g}) "
                            "must be at least 2 px apart")
     resolved = params.resolve(length)
-    check_trace_plan(params, resolved, b - a, gradient_margin(params.sigma))
+    frame = _turned_frame(raster, a, b, resolved)
+    margin = gradient_margin(params.sigma)
+    window_px = window_pixels(b - a, resolved.halfwidth, margin) if frame is None \
+        else float(frame.window[0] * frame.window[1])
+    window_bytes = window_memory(get_score_kind(resolved.score), window_px,
+                                 resolved.line_kind == "river",
+                                 ground_resolution_of(raster, resolved))
+    check_trace_plan(params, resolved, b - a, margin, (window_px, window_bytes))
     params = resolved
-    corridor = build_corridor(a, b, params.guides, params.points, params.halfwidth)
-    shift = border_shift(corridor, params)
-    if np.any(shift):
-        corridor = build_corridor(a + shift, b + shift, params.guides, params.points,
-                                  params.halfwidth)
-    return _Segment(a, b, params, corridor, shift, max_angle_rad,
+    if frame is not None:
+        corridor = build_corridor(frame.start, frame.start + (length, 0.0), params.guides,
+                                  params.points, params.halfwidth)
+    else:
+        corridor = build_corridor(a, b, params.guides, params.points, params.halfwidth)
+        shift = border_shift(corridor, params)
+        frame = _Frame.shifted(shift)
+        if np.any(shift):
+            corridor = build_corridor(a + shift, b + shift, params.guides, params.points,
+                                      params.halfwidth)
+    return _Segment(a, b, params, corridor, frame, max_angle_rad,
                     1e3 * (time.perf_counter() - start))
 
 
@@ -651,7 +773,7 @@ def _finish(segment: _Segment, evidence: Evidence, solution, shares: tuple,
         timings["centring"] = 1e3 * (time.perf_counter() - start)
     timings["total"] = (geometry_ms + evidence_ms + solve_ms
                         + 1e3 * (time.perf_counter() - start))
-    polyline = polyline - segment.shift
-    polyline[0], polyline[-1] = segment.a, segment.b  # exact, whatever the frame shift rounded
+    polyline = segment.frame.to_image(polyline)
+    polyline[0], polyline[-1] = segment.a, segment.b  # exact, whatever the frame rounded
     return TraceResult(polyline, solution.indices, solution.score, solution.link_scores,
                        segment.params, backend, timings)
