@@ -170,13 +170,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="score a raster on the image's grid (or georeferenced: resampled "
                              "onto it) instead of the image, e.g. a "
                              "road-probability map (with --score evidence: cost 1 - p)")
-    parser.add_argument("--format", default="json", choices=("json", "geojson"),
-                        help="output format (default: %(default)s)")
+    parser.add_argument("--format", choices=("json", "geojson"),
+                        help="output format (default: geojson for an -o FILE ending in "
+                             ".geojson, else json)")
     add_crs_arguments(parser)
     parser.add_argument("-o", "--output", metavar="FILE", type=output_file,
                         help="write here instead of stdout ('-': stdout); a regular file is "
                              "replaced atomically (a symbolic link: its target), a device or "
                              "FIFO written in place")
+
+
+def output_format(args: argparse.Namespace) -> str:
+    """``--format`` if given, else ``geojson`` for an ``-o`` file ending in ``.geojson`` (any
+    case), else ``json``."""
+    if args.format is not None:
+        return args.format
+    named_geojson = args.output is not None and args.output.lower().endswith(".geojson")
+    return "geojson" if named_geojson else "json"
 
 
 def leg_record(result) -> dict:
@@ -245,6 +255,7 @@ def run(args: argparse.Namespace) -> int:
 
         given_crs = parse_crs(args.image_crs)
     params = params_from_args(args)
+    geojson = output_format(args) == "geojson"
     raster = load_image(args.image, crs=args.image_crs, bands=args.bands)
     named = getattr(raster.georef, "crs", None)
     if given_crs is not None and named is not None and named != given_crs:
@@ -255,11 +266,13 @@ def run(args: argparse.Namespace) -> int:
         note(args, f"using {backend_note}")
     if raster.band_note:
         note(args, f"{args.image}: tracing {raster.band_note}")
+    for text in raster.notes:
+        note(args, f"{args.image}: {text}")
     if ground_resolution_unknown(raster, params):
         note(args, f"{args.image}: ground resolution unknown "
                    f"({no_ground_resolution_reason(raster)}): {UNKNOWN_GROUND_NOTE}; give "
                    "--ground-resolution M to run it once")
-    if args.format == "geojson":
+    if geojson:
         from core.geojson import (
             coordinate_space,
             feature_collection,
@@ -274,13 +287,13 @@ def run(args: argparse.Namespace) -> int:
     results = trace_through(raster, [args.a, *args.via, args.b], params, backend, names)
     load_ms = 1e3 * (time.perf_counter() - start) - sum(result.timings_ms["total"]
                                                          for result in results)
-    if args.format == "geojson":
+    if geojson:
         feature = trace_feature(results[0], raster, crs=args.crs) if len(results) == 1 else \
             traced_line_feature(results, raster, {"params": params.as_dict()}, args.crs)
         document = feature_collection([feature], raster, args.crs)
     else:
         document = result_record(results, args.image, backend_note, load_ms)
-    text = json.dumps(document, indent=None if args.format == "geojson" else 1)
+    text = json.dumps(document, indent=None if geojson else 1)
     # A closed pipe (trace ... | true) drops the output quietly, with the exit status of a
     # command ended by SIGPIPE.
     write_text_or_stdout(args.output, text + "\n")

@@ -68,7 +68,7 @@ import numpy as np
 
 from core import surface
 from core.backend import TracerBackend
-from core.errors import BadParameter, ImageReadError, OutputWriteError, TraceError
+from core.errors import BadParameter, OutputWriteError, TraceError
 from core.geojson import (
     check_crs,
     coordinate_space,
@@ -76,7 +76,7 @@ from core.geojson import (
     traced_line_feature,
     write_geojson,
 )
-from core.georef import parse_crs, read_georef, sidecar_files
+from core.georef import parse_crs, sidecar_files
 from core.gradient import gradient_margin
 from core.guides import build_corridor, check_max_angle
 from core.jit import numba
@@ -93,8 +93,10 @@ from core.raster import (
     TIFF_SUFFIXES,
     Raster,
     choose_bands,
+    image_size,
     list_images,
     load_image,
+    read_image_georef,
 )
 from core.resources import check_trace_plan
 from core.scores import get_score_kind
@@ -143,7 +145,8 @@ class ImageReport:
     ``status`` is ``"ok"`` (every segment traced), ``"partial"`` (some failed, or all;
     output written), ``"failed"`` (no output: unreadable image or unwritable output) or
     ``"skipped"`` (output from an earlier run kept). ``inputs`` is the
-    :meth:`ImageTask.fingerprint` of what produced the output.
+    :meth:`ImageTask.fingerprint` of what produced the output; ``notes``, what a user should
+    know of how the image was read (the bands traced, an EXIF orientation, …).
     """
 
     image: str
@@ -156,6 +159,7 @@ class ImageReport:
     matched_seeds: list[str] = field(default_factory=list)
     output: str | None = None
     inputs: str | None = None
+    notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         r"""The summary's record (file names that are not UTF-8 shown with ``\xNN``)."""
@@ -359,6 +363,8 @@ def process_image(task: ImageTask, backend_factory: Callable[[], TracerBackend],
     try:
         with (opened or (lambda: open_task_image(task)))() as raster:
             evidence_source(raster, task.params)  # a missing or misfit evidence raster: once
+            report.notes = [f"tracing {raster.band_note}"] * bool(raster.band_note) + list(
+                raster.notes)
             backend = backend_factory()
             features = []
             report.coordinate_space = coordinate_space(raster, task.crs)
@@ -549,16 +555,10 @@ def image_footprint(path: Path, image_crs: str | None) -> np.ndarray | None:
         with load_image(path, crs=image_crs) as raster:
             georef, width, height = raster.georef, raster.width, raster.height
     else:
-        georef = read_georef(path, image_crs)
+        georef = read_image_georef(path, image_crs)
         if georef is None or georef.crs is None:
             return None
-        from PIL import Image
-
-        try:
-            with Image.open(path) as image:
-                width, height = image.size
-        except Image.DecompressionBombError as exc:  # a header of too many pixels
-            raise ImageReadError(f"cannot read image {path}: {exc}") from None
+        width, height = image_size(path)
     if georef is None or georef.crs is None:
         return None
     t = np.linspace(0, 1, 17)

@@ -2,10 +2,12 @@
 
 Sources, in order of precedence:
 
-* the file itself (a GeoTIFF's geotransform and CRS, read through rasterio);
+* the file itself (a GeoTIFF's geotransform and CRS, read through rasterio), or GDAL's
+  ``.aux.xml`` (PAM) file beside a PNG or JPEG, where rasterio is installed
+  (:func:`core.raster.read_image_georef`);
 * a world file beside the image (``.pgw``/``.jgw``/``.tfw``/``.wld``, also the
   ``.pngw``/``.jpgw``/``.tifw`` spellings), with its CRS from a ``.prj`` beside it or from
-  a CRS option given by the caller;
+  a CRS option given by the caller (a CRS in the file or its ``.aux.xml`` wins);
 * the GeoTIFF's ground control points (least-squares affine fit, residual reported);
 * the GeoTIFF's rational polynomial coefficients (RPCs, an unorthorectified satellite scene):
   :class:`RpcGeoref`, through GDAL's RPC transformer at the scene's mean height;
@@ -565,7 +567,7 @@ MAX_GCP_RESIDUAL_SHARE = 0.02
 MIN_GCP_RESIDUAL_LIMIT = 5.0
 
 
-def gcp_georef(gcps, crs: pyproj.CRS | None) -> Georef:
+def gcp_georef(gcps, crs: pyproj.CRS | None, file_kind: str = "GeoTIFF") -> Georef:
     """Georeferencing from ground control points: the least-squares affine fit.
 
     Parameters
@@ -574,6 +576,8 @@ def gcp_georef(gcps, crs: pyproj.CRS | None) -> Georef:
         Pixel (col, row) corner-based, map (x, y); at least 3 not on one line.
     crs : pyproj.CRS or None
         The CRS the GCPs' map coordinates are in.
+    file_kind : str
+        Where the GCPs come from, for :attr:`Georef.source`.
 
     Raises
     ------
@@ -606,14 +610,14 @@ def gcp_georef(gcps, crs: pyproj.CRS | None) -> Georef:
     if not rms <= limit:
         raise GeorefError(f"its {len(gcps)} ground control points fit no affine map: RMS "
                           f"residual {rms:.3g} px, above {limit:.3g} px")
-    return Georef(transform, crs, f"GeoTIFF ground control points ({len(gcps)}, affine fit, "
-                                  f"RMS residual {rms:.2f} px)")
+    return Georef(transform, crs, f"{file_kind} ground control points ({len(gcps)}, affine "
+                                  f"fit, RMS residual {rms:.2f} px)")
 
 
 def read_georef(image: str | os.PathLike, crs: str | pyproj.CRS | None = None,
                 transform: Affine | None = None,
-                file_crs: pyproj.CRS | None = None, gcps=None,
-                rpcs=None) -> Georef | RpcGeoref | None:
+                file_crs: pyproj.CRS | None = None, gcps=None, rpcs=None,
+                file_kind: str = "GeoTIFF") -> Georef | RpcGeoref | None:
     """The georeferencing of an image, or None for pixel space.
 
     Parameters
@@ -632,6 +636,10 @@ def read_georef(image: str | os.PathLike, crs: str | pyproj.CRS | None = None,
         when it has no geotransform and no world file is beside it.
     rpcs : rasterio.rpc.RPC, optional
         The file's RPCs, used (:class:`RpcGeoref`) when nothing above georeferences it.
+    file_kind : str
+        What gave ``transform``, ``file_crs``, ``gcps`` and ``rpcs``, for
+        :attr:`Georef.source`: ``"GeoTIFF"``, or a PNG's or JPEG's ``.aux.xml`` (GDAL's PAM
+        file), e.g. ``"a.png.aux.xml"``.
 
     Raises
     ------
@@ -646,7 +654,7 @@ def read_georef(image: str | os.PathLike, crs: str | pyproj.CRS | None = None,
         if not _is_usable_transform(*transform[:6]):
             raise GeorefError(f"{os.fspath(image)}: its geotransform ({_terms(transform[:6])}) "
                               f"is not usable: {_USABLE_TRANSFORM}")
-        return Georef(transform, file_crs or sidecar_crs(image, crs), "GeoTIFF")
+        return Georef(transform, file_crs or sidecar_crs(image, crs), file_kind)
     for candidate in world_file_candidates(image):
         if candidate.is_file():
             return Georef(read_world_file(candidate), file_crs or sidecar_crs(image, crs),
@@ -655,13 +663,13 @@ def read_georef(image: str | os.PathLike, crs: str | pyproj.CRS | None = None,
         points, gcp_crs = gcps
         gcp_crs = check_map_crs(gcp_crs, f"{os.fspath(image)}: its ground control points' ")
         try:
-            return gcp_georef(points, gcp_crs or file_crs or sidecar_crs(image, crs))
+            return gcp_georef(points, gcp_crs or file_crs or sidecar_crs(image, crs), file_kind)
         except GeorefError as exc:
             raise GeorefError(f"{os.fspath(image)}: {exc}") from None
     if rpcs is not None:
         height = float(rpcs.height_off)
-        georef = RpcGeoref(rpcs, height, f"GeoTIFF RPCs (no elevation model: every point at "
-                                         f"the scene's mean height, {height:g} m)")
+        georef = RpcGeoref(rpcs, height, f"{file_kind} RPCs (no elevation model: every point "
+                                         f"at the scene's mean height, {height:g} m)")
         _check_rpcs(georef, image)
         return georef
     return None

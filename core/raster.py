@@ -2,18 +2,22 @@
 
 A :class:`Raster` hands out float32 windows of shape ``(rows, cols, bands)``; tracing reads
 only the corridor around a and b. PNG/JPEG images are decoded whole (imageio) into a
-:class:`Raster`, once their header shows that they fit the memory budget; TIFFs and GeoTIFFs
-open as a :class:`WindowedRaster` (rasterio) that reads from disk only the windows asked for,
-so tracing latency does not grow with the image size. Values are scaled by the integer type's
-range (8-bit /255, 16-bit /65535); float images are kept as they are. 16-bit TIFFs and 16-bit
-grey PNGs keep their depth; the PNG decoder (Pillow) reads 16-bit colour PNGs (RGB, RGBA,
-grey+alpha) at 8 bits per band. Alpha channels (the 2nd of 2 or the 4th of 4 bands) are
-dropped. EXIF orientation tags are ignored: pixels are used in the order the file stores them.
+:class:`Raster`, once their header shows that they fit the memory budget (which stands in for
+Pillow's own pixel limit); TIFFs and GeoTIFFs open as a :class:`WindowedRaster` (rasterio)
+that reads from disk only the windows asked for, so tracing latency does not grow with the
+image size. Values are scaled by the integer type's range (8-bit /255, 16-bit /65535); float
+images are kept as they are. 16-bit TIFFs and 16-bit grey PNGs keep their depth; 16-bit colour
+PNGs (RGB, RGBA, grey+alpha) do where rasterio is installed (read through GDAL), else Pillow
+reads them at 8 bits per band and :attr:`Raster.notes` says so. Alpha channels (the 2nd of 2
+or the 4th of 4 bands) are dropped. EXIF orientation is not applied: pixels are used in the
+order the file stores them, as GIS software (and world files) use them, and
+:attr:`Raster.notes` says so where a file asks viewers to turn it.
 
 Multispectral images (more than 4 bands: Sentinel-2 or Landsat stacks, 8-band WorldView) are
-traced on three of their bands: those a GeoTIFF tags red, green and blue, else its first
-three non-alpha bands; ``bands`` (the CLI's ``--bands``) names others, e.g. (8, 4, 3) for a
-false-colour composite where vegetation and water stand apart (:func:`choose_bands`).
+traced on three of their bands: those a GeoTIFF tags red, green and blue, else those its band
+descriptions name so (:func:`described_colours`), else its first three non-alpha bands;
+``bands`` (the CLI's ``--bands``) names others, e.g. (8, 4, 3) for a false-colour composite
+where vegetation and water stand apart (:func:`choose_bands`).
 
 Display images: every raster has ``overview(max_size)``, a decimated float32 image whose
 longer side is at most ``max_size`` px (rasterio uses the file's overviews when it has them:
@@ -27,6 +31,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import textwrap
 import threading
 import warnings
 from dataclasses import dataclass, field
@@ -42,6 +47,7 @@ from core.georef import (
     crs_label,
     ground_resolution,
     read_georef,
+    world_file_candidates,
 )
 from core.resources import check_decode_memory
 
@@ -83,7 +89,8 @@ def choose_bands(count: int, requested=None, alpha=(), colours=None) -> tuple[in
     alpha : set of ints
         Bands the file tags as alpha. Without tags, the last of 2 or 4 bands is alpha.
     colours : (red, green, blue) band numbers, optional
-        The bands the file tags with these colours, when it tags all three.
+        The bands the file tags with these colours, when it tags all three, else those its
+        band descriptions name so (:func:`described_colours`), when they name all three.
 
     Returns
     -------
@@ -107,6 +114,41 @@ def choose_bands(count: int, requested=None, alpha=(), colours=None) -> tuple[in
         alpha = {count}
     kept = [band for band in range(1, count + 1) if band not in alpha] or [1]
     return tuple(kept[:3]) if len(kept) >= 3 else (kept[0],)
+
+
+#: Words of a band description that say which band it is, not what it holds: "band", "channel",
+#: band numbers ("4", "B4").
+_BAND_NUMBER_WORDS = re.compile(r"(band|channel|b)?\d+|band|channel")
+#: The colour a band description names, by its one remaining word (lower case).
+_COLOUR_WORDS = {"red": "red", "r": "red", "green": "green", "g": "green", "blue": "blue",
+                 "b": "blue"}
+
+
+def described_colours(descriptions) -> tuple[int, int, int] | None:
+    """The bands (1-based) whose descriptions name red, green and blue, one band each.
+
+    A description names a colour when, in lower case and without band numbers and the words
+    "band" and "channel", it is that colour's one word: "Red", "RED", "B4 (red)", "Band 3:
+    blue", "G". "Red edge", "RedEdge" or "Coastal blue" name none.
+
+    Parameters
+    ----------
+    descriptions : sequence of str or None
+        The file's band descriptions, band 1 first.
+
+    Returns
+    -------
+    (red, green, blue) band numbers, or None unless each colour is named by exactly one band.
+    """
+    named: dict[str, list[int]] = {"red": [], "green": [], "blue": []}
+    for band, text in enumerate(descriptions, 1):
+        words = [word for word in re.findall(r"[a-z]+\d*|\d+", (text or "").lower())
+                 if not _BAND_NUMBER_WORDS.fullmatch(word)]
+        if len(words) == 1 and words[0] in _COLOUR_WORDS:
+            named[_COLOUR_WORDS[words[0]]].append(band)
+    if any(len(bands) != 1 for bands in named.values()):
+        return None
+    return named["red"][0], named["green"][0], named["blue"][0]
 
 
 #: Largest magnitude of a float image's pixels: squared gradients must not overflow float32.
@@ -178,6 +220,10 @@ class Raster:
     ground_resolution : float or None
         Metres on the ground per pixel at the image's centre, from its georeferencing
         (core.georef.ground_resolution); None where it does not say.
+    notes : tuple of str
+        What a user should know of how the file was read, one sentence each without the
+        file's name, e.g. that a JPEG's EXIF orientation was not applied, or a 16-bit PNG was
+        read at 8 bits per band; empty where there is nothing to say.
     """
 
     pixels: np.ndarray
@@ -185,6 +231,7 @@ class Raster:
     georef: Georef | RpcGeoref | None = field(default=None)
     band_note: str | None = None
     ground_resolution: float | None = None
+    notes: tuple[str, ...] = ()
 
     @property
     def height(self) -> int:
@@ -259,6 +306,96 @@ def _pyproj_crs(crs):
     return pyproj.CRS.from_wkt(crs.to_wkt())
 
 
+#: Most characters of a library's own reason quoted at the end of a message.
+MAX_DETAIL_CHARS = 120
+#: The image formats named where a file is none of them.
+READABLE_FORMATS = "PNG, JPEG, TIFF/GeoTIFF, …"
+
+
+def _detail(exc: BaseException, path: str) -> str:
+    """A library's reason in ``exc`` for a message's end: its first line, without the file's
+    quoted path (the message names it) and the closing full stop, shortened to
+    :data:`MAX_DETAIL_CHARS`."""
+    lines = str(exc).strip().splitlines() or [type(exc).__name__]
+    reason = lines[0].replace(f"'{path}'", "").replace(path, "the file").strip(" .")
+    return textwrap.shorten(reason, MAX_DETAIL_CHARS, placeholder=" …")
+
+
+def _open_dataset(path: str):
+    """``path`` opened by rasterio, its georeferencing read from the file and its ``.aux.xml``
+    only (world files and ``.prj`` are read by :mod:`core.georef`, the same way for every
+    format); the caller closes it.
+
+    Raises
+    ------
+    ImageReadError
+        If GDAL cannot open the file as an image.
+    """
+    import rasterio
+    from rasterio.errors import NotGeoreferencedWarning, RasterioError
+
+    # An .aux.xml that is no file (a FIFO would block the open forever) is left unread.
+    aux = f"{path}.aux.xml"
+    pam = not os.path.exists(aux) or os.path.isfile(aux)
+    try:
+        with rasterio.Env(GDAL_PAM_ENABLED="YES" if pam else "NO",
+                          GDAL_GEOREF_SOURCES="PAM,INTERNAL" if pam else "INTERNAL"), \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore", NotGeoreferencedWarning)
+            return rasterio.open(path)
+    except RasterioError as exc:
+        raise ImageReadError(f"{path} is not an image this program can read "
+                             f"({READABLE_FORMATS}; GDAL: {_detail(exc, path)})") from None
+
+
+def _dataset_georef(dataset, path: str, crs) -> Georef | RpcGeoref | None:
+    """:func:`core.georef.read_georef` of an image opened by :func:`_open_dataset`, with
+    what the file and its ``.aux.xml`` say (geotransform, CRS, GCPs, RPCs).
+
+    A TIFF's own geotransform (or its ``.aux.xml``'s) wins over a world file; beside a PNG,
+    JPEG, … a world file wins over the ``.aux.xml``'s, as in GDAL's PNG driver (which reads
+    the world file itself whatever it is told, so that its geotransform is then the world
+    file's, read here by :mod:`core.georef`).
+    """
+    gcps, gcp_crs = dataset.gcps
+    tiff = os.path.splitext(path)[1].lower() in TIFF_SUFFIXES
+    world_file = not tiff and any(candidate.is_file()
+                                  for candidate in world_file_candidates(path))
+    return read_georef(path, crs, transform=None if world_file else dataset.transform,
+                       file_crs=_pyproj_crs(dataset.crs),
+                       gcps=(gcps, _pyproj_crs(gcp_crs)) if gcps else None, rpcs=dataset.rpcs,
+                       file_kind="GeoTIFF" if tiff else f"{os.path.basename(path)}.aux.xml")
+
+
+def _rasterio_installed() -> bool:
+    """Whether rasterio can be imported (it then is)."""
+    try:
+        import rasterio  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def read_image_georef(path: str | os.PathLike, crs=None) -> Georef | RpcGeoref | None:
+    """The georeferencing of a PNG, JPEG, … that :func:`load_image` gives it.
+
+    :func:`core.georef.read_georef` (world file, ``.prj``, ``crs``), with what GDAL reads
+    from the GDAL ``.aux.xml`` (PAM) file beside the image where there is one and rasterio
+    is installed: its geotransform where no world file is beside the image, its CRS winning
+    over a ``.prj`` (:func:`_dataset_georef`). Without rasterio an ``.aux.xml`` is not read.
+
+    Raises
+    ------
+    GeorefError, ImageReadError, BadParameter
+        As :func:`core.georef.read_georef`, or GDAL cannot open the image.
+    """
+    path = os.fspath(path)
+    if os.path.isfile(f"{path}.aux.xml") and _rasterio_installed():
+        with _open_dataset(path) as dataset:
+            return _dataset_georef(dataset, path, crs)
+    return read_georef(path, crs)
+
+
 class WindowedRaster(Raster):
     """A (Geo)TIFF left on disk: :meth:`read_window` reads only the window asked for.
 
@@ -291,26 +428,12 @@ class WindowedRaster(Raster):
 
     def __init__(self, path: str | os.PathLike, crs=None, bands=None, grid=None):
         path = os.fspath(path)
-        try:
-            import rasterio
-            from rasterio.enums import ColorInterp
-            from rasterio.errors import NotGeoreferencedWarning, RasterioError
-        except ImportError:
+        if not _rasterio_installed():
             raise ImageReadError(f"cannot read {path}: TIFF images (and resampling onto another "
-                                 "image's grid) need rasterio: pip install -e \".[geo]\"") from None
-        try:
-            # Sidecar world files and .prj are read by core.georef, the same way for every
-            # format: GDAL is told to use only what the file itself (and .aux.xml) says. An
-            # .aux.xml that is no file (a FIFO would block the open forever) is left unread.
-            aux = f"{path}.aux.xml"
-            pam = not os.path.exists(aux) or os.path.isfile(aux)
-            with rasterio.Env(GDAL_PAM_ENABLED="YES" if pam else "NO",
-                              GDAL_GEOREF_SOURCES="PAM,INTERNAL" if pam else "INTERNAL"), \
-                    warnings.catch_warnings():
-                warnings.simplefilter("ignore", NotGeoreferencedWarning)
-                dataset = rasterio.open(path)
-        except RasterioError as exc:
-            raise ImageReadError(f"cannot read image {path}: {exc}") from None
+                                 "image's grid) need rasterio: pip install -e \".[geo]\"")
+        from rasterio.enums import ColorInterp
+
+        dataset = _open_dataset(path)
         try:
             count = dataset.count
             tags = dataset.colorinterp
@@ -320,16 +443,13 @@ class WindowedRaster(Raster):
                 count, bands, {band for band, tag in enumerate(tags, 1)
                                if tag == ColorInterp.alpha},
                 tuple(number_of[tag] for tag in colours)
-                if all(tag in number_of for tag in colours) else None)
+                if all(tag in number_of for tag in colours)
+                else described_colours(dataset.descriptions))
             _check_pixel_type(dataset.dtypes[0], path)
             if dataset.width < 2 or dataset.height < 2:
                 raise ImageReadError(f"{path}: image of {dataset.width}×{dataset.height} px "
                                      "is too small")
-            file_crs = _pyproj_crs(dataset.crs)
-            gcps, gcp_crs = dataset.gcps
-            georef = read_georef(path, crs, transform=dataset.transform, file_crs=file_crs,
-                                 gcps=(gcps, _pyproj_crs(gcp_crs)) if gcps else None,
-                                 rpcs=dataset.rpcs)
+            georef = _dataset_georef(dataset, path, crs)
             warped = None if grid is None else _warped(dataset, georef, grid, path)
             palette = _palette(dataset) if tuple(indexes) == (1,) and grid is None \
                 and tags[0] == ColorInterp.palette else None
@@ -338,10 +458,12 @@ class WindowedRaster(Raster):
             raise
         self.path = path
         self.georef = georef if warped is None else grid[0]
-        names = [tags[band - 1].name for band in indexes]
+        # Each band used by its description, else by its colour tag (if a colour).
+        names = [dataset.descriptions[band - 1]
+                 or (tags[band - 1].name if tags[band - 1] in colours else None)
+                 for band in indexes]
         self.band_note = "band 1 through its colour table" if palette is not None else \
-            _band_note(count, indexes, names if set(names) <= {"red", "green", "blue"} else [],
-                       asked=bands is not None)
+            _band_note(count, indexes, names if all(names) else [], asked=bands is not None)
         self._palette = palette
         nodata = [dataset.nodatavals[band - 1] for band in indexes]
         # Replacing nodata by 0 needs doing only where every band declares a nodata value
@@ -544,8 +666,9 @@ def _band_note(count: int, indexes, names, asked: bool) -> str | None:
 def load_image(path: str | os.PathLike, crs=None, bands=None, grid=None) -> Raster:
     """Open an image: TIFF/GeoTIFF as a :class:`WindowedRaster`, PNG/JPEG/… in memory.
 
-    Georeferencing (see :mod:`core.georef`) comes from the GeoTIFF itself or a world file
-    beside the image, with its CRS from the file, a ``.prj`` beside it, or ``crs``.
+    Georeferencing (see :mod:`core.georef`) comes from the GeoTIFF itself, GDAL's
+    ``.aux.xml`` beside the image (:func:`read_image_georef`) or a world file beside it, with
+    its CRS from the file, the ``.aux.xml``, a ``.prj`` beside it, or ``crs``.
 
     Parameters
     ----------
@@ -561,15 +684,14 @@ def load_image(path: str | os.PathLike, crs=None, bands=None, grid=None) -> Rast
     Raises
     ------
     ImageReadError
-        If the file is missing, cannot be decoded, or has an unsupported layout (also
-        :class:`core.georef.GeorefError` for an unreadable world file or ``.prj``).
+        If the file is missing, is no image this program reads, cannot be decoded, or has
+        an unsupported layout (also :class:`core.georef.GeorefError` for an unreadable world
+        file or ``.prj``).
     BadParameter
         If ``crs`` is not a CRS, ``bands`` names bands the image does not have, or a PNG,
         JPEG, … would need more than the memory budget to decode
         (:func:`core.resources.check_decode_memory`, from its header).
     """
-    import imageio.v3 as iio
-
     path = os.fspath(path)
     if not os.path.exists(path):
         raise ImageReadError(f"image file not found: {path}")
@@ -581,24 +703,7 @@ def load_image(path: str | os.PathLike, crs=None, bands=None, grid=None) -> Rast
         return WindowedRaster(path, crs, bands, grid)
     if os.path.getsize(path) == 0:
         raise ImageReadError(f"image file is empty: {path}")
-    try:
-        with warnings.catch_warnings():  # plugins probed on undecodable files warn noisily
-            warnings.simplefilter("ignore")
-            # One opening for all (the metadata decodes the image, the read reuses it). A
-            # CMYK JPEG would otherwise come as 4 bands whose last (K) reads as alpha.
-            with iio.imopen(path, "r") as file:
-                header = file.properties()  # the header only: nothing is decoded yet
-                frames = header.n_images if header.is_batch else 1
-                rows, cols, *channels = header.shape[1:] if header.is_batch else header.shape
-                check_decode_memory(path, cols, rows, frames * math.prod(channels))
-                cmyk = file.metadata(exclude_applied=True).get("mode") == "CMYK"
-                array = np.asarray(file.read(mode="RGB") if cmyk else file.read())
-    except BadParameter:  # over the memory budget: not a decoding failure
-        raise
-    except Exception as exc:  # imageio raises many types for undecodable files
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        raise ImageReadError(f"cannot read image {path}: {type(exc).__name__}: "
-                             f"{reason}") from None
+    array, notes = _decode(path)
     if array.ndim == 4:  # frames (a GIF comes as one)
         if array.shape[0] != 1:
             raise ImageReadError(f"{path}: image of {array.shape[0]} frames not supported")
@@ -615,7 +720,145 @@ def load_image(path: str | os.PathLike, crs=None, bands=None, grid=None) -> Rast
     if pixels.shape[0] < 2 or pixels.shape[1] < 2:
         raise ImageReadError(f"{path}: image of {pixels.shape[1]}×{pixels.shape[0]} px "
                              "is too small")
-    georef = read_georef(path, crs)
+    georef = read_image_georef(path, crs)
     centre = (pixels.shape[1] / 2, pixels.shape[0] / 2)
     return Raster(pixels=np.ascontiguousarray(pixels), path=path, georef=georef, band_note=note,
-                  ground_resolution=ground_resolution(georef, centre))
+                  ground_resolution=ground_resolution(georef, centre), notes=tuple(notes))
+
+
+class _PillowPixelLimitLifted:
+    """A context in which Pillow's own pixel limit (its decompression-bomb check, which
+    refuses images over 179 Mpx whatever the memory) is off, for every thread inside it:
+    :func:`core.resources.check_decode_memory`, from the header, stands in for it."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._inside = 0
+        self._saved_limit = None
+
+    def __enter__(self) -> None:
+        from PIL import Image
+
+        with self._lock:
+            if self._inside == 0:
+                self._saved_limit, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None
+            self._inside += 1
+
+    def __exit__(self, *exc_info) -> None:
+        from PIL import Image
+
+        with self._lock:
+            self._inside -= 1
+            if self._inside == 0:
+                Image.MAX_IMAGE_PIXELS = self._saved_limit
+
+
+_PILLOW_PIXEL_LIMIT_LIFTED = _PillowPixelLimitLifted()
+
+#: What EXIF orientations 2 to 8 ask a viewer to do with the stored pixels.
+EXIF_TURNS = {2: "mirror", 3: "rotate", 4: "mirror", 5: "rotate and mirror", 6: "rotate",
+              7: "rotate and mirror", 8: "rotate"}
+
+
+def _decode(path: str) -> tuple[np.ndarray, list[str]]:
+    """Decode a PNG, JPEG, … whole, and say what a user should know of how it was read.
+
+    Returns
+    -------
+    pixels : ndarray of shape (rows, cols), (rows, cols, channels) or (frames, rows, cols[,
+        channels]), as decoded (unsigned integers, bool or float)
+    notes : list of str
+        For :attr:`Raster.notes`.
+
+    Raises
+    ------
+    ImageReadError
+        If the file is no image Pillow knows, or cannot be decoded.
+    BadParameter
+        If decoding it would need more than the memory budget.
+    """
+    import imageio.v3 as iio
+    from PIL import Image, UnidentifiedImageError
+
+    notes = []
+    try:
+        with _PILLOW_PIXEL_LIMIT_LIFTED, warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # plugins probed on odd files warn noisily
+            with Image.open(path) as image:  # the header only: nothing is decoded yet
+                kind, deep = image.format, _decoded_at_8_bits(image)
+            if deep and _rasterio_installed():
+                return _read_through_gdal(path), notes
+            if deep:
+                notes.append(f"this {kind} stores 16 bits per band but is read at 8, as "
+                             "rasterio is not installed (pip install -e \".[geo]\" keeps all 16)")
+            # One opening for all (the metadata decodes the image, the read reuses it).
+            with iio.imopen(path, "r", plugin="pillow") as file:
+                header = file.properties()  # the header only: nothing is decoded yet
+                frames = header.n_images if header.is_batch else 1
+                rows, cols, *channels = header.shape[1:] if header.is_batch else header.shape
+                check_decode_memory(path, cols, rows, frames * math.prod(channels))
+                metadata = file.metadata(exclude_applied=False)
+                # A CMYK JPEG would otherwise come as 4 bands whose last (K) reads as alpha.
+                cmyk = metadata.get("mode") == "CMYK"
+                array = np.asarray(file.read(mode="RGB") if cmyk else file.read())
+    except UnidentifiedImageError:
+        raise ImageReadError(f"{path} is not an image this program can read "
+                             f"({READABLE_FORMATS})") from None
+    except (BadParameter, ImageReadError):  # over the memory budget; GDAL's reason
+        raise
+    except Exception as exc:  # Pillow raises many types for undecodable files
+        raise _damaged(path, _detail(exc, path)) from None
+    turn = EXIF_TURNS.get(metadata.get("Orientation"))
+    if turn:
+        notes.append(f"this {kind} asks viewers to {turn} it (EXIF orientation "
+                     f"{metadata['Orientation']}); it is shown and traced as stored, as GIS "
+                     "software does")
+    return array, notes
+
+
+def image_size(path: str | os.PathLike) -> tuple[int, int]:
+    """(width, height) px of a PNG, JPEG, … from its header (nothing decoded; any size).
+
+    Raises
+    ------
+    ImageReadError
+        If the file is no image Pillow knows, or its header cannot be read.
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    path = os.fspath(path)
+    try:
+        with _PILLOW_PIXEL_LIMIT_LIFTED, Image.open(path) as image:
+            return image.size
+    except UnidentifiedImageError:
+        raise ImageReadError(f"{path} is not an image this program can read "
+                             f"({READABLE_FORMATS})") from None
+    except Exception as exc:  # Pillow raises many types for broken headers
+        raise _damaged(path, _detail(exc, path)) from None
+
+
+def _decoded_at_8_bits(image) -> bool:
+    """Whether Pillow decodes an opened (not yet loaded) image at 8 bits per band although
+    the file stores 16: a 16-bit colour or grey+alpha PNG (Pillow has no such modes)."""
+    rawmode = image.tile[0].args if image.format == "PNG" and image.tile else None
+    return (image.mode in ("RGB", "RGBA", "LA") and isinstance(rawmode, str)
+            and rawmode.endswith(";16B"))
+
+
+def _read_through_gdal(path: str) -> np.ndarray:
+    """All bands of an image read by GDAL, once its header shows that they fit the memory
+    budget: ndarray of shape (rows, cols, bands), of the file's pixel type."""
+    from rasterio.errors import RasterioError
+
+    with _open_dataset(path) as dataset:
+        check_decode_memory(path, dataset.width, dataset.height, dataset.count)
+        try:
+            return np.moveaxis(dataset.read(), 0, -1)
+        except RasterioError as exc:
+            raise _damaged(path, f"GDAL: {_detail(exc, path)}") from None
+
+
+def _damaged(path: str, detail: str) -> ImageReadError:
+    """The error for an image that cannot be decoded, with the decoder's ``detail``."""
+    return ImageReadError(f"{path} is damaged or incomplete: save or download it again "
+                          f"({detail})")

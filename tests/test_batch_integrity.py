@@ -550,7 +550,8 @@ def test_an_image_whose_footprint_cannot_be_read_fails_alone(tmp_path, capsys, m
 
     images, seeds = make_folder(tmp_path, names=("a.png",))
     write_geotiff(images / "cint.tif", np.zeros((5, 6, 1), np.complex64), dtype="complex_int16")
-    # A header of 20000 × 20000 px: Pillow's DecompressionBombError, not an OSError.
+    # A header of 20000 × 20000 px and nothing else: Pillow's DecompressionBombError in the
+    # footprint, no image to the worker.
     (images / "bomb.png").write_bytes(png_header(20000, 20000))
     (images / "bomb.pgw").write_text("0.2\n0\n0\n-0.2\n388000\n3950000\n")
     (images / "bomb.prj").write_text("EPSG:32654")
@@ -564,7 +565,8 @@ def test_an_image_whose_footprint_cannot_be_read_fails_alone(tmp_path, capsys, m
     reasons = {record["image"]: [failure["reason"] for failure in record["failures"]]
                for record in summary["images"]}
     assert [record["status"] for record in summary["images"]] == ["ok", "failed", "failed"]
-    assert reasons["bomb.png"][0].startswith("cannot read image ")
+    assert reasons["bomb.png"][0] == (f"{images / 'bomb.png'} is not an image this program "
+                                      "can read (PNG, JPEG, TIFF/GeoTIFF, …)")
     assert reasons["cint.tif"][0].endswith("cint.tif: unsupported pixel type complex_int16")
 
 

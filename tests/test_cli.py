@@ -124,7 +124,7 @@ def test_unreadable_image(capsys, tmp_path):
     bad.write_bytes(b"\x89PNG\r\n\x1a\n not really")
     code, _, err = run_cli(capsys, bad, "--a", A, "--b", B)
     assert code == 2
-    assert "cannot read image" in err
+    assert f"error: {bad} is not an image this program can read" in err
 
 
 def test_unwritable_output(capsys, tmp_path):

@@ -94,7 +94,7 @@ def test_worker_processes_run_the_given_model(tmp_path, restored_model):
 
 @pytest.mark.parametrize(("make", "message"), [
     (lambda tmp: tmp / "missing.onnx", "surface model not found"),
-    (lambda tmp: SAMPLE_IMAGE, "cannot be loaded"),
+    (lambda tmp: SAMPLE_IMAGE, "gsi_108.png is not an ONNX model"),
     (lambda tmp: identity_model(tmp / "six.onnx", 6),
      r"must have one input of shape \(1, 5, height, width\); it has \[\[1, 6,"),
     (lambda tmp: identity_model(tmp / "five.onnx", 5),
