@@ -6,17 +6,31 @@ so the image item covers [-0.5, width - 0.5] × [-0.5, height - 0.5].
 
 from __future__ import annotations
 
+import math
+import threading
+
 import numpy as np
 from PySide6.QtCore import QLineF, QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QPainter, QPen, QPolygonF
 from PySide6.QtWidgets import QGraphicsItem, QGraphicsScene, QGraphicsView
 
-from app.display import DisplayLevel
+from app.display import DisplayLevel, DisplayPyramid, DisplayTile, TileWindow, read_tile
+from app.jobs import Job, JobQueue
 from app.model import Line, LinesModel, Segment
 from app.tracing import TracingController
 from core.guides import Corridor, build_corridor
 
-KIND_COLOURS = {"road": QColor(255, 140, 0), "river": QColor(30, 170, 255)}
+KIND_COLOURS = {"road": QColor(255, 140, 0), "river": QColor(110, 205, 255)}
+#: Edge drawn along both sides of a line's stroke, by kind: rivers stand apart from roads
+#: also when lines are coloured by score.
+KIND_EDGES = {"road": QColor(0, 0, 0), "river": QColor(0, 80, 255)}
+#: Screen px of the edge on each side of a line's stroke.
+EDGE_WIDTH = 1.5
+#: Stroke widths (screen px) of a line, and of a selected line or segment.
+LINE_WIDTH, SELECTED_WIDTH = 2.5, 3.5
+#: The halo under a selected line or segment, drawn in this order: (colour, screen px it
+#: adds to each side of the stroke); a white band in a black rim shows on any imagery.
+SELECTION_HALO = ((QColor(0, 0, 0), 6.0), (QColor(255, 255, 255), 5.0))
 PREVIEW_COLOUR = QColor(255, 255, 0)
 CORRIDOR_COLOUR = QColor(255, 255, 255, 150)
 ZOOM_LIMITS = (1 / 64, 64.0)
@@ -25,10 +39,18 @@ GRAB_RADIUS = 7.0
 #: Screen px the mouse moves with the button held on a vertex or a line before the press is a
 #: drag (less is a click, whatever the hand's jitter between press and release).
 DRAG_START = 4
+#: Share of the view's width and height that a sharp tile reads beyond each side of the view,
+#: so that a short pan shows sharp pixels at once.
+TILE_MARGIN = 0.25
 
 
 def score_colours(segment: Segment, low: float, high: float) -> list[QColor]:
-    """Colour of each link from its score per pixel: red (``low``) → yellow → green (``high``)."""
+    """Colour of each link from its score per pixel: red (``low``) → yellow → green (``high``).
+
+    Lines are coloured on their own range (:func:`score_range` of their segments): scores are
+    not comparable across images and score kinds, so the colours show where a line is weakest
+    (where to look for a wrong turn), not how good it is against other lines.
+    """
     quality = np.clip((segment.link_scores_per_px - low) / max(high - low, 1e-12), 0, 1)
     return [QColor.fromHsvF(float(q) / 3.0, 0.95, 1.0) for q in quality]
 
@@ -67,11 +89,13 @@ def screen_scale(painter: QPainter) -> float:
 
 
 class RasterItem(QGraphicsItem):
-    """The image, drawn from the coarsest pyramid level that is still sharp at this zoom."""
+    """The image, drawn from the coarsest pyramid level that is still sharp at this zoom, and
+    where the pyramid is not sharp enough, from ``tile`` (read by the canvas) over it."""
 
-    def __init__(self, levels: list[DisplayLevel]) -> None:
+    def __init__(self, levels: DisplayPyramid) -> None:
         super().__init__()
         self.levels = levels
+        self.tile: DisplayTile | None = None
         full, factor = levels[0].image, levels[0].factor
         self._bounds = QRectF(-0.5, -0.5, full.width() * factor, full.height() * factor)
         self.setFlag(QGraphicsItem.GraphicsItemFlag.ItemUsesExtendedStyleOption)
@@ -87,11 +111,24 @@ class RasterItem(QGraphicsItem):
             if candidate.factor <= pixels_per_screen_px:
                 level = candidate
         target = option.exposedRect.intersected(self._bounds)
-        source = QRectF((target.x() + 0.5) / level.factor, (target.y() + 0.5) / level.factor,
-                        target.width() / level.factor, target.height() / level.factor)
         painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform,
                               pixels_per_screen_px > 1.0)
-        painter.drawImage(target, level.image, source)
+        draw_level(painter, target, level, 0, 0)
+        if self.tile is not None and self.tile.level.factor < level.factor:
+            draw_level(painter, target, self.tile.level, self.tile.window.row0,
+                       self.tile.window.col0)
+
+
+def draw_level(painter: QPainter, target: QRectF, level: DisplayLevel, row0: int,
+               col0: int) -> None:
+    """Draw the part within ``target`` (scene) of ``level``, whose pixel (0, 0) shows image
+    pixel (``row0``, ``col0``)."""
+    factor = level.factor
+    area = target.intersected(QRectF(col0 - 0.5, row0 - 0.5, level.image.width() * factor,
+                                     level.image.height() * factor))
+    source = QRectF((area.x() + 0.5 - col0) / factor, (area.y() + 0.5 - row0) / factor,
+                    area.width() / factor, area.height() / factor)
+    painter.drawImage(area, level.image, source)
 
 
 class LineItem(QGraphicsItem):
@@ -129,13 +166,31 @@ class LineItem(QGraphicsItem):
         return self._bounds
 
     def paint(self, painter: QPainter, option, widget=None) -> None:
-        colour = KIND_COLOURS[self.line.kind]
-        low_high = score_range(self.line.segments) if self.colour_by_score else None
-        for index, segment in enumerate(self.line.segments):
-            thick = self.selected and self.selected_segment in (None, index)
-            paint_segment(painter, segment, colour, 4.0 if thick else 2.5, low_high)
-        paint_anchors(painter, self.line.anchors,
-                      colour.lighter(150) if self.selected else colour)
+        """Halo (selected), edges, then strokes, each layer over all segments so that no
+        segment's edge covers its neighbour's stroke."""
+        line, colour = self.line, KIND_COLOURS[self.line.kind]
+        low_high = score_range(line.segments) if self.colour_by_score else None
+        widths = [SELECTED_WIDTH if self.selected and self.selected_segment in (None, index)
+                  else LINE_WIDTH for index in range(len(line.segments))]
+        for halo_colour, extra in SELECTION_HALO:
+            for segment, width in zip(line.segments, widths, strict=True):
+                if width == SELECTED_WIDTH:
+                    paint_stroke(painter, segment.polyline, halo_colour, width + 2 * extra)
+        for segment, width in zip(line.segments, widths, strict=True):
+            paint_stroke(painter, segment.polyline, KIND_EDGES[line.kind],
+                         width + 2 * EDGE_WIDTH)
+        for segment, width in zip(line.segments, widths, strict=True):
+            paint_segment(painter, segment, colour, width, low_high)
+        paint_anchors(painter, line.anchors, colour.lighter(150) if self.selected else colour)
+
+
+def paint_stroke(painter: QPainter, points: np.ndarray, colour: QColor, width: float) -> None:
+    """A solid polyline through ``points`` (N, 2), ``width`` screen px wide."""
+    pen = cosmetic_pen(colour, width)
+    pen.setCapStyle(Qt.PenCapStyle.RoundCap)
+    pen.setJoinStyle(Qt.PenJoinStyle.RoundJoin)
+    painter.setPen(pen)
+    painter.drawPolyline(polygon(points))
 
 
 def paint_segment(painter: QPainter, segment: Segment, colour: QColor, width: float,
@@ -222,7 +277,9 @@ class Canvas(QGraphicsView):
 
     Left click traces (Shift or Ctrl held: straight segment), double-click finishes, a drag on a
     vertex moves it, a drag on a line (not drawing) adds a vertex there, Alt + click selects a
-    segment.
+    segment. A resize keeps the image fitted while the user has not zoomed or panned since the
+    last fit, else keeps the point at the view's centre. Where the pyramid is coarser than the
+    zoom needs, the part in view is read sharper in a worker (:meth:`_request_sharp_tile`).
 
     Signals
     -------
@@ -240,6 +297,7 @@ class Canvas(QGraphicsView):
         self.setScene(QGraphicsScene(self))
         self.setBackgroundBrush(QColor(40, 40, 40))
         self.setTransformationAnchor(QGraphicsView.ViewportAnchor.NoAnchor)
+        self.setResizeAnchor(QGraphicsView.ViewportAnchor.AnchorViewCenter)
         self.setViewportUpdateMode(QGraphicsView.ViewportUpdateMode.FullViewportUpdate)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
@@ -248,6 +306,10 @@ class Canvas(QGraphicsView):
         self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
         self.setAcceptDrops(False)  # the main window takes dropped files
         self._raster_item: RasterItem | None = None
+        self._fitted = False  # no zoom or pan since the last fit: a resize fits again
+        self._tiles = JobQueue(self)  # sharp tiles, apart from the tracing worker
+        #: The sharp tile being read: its window and the event that cancels it.
+        self._tile_request: tuple[TileWindow, threading.Event] | None = None
         self.line_items: dict[int, LineItem] = {}  # by line id, for the visible lines
         self._selected_id: int | None = None  # the line whose item shows the selection
         self._overlay = OverlayItem()
@@ -268,8 +330,9 @@ class Canvas(QGraphicsView):
         controller.lines_stale.connect(self.sync_lines)
 
     # -- content -------------------------------------------------------------------------------
-    def set_image(self, levels: list[DisplayLevel], fit: bool = True) -> None:
+    def set_image(self, levels: DisplayPyramid, fit: bool = True) -> None:
         """Show a display pyramid; ``fit=False`` keeps the view (same-size rasters)."""
+        self._cancel_tile_request()
         if self._raster_item is not None:
             self.scene().removeItem(self._raster_item)
         self._raster_item = RasterItem(levels)
@@ -348,11 +411,19 @@ class Canvas(QGraphicsView):
 
     # -- view ----------------------------------------------------------------------------------
     def fit(self) -> None:
+        """Fit the image to the window, centred; resizes keep it so until a zoom or pan."""
         if self._raster_item is not None:
             self.fitInView(self._raster_item.boundingRect(), Qt.AspectRatioMode.KeepAspectRatio)
+            self._fitted = True
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        super().resizeEvent(event)  # keeps the view's centre (the resize anchor)
+        if self._fitted:
+            self.fit()
 
     def zoom(self, factor: float, anchor: QPointF | None = None) -> None:
         """Scale by ``factor`` keeping the scene point under ``anchor`` (view px) in place."""
+        self._fitted = False
         centre = QPointF(self.viewport().rect().center())
         anchor = centre if anchor is None else anchor
         fixed = self.mapToScene(anchor.toPoint())
@@ -360,6 +431,71 @@ class Canvas(QGraphicsView):
         new_scale = float(np.clip(scale * factor, *ZOOM_LIMITS))
         self.scale(new_scale / scale, new_scale / scale)
         self.centerOn(fixed - (anchor - centre) / new_scale)
+
+    def paintEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        super().paintEvent(event)
+        self._request_sharp_tile()
+
+    def _tile_window(self, margin: float) -> TileWindow | None:
+        """The pixels in view, widened by ``margin`` of the view's size on each side, at the
+        resolution the zoom needs; None where the pyramid is sharp enough or nothing of the
+        image is in view."""
+        item = self._raster_item
+        if item is None or item.levels.source is None:
+            return None
+        pixels_per_screen_px = 1.0 / max(self.transform().m11(), 1e-9)
+        factor = 2 ** max(0, math.floor(math.log2(pixels_per_screen_px)))
+        if factor >= item.levels[0].factor:
+            return None
+        view = self.mapToScene(self.viewport().rect()).boundingRect()
+        view.adjust(-margin * view.width(), -margin * view.height(),
+                    margin * view.width(), margin * view.height())
+        source = item.levels.source
+        row0 = max(0, math.floor(view.top() + 0.5)) // factor * factor
+        col0 = max(0, math.floor(view.left() + 0.5)) // factor * factor
+        row1 = min(source.height, math.ceil(view.bottom() + 0.5))
+        col1 = min(source.width, math.ceil(view.right() + 0.5))
+        if row1 <= row0 or col1 <= col0:
+            return None
+        return TileWindow(row0, row1, col0, col1, factor)
+
+    def _request_sharp_tile(self) -> None:
+        """Read the view's pixels at the resolution the zoom needs, unless the tile shown or
+        the one being read covers them; where the pyramid is sharp enough, drop the tile.
+
+        One tile is held and at most one read at a time, in a worker; a read that the view
+        has left is cancelled (between two bands of rows). The coarse level shows meanwhile,
+        and also where a read fails (tracing then reports the unreadable file).
+        """
+        visible = self._tile_window(0.0)
+        if visible is None:
+            self._cancel_tile_request()
+            if self._raster_item is not None:
+                self._raster_item.tile = None  # its memory back
+            return
+        held = self._raster_item.tile
+        if any(window is not None and window.covers(visible) for window in (
+                held and held.window, self._tile_request and self._tile_request[0])):
+            return
+        self._cancel_tile_request()
+        window, pyramid = self._tile_window(TILE_MARGIN), self._raster_item.levels
+        cancelled = threading.Event()
+        request = self._tile_request = (window, cancelled)
+
+        def done(tile: DisplayTile | None) -> None:
+            if tile is not None and self._tile_request is request:
+                self._tile_request = None
+                self._raster_item.tile = tile
+                self.viewport().update()
+
+        # A read that fails stays the request: it is not tried again while it covers the view.
+        self._tiles.submit(Job(lambda: read_tile(pyramid, window, cancelled.is_set), done,
+                               lambda exc: None, preview=True))
+
+    def _cancel_tile_request(self) -> None:
+        if self._tile_request is not None:
+            self._tile_request[1].set()
+            self._tile_request = None
 
     def wheelEvent(self, event) -> None:  # noqa: N802 (Qt override)
         self.zoom(1.0015 ** event.angleDelta().y(), event.position())
@@ -447,6 +583,7 @@ class Canvas(QGraphicsView):
         if self._pan_from is not None:
             delta = event.position() - self._pan_from
             self._pan_from = event.position()
+            self._fitted = False
             scale = self.transform().m11()
             centre = self.mapToScene(self.viewport().rect().center())
             self.centerOn(centre - QPointF(delta.x(), delta.y()) / scale)
@@ -541,5 +678,5 @@ class Canvas(QGraphicsView):
             painter.resetTransform()
             painter.setPen(Qt.GlobalColor.lightGray)
             painter.drawText(self.viewport().rect(), Qt.AlignmentFlag.AlignCenter,
-                             "Open an image (File ▸ Open, or drop a file here)")
+                             "Open an image (File ▸ Open image…, or drop a file here)")
 

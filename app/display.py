@@ -1,13 +1,17 @@
-"""Display images: a percentile contrast stretch to 8 bits and a pyramid of halved levels.
+"""Display images: a percentile contrast stretch to 8 bits, a pyramid of halved levels, and
+sharp tiles of rasters too large to hold whole.
 
 Built in a worker thread when an image opens. Every step is a numpy operation on a band of
 rows (numpy releases the GIL there), so the GUI thread keeps running while a large image
-opens; the levels are RGB32, the format Qt draws without converting.
+opens; the levels are RGB32, the format Qt draws without converting. A raster too large to
+read whole is shown from an overview; :func:`read_tile` reads the part of it in view at the
+resolution the zoom needs, stretched as the pyramid is.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +27,8 @@ STRETCH_SAMPLES = 1_000_000
 CHUNK_ROWS = 512
 #: The pyramid halves until both sides fit in this many pixels.
 SMALLEST_LEVEL = 1024
+#: Longest side of the display image of a raster too large to read whole.
+OVERVIEW_SIZE = 8192
 
 
 @dataclass(frozen=True)
@@ -34,12 +40,75 @@ class DisplayLevel:
     factor: int
 
 
+@dataclass(frozen=True)
+class TileWindow:
+    """Rows ``row0:row1`` and columns ``col0:col1`` of an image, every ``factor``-th pixel."""
+
+    row0: int
+    row1: int
+    col0: int
+    col1: int
+    factor: int
+
+    def covers(self, other: TileWindow) -> bool:
+        """Whether this window shows all of ``other`` at the same resolution."""
+        return (self.factor == other.factor and self.row0 <= other.row0
+                and other.row1 <= self.row1 and self.col0 <= other.col0
+                and other.col1 <= self.col1)
+
+
+@dataclass(frozen=True)
+class DisplayTile:
+    """A window of a raster, stretched: ``level`` pixel (i, j) shows image pixel
+    ``(window.row0 + i·factor, window.col0 + j·factor)``."""
+
+    level: DisplayLevel
+    window: TileWindow
+
+
+@dataclass(frozen=True, eq=False)
+class DisplayPyramid(Sequence):
+    """The stretched levels of an image, sharpest first (``pyramid[0]``), each half the last.
+
+    Attributes
+    ----------
+    levels : tuple of DisplayLevel
+    low, high : ndarray of shape (bands,), float32
+        The values shown as black and white (:func:`stretch_limits`).
+    source : Raster or None
+        The raster to read sharper tiles from (:func:`read_tile`) when the sharpest level is
+        coarser than it; None when ``levels[0]`` is at full resolution.
+    """
+
+    levels: tuple[DisplayLevel, ...]
+    low: np.ndarray
+    high: np.ndarray
+    source: Raster | None = None
+
+    def __getitem__(self, index):
+        return self.levels[index]
+
+    def __len__(self) -> int:
+        return len(self.levels)
+
+
 def stretch_limits(pixels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-band values shown as black and white: percentiles of a regular sample, each (bands,)."""
+    """Per-band values shown as black and white: percentiles of a regular sample of the valid
+    pixels of ``pixels`` (rows, cols, bands), each of shape (bands,).
+
+    Pixels that are 0 in every band are left out: the rasters read no-data, NaN and transparent
+    pixels as 0 and expose no mask, so counting them would wash out images with holes (a real
+    black pixel left out shifts the percentiles by a negligible amount). An image that is 0
+    everywhere shows black.
+    """
     rows, cols, bands = pixels.shape
     step = max(1, int(np.sqrt(rows * cols / STRETCH_SAMPLES)))
     sample = pixels[::step, ::step].reshape(-1, bands)
-    low, high = np.percentile(sample, STRETCH_PERCENTILES, axis=0).astype(np.float32)
+    valid = sample[np.any(sample != 0, axis=1)]
+    if valid.size:
+        low, high = np.percentile(valid, STRETCH_PERCENTILES, axis=0).astype(np.float32)
+    else:
+        low = high = np.zeros(bands, np.float32)
     return low, low + np.maximum(high - low, np.float32(1e-6))  # a flat image shows black
 
 
@@ -56,11 +125,19 @@ def _rgb32(pixels: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
         0xFF000000)
 
 
-def display_pyramid(pixels: np.ndarray, base_factor: int = 1) -> list[DisplayLevel]:
-    """Stretched levels of grey or RGB float pixels: full size first, each half the previous.
+def _level(array: np.ndarray, factor: int) -> DisplayLevel:
+    """A level of packed pixels ``array`` (rows, cols), uint32, at 1/``factor`` size."""
+    return DisplayLevel(array, QImage(array.data, array.shape[1], array.shape[0],
+                                      array.strides[0], QImage.Format.Format_RGB32), factor)
 
-    ``pixels`` may be an overview of the image decimated by ``base_factor`` (huge rasters);
-    the levels' factors are then relative to the full image.
+
+def display_pyramid(pixels: np.ndarray, base_factor: int = 1,
+                    source: Raster | None = None) -> DisplayPyramid:
+    """Stretched levels of grey or RGB float pixels (rows, cols, bands): full size first, each
+    half the previous.
+
+    ``pixels`` may be an overview of the raster ``source`` decimated by ``base_factor`` (huge
+    rasters); the levels' factors are then relative to the full image.
     """
     rows, cols, _ = pixels.shape
     factors = [1]
@@ -74,26 +151,43 @@ def display_pyramid(pixels: np.ndarray, base_factor: int = 1) -> list[DisplayLev
         for factor, array in zip(factors, arrays, strict=True):
             level_rows = packed[::factor, ::factor]
             array[row0 // factor:row0 // factor + len(level_rows)] = level_rows
-    return [DisplayLevel(array, QImage(array.data, array.shape[1], array.shape[0],
-                                       array.strides[0], QImage.Format.Format_RGB32),
-                         factor * base_factor)
-            for factor, array in zip(factors, arrays, strict=True)]
+    levels = tuple(_level(array, factor * base_factor)
+                   for factor, array in zip(factors, arrays, strict=True))
+    return DisplayPyramid(levels, low, high, source if base_factor > 1 else None)
 
 
-#: Longest side of the display image of a raster too large to read whole.
-OVERVIEW_SIZE = 8192
+def read_tile(pyramid: DisplayPyramid, window: TileWindow,
+              cancelled: Callable[[], bool]) -> DisplayTile | None:
+    """Read ``window`` of ``pyramid.source`` and stretch it as the pyramid is.
+
+    Read in bands of rows, so that memory stays near the tile's own size whatever its
+    ``factor``; None when ``cancelled()`` turns true between two bands (the view moved on).
+    """
+    factor = window.factor
+    rows = -(-(window.row1 - window.row0) // factor)
+    cols = -(-(window.col1 - window.col0) // factor)
+    array = np.empty((rows, cols), dtype=np.uint32)
+    chunk = max(1, CHUNK_ROWS // factor) * factor
+    for row0 in range(window.row0, window.row1, chunk):
+        if cancelled():
+            return None
+        pixels = pyramid.source.read_window(row0, min(row0 + chunk, window.row1),
+                                            window.col0, window.col1)[::factor, ::factor]
+        first = (row0 - window.row0) // factor
+        array[first:first + len(pixels)] = _rgb32(pixels, pyramid.low, pyramid.high)
+    return DisplayTile(_level(array, factor), window)
 
 
-def load_for_display(path: str) -> tuple[Raster, list[DisplayLevel]]:
+def load_for_display(path: str) -> tuple[Raster, DisplayPyramid]:
     """Worker side of opening an image: the raster and its stretched display pyramid."""
     raster = load_image(path)
     return raster, display_levels(raster)
 
 
-def display_levels(raster: Raster) -> list[DisplayLevel]:
+def display_levels(raster: Raster) -> DisplayPyramid:
     """The stretched display pyramid of a raster (from an overview when it is too large to
-    read whole)."""
+    read whole: its sharp parts are then read as tiles, :func:`read_tile`)."""
     if raster.height * raster.width <= FULL_READ_LIMIT:
         return display_pyramid(raster.pixels)
     step = math.ceil(max(raster.height, raster.width) / OVERVIEW_SIZE)
-    return display_pyramid(raster.overview(OVERVIEW_SIZE), step)
+    return display_pyramid(raster.overview(OVERVIEW_SIZE), step, raster)

@@ -12,6 +12,7 @@ job (or the reading of a file) at most.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Protocol
 
@@ -29,6 +30,40 @@ SEGMENTS_PER_JOB = 4
 JOB_LENGTH_PX = 200.0
 #: Least time (s) between two progress messages of an import (a line done always says so).
 PROGRESS_INTERVAL_S = 0.25
+#: How every progress message of an import begins (the messages log keeps only the latest).
+PROGRESS_PREFIX = "importing lines from "
+#: The end of core's reason for a feature in pixels that names no image (command-line wording).
+PIXELS_NEED_IMAGE = " (seeds in pixel coordinates need properties.image)"
+
+
+def plural(count: int, noun: str) -> str:
+    """``count`` and ``noun``, plural unless one: "1 line", "2 lines", "0 bands"."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def feature_name(seed: str) -> str:
+    """A feature as the user counts them, from its seed id (:class:`core.vectors.Failure`):
+    "#12" → "feature 13", "#3/1" → "feature 4, part 2", an id of its own → 'feature "id"'."""
+    counted = re.fullmatch(r"#(\d+)(?:/(\d+))?", seed)
+    if counted is None:
+        return f'feature "{seed}"'
+    index, part = counted.groups()
+    return f"feature {int(index) + 1}" + ("" if part is None else f", part {int(part) + 1}")
+
+
+def skipped_feature(failure, image_name: str) -> str:
+    """Why a feature of an imported file was skipped (a :class:`core.vectors.Failure`), in the
+    application's words: the feature counted from 1, and what to do where it can be done."""
+    if failure.seed is None:
+        return failure.reason
+    about_itself = f"feature {failure.seed} "  # core names the feature itself in the reason
+    if failure.reason.startswith(about_itself):
+        return f"{feature_name(failure.seed)} {failure.reason.removeprefix(about_itself)}"
+    reason = failure.reason
+    if reason.endswith(PIXELS_NEED_IMAGE):
+        reason = (reason.removesuffix(PIXELS_NEED_IMAGE) + "; if it is in pixels of this image, "
+                  f'add "image": "{image_name}" to its properties')
+    return f"{feature_name(failure.seed)}: {reason}"
 
 
 def job_size(lengths: np.ndarray) -> int:
@@ -106,13 +141,14 @@ class ImportRunner:
         self._running.discard(reading)
         return True
 
-    def start(self, lines, source: str, default_kind: str) -> None:
+    def start(self, lines, source: str, default_kind: str, skipped: str = "") -> None:
         """Trace imported lines (:class:`core.vectors.ImportedLine`) with the current
         parameters, each as its own kind or ``default_kind``. Messages report the progress and,
-        at the end, the segments kept straight."""
+        at the end, the segments kept straight; ``skipped`` (the features of the file left
+        out, in short) follows them."""
         if not lines:
             return
-        job = _Import(self, source)
+        job = _Import(self, source, skipped)
         self._running.add(job)
         job.start([(line.name, line.kind or default_kind,
                     np.asarray(line.anchors, dtype=np.float64)) for line in lines])
@@ -128,9 +164,10 @@ class ImportRunner:
         added = self.model.add_lines(job.traced, origin=self)
         segments = sum(len(line.segments) for line in added)
         problems = job.problems
-        straight = f"; {len(problems)} kept straight ({problems[0]})" if problems else ""
-        self.host.tell(f"imported {len(added)} line(s), {segments} segment(s) from "
-                       f"{job.source}{straight}")
+        straight = f"; {plural(len(problems), 'segment')} kept straight ({problems[0]})" \
+            if problems else ""
+        self.host.tell(f"imported {plural(len(added), 'line')}, {plural(segments, 'segment')} "
+                       f"from {job.source}{straight}{job.skipped}")
         self.host.select(added[-1].id)
         self.host.drawing_changed()
 
@@ -152,10 +189,11 @@ class _Import:
     """One import in progress: its lines (each a :class:`_LineTrace`), those traced (in the
     order they were done), the reasons of segments kept straight, and the progress."""
 
-    def __init__(self, runner: ImportRunner, source: str) -> None:
+    def __init__(self, runner: ImportRunner, source: str, skipped: str) -> None:
         self.runner = runner
         self.host = runner.host
         self.source = source
+        self.skipped = f"; {skipped}" if skipped else ""
         self.lines = 0
         self.traced: list[tuple[str, str, tuple[Point, ...], tuple[Segment, ...]]] = []
         self.problems: list[str] = []
@@ -193,8 +231,9 @@ class _Import:
     def tell_progress(self) -> None:
         """Say how far the import is."""
         self.told = time.monotonic()
-        self.host.tell(f"importing lines from {self.source}: {len(self.traced)}/{self.lines} "
-                       f"line(s), {self.done}/{self.total} segment(s) (Esc cancels)")
+        self.host.tell(f"{PROGRESS_PREFIX}{self.source}: {len(self.traced)}/"
+                       f"{plural(self.lines, 'line')}, {self.done}/{plural(self.total, 'segment')}"
+                       f" (Esc cancels){self.skipped}")
 
 
 class _LineTrace:

@@ -2,22 +2,34 @@
 
 from __future__ import annotations
 
+import html
 import math
 import os
+import re
 import sys
 import threading
+import time
+from collections import deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from PySide6.QtCore import QCoreApplication, QSettings, QStandardPaths, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtCore import QCoreApplication, QRect, QSettings, QStandardPaths, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QKeySequence, QPainter
 from PySide6.QtWidgets import (
     QApplication,
+    QDialog,
+    QDialogButtonBox,
     QDockWidget,
     QFileDialog,
     QLabel,
     QMainWindow,
     QMessageBox,
+    QPlainTextEdit,
+    QScrollArea,
+    QStatusBar,
+    QStyle,
+    QStyleOption,
+    QVBoxLayout,
 )
 
 from app.canvas import Canvas
@@ -29,6 +41,7 @@ from app.files import (
     remove_autosave,
     write_autosave,
 )
+from app.imports import PROGRESS_PREFIX, plural, skipped_feature
 from app.jobs import Job, JobQueue
 from app.model import LinesModel, ModelChange
 from app.panels import LinesPanel, ParamsPanel
@@ -37,6 +50,7 @@ from app.traces import TraceOutcome, error_text
 from app.tracing import TracingController
 from core import surface
 from core.errors import TraceError
+from core.geojson import coordinate_space
 from core.georef import sidecar_files
 from core.output import refuse_overwriting_input
 from core.raster import Raster, list_images
@@ -50,10 +64,137 @@ IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.tif *.tiff);;All files (*)"
 SESSION_FILTER = "roadtracer sessions (*.roadtracer.json *.json)"
 EXPORT_LONLAT = "GeoJSON, WGS84 longitude/latitude (*.geojson *.json)"
 EXPORT_SOURCE = "GeoJSON, the image's own CRS (*.geojson *.json)"
+EXPORT_PIXELS = "GeoJSON, pixel coordinates (*.geojson *.json)"
 MAX_RECENT = 8
+#: Most features skipped by an import that the messages log lists.
+MAX_SKIPPED_LISTED = 50
+#: The trace field's tooltip in the status bar (after a failed trace: why it failed).
+TRACE_TIP = "The last trace: its time, score and click-to-line time"
+#: Messages kept for View ▸ Messages….
+MAX_MESSAGES = 200
+#: Command-line wording in the engine's messages, and the application's for it.
+APP_TERMS = (
+    (re.compile(r"endpoints a=\((.*?)\) and b=\((.*?)\)"), r"the points (\1) and (\2)"),
+    (re.compile(r"\bbetween a and b\b"), "between these two points"),
+    (re.compile(r"give --points or a halfwidth"), "set Points per guide or a Half-width"),
+)
+#: Help ▸ Keys and mouse, section by section: (input, what it does). docs/APP.md's tables of
+#: the sections of these names hold the same rows.
+KEYS = {
+    "Tracing": (
+        ("Click", "start a line; every further click traces the optimal path from the last "
+                  "anchor to here"),
+        ("Shift + click, Ctrl + click", "straight segment (manual override); the preview is "
+                                        "straight too"),
+        ("Moving the mouse", "live preview of the trace from the last anchor to the cursor "
+                             "(dashed)"),
+        ("Double-click, Enter", "finish the line (the double-clicked point is its last anchor)"),
+        ("Esc", "cancel an import in progress, else the segment in progress and stop drawing "
+                "(with nothing drawn: deselect)"),
+        ("Backspace", "remove the last segment of the line being drawn, else of the selected "
+                      "line"),
+        ("Ctrl+Z; Ctrl+Shift+Z or Ctrl+Y", "undo; redo: every edit (segments, moves, "
+                                           "re-traces, renames, hide, delete); the Edit menu "
+                                           "names the step"),
+        ("Drag a vertex (square)", "move it; the one or two segments beside it are traced "
+                                   "again"),
+        ("Drag any other point of a line (not drawing)", "add a vertex there: the segment is "
+                                                         "traced again as two, through it"),
+        ("Click a vertex (not drawing)", "start a new line exactly there (junctions)"),
+        ("Click on or near a line (within 7 screen px)", "the point lands exactly on the line "
+                                                         "(T-junctions without gaps); so does "
+                                                         "a vertex dropped there"),
+        ("Alt + click on a line", "select that segment: parameter changes re-trace it, G shows "
+                                  "its corridor"),
+        ("Del", "delete the selected line"),
+    ),
+    "Viewing": (
+        ("Wheel", "zoom around the cursor"),
+        ("Ctrl++ or Ctrl+=, Ctrl+−", "zoom in, out around the middle of the window"),
+        ("Middle drag, Space + drag", "pan"),
+        ("F, Ctrl+0", "fit the image to the window"),
+        ("G", "corridor and guides overlay (the paper's Fig. 1) for the preview or the selected "
+              "segment"),
+        ("S", "colour links by score (on at start): each line on its own scale, red at its "
+              "weakest links → green at its strongest; straight segments are dashed"),
+        ("E", "show the evidence raster being traced instead of the image (Parameters ▸ "
+              "Evidence)"),
+        ("F1", "the keys and mouse actions (Help ▸ Keys and mouse)"),
+    ),
+    "Files": (
+        ("Ctrl+O", "open an image (or drop one on the window)"),
+        ("PgDown, PgUp", "next, previous image in the open image's folder"),
+        ("Ctrl+Shift+O", "open a session (or drop a .json file on the window)"),
+        ("Ctrl+S, Ctrl+Shift+S", "save the session; save it as a new file"),
+        ("Ctrl+I", "import lines from a GeoJSON file"),
+        ("Ctrl+E", "export the lines as GeoJSON"),
+        ("Ctrl+Q", "quit (on Linux and macOS)"),
+    ),
+}
 AUTOSAVE_DELAY_MS = 1000
 #: :meth:`MainWindow.confirm_discard`'s answer where the user discards lines it left in place.
 DISCARD = "discard"
+
+
+def in_app_terms(text: str) -> str:
+    """An engine message with its command-line wording put as the application says it
+    (:data:`APP_TERMS`): "between a and b" → "between these two points"."""
+    for pattern, replacement in APP_TERMS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def backend_name(note: str) -> str:
+    """The backend alone from its chooser's note: "CPU (numba, 2 threads)" from "CPU (numba,
+    2 threads): GPU unavailable: …", "GPU: NAME" from "GPU: NAME, float32 link scores …"."""
+    if note.startswith("GPU: "):
+        return "GPU: " + re.split(r", | \(|: ", note.removeprefix("GPU: "), maxsplit=1)[0]
+    return note.split(": ", 1)[0]
+
+
+def keys_html() -> str:
+    """:data:`KEYS` as rich text: a two-column table (input, what it does) per section."""
+    sections = []
+    for section, rows in KEYS.items():
+        cells = "".join(f"<tr><td style='padding-right:16px'><b>{html.escape(keys)}</b></td>"
+                        f"<td>{html.escape(what)}</td></tr>" for keys, what in rows)
+        sections.append(f"<h3>{section}</h3><table cellspacing='2'>{cells}</table>")
+    return "".join(sections)
+
+
+class StatusBar(QStatusBar):
+    """The status bar: a message too long for the room left of the permanent fields ends in
+    "…" instead of being cut mid-word (the window makes the whole message its tooltip)."""
+
+    #: Room (px) between the message and the bar's edge or the first permanent field.
+    MARGIN = 6
+
+    def message_area(self) -> QRect:
+        """Where the message is drawn: left of the visible permanent fields."""
+        fields = [child.x() for child in self.findChildren(
+            QLabel, options=Qt.FindChildOption.FindDirectChildrenOnly) if child.isVisible()]
+        right = min(fields, default=self.width()) - self.MARGIN
+        return QRect(self.MARGIN, 0, max(right - self.MARGIN, 0), self.height())
+
+    def shown_message(self) -> str:
+        """The current message as drawn: elided at the end to fit :meth:`message_area`."""
+        return self.fontMetrics().elidedText(self.currentMessage(), Qt.TextElideMode.ElideRight,
+                                             self.message_area().width())
+
+    def paintEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        if not self.currentMessage():
+            super().paintEvent(event)
+            return
+        painter = QPainter(self)
+        option = QStyleOption()
+        option.initFrom(self)
+        self.style().drawPrimitive(QStyle.PrimitiveElement.PE_PanelStatusBar, option, painter,
+                                   self)
+        painter.setPen(self.palette().windowText().color())
+        painter.drawText(self.message_area(), Qt.AlignmentFlag.AlignLeading
+                         | Qt.AlignmentFlag.AlignVCenter | Qt.TextFlag.TextSingleLine,
+                         self.shown_message())
+        painter.end()
 
 
 @dataclass(eq=False)
@@ -96,6 +237,10 @@ class MainWindow(QMainWindow):
         self.session_path: str | None = None
         self.last_error: str | None = None
         self.last_notice: str | None = None  # the last message box shown (errors too)
+        self.status_message = ""  # the status bar's message, in full
+        self.messages: deque[tuple[str, str]] = deque(maxlen=MAX_MESSAGES)  # (time, message)
+        self._messages_dialog: QDialog | None = None
+        self._keys_dialog: QDialog | None = None
         self.model = LinesModel()
         self.jobs = JobQueue(self)
         self.controller = TracingController(self.model, self.jobs, self)
@@ -113,7 +258,11 @@ class MainWindow(QMainWindow):
         self.model.subscribe(self._model_changed)
         self.controller.message.connect(self.show_status)
         self.controller.traced.connect(self._show_trace)
-        self.controller.backend_changed.connect(self.backend_label.setText)
+        self.controller.trace_failed.connect(self._show_trace_failed)
+        self.controller.backend_changed.connect(self._show_backend)
+        for signal in (self.controller.changed, self.controller.selection_changed,
+                       self.controller.edits_changed):
+            signal.connect(self._update_actions)
         self.canvas.cursor_moved.connect(self._show_cursor)
         self.params_panel.params_changed.connect(self.controller.set_params)
         self.params_panel.backend_changed.connect(self.controller.set_backend)
@@ -124,6 +273,7 @@ class MainWindow(QMainWindow):
         self.restoreGeometry(self.settings.value("window/geometry", b""))
         self.restoreState(self.settings.value("window/state", b""))
         self._update_title()
+        self._update_actions()
         self.controller.set_backend(self.params_panel.backend.currentText())
 
     # -- construction --------------------------------------------------------------------------
@@ -135,11 +285,17 @@ class MainWindow(QMainWindow):
         return dock
 
     def _build_status_bar(self) -> None:
+        self.setStatusBar(StatusBar())
         self.cursor_label = QLabel()
+        self.cursor_label.setToolTip("The pixel under the cursor (x = column, y = row)")
         self.trace_label = QLabel()
+        self.trace_label.setToolTip(TRACE_TIP)
         self.backend_label = QLabel("choosing backend…")
         for label in (self.cursor_label, self.trace_label, self.backend_label):
             self.statusBar().addPermanentWidget(label)
+        # A menu item's tip replaces the message while the mouse is on it: then it comes back.
+        self.statusBar().messageChanged.connect(
+            lambda shown: None if shown else self.statusBar().showMessage(self.status_message))
 
     def _action(self, menu, text: str, slot, shortcuts=(), checkable=False, checked=False,
                 tip: str | None = None) -> QAction:
@@ -165,9 +321,11 @@ class MainWindow(QMainWindow):
         self._action(file, "&Previous image in folder", lambda: self.step_image(-1), ["PgUp"])
         file.addSeparator()
         self._action(file, "Open &session…", self.choose_session, ["Ctrl+Shift+O"])
-        self._action(file, "&Save session", self.save_session, [QKeySequence.StandardKey.Save])
-        self._action(file, "Save session &as…", lambda: self.save_session(ask=True),
-                     ["Ctrl+Shift+S"])
+        self.save_actions = (
+            self._action(file, "&Save session", self.save_session,
+                         [QKeySequence.StandardKey.Save]),
+            self._action(file, "Save session &as…", lambda: self.save_session(ask=True),
+                         ["Ctrl+Shift+S"]))
         self._action(file, "&Import lines (GeoJSON)…", self.choose_import, ["Ctrl+I"],
                      tip="Trace the lines of a GeoJSON file on this image: roadtracer's own "
                          "exports come back as drawn, other lines (OSM, old surveys) snap to "
@@ -189,6 +347,7 @@ class MainWindow(QMainWindow):
         self.redo_action = self._action(edit, "&Redo", c.redo, ["Ctrl+Shift+Z", "Ctrl+Y"])
         edit.addSeparator()
         # Editing keys act on the canvas (and Del on the lines list), never inside a text field.
+        editing = []
         for text, slot, keys, widgets in (
                 ("&Finish line", c.finish, ["Return", "Enter"], [self.canvas]),
                 ("&Cancel segment", c.cancel, ["Esc"], [self.canvas]),
@@ -199,10 +358,13 @@ class MainWindow(QMainWindow):
             action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
             for widget in widgets:
                 widget.addAction(action)
+            editing.append(action)
+        self.finish_action, self.cancel_action, self.backspace_action, self.delete_action = \
+            editing
         view = bar.addMenu("&View")
         self._action(view, "&Fit to window", self.canvas.fit, ["F", "Ctrl+0"])
         self._action(view, "Zoom &in", lambda: self.canvas.zoom(1.25),
-                     [QKeySequence.StandardKey.ZoomIn])
+                     [QKeySequence.StandardKey.ZoomIn, "Ctrl+="])
         self._action(view, "Zoom &out", lambda: self.canvas.zoom(0.8),
                      [QKeySequence.StandardKey.ZoomOut])
         view.addSeparator()
@@ -211,7 +373,7 @@ class MainWindow(QMainWindow):
                      tip="Draw the guides the tracer chose from (preview or selected segment)")
         self._action(view, "Colour by link &score", self.canvas.set_colour_by_score, ["S"],
                      checkable=True, checked=self.canvas.colour_by_score,
-                     tip="Colour each link from red (weak evidence) to green (strong)")
+                     tip="Colour each line's links from red (its weakest) to green (its strongest)")
         self.show_evidence_action = self._action(
             view, "Show &evidence raster", self._show_evidence_raster, ["E"], checkable=True,
             tip="Show the evidence raster being traced instead of the image (Parameters ▸ "
@@ -220,15 +382,57 @@ class MainWindow(QMainWindow):
         view.addSeparator()
         for dock in self._docks:
             view.addAction(dock.toggleViewAction())
+        view.addSeparator()
+        self._action(view, "&Messages…", self.show_messages,
+                     tip="The last messages of the status bar, with their times")
         help_menu = bar.addMenu("&Help")
-        self._action(help_menu, "&Keys and mouse", self._show_help, ["F1"])
+        self._action(help_menu, "&Keys and mouse", self.show_keys, ["F1"])
 
     # -- messages ------------------------------------------------------------------------------
-    def show_status(self, text: str) -> None:
-        self.statusBar().showMessage(text, 8000)
+    def show_status(self, text: str, details: str = "") -> None:
+        """Show ``text`` in the status bar until the next message; in full, with ``details``
+        after it, it is the bar's tooltip and joins View ▸ Messages…."""
+        text = in_app_terms(text)
+        self.status_message = f"{text} ({details})" if details else text
+        # An import's progress replaces the one before it in the log.
+        if self.messages and text.startswith(PROGRESS_PREFIX) and \
+                self.messages[-1][1].startswith(PROGRESS_PREFIX):
+            self.messages.pop()
+        self.messages.append((time.strftime("%H:%M:%S"), self.status_message))
+        self.statusBar().showMessage(text)
+        self.statusBar().setToolTip(self.status_message)
+        if self._messages_dialog is not None and self._messages_dialog.isVisible():
+            self._fill_messages()
+
+    def show_messages(self) -> None:
+        """View ▸ Messages…: the last :data:`MAX_MESSAGES` messages with their times."""
+        if self._messages_dialog is None:
+            self.messages_text = QPlainTextEdit(readOnly=True)
+            self._messages_dialog = self._dialog("Messages", self.messages_text, 760, 380)
+        self._fill_messages()
+        self._messages_dialog.show()
+        self._messages_dialog.raise_()
+
+    def _dialog(self, title: str, content, width: int, height: int) -> QDialog:
+        """A modeless dialog showing ``content`` above a Close button."""
+        dialog = QDialog(self)
+        dialog.setWindowTitle(title)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        buttons.rejected.connect(dialog.close)
+        layout = QVBoxLayout(dialog)
+        layout.addWidget(content)
+        layout.addWidget(buttons)
+        dialog.resize(width, height)
+        return dialog
+
+    def _fill_messages(self) -> None:
+        self.messages_text.setPlainText("\n".join(f"{at}  {text}" for at, text in self.messages))
+        bar = self.messages_text.verticalScrollBar()
+        bar.setValue(bar.maximum())
 
     def show_error(self, text: str, title: str = "roadtracer") -> None:
         """Report an error in the status bar and a (non-blocking) message box."""
+        text = in_app_terms(text)
         self.last_error = text
         self._show_box(text, title, QMessageBox.Icon.Warning)
         self.error_shown.emit(text)
@@ -253,6 +457,16 @@ class MainWindow(QMainWindow):
         if any(segment.corridor_widened for segment in outcome.segments):
             text += " · corridor widened"
         self.trace_label.setText(text)
+        self.trace_label.setToolTip(TRACE_TIP)
+
+    def _show_trace_failed(self, reason: str) -> None:
+        self.trace_label.setText("trace failed")
+        self.trace_label.setToolTip(in_app_terms(reason))
+
+    def _show_backend(self, note: str) -> None:
+        """The backend's name in the status bar; the chooser's ``note`` (why) its tooltip."""
+        self.backend_label.setText(backend_name(note))
+        self.backend_label.setToolTip(note)
 
     def _show_cursor(self, x: float, y: float) -> None:
         text = f"x {round(x)}  y {round(y)}"
@@ -262,14 +476,19 @@ class MainWindow(QMainWindow):
             text += f"  ·  map {map_x:.3f}, {map_y:.3f}"
         self.cursor_label.setText(text)
 
-    def _show_help(self) -> None:
-        QMessageBox.information(self, "Keys and mouse", (
-            "Click: start a line / trace to here · Shift or Ctrl + click: straight segment\n"
-            "Double-click or Enter: finish · Esc: cancel segment · Backspace: remove last segment\n"
-            "Ctrl+Z / Ctrl+Shift+Z: undo / redo · Drag a vertex: move it (re-traces)\n"
-            "Drag a line elsewhere: add a vertex there (re-traces through it)\n"
-            "Alt + click: select a segment · Wheel: zoom · Middle drag or Space + drag: pan\n"
-            "F: fit to window · G: corridor and guides · S: colour by score · E: evidence raster"))
+    def show_keys(self) -> None:
+        """Help ▸ Keys and mouse: :data:`KEYS`, a table per section."""
+        if self._keys_dialog is None:
+            self.keys_label = QLabel(keys_html())
+            self.keys_label.setTextFormat(Qt.TextFormat.RichText)
+            self.keys_label.setWordWrap(True)
+            self.keys_label.setContentsMargins(8, 8, 8, 8)
+            scroll = QScrollArea()
+            scroll.setWidget(self.keys_label)
+            scroll.setWidgetResizable(True)
+            self._keys_dialog = self._dialog("Keys and mouse", scroll, 720, 640)
+        self._keys_dialog.show()
+        self._keys_dialog.raise_()
 
     def _update_title(self) -> None:
         name = os.path.basename(self.image_path) if self.image_path else "no image"
@@ -277,10 +496,26 @@ class MainWindow(QMainWindow):
 
     def _model_changed(self, _change: ModelChange) -> None:
         self._update_title()
-        self.undo_action.setText(f"&Undo {self.model.undo_label or ''}".strip())
-        self.redo_action.setText(f"&Redo {self.model.redo_label or ''}".strip())
+        self._update_actions()
         if self.image_path is not None:
             self._autosave_timer.start()
+
+    def _update_actions(self) -> None:
+        """Enable the actions that can act now; Undo and Redo name their step."""
+        model, controller = self.model, self.controller
+        self.undo_action.setText(f"&Undo {model.undo_label or ''}".strip())
+        self.redo_action.setText(f"&Redo {model.redo_label or ''}".strip())
+        # An undo or redo asked for while an edit is re-traced waits for it: it can act then.
+        self.undo_action.setEnabled(model.undo_label is not None or controller.edits_pending)
+        self.redo_action.setEnabled(model.redo_label is not None or controller.edits_pending)
+        selected = model.line(controller.selection[0]) is not None
+        self.finish_action.setEnabled(controller.drawing)
+        self.cancel_action.setEnabled(controller.drawing or controller.imports.running
+                                      or controller.selection != (None, None))
+        self.backspace_action.setEnabled(controller.drawing or selected)
+        self.delete_action.setEnabled(selected)
+        for action in self.save_actions:
+            action.setEnabled(self.image_path is not None)
 
     # -- images --------------------------------------------------------------------------------
     def open_initial(self, path: str | None) -> None:
@@ -401,14 +636,16 @@ class MainWindow(QMainWindow):
                 self.model.reset(lines)
             self._add_recent(path)
             self._update_title()
-            restored = f", {len(self.model.lines)} lines" if self.model.lines else ""
+            restored = f", {plural(len(self.model.lines), 'line')}" if self.model.lines else ""
             bands = f"tracing {raster.band_note}" if raster.band_note else \
-                f"{raster.bands} band(s)"
-            unscaled = (f"; ground resolution unknown: {UNKNOWN_GROUND_NOTE} (set it in the "
-                        "panel for faster clicks)"
-                        if ground_resolution_unknown(raster, self.params_panel.params()) else "")
-            self.show_status(f"opened {os.path.basename(path)}: {raster.width}×{raster.height} px, "
-                             f"{bands}{restored}{unscaled}")
+                plural(raster.bands, "band")
+            unknown = ground_resolution_unknown(raster, self.params_panel.params())
+            self.show_status(
+                f"opened {os.path.basename(path)} ({raster.width}×{raster.height} px, {bands}"
+                f"{restored})" + "".join(f"; {note}" for note in raster.notes)
+                + ("; ground resolution unknown: set it in Parameters for faster clicks"
+                   if unknown else ""),
+                f"without it, {UNKNOWN_GROUND_NOTE}; {path}" if unknown else path)
             if kept:
                 self._show_box(f"{os.path.basename(path)} had unsaved lines, which are kept in "
                                f"{kept}: open it as a session to get them back.",
@@ -475,8 +712,8 @@ class MainWindow(QMainWindow):
             self.show_error(reason, "Evidence raster")
             return False
         self.params_panel.set_evidence(path)
-        self.show_status(f"tracing on {os.path.basename(path)} instead of the image's pixels "
-                         "(score 'evidence' reads it as a probability)")
+        self.show_status(f"tracing on {os.path.basename(path)} instead of the image's pixels",
+                         f"{path}; score 'evidence' reads it as a probability")
         return True
 
     def choose_surface_model(self) -> None:
@@ -555,6 +792,8 @@ class MainWindow(QMainWindow):
 
     def save_session(self, ask: bool = False) -> bool:
         """Save to the current session file (asking for one if there is none); True if saved."""
+        if self._no_session_to_save():
+            return False
         path = self.session_path
         if ask or path is None:
             suggestion = (os.path.splitext(self.image_path)[0] + ".roadtracer.json"
@@ -563,6 +802,14 @@ class MainWindow(QMainWindow):
             if not path:
                 return False
         return self.write_session(path)
+
+    def _no_session_to_save(self) -> bool:
+        """True (after a message) where no image is open: a session records its image."""
+        if self.image_path is not None:
+            return False
+        self.show_error("no image is open: open one and trace its lines, then save the "
+                        "session", "Cannot save session")
+        return True
 
     def _not_a_file(self, path: str, title: str) -> bool:
         """True (after a message) where ``path`` exists but is no regular file: writing to a
@@ -590,6 +837,10 @@ class MainWindow(QMainWindow):
         return False
 
     def write_session(self, path: str) -> bool:
+        """Save the open image's lines and parameters as a session in ``path``; False (after a
+        message) if that fails, or if no image is open."""
+        if self._no_session_to_save():
+            return False
         if self._not_a_file(path, "Cannot save session") or \
                 self._replaces_an_input(path, "Cannot save session", session_too=False):
             return False
@@ -648,9 +899,11 @@ class MainWindow(QMainWindow):
         open then changes nothing)."""
         if not self.model.dirty or not self.model.lines:
             return True
+        unsaved = ("1 traced line is not saved in a session. Save it first?"
+                   if len(self.model.lines) == 1 else f"{len(self.model.lines)} traced lines are "
+                   "not saved in a session. Save them first?")
         answer = QMessageBox.question(
-            self, "Unsaved lines", f"{len(self.model.lines)} traced line(s) are not saved in a "
-            "session. Save them first?", QMessageBox.StandardButton.Save
+            self, "Unsaved lines", unsaved, QMessageBox.StandardButton.Save
             | QMessageBox.StandardButton.Discard | QMessageBox.StandardButton.Cancel,
             QMessageBox.StandardButton.Save)
         if answer == QMessageBox.StandardButton.Save:
@@ -706,35 +959,42 @@ class MainWindow(QMainWindow):
 
         def done(result) -> None:
             if imports.end_reading(reading):
-                self._trace_lines_read(*result, name)
+                self._trace_lines_read(*result, name, image_name)
+            self._update_actions()
 
         def failed(exc: BaseException) -> None:
             if imports.end_reading(reading):  # else dropped: ReadStopped, or a late error
                 self.show_error(error_text(exc), "Cannot import lines")
+            self._update_actions()
 
         self.jobs.submit(Job(read, done, failed))
         self.show_status(f"reading {name}… (Esc cancels)")
+        self._update_actions()
         return True
 
-    def _trace_lines_read(self, lines, failures, name: str) -> None:
-        """Trace the ``lines`` read from the file ``name``, or say why there are none."""
-        first = f"feature {failures[0].seed}: {failures[0].reason}" if failures else ""
+    def _trace_lines_read(self, lines, failures, name: str, image_name: str) -> None:
+        """Trace the ``lines`` read from the file ``name`` on the image ``image_name``, or say
+        why there are none; the features skipped are listed in the messages log."""
+        skipped = [skipped_feature(failure, image_name) for failure in failures]
         if not lines:
-            self.show_error(f"no line of {name} lies on this image{': ' if first else ''}"
-                            f"{first}", "Nothing to import")
+            self.show_error(f"no line of {name} lies on this image{': ' if skipped else ''}"
+                            f"{skipped[0] if skipped else ''}", "Nothing to import")
             return
-        if failures:
-            name += f" ({len(failures)} feature(s) skipped: {first})"
-        self.controller.imports.start(lines, name, self.controller.kind)
+        note = ""
+        if skipped:
+            note = f"{plural(len(skipped), 'feature')} skipped ({skipped[0]})"
+            self.show_status(f"{name}: {note}", "; ".join(skipped[1:MAX_SKIPPED_LISTED]))
+        self.controller.imports.start(lines, name, self.controller.kind, note)
 
     def choose_export(self) -> None:
         if self.raster is None or not self.model.lines:
             self.show_status("nothing to export: trace a line first")
             return
         suggestion = os.path.splitext(self.image_path)[0] + ".geojson"
-        filters = {EXPORT_LONLAT: "wgs84", EXPORT_SOURCE: "source"}
+        filters = {EXPORT_PIXELS: "wgs84"} if coordinate_space(self.raster) == "pixel" else \
+            {EXPORT_LONLAT: "wgs84", EXPORT_SOURCE: "source"}
         path, chosen = QFileDialog.getSaveFileName(self, "Export GeoJSON", suggestion,
-                                                   ";;".join(filters), EXPORT_LONLAT)
+                                                   ";;".join(filters), next(iter(filters)))
         if path:
             self.export_geojson(path, filters.get(chosen, "wgs84"))
 
@@ -749,7 +1009,14 @@ class MainWindow(QMainWindow):
         except TraceError as exc:
             self.show_error(str(exc), "Cannot export")
             return False
-        self.show_status(f"exported {len(self.model.lines)} line(s) to {path}")
+        exported = f"exported {plural(len(self.model.lines), 'line')} to {path}"
+        if coordinate_space(self.raster, crs) == "pixel":
+            georef = self.raster.georef
+            self.show_status(f"{exported} in pixel coordinates: the image has "
+                             + ("no georeferencing" if georef is None else
+                                f"no map CRS ({georef.source}); add a .prj file beside it"))
+        else:
+            self.show_status(exported)
         return True
 
     def choose_training_export(self) -> None:
@@ -772,9 +1039,9 @@ class MainWindow(QMainWindow):
         except TraceError as exc:
             self.show_error(str(exc), "Cannot export training cases")
             return False
-        self.show_status(f"{len(cases)} training cases written to {folder}: teach the surface "
-                         "model with scripts/train_surface_model.py --roads FOLDER --cases "
-                         "FOLDER/cases.json --init-from … (docs/ACCURACY.md)")
+        self.show_status(f"{plural(len(cases), 'training case')} written to {folder}",
+                         "teach the surface model with scripts/train_surface_model.py --roads "
+                         "FOLDER --cases FOLDER/cases.json --init-from … (docs/ACCURACY.md)")
         return True
 
     # -- closing -------------------------------------------------------------------------------

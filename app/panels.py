@@ -6,7 +6,8 @@ import heapq
 import math
 import os
 
-from PySide6.QtCore import QSignalBlocker, Qt, QTimer, Signal
+from PySide6.QtCore import QSignalBlocker, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -16,6 +17,7 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QPushButton,
+    QSizePolicy,
     QSpinBox,
     QTableWidget,
     QTableWidgetItem,
@@ -43,6 +45,31 @@ def _spin_box(limits: ParamRange, suffix: str = "", value: float | None = None):
     if value is not None:
         box.setValue(value)
     return box
+
+
+class ElidedLabel(QLabel):
+    """A one-line label that draws as much of its text as fits, eliding the middle, so that it
+    never widens its panel: it asks for no more room than its first text needs, and may
+    shrink to nothing; :meth:`text` stays whole."""
+
+    def __init__(self, text: str, parent=None) -> None:
+        super().__init__(text, parent)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
+        self.preferred_width = super().sizeHint().width()
+
+    def sizeHint(self) -> QSize:  # noqa: N802 (Qt override)
+        hint = super().sizeHint()
+        return QSize(min(hint.width(), self.preferred_width), hint.height())
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 (Qt override)
+        return QSize(0, super().minimumSizeHint().height())
+
+    def paintEvent(self, _event) -> None:  # noqa: N802 (Qt override)
+        area = self.contentsRect()
+        painter = QPainter(self)
+        painter.drawText(area, self.alignment(), self.fontMetrics().elidedText(
+            self.text(), Qt.TextElideMode.ElideMiddle, area.width()))
+        painter.end()
 
 
 class ParamsPanel(QWidget):
@@ -102,7 +129,7 @@ class ParamsPanel(QWidget):
         self.backend.setToolTip("auto: the GPU when CUDA is available, else the CPU. The status "
                                 "bar says which backend runs and why.")
         self.evidence_path: str | None = None
-        self.evidence_label = QLabel("the image")
+        self.evidence_label = ElidedLabel("the image")
         self.choose_evidence = QPushButton("Choose…")
         self.choose_evidence.setToolTip(
             "Trace on a raster of the image's size (or a georeferenced one, resampled onto "
@@ -174,6 +201,18 @@ class ParamsPanel(QWidget):
         self._show_evidence(params.evidence_path)
 
 
+class NameItem(QTableWidgetItem):
+    """A line's name in the lines table; its tooltip is the whole name (long ones are cut in
+    the cell) and how to rename or hide the line."""
+
+    HINT = "Double-click to rename; untick to hide"
+
+    def data(self, role: int):
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return f"{self.text()}\n{self.HINT}"
+        return super().data(role)
+
+
 class LinesPanel(QWidget):
     """The traced lines: name (editable; checkbox = visible), kind, length, mean score per px.
 
@@ -188,6 +227,12 @@ class LinesPanel(QWidget):
     """
 
     COLUMNS = ("Name", "Kind", "Length (px)", "Score/px")
+    COLUMN_TIPS = (
+        "The line's name (double-click to rename); the tick box shows or hides it",
+        "Road or river (double-click to switch: the line is traced again as such)",
+        "Length of the line in pixels",
+        "Mean link score per pixel of the line's traced segments (straight ones not counted): "
+        "higher, that is closer to 0, is better")
     #: At most this many distinct texts of a column are measured when fitting its width.
     FIT_SAMPLE = 8
 
@@ -207,6 +252,8 @@ class LinesPanel(QWidget):
         self.delete_button.clicked.connect(self.delete_selected)
         self.table = QTableWidget(0, len(self.COLUMNS))
         self.table.setHorizontalHeaderLabels(self.COLUMNS)
+        for column, tip in enumerate(self.COLUMN_TIPS):
+            self.table.horizontalHeaderItem(column).setToolTip(tip)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.setSortingEnabled(False)  # rows keep the model's order; setItem never re-sorts
@@ -235,6 +282,7 @@ class LinesPanel(QWidget):
         layout.addWidget(self.table)
         model.subscribe(lambda _change: self.refresh())
         controller.selection_changed.connect(self._show_selection)
+        self._show_selection()
 
     # -- following the model --------------------------------------------------------------------
     def refresh(self) -> None:
@@ -289,11 +337,10 @@ class LinesPanel(QWidget):
         state = Qt.CheckState.Checked if line.visible else Qt.CheckState.Unchecked
         name = self.table.item(row, 0)
         if name is None or name.data(Qt.ItemDataRole.UserRole) != line.id:
-            name = QTableWidgetItem(line.name)
+            name = NameItem(line.name)
             name.setData(Qt.ItemDataRole.UserRole, line.id)
             name.setFlags(name.flags() | Qt.ItemFlag.ItemIsUserCheckable)
             name.setCheckState(state)
-            name.setToolTip("Double-click to rename; untick to hide")
             self.table.setItem(row, 0, name)
         else:
             if name.text() != line.name:
@@ -372,6 +419,7 @@ class LinesPanel(QWidget):
 
     def _show_selection(self) -> None:
         row = self._row_of.get(self.controller.selection[0])
+        self.delete_button.setEnabled(row is not None)
         with QSignalBlocker(self.table):
             self.table.clearSelection()
             if row is not None:

@@ -170,12 +170,12 @@ def line_from_dict(data: object, where: str = "line") -> Line:
                 _get(data, "visible", where, (bool,), "true or false", True))
 
 
-def session_document(image_path: str | None, lines: tuple[Line, ...], params: TraceParams,
+def session_document(image_path: str, lines: tuple[Line, ...], params: TraceParams,
                      backend: str, base_dir: str | None = None) -> dict:
     """The session as a JSON-ready dict; the image is stored absolute and relative to base_dir."""
-    image = os.path.abspath(image_path) if image_path else None
+    image = os.path.abspath(image_path)
     relative = None
-    if image and base_dir:
+    if base_dir:
         try:
             relative = os.path.relpath(image, base_dir)
         except ValueError:  # another drive on Windows
@@ -185,7 +185,7 @@ def session_document(image_path: str | None, lines: tuple[Line, ...], params: Tr
             "lines": [line_to_dict(line) for line in lines]}
 
 
-def write_session(path: str | os.PathLike, image_path: str | None, lines: tuple[Line, ...],
+def write_session(path: str | os.PathLike, image_path: str, lines: tuple[Line, ...],
                   params: TraceParams, backend: str) -> None:
     """Write a session file atomically (raises ``OutputWriteError``)."""
     folder = os.path.dirname(os.path.abspath(path))

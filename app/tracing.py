@@ -17,7 +17,7 @@ from collections import deque
 from dataclasses import replace
 
 import numpy as np
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.drawing import DrawState, LineDrawing
 from app.edits import Edit, Retrace, neighbours, too_close
@@ -33,6 +33,8 @@ from gpu.select import choose_backend
 
 #: How many times an edit whose result was stale is made again on the line as it is.
 MAX_ATTEMPTS = 3
+#: The message for a click on the last anchor of the line being drawn.
+SAME_POINT = "the same point as the last one; click elsewhere or press Enter to finish"
 
 
 class TracingController(QObject):
@@ -40,12 +42,15 @@ class TracingController(QObject):
 
     Signals
     -------
-    changed() : the drawing state (tail anchor, preview) changed.
+    changed() : the drawing state (tail anchor, preview) or the imports in progress changed.
     lines_stale() : an edit failed; views should redraw lines from the model.
     selection_changed() : the selected line or segment changed.
     message(str) : something to tell the user (status bar).
     traced(TraceOutcome) : a segment was added to the model.
+    trace_failed(str) : a segment (drawn or re-traced) could not be traced: why.
     backend_changed(str) : the backend in use, as the chooser's note.
+    edits_changed() : the edits of lines waiting or being re-traced changed (what undo and
+        redo can act on).
     """
 
     changed = Signal()
@@ -53,7 +58,9 @@ class TracingController(QObject):
     selection_changed = Signal()
     message = Signal(str)
     traced = Signal(object)
+    trace_failed = Signal(str)
     backend_changed = Signal(str)
+    edits_changed = Signal()
 
     def __init__(self, model: LinesModel, jobs: JobQueue, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -74,6 +81,10 @@ class TracingController(QObject):
         self._lineage: list[tuple[Line, Line, int | None]] = []
         self._lines_seen: dict[int, Line] = {line.id: line for line in model.lines}
         self._splitting: int | None = None  # the segment split by the edit being applied
+        # A click on the tail anchor is said so once the event is handled, unless it finished
+        # the line meanwhile (a double-click's second press).
+        self._same_point = QTimer(self, singleShot=True, interval=0)
+        self._same_point.timeout.connect(lambda: self.message.emit(SAME_POINT))
         model.subscribe(self._model_changed)
 
     # -- state the views show -------------------------------------------------------------------
@@ -163,6 +174,8 @@ class TracingController(QObject):
 
         def on_failed(exc: BaseException) -> None:
             if raster is self.raster:
+                if not preview:
+                    self.trace_failed.emit(error_text(exc))
                 failed(exc)
 
         self.jobs.submit(Job(lambda: run_requests(raster, requests, self.backend), on_done,
@@ -222,16 +235,15 @@ class TracingController(QObject):
         self.message.emit(text)
 
     # -- clicks and keys ------------------------------------------------------------------------
-    def _snapped_inside(self, point, name: str, exact: bool = False) -> Point | None:
+    def _snapped_inside(self, point, what: str, exact: bool = False) -> Point | None:
         """The pixel centre nearest to ``point`` (``point`` itself if ``exact``), or None (and
-        a message) if off the image."""
+        a message naming ``what`` was put there: "the click") if off the image."""
         p = snap(point, exact)
-        try:
-            check_point(self.raster, p, name)
-        except TraceError as exc:
-            self.message.emit(str(exc))
-            return None
-        return p
+        if self.inside_image(p):
+            return p
+        x, y = (f"{value:g}".replace("-", "−") for value in p)
+        self.message.emit(f"{what} at ({x}, {y}) is outside the image")
+        return None
 
     def press(self, point, straight: bool = False, exact: bool = False) -> None:
         """A click on the canvas: start a line, or trace a segment to here from the last anchor.
@@ -240,9 +252,12 @@ class TracingController(QObject):
         if self.raster is None:
             self.message.emit("open an image first")
             return
-        p = self._snapped_inside(point, "click", exact)
-        if p is not None:
-            self.line_drawing.press(p, straight)
+        p = self._snapped_inside(point, "the click", exact)
+        if p is None:
+            return
+        if self.line_drawing.state is DrawState.DRAWING and p == self.tail:
+            self._same_point.start()
+        self.line_drawing.press(p, straight)
 
     def hover(self, point, straight: bool = False, exact: bool = False) -> None:
         """The mouse moved: refresh the preview from the last anchor (throttled); ``point``
@@ -251,13 +266,16 @@ class TracingController(QObject):
 
     def finish(self) -> None:
         """Enter or double-click: the line is done (after the segment in flight lands)."""
+        self._same_point.stop()
         self.line_drawing.finish()
 
     def cancel(self) -> None:
         """Esc: drop an import in progress; else drop the segment in progress and stop
         drawing; with nothing drawn, deselect."""
+        self._same_point.stop()
         if self.imports.cancel():
             self.message.emit("import cancelled: no line added")
+            self.changed.emit()
         elif not self.line_drawing.cancel():
             self.select(None)
 
@@ -273,14 +291,14 @@ class TracingController(QObject):
     def undo(self) -> None:
         """Undo the last edit; one still being re-traced is the last (undone once it lands;
         if its re-trace fails, nothing is undone)."""
-        if self._edits_pending:
+        if self.edits_pending:
             self._edits.append("undo")
             self.message.emit("undo: once the re-trace in progress lands")
         elif not self.model.undo():
             self.message.emit("nothing to undo")
 
     def redo(self) -> None:
-        if self._edits_pending:
+        if self.edits_pending:
             self._edits.append("redo")
             self.message.emit("redo: once the re-trace in progress lands")
         elif not self.model.redo():
@@ -295,7 +313,7 @@ class TracingController(QObject):
             before, after = self._lines_seen.pop(changed_id, None), self.model.line(changed_id)
             if after is not None:
                 self._lines_seen[changed_id] = after
-            if (self._edits_pending and not change.is_history and before is not None
+            if (self.edits_pending and not change.is_history and before is not None
                     and after is not None):
                 self._lineage.append((before, after, self._splitting if change.origin is self
                                       else None))
@@ -325,7 +343,7 @@ class TracingController(QObject):
         line = self.model.line(line_id)
         if line is None or self.raster is None:
             return
-        p = self._snapped_inside(point, "vertex", exact)
+        p = self._snapped_inside(point, "the vertex dropped", exact)
         if p is None:
             self.lines_stale.emit()
             return
@@ -341,7 +359,7 @@ class TracingController(QObject):
         line = self.model.line(line_id)
         if line is None or self.raster is None or not 0 <= index < len(line.segments):
             return
-        p = self._snapped_inside(point, "vertex", exact)
+        p = self._snapped_inside(point, "the point dropped", exact)
         if p is None:
             self.lines_stale.emit()
             return
@@ -379,7 +397,7 @@ class TracingController(QObject):
     # cannot be carried over (Retrace.target): then the edit is made again on the line as it
     # is, or, if it cannot be (the vertex or the line is gone), dropped with a message.
     @property
-    def _edits_pending(self) -> bool:
+    def edits_pending(self) -> bool:
         """Whether an edit is being re-traced or waiting."""
         return self._edit_running is not None or bool(self._edits)
 
@@ -412,8 +430,9 @@ class TracingController(QObject):
                     self.message.emit("nothing to redo")
             else:
                 self._start(edit)
-        if not self._edits_pending:
+        if not self.edits_pending:
             self._lineage.clear()
+        self.edits_changed.emit()
 
     def _splits_since(self, base: Line, line: Line) -> list[tuple[int, Line]] | None:
         """The splits ``(segment, the line split there)`` that made ``line`` out of ``base``,

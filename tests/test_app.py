@@ -348,7 +348,7 @@ def test_file_menu_chooses_the_surface_model(make_window, qtbot, monkeypatch, tm
     bad = tmp_path / "notes.onnx"
     bad.write_text("not a model")
     assert not window.set_surface_model(str(bad))
-    assert "cannot be loaded" in window.last_error
+    assert "notes.onnx is not an ONNX model" in window.last_error
     assert core.surface.MODEL_PATH == core.surface.BUNDLED_MODEL
     mine = tmp_path / "mine.onnx"
     shutil.copy(core.surface.BUNDLED_MODEL, mine)
@@ -384,7 +384,7 @@ def test_bad_image_file_shows_a_message(make_window, qtbot, tmp_path):
     bad.write_bytes(b"this is not a PNG")
     with qtbot.waitSignal(window.error_shown, timeout=30_000):
         window.open_image(str(bad))
-    assert "cannot read image" in window.last_error
+    assert "broken.png is not an image this program can read" in window.last_error
     with qtbot.waitSignal(window.error_shown, timeout=30_000):
         window.open_image(str(tmp_path / "missing.tif"))
     assert "not found" in window.last_error
@@ -784,7 +784,7 @@ def test_exported_lines_import_as_drawn(make_window, qtbot, tmp_path):
     # Traced again with the same parameters: the same line (the straight one traced too).
     np.testing.assert_allclose(imported.segments[0].polyline, drawn.segments[0].polyline)
     assert not imported.segments[1].is_straight
-    assert "imported 1 line(s), 2 segment(s) from lines.geojson" in (
+    assert "imported 1 line, 2 segments from lines.geojson" in (
         window.statusBar().currentMessage())
     window.controller.undo()  # one undo step takes the whole import back
     assert window.model.lines == ()
@@ -810,13 +810,13 @@ def test_foreign_lines_snap_to_the_road(make_window, qtbot, tmp_path):
     distances = distance(line.polyline, gt)
     assert distances.mean() < 3.0, distances
     message = window.statusBar().currentMessage()
-    assert "imported 1 line(s), 2 segment(s) from survey.geojson (2 feature(s) skipped: " \
-           "feature #1: properties.image names another image (other.png))" in message
+    assert "imported 1 line, 2 segments from survey.geojson; 2 features skipped (feature 2: " \
+           "properties.image names another image (other.png))" in message
     # Parameters no path satisfies: the segments stay straight, and the status says why.
     window.controller.params = TraceParams(max_angle=1, points=2, guides=3, halfwidth=30)
     import_and_wait(qtbot, window, path)
     assert all(segment.is_straight for segment in window.model.lines[-1].segments)
-    assert "2 kept straight (no polyline" in window.statusBar().currentMessage()
+    assert "2 segments kept straight (no polyline" in window.statusBar().currentMessage()
 
 
 def test_import_errors(make_window, qtbot, tmp_path):
@@ -831,7 +831,7 @@ def test_import_errors(make_window, qtbot, tmp_path):
                                                                          [139.2, 35.3]]}))
     with qtbot.waitSignal(window.error_shown, timeout=10_000):
         assert window.import_lines(str(lonlat))
-    assert window.last_error == ("no line of lonlat.geojson lies on this image: feature #0: map "
+    assert window.last_error == ("no line of lonlat.geojson lies on this image: feature 1: map "
                                  "coordinates, but the image has no georeferencing with a CRS "
                                  "(lines in pixels come from an image without one)")
     assert window.model.lines == ()
@@ -1064,7 +1064,8 @@ def test_file_menu_exports_the_road_lines_as_training_cases(make_window, qtbot, 
     line = window.model.lines[0].polyline
     assert np.all(distance(np.array(cases[0]["gt"]) + corner, line) < 0.01)  # on it (rounded)
     assert (out / "images" / "gsi_108.png").is_file()
-    assert "training cases written" in window.statusBar().currentMessage()
+    assert window.statusBar().currentMessage() == \
+        f"{len(cases)} training case{'s' if len(cases) > 1 else ''} written to {out}"
     # A folder that holds files already is refused, and left as it was.
     assert not window.export_training_cases(str(out))
     assert "new or empty folder" in window.last_error

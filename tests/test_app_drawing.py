@@ -306,7 +306,7 @@ def test_an_import_joins_the_model_as_one_step_or_not_at_all():
     assert [(line.name, line.kind) for line in model.lines] == [("B", "river"), ("A", "road")]
     assert model.lines[1].segments[0].is_straight
     assert model.undo_label == "Import lines"
-    assert "2 kept straight" in host.messages[-1]
+    assert "2 segments kept straight" in host.messages[-1]
     assert not runner.running
 
     runner.start(lines, "again.geojson", "road")

@@ -148,7 +148,7 @@ def test_a_line_that_is_not_finite_is_not_written_over_a_session(tmp_path, bad):
     path = tmp_path / "work.json"
     path.write_text("the session before")
     with pytest.raises(OutputWriteError, match="not a finite number"):
-        write_session(path, None, (bad,), TraceParams(), "cpu")
+        write_session(path, str(tmp_path / "image.png"), (bad,), TraceParams(), "cpu")
     assert path.read_text() == "the session before"
 
 

@@ -154,7 +154,7 @@ def test_the_file_is_read_in_the_worker_while_the_window_goes_on(make_window, qt
     assert kept == drawn
     assert (imported.name, imported.anchors) == ("long", tuple(map(tuple, line.tolist())))
     assert window.statusBar().currentMessage().startswith(
-        "imported 1 line(s), 11 segment(s) from lines.geojson")
+        "imported 1 line, 11 segments from lines.geojson")
     assert window.controller.tail == A  # the line started while reading goes on
     assert message_boxes(window) == []
 
@@ -309,7 +309,7 @@ def test_an_import_still_traces_every_segment_in_order(make_window, qtbot, tmp_p
             np.testing.assert_allclose(segment.polyline[[0, -1]], [a, b])
     assert sum(traced_segments) == 11 + 4
     assert window.statusBar().currentMessage().startswith(
-        "imported 2 line(s), 15 segment(s) from lines.geojson")
+        "imported 2 lines, 15 segments from lines.geojson")
     window.controller.undo()  # still one undo step
     assert window.model.lines == ()
 
@@ -360,7 +360,7 @@ def test_import_jobs_trace_a_few_segments_each_and_stop_when_cancelled(monkeypat
     lines = [ImportedLine("a", None, np.array([[0.0, 0], [10, 0], [20, 0], [30, 5]])),
              ImportedLine("b", "river", np.array([[0.0, 50], [9, 50]]))]
     runner.start(lines, "f.geojson", "road")
-    assert host.messages == ["importing lines from f.geojson: 0/2 line(s), 0/4 segment(s) "
+    assert host.messages == ["importing lines from f.geojson: 0/2 lines, 0/4 segments "
                              "(Esc cancels)"]
     first_of_a, b = host.jobs  # every line's first job at once
     assert (first_of_a[0], b[0]) == (((0, 0), (10, 0), (20, 0)), ((0, 50), (9, 50)))
@@ -368,7 +368,7 @@ def test_import_jobs_trace_a_few_segments_each_and_stop_when_cancelled(monkeypat
     rest_of_a = host.jobs[-1]
     assert rest_of_a[0] == ((20, 0), (30, 5))
     land(b, ["no polyline"])
-    assert host.messages[-1] == ("importing lines from f.geojson: 1/2 line(s), 3/4 segment(s) "
+    assert host.messages[-1] == ("importing lines from f.geojson: 1/2 lines, 3/4 segments "
                                  "(Esc cancels)")
     assert model.lines == ()
     land(rest_of_a)
@@ -377,7 +377,7 @@ def test_import_jobs_trace_a_few_segments_each_and_stop_when_cancelled(monkeypat
     assert (a.kind, b.kind) == ("road", "river")
     assert [segment.is_straight for segment in a.segments] == [True, True, True]
     assert model.undo_label == "Import lines"
-    assert host.messages[-1] == ("imported 2 line(s), 4 segment(s) from f.geojson; 3 kept "
+    assert host.messages[-1] == ("imported 2 lines, 4 segments from f.geojson; 3 segments kept "
                                  "straight (RuntimeError: boom)")
     assert not runner.running
     assert host.selected == a.id
@@ -517,7 +517,7 @@ def test_bad_exported_anchors_skip_their_feature_with_the_reason(make_window, qt
         assert [line.anchors for line in bad] == [((10, 10), (100, 100), (200, 200))]
     else:
         assert bad == []
-        assert "(1 feature(s) skipped: feature #0: " in message, message
+        assert "; 1 feature skipped (feature 1: " in message, message
         assert reason in message, message
 
 
@@ -526,7 +526,7 @@ def test_exported_anchors_are_bounded_like_vertices(make_window, qtbot, tmp_path
     anchors = zigzag(MAX_LINE_VERTICES + 1)
     path = write_lines(tmp_path, (anchors[[0, -1]], {"anchors": anchors.tolist()}))
     assert import_errors(qtbot, window, path) == [
-        f"no line of lines.geojson lies on this image: feature #0: properties.anchors lists "
+        f"no line of lines.geojson lies on this image: feature 1: properties.anchors lists "
         f"{MAX_LINE_VERTICES + 1} anchors: at most {MAX_LINE_VERTICES} are read"]
     assert window.model.lines == ()
 
@@ -550,5 +550,5 @@ def test_a_multilinestring_with_malformed_coordinates_is_named_as_such(make_wind
     window = make_window()
     path = write_lines(tmp_path, ({"type": "MultiLineString", "coordinates": "x"}, {}))
     assert import_errors(qtbot, window, path) == [
-        "no line of lines.geojson lies on this image: feature #0: MultiLineString coordinates "
+        "no line of lines.geojson lies on this image: feature 1: MultiLineString coordinates "
         "'x' are not a list of lines of [x, y] number pairs"]
