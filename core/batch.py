@@ -98,11 +98,12 @@ from core.raster import (
     load_image,
     read_image_georef,
 )
-from core.resources import check_trace_plan
-from core.scores import get_score_kind
+from core.resources import check_trace_plan, window_pixels
+from core.scores import get_score_kind, trace_window_memory
 from core.tracer import (
     TraceParams,
     TraceResult,
+    check_ground_resolution,
     evidence_folder,
     evidence_source,
     trace_many,
@@ -636,15 +637,22 @@ def check_params(params: TraceParams) -> None:
     """Raise :class:`BadParameter` for parameters that every trace would reject.
 
     The checks are the tracer's own (:func:`core.tracer.trace`, its resource plan included,
-    for a 100 px segment), run once before any work so that a bad option is a usage error
-    rather than a failure of every segment.
+    for a 100 px segment: its score kind's memory at ``params.ground_resolution``, unknown
+    where not given), run once before any work so that a bad option is a usage error rather
+    than a failure of every segment.
     """
     if not np.isfinite(params.sigma) or params.sigma <= 0:
         raise BadParameter(f"sigma must be > 0 px, got {params.sigma}")
+    if params.ground_resolution is not None:
+        check_ground_resolution(params.ground_resolution)
     get_score_kind(params.score)
     check_max_angle(params.max_angle)
     resolved = params.resolve(100.0)
-    check_trace_plan(params, resolved, (100.0, 0.0), gradient_margin(params.sigma))
+    chord, margin = (100.0, 0.0), gradient_margin(params.sigma)
+    window_px = window_pixels(chord, resolved.halfwidth, margin)
+    check_trace_plan(params, resolved, chord, margin,
+                     (window_px, trace_window_memory(resolved, window_px,
+                                                     params.ground_resolution)))
     build_corridor((0.0, 0.0), (100.0, 0.0), resolved.guides, resolved.points,
                    resolved.halfwidth)
 

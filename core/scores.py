@@ -433,3 +433,18 @@ register_score_kind(ScoreKind(
     "flat", "prefers low gradient (homogeneous surface)", SCALAR, _flat_planes,
     needs=("gradient",), produces="1 plane: -(|∇I| / (g0 + |∇I|) + 0.05), g0 = 3·median |∇I|",
     bytes_per_px=100))
+
+
+def trace_window_memory(params, window_px: float, ground_resolution: float | None) -> float:
+    """:func:`window_memory` of a trace with ``params`` (a resolved
+    :class:`core.tracer.TraceParams`: its score kind; the model at half resolution for a river
+    line) over a window of ``window_px`` pixels of imagery of ``ground_resolution`` metres per
+    pixel (None: unknown).
+
+    Raises
+    ------
+    BadParameter
+        If ``params.score`` names no registered kind.
+    """
+    return window_memory(get_score_kind(params.score), window_px, params.line_kind == "river",
+                         ground_resolution)

@@ -57,7 +57,7 @@ from core.gradient import gradient_margin
 from core.guides import Corridor, admissible_windows, build_corridor, check_max_angle
 from core.raster import IMAGE_SUFFIXES, Raster, has_grid, load_image, on_same_grid
 from core.resources import check_trace_plan, window_pixels
-from core.scores import Evidence, ScoreInputs, get_score_kind, pad_planes, window_memory
+from core.scores import Evidence, ScoreInputs, get_score_kind, pad_planes, trace_window_memory
 
 #: Default corridor half-width per px of click distance.
 HALFWIDTH_PER_LENGTH = 0.25
@@ -738,9 +738,7 @@ def _segment(raster: Raster, a, b, params: TraceParams) -> _Segment:
     margin = gradient_margin(params.sigma)
     window_px = window_pixels(b - a, resolved.halfwidth, margin) if frame is None \
         else float(frame.window[0] * frame.window[1])
-    window_bytes = window_memory(get_score_kind(resolved.score), window_px,
-                                 resolved.line_kind == "river",
-                                 ground_resolution_of(raster, resolved))
+    window_bytes = trace_window_memory(resolved, window_px, ground_resolution_of(raster, resolved))
     check_trace_plan(params, resolved, b - a, margin, (window_px, window_bytes))
     params = resolved
     if frame is not None:

@@ -30,12 +30,14 @@ inputs' addresses and sizes from a table, :data:`SAMPLE_DTYPE`). Call its method
 from __future__ import annotations
 
 import math
+import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from core.errors import ModelUnavailable
+from core.surface import NO_MODEL_HINT
 from gpu.graphs import launch_key
 
 #: Convolution kernel sizes network.cu is built for (1: the ``pointwise`` kernel).
@@ -156,17 +158,33 @@ def _evaluate(node, constants: dict) -> list[np.ndarray]:
 
 
 def load_model(path: str):
-    """The ONNX model at ``path`` and its constant tensors (initializers)."""
+    """The ONNX model at ``path`` and its constant tensors (initializers).
+
+    Raises
+    ------
+    UnsupportedModel
+        If the onnx package is not installed.
+    ModelUnavailable
+        If the file is missing, cannot be opened, or is not an ONNX model (the wording of
+        :mod:`core.surface`).
+    """
     try:
         import onnx
+        from google.protobuf.message import DecodeError
         from onnx import numpy_helper
     except ImportError:
         raise UnsupportedModel("the device runs the surface model with the onnx package: "
                                "pip install -e \".[gpu]\"") from None
+    if not os.path.isfile(path):
+        raise ModelUnavailable(f"surface model not found: {path} ({NO_MODEL_HINT})")
     try:
         model = onnx.load(path)
-    except Exception as exc:  # protobuf and OS errors of a bad file
-        raise ModelUnavailable(f"surface model {path} cannot be read: {exc}") from None
+    except DecodeError:  # the file does not parse as an ONNX model
+        raise ModelUnavailable(f"{path} is not an ONNX model: give the .onnx file of a surface "
+                               f"model ({NO_MODEL_HINT})") from None
+    except OSError as exc:
+        raise ModelUnavailable(f"surface model {path} cannot be opened: "
+                               f"{exc.strerror or exc}") from None
     constants = {tensor.name: numpy_helper.to_array(tensor) for tensor in model.graph.initializer}
     return model, constants
 

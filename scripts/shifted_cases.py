@@ -26,9 +26,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core.errors import BadParameter  # noqa: E402
+from core.errors import BadParameter, TraceError  # noqa: E402
 from core.evaluate import load_cases  # noqa: E402
 from core.output import new_folder  # noqa: E402
+from core.raster import load_image  # noqa: E402
 
 #: Colour changes: name → function of an image (rows, cols, bands) float in [0, 1].
 COLOURS = {
@@ -71,8 +72,10 @@ def shift_cases(cases_path: str, out: str, scale: float = 1.0, colour: str | Non
     Raises
     ------
     BadParameter
-        If the cases file is malformed, an image cannot be read or is not 8-bit, ``out``
-        exists and is not an empty folder, or the change is outside its range.
+        If the cases file is malformed, an image is not 8-bit, ``out`` exists and is not an
+        empty folder, or the change is outside its range.
+    ImageReadError
+        If an image cannot be read.
     """
     if not SCALE_RANGE[0] <= scale <= SCALE_RANGE[1]:
         raise BadParameter(f"--scale must lie in [{SCALE_RANGE[0]}, {SCALE_RANGE[1]}], got {scale}")
@@ -93,15 +96,24 @@ def shift_cases(cases_path: str, out: str, scale: float = 1.0, colour: str | Non
 
 
 def _read_8bit(path: str) -> np.ndarray:
-    """An 8-bit image (rows, cols[, bands]), or BadParameter naming the problem."""
-    try:
-        image = iio.imread(path)
-    except (OSError, ValueError) as exc:
-        raise BadParameter(f"cannot read image {path}: {exc}") from None
-    if image.dtype != np.uint8 or image.ndim not in (2, 3):
+    """The image's pixels as the tracer reads them (:func:`core.raster.load_image`: alpha
+    dropped), as 8-bit values (rows, cols, bands) uint8.
+
+    Raises
+    ------
+    ImageReadError
+        If the file is missing, is no image this program reads, or is damaged.
+    BadParameter
+        If its values are not 8-bit ones, or decoding it would need more than the memory
+        budget.
+    """
+    with load_image(path) as raster:
+        values = raster.pixels * np.float32(255)
+    levels = np.round(values)
+    if levels.min() < 0 or levels.max() > 255 or np.abs(values - levels).max() > 1e-3:
         raise BadParameter(f"image {path} is not an 8-bit image (this script shifts 8-bit "
                            f"images only)")
-    return image
+    return levels.astype(np.uint8)
 
 
 def _write_cases(path: str, cases, names: dict[str, str], scale: float) -> None:
@@ -129,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         count = shift_cases(args.cases, args.out, args.scale, args.colour)
-    except BadParameter as exc:
+    except TraceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"{count} cases written to {os.path.join(args.out, 'cases.json')}")

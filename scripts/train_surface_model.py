@@ -86,13 +86,13 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
-from PIL import Image
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from core.errors import BadParameter, TraceError  # noqa: E402
 from core.output import json_number, read_json, shortened  # noqa: E402
+from core.raster import load_image  # noqa: E402
 
 CROP = 256
 #: Input planes: stretched RGB, endpoint similarity, endpoint plane.
@@ -348,14 +348,21 @@ def stretch(x: torch.Tensor) -> torch.Tensor:
     return ((x - lo) / (hi - lo).clamp_min(1e-3)).clamp(-0.5, 1.5)
 
 
-def read_png(path: str) -> np.ndarray:
-    """The file's pixels: (H, W) or (H, W, bands) uint8; BadParameter where it cannot be
-    read."""
-    try:
-        with Image.open(path) as image:
-            return np.asarray(image)
-    except (OSError, ValueError, Image.DecompressionBombError) as exc:
-        raise BadParameter(f"cannot read image {path}: {exc}") from None
+def read_rgb(path: str) -> np.ndarray:
+    """The image's pixels as the tracer reads them (:func:`core.raster.load_image`: alpha
+    dropped, multispectral bands chosen), on 0..255 in whole steps: (H, W, 3) float32, a grey
+    image's band repeated.
+
+    Raises
+    ------
+    ImageReadError
+        If the file is missing, is no image this program reads, or is damaged.
+    BadParameter
+        If decoding it would need more than the memory budget.
+    """
+    with load_image(path) as raster:
+        pixels = np.round(raster.pixels * np.float32(255))
+    return np.repeat(pixels, 3, axis=2) if pixels.shape[2] == 1 else pixels
 
 
 def centreline_target(mask: np.ndarray) -> np.ndarray:
@@ -419,18 +426,16 @@ def load_sets(folders: list[tuple[str, int]], exclude: tuple[str, ...] = (),
     with one of ``exclude`` are skipped. A source without a mask (no ``gt``: an image with
     traced lines alone, e.g. scripts/session_cases.py's) is unsure everywhere: it teaches the
     path output alone, through its click cases. BadParameter where a sources.json
-    (:func:`read_sources`), an image or a mask cannot be read, or a mask is not of its
-    image's size."""
+    (:func:`read_sources`) cannot be read or a mask is not of its image's size,
+    ImageReadError where an image or a mask cannot be read (:func:`read_rgb`)."""
     items = []
     for folder, label in folders:
         for source in read_sources(folder):
             if exclude and source["id"].startswith(exclude):
                 continue
-            image = read_png(os.path.join(folder, source["image"]))
-            image = np.repeat(image[:, :, None], 3, axis=2) if image.ndim == 2 else image[:, :, :3]
+            image = read_rgb(os.path.join(folder, source["image"]))
             if source.get("gt"):
-                mask = read_png(os.path.join(folder, source["gt"]))
-                mask = (mask if mask.ndim == 2 else mask[:, :, 0]) > 127
+                mask = read_rgb(os.path.join(folder, source["gt"]))[:, :, 0] > 127
                 if mask.shape != image.shape[:2]:
                     raise BadParameter(f"mask of {source['id']!r} is {mask.shape[1]}×"
                                        f"{mask.shape[0]} px, its image {image.shape[1]}×"

@@ -25,10 +25,11 @@ from scipy import ndimage
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core.errors import BadParameter  # noqa: E402
+from core.errors import BadParameter, TraceError  # noqa: E402
 from core.evaluate import load_cases  # noqa: E402
 from core.metrics import densify  # noqa: E402
 from core.output import new_folder  # noqa: E402
+from core.raster import load_image  # noqa: E402
 
 #: Ridge widths allowed (px).
 SIGMA_RANGE = (0.5, 10.0)
@@ -58,8 +59,10 @@ def write_ridges(cases_path: str, out: str, sigma: float = 1.5) -> int:
     Raises
     ------
     BadParameter
-        If the cases file is malformed, an image cannot be read, two images share a stem,
-        ``out`` exists and is not an empty folder, or ``sigma`` is outside its range.
+        If the cases file is malformed, two images share a stem, ``out`` exists and is not an
+        empty folder, or ``sigma`` is outside its range.
+    ImageReadError
+        If an image cannot be read.
     """
     if not SIGMA_RANGE[0] <= sigma <= SIGMA_RANGE[1]:
         raise BadParameter(f"--sigma must lie in [{SIGMA_RANGE[0]}, {SIGMA_RANGE[1]}] px, "
@@ -75,10 +78,8 @@ def write_ridges(cases_path: str, out: str, sigma: float = 1.5) -> int:
                                f"{Path(image).stem!r}: their ridges would overwrite each other")
     with new_folder(out, ".ridges-") as partial:
         for image, image_lines in lines.items():
-            try:
-                shape = iio.improps(image).shape[:2]
-            except (OSError, ValueError) as exc:
-                raise BadParameter(f"cannot read image {image}: {exc}") from None
+            with load_image(image) as raster:
+                shape = (raster.height, raster.width)
             iio.imwrite(os.path.join(partial, f"{Path(image).stem}.png"),
                         ridge_raster(shape, image_lines, sigma))
     return len(lines)
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         count = write_ridges(args.cases, args.out, args.sigma)
-    except BadParameter as exc:
+    except TraceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"{count} ridge raster(s) in {args.out}")

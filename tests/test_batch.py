@@ -942,3 +942,29 @@ def test_a_feature_collection_whose_features_are_no_list(tmp_path, capsys):
     assert err.count("\n") == 1
     assert '"features" must be a list' in err
     assert not out.exists()
+
+
+def test_the_up_front_check_refuses_what_tracing_refuses(monkeypatch):
+    """The surface kind's window needs its model's memory (900 B/px here), more than the
+    170 B/px of the kinds without it: a plan over the budget for it is refused before any
+    image is read, with the message each trace would give."""
+    from core.raster import Raster
+    from core.tracer import trace
+
+    monkeypatch.setenv("ROADTRACER_MEMORY_BUDGET", "5M")  # 11 600 px: 1.9 MiB at 170 B/px
+    params = TraceParams(score="surface", halfwidth=40.0)
+    with pytest.raises(BadParameter) as up_front:
+        core.batch.check_params(params)
+    raster = Raster(pixels=np.zeros((200, 200, 3), dtype=np.float32))
+    with pytest.raises(BadParameter) as traced:
+        trace(raster, (50.0, 100.0), (150.0, 100.0), params, CpuBackend())
+    assert str(up_front.value) == str(traced.value)
+    assert str(up_front.value) == ("a corridor window of 1.16e+04 px (halfwidth 40, sigma 1.5, "
+                                   "score surface) needs 9.9 MiB, over the memory budget of "
+                                   "5.0 MiB (ROADTRACER_MEMORY_BUDGET=5M): lower halfwidth")
+    core.batch.check_params(TraceParams(score="cross", halfwidth=40.0))  # 1.8 MiB: fits
+
+
+def test_a_ground_resolution_out_of_range_is_refused_up_front():
+    with pytest.raises(BadParameter, match="ground resolution 0 m per pixel, outside"):
+        core.batch.check_params(TraceParams(ground_resolution=0.0))

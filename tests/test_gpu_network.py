@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 from core import surface
+from core.errors import ModelUnavailable
+from core.surface import NO_MODEL_HINT
 from gpu.network import (
     ACTIVATIONS,
     PROGRAM_BUCKET,
@@ -321,3 +323,16 @@ def test_a_derived_program_refuses_sizes_whose_concatenations_do_not_fit():
     model, constants = bundled_model()
     with pytest.raises(UnsupportedModel, match="different sizes"):
         program_for_size(network_program(model, constants, 64, 96), 40, 96)
+
+
+def test_the_device_names_a_file_that_is_not_an_onnx_model(tmp_path):
+    bad = tmp_path / "model.onnx"
+    bad.write_bytes(b"not an onnx model")
+    with pytest.raises(ModelUnavailable) as error:
+        load_model(str(bad))
+    assert str(error.value) == (f"{bad} is not an ONNX model: give the .onnx file of a surface "
+                                f"model ({NO_MODEL_HINT})")
+    with pytest.raises(ModelUnavailable) as error:
+        load_model(str(tmp_path / "missing.onnx"))
+    assert str(error.value) == (f"surface model not found: {tmp_path / 'missing.onnx'} "
+                                f"({NO_MODEL_HINT})")

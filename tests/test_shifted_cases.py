@@ -82,21 +82,39 @@ def test_a_folder_with_files_is_not_clobbered(shifter, tmp_path, capsys):
 
 
 @pytest.mark.parametrize(("content", "message"), [
-    (b"not a png", "cannot read image"),
+    (b"not a png", "bad.png is not an image this program can read (PNG, JPEG, TIFF/GeoTIFF, "),
+    ("truncated", "bad.png is damaged or incomplete: save or download it again ("),
     (np.full((8, 8), 40000, np.uint16), "is not an 8-bit image"),
 ])
 def test_a_bad_image_leaves_nothing_behind(shifter, tmp_path, capsys, content, message):
     image = tmp_path / "bad.png"
     if isinstance(content, bytes):
         image.write_bytes(content)
+    elif isinstance(content, str):  # a PNG cut off in its pixel data
+        iio.imwrite(image, np.random.default_rng(0).integers(0, 256, (64, 64, 3), np.uint8))
+        image.write_bytes(image.read_bytes()[:-200])
     else:
         iio.imwrite(image, content)
     cases = tmp_path / "cases.json"
     cases.write_text(json.dumps([{"id": "x", "image": "bad.png", "a": [1, 1], "b": [5, 5],
                                   "gt": [[1, 1], [5, 5]]}]))
     assert shifter.main([str(cases), str(tmp_path / "out"), "--colour", "grey"]) == 2
-    assert message in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert error.startswith("error: ")
+    assert message in error
+    assert error.count("\n") == 1
     assert sorted(os.listdir(tmp_path)) == ["bad.png", "cases.json"]
+
+
+def test_an_image_is_read_as_the_tracer_reads_it(shifter, tmp_path):
+    """Alpha is dropped and 16-bit values that are 8-bit ones (multiples of 257) are kept."""
+    rgba = np.random.default_rng(0).integers(0, 256, (6, 7, 4), dtype=np.uint8)
+    iio.imwrite(tmp_path / "rgba.png", rgba)
+    np.testing.assert_array_equal(shifter._read_8bit(str(tmp_path / "rgba.png")), rgba[:, :, :3])
+    grey = rgba[:, :, 0].astype(np.uint16) * 257
+    iio.imwrite(tmp_path / "grey16.png", grey)
+    np.testing.assert_array_equal(shifter._read_8bit(str(tmp_path / "grey16.png")),
+                                  rgba[:, :, :1])
 
 
 def test_a_stated_ground_resolution_follows_the_scale(shifter, tmp_path):

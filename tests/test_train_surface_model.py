@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 import math
 
+import imageio.v3 as iio
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("skimage")
 
-from core.errors import BadParameter  # noqa: E402
+from core.errors import BadParameter, ImageReadError  # noqa: E402
 from core.scores import endpoint_similarity  # noqa: E402
 from core.surface import endpoint_plane  # noqa: E402
 from tests.conftest import load_script  # noqa: E402
@@ -571,3 +572,19 @@ def test_bad_training_options_are_one_usage_error(trainer, road_set, tmp_path, m
     assert message in err.strip().splitlines()[-1]
     assert not (tmp_path / "out").exists()
     assert {path: path.read_bytes() for path in inputs} == inputs
+
+
+def test_training_images_are_read_as_the_tracer_reads_them(trainer, tmp_path):
+    rgba = np.random.default_rng(0).integers(0, 256, (5, 6, 4), dtype=np.uint8)
+    iio.imwrite(tmp_path / "rgba.png", rgba)
+    rgb = trainer.read_rgb(str(tmp_path / "rgba.png"))
+    assert rgb.dtype == np.float32
+    np.testing.assert_array_equal(rgb, rgba[:, :, :3])
+    iio.imwrite(tmp_path / "grey.png", rgba[:, :, 0])
+    np.testing.assert_array_equal(trainer.read_rgb(str(tmp_path / "grey.png")),
+                                  np.repeat(rgba[:, :, :1], 3, axis=2))
+    (tmp_path / "bad.png").write_bytes(b"not a png")
+    with pytest.raises(ImageReadError) as error:
+        trainer.read_rgb(str(tmp_path / "bad.png"))
+    assert str(error.value) == (f"{tmp_path / 'bad.png'} is not an image this program can read "
+                                "(PNG, JPEG, TIFF/GeoTIFF, …)")

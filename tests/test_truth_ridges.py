@@ -73,3 +73,15 @@ def test_bad_input_writes_nothing(ridges, tmp_path, capsys):
     assert not (tmp_path / "wide").exists()
     assert not (tmp_path / "clash").exists()
     assert not list(tmp_path.glob(".ridges-*"))
+
+
+def test_an_unreadable_image_is_one_plain_message(ridges, tmp_path, capsys):
+    (tmp_path / "bad.png").write_bytes(b"not a png")
+    cases = tmp_path / "cases.json"
+    cases.write_text(json.dumps([{"id": "x", "image": "bad.png", "a": [1, 1], "b": [5, 5],
+                                  "gt": [[1, 1], [5, 5]]}]))
+    assert ridges.main([str(cases), str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err
+    assert error == (f"error: {tmp_path / 'bad.png'} is not an image this program can read "
+                     "(PNG, JPEG, TIFF/GeoTIFF, …)\n")
+    assert not (tmp_path / "out").exists()
