@@ -5,7 +5,7 @@ Built in a worker thread when an image opens. Every step is a numpy operation on
 rows (numpy releases the GIL there), so the GUI thread keeps running while a large image
 opens; the levels are RGB32, the format Qt draws without converting. A raster too large to
 read whole is shown from an overview; :func:`read_tile` reads the part of it in view at the
-resolution the zoom needs, stretched as the pyramid is.
+resolution the zoom needs (averaged down to it), stretched as the pyramid is.
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ class DisplayLevel:
 
 @dataclass(frozen=True)
 class TileWindow:
-    """Rows ``row0:row1`` and columns ``col0:col1`` of an image, every ``factor``-th pixel."""
+    """Rows ``row0:row1`` and columns ``col0:col1`` of an image, averaged over blocks of
+    ``factor`` × ``factor`` pixels."""
 
     row0: int
     row1: int
@@ -59,8 +60,9 @@ class TileWindow:
 
 @dataclass(frozen=True)
 class DisplayTile:
-    """A window of a raster, stretched: ``level`` pixel (i, j) shows image pixel
-    ``(window.row0 + i·factor, window.col0 + j·factor)``."""
+    """A window of a raster, stretched: ``level`` pixel (i, j) shows the mean of the block of
+    ``factor`` × ``factor`` image pixels from ``(window.row0 + i·factor, window.col0 +
+    j·factor)`` (:meth:`core.raster.Raster.read_window` with ``step=factor``)."""
 
     level: DisplayLevel
     window: TileWindow
@@ -158,10 +160,11 @@ def display_pyramid(pixels: np.ndarray, base_factor: int = 1,
 
 def read_tile(pyramid: DisplayPyramid, window: TileWindow,
               cancelled: Callable[[], bool]) -> DisplayTile | None:
-    """Read ``window`` of ``pyramid.source`` and stretch it as the pyramid is.
+    """Read ``window`` of ``pyramid.source`` at 1/``window.factor`` size and stretch it as the
+    pyramid is.
 
-    Read in bands of rows, so that memory stays near the tile's own size whatever its
-    ``factor``; None when ``cancelled()`` turns true between two bands (the view moved on).
+    Read straight at that size (block means), in bands of about :data:`CHUNK_ROWS` image rows;
+    None when ``cancelled()`` turns true between two bands (the view moved on).
     """
     factor = window.factor
     rows = -(-(window.row1 - window.row0) // factor)
@@ -172,7 +175,7 @@ def read_tile(pyramid: DisplayPyramid, window: TileWindow,
         if cancelled():
             return None
         pixels = pyramid.source.read_window(row0, min(row0 + chunk, window.row1),
-                                            window.col0, window.col1)[::factor, ::factor]
+                                            window.col0, window.col1, step=factor)
         first = (row0 - window.row0) // factor
         array[first:first + len(pixels)] = _rgb32(pixels, pyramid.low, pyramid.high)
     return DisplayTile(_level(array, factor), window)

@@ -1,14 +1,16 @@
-"""Background work: one worker thread, a FIFO of jobs and at most one pending preview.
+"""Background work: a :class:`JobQueue` runs its jobs (:class:`Job`) one at a time on a worker
+thread of its own, from a FIFO and at most one pending preview.
 
-Everything slow (opening an image, choosing a backend, tracing) runs as a :class:`Job` on a
-single worker thread, which also keeps the compiled tracer from ever running twice at once.
-Jobs run in submission order; a preview job waits behind them and is replaced by a newer
-preview while it waits, so moving the mouse never piles up work: at most one job runs and one
-preview waits. *Bulk* jobs (an import of many lines) wait behind both, so a click or a preview
-made meanwhile runs next; the bulk jobs that a bulk job's ``done`` or ``failed`` submits (its
-continuation: the next segments of an imported line) run before the other bulk jobs waiting,
-so that a chain of them ends before the next chain goes on. Results and exceptions come back
-to the GUI thread through queued signals.
+The window's queue runs everything slow (opening an image, choosing a backend, tracing),
+which also keeps the compiled tracer from ever running twice at once; the canvas has a second
+queue beside it, for reading sharp tiles of huge rasters (previews: a newer tile replaces one
+still waiting). In a queue, jobs run in submission order; a preview job waits behind them and
+is replaced by a newer preview while it waits, so moving the mouse never piles up work: at
+most one job runs and one preview waits. *Bulk* jobs (an import of many lines) wait behind
+both, so a click or a preview made meanwhile runs next; the bulk jobs that a bulk job's
+``done`` or ``failed`` submits (its continuation: the next segments of an imported line) run
+before the other bulk jobs waiting, so that a chain of them ends before the next chain goes
+on. Results and exceptions come back to the GUI thread through queued signals.
 """
 
 from __future__ import annotations

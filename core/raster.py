@@ -21,9 +21,11 @@ where vegetation and water stand apart (:func:`choose_bands`).
 
 Display images: every raster has ``overview(max_size)``, a decimated float32 image whose
 longer side is at most ``max_size`` px (rasterio uses the file's overviews when it has them:
-build them with ``gdaladdo`` for fast display of huge GeoTIFFs). ``pixels`` is the whole
-image; a :class:`WindowedRaster` reads it on first use and refuses above
-:data:`FULL_READ_LIMIT` pixels, where a viewer should show ``overview`` and read windows.
+build them with ``gdaladdo`` for fast display of huge GeoTIFFs), and ``read_window`` with a
+``step`` reads a window averaged over blocks of step × step pixels (from the overviews too,
+where they are fine enough). ``pixels`` is the whole image; a :class:`WindowedRaster` reads
+it on first use and refuses above :data:`FULL_READ_LIMIT` pixels, where a viewer should show
+``overview`` and read windows.
 """
 
 from __future__ import annotations
@@ -248,15 +250,48 @@ class Raster:
         """Bands of the image."""
         return int(self.pixels.shape[2])
 
-    def read_window(self, row0: int, row1: int, col0: int, col1: int) -> np.ndarray:
-        """Pixels of rows ``row0:row1`` and columns ``col0:col1`` (clipped to the image).
+    def read_window(self, row0: int, row1: int, col0: int, col1: int,
+                    step: int = 1) -> np.ndarray:
+        """Pixels of rows ``row0:row1`` and columns ``col0:col1`` (clipped to the image),
+        averaged over blocks of ``step`` × ``step`` pixels.
+
+        Output pixel (i, j) is the mean of the window's rows ``i·step:(i + 1)·step`` and
+        columns ``j·step:(j + 1)·step`` (fewer in the last row and column of blocks where the
+        window's size is no multiple of ``step``); a :class:`WindowedRaster` reads it at that
+        size, leaving out nodata and transparent pixels.
 
         Returns
         -------
-        ndarray of shape (row1 - row0, col1 - col0, bands), float32
+        ndarray of shape (ceil(rows / step), ceil(cols / step), bands), float32
+            ``rows`` and ``cols`` the clipped window's size; with ``step=1`` the window itself.
+
+        Raises
+        ------
+        BadParameter
+            If ``step`` is not a positive integer.
         """
-        return self.pixels[max(row0, 0):min(row1, self.height),
-                           max(col0, 0):min(col1, self.width)]
+        if not isinstance(step, int | np.integer) or step < 1:
+            raise BadParameter(f"read_window step must be a positive integer, got {step!r}")
+        row0, row1 = max(row0, 0), min(row1, self.height)
+        col0, col1 = max(col0, 0), min(col1, self.width)
+        if row1 <= row0 or col1 <= col0:
+            return np.zeros((-(-max(row1 - row0, 0) // step), -(-max(col1 - col0, 0) // step),
+                             self.bands), np.float32)
+        return _joined([_joined([self._read_blocks(top, bottom, left, right, (rows, cols))
+                                 for left, right, cols in _block_spans(col0, col1, step)], 1)
+                        for top, bottom, rows in _block_spans(row0, row1, step)], 0)
+
+    def _read_blocks(self, row0: int, row1: int, col0: int, col1: int,
+                     shape: tuple[int, int]) -> np.ndarray:
+        """Rows ``row0:row1`` and columns ``col0:col1`` (inside the image; their counts whole
+        multiples of ``shape``'s) averaged down to ``shape`` (rows, cols): ndarray of shape
+        (*shape, bands), float32."""
+        block = self.pixels[row0:row1, col0:col1]
+        if shape == block.shape[:2]:
+            return block
+        rows, cols = shape
+        return block.reshape(rows, (row1 - row0) // rows, cols, (col1 - col0) // cols,
+                             self.bands).mean(axis=(1, 3))
 
     def overview(self, max_size: int) -> np.ndarray:
         """A display image whose longer side is at most ``max_size`` px (nearest neighbour).
@@ -283,6 +318,19 @@ class Raster:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+def _block_spans(start: int, stop: int, step: int) -> list[tuple[int, int, int]]:
+    """``start:stop`` (not empty) cut into its whole blocks of ``step`` and the shorter rest,
+    each as (start, stop, blocks in it)."""
+    whole = (stop - start) // step * step
+    spans = [(start, start + whole, whole // step), (start + whole, stop, 1)]
+    return [span for span in spans if span[1] > span[0]]
+
+
+def _joined(parts: list[np.ndarray], axis: int) -> np.ndarray:
+    """``parts`` concatenated along ``axis``; a single part as it is (no copy)."""
+    return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=axis)
 
 
 def _check_pixel_type(name: str, path: str) -> None:
@@ -516,22 +564,20 @@ class WindowedRaster(Raster):
             self._pixels = np.ascontiguousarray(self._read(None, None))
         return self._pixels
 
-    def read_window(self, row0: int, row1: int, col0: int, col1: int) -> np.ndarray:
-        """Pixels of rows ``row0:row1`` and columns ``col0:col1`` (clipped), read from disk.
-
-        Returns
-        -------
-        ndarray of shape (row1 - row0, col1 - col0, bands), float32
-        """
+    def _read_blocks(self, row0: int, row1: int, col0: int, col1: int,
+                     shape: tuple[int, int]) -> np.ndarray:
+        """:meth:`Raster._read_blocks` read from disk (unless ``pixels`` was read), averaged by
+        GDAL: from the file's overviews where they are fine enough, leaving out nodata and
+        transparent pixels, and for a colour-mapped raster as the table's colour nearest to
+        the block's mean colour."""
         if self._pixels is not None:
-            return super().read_window(row0, row1, col0, col1)
+            return super()._read_blocks(row0, row1, col0, col1, shape)
         from rasterio.windows import Window
 
-        row0, row1 = max(row0, 0), min(row1, self.height)
-        col0, col1 = max(col0, 0), min(col1, self.width)
-        if row1 <= row0 or col1 <= col0:
-            return np.zeros((max(row1 - row0, 0), max(col1 - col0, 0), self.bands), np.float32)
-        return self._read(Window(col0, row0, col1 - col0, row1 - row0), None)
+        window = Window(col0, row0, col1 - col0, row1 - row0)
+        if shape == (row1 - row0, col1 - col0):
+            return self._read(window, None)
+        return self._read(window, shape, "average")
 
     def overview(self, max_size: int) -> np.ndarray:
         """A display image whose longer side is at most ``max_size`` px.
@@ -549,15 +595,19 @@ class WindowedRaster(Raster):
             return self.read_window(0, self.height, 0, self.width)
         return self._read(None, shape)
 
-    def _read(self, window, shape: tuple[int, int] | None) -> np.ndarray:
-        """Bands ``self._indexes`` of ``window`` (None: all), decimated to ``shape`` if given;
-        pixels whose every band holds its nodata value read as 0, as NaN does."""
+    def _read(self, window, shape: tuple[int, int] | None,
+              resampling: str = "nearest") -> np.ndarray:
+        """Bands ``self._indexes`` of ``window`` (None: all), decimated to ``shape`` if given
+        (by the rasterio ``Resampling`` named ``resampling``); pixels whose every band holds
+        its nodata value read as 0, as NaN does."""
+        from rasterio.enums import Resampling
         from rasterio.errors import RasterioError
 
         out_shape = None if shape is None else (len(self._indexes), *shape)
         try:
             with self._lock:
-                data = self._dataset.read(self._indexes, window=window, out_shape=out_shape)
+                data = self._dataset.read(self._indexes, window=window, out_shape=out_shape,
+                                          resampling=Resampling[resampling])
         except RasterioError as exc:
             raise ImageReadError(f"cannot read pixels of {self.path}: {exc}") from None
         if self._palette is not None:  # colour-mapped: the colours of the indices
