@@ -237,7 +237,8 @@ class MainWindow(QMainWindow):
         self.session_path: str | None = None
         self.last_error: str | None = None
         self.last_notice: str | None = None  # the last message box shown (errors too)
-        self.status_message = ""  # the status bar's message, in full
+        self.status_text = ""  # the status bar's message, as shown
+        self.status_message = ""  # the same in full, with its details
         self.messages: deque[tuple[str, str]] = deque(maxlen=MAX_MESSAGES)  # (time, message)
         self._messages_dialog: QDialog | None = None
         self._keys_dialog: QDialog | None = None
@@ -295,7 +296,7 @@ class MainWindow(QMainWindow):
             self.statusBar().addPermanentWidget(label)
         # A menu item's tip replaces the message while the mouse is on it: then it comes back.
         self.statusBar().messageChanged.connect(
-            lambda shown: None if shown else self.statusBar().showMessage(self.status_message))
+            lambda shown: None if shown else self.statusBar().showMessage(self.status_text))
 
     def _action(self, menu, text: str, slot, shortcuts=(), checkable=False, checked=False,
                 tip: str | None = None) -> QAction:
@@ -392,7 +393,7 @@ class MainWindow(QMainWindow):
     def show_status(self, text: str, details: str = "") -> None:
         """Show ``text`` in the status bar until the next message; in full, with ``details``
         after it, it is the bar's tooltip and joins View ▸ Messages…."""
-        text = in_app_terms(text)
+        self.status_text = text = in_app_terms(text)
         self.status_message = f"{text} ({details})" if details else text
         # An import's progress replaces the one before it in the log.
         if self.messages and text.startswith(PROGRESS_PREFIX) and \
@@ -505,9 +506,10 @@ class MainWindow(QMainWindow):
         model, controller = self.model, self.controller
         self.undo_action.setText(f"&Undo {model.undo_label or ''}".strip())
         self.redo_action.setText(f"&Redo {model.redo_label or ''}".strip())
-        # An undo or redo asked for while an edit is re-traced waits for it: it can act then.
+        # An undo asked for while an edit is re-traced waits for it: it can act then, and so
+        # can a redo of such an undo.
         self.undo_action.setEnabled(model.undo_label is not None or controller.edits_pending)
-        self.redo_action.setEnabled(model.redo_label is not None or controller.edits_pending)
+        self.redo_action.setEnabled(model.redo_label is not None or controller.undo_waiting)
         selected = model.line(controller.selection[0]) is not None
         self.finish_action.setEnabled(controller.drawing)
         self.cancel_action.setEnabled(controller.drawing or controller.imports.running

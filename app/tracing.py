@@ -294,6 +294,7 @@ class TracingController(QObject):
         if self.edits_pending:
             self._edits.append("undo")
             self.message.emit("undo: once the re-trace in progress lands")
+            self.edits_changed.emit()
         elif not self.model.undo():
             self.message.emit("nothing to undo")
 
@@ -301,6 +302,7 @@ class TracingController(QObject):
         if self.edits_pending:
             self._edits.append("redo")
             self.message.emit("redo: once the re-trace in progress lands")
+            self.edits_changed.emit()
         elif not self.model.redo():
             self.message.emit("nothing to redo")
 
@@ -400,6 +402,18 @@ class TracingController(QObject):
     def edits_pending(self) -> bool:
         """Whether an edit is being re-traced or waiting."""
         return self._edit_running is not None or bool(self._edits)
+
+    @property
+    def undo_waiting(self) -> bool:
+        """Whether an undo asked for waits for an edit's re-trace to land, and no redo asked
+        for after it takes it back."""
+        undos = 0
+        for edit in self._edits:
+            if edit == "undo":
+                undos += 1
+            elif edit == "redo":
+                undos = max(undos - 1, 0)
+        return undos > 0
 
     def _edit(self, edit: Edit) -> None:
         """Make ``edit`` once the edits before it have landed. A change of parameters replaces

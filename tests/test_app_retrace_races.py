@@ -484,3 +484,21 @@ def test_an_edit_is_carried_over_the_vertices_added_before_it():
     assert "2 px" in Edit("move", split, 2, (4.0, 1.0)).command(split)
     assert Edit("move", line, 5, (9.0, 9.0)).command(split).endswith("result dropped")
     assert np.array_equal(split.polyline, [[0, 0], [4, 0], [10, 0], [20, 0]])
+
+
+def test_redo_waits_only_for_an_undo_asked_for_during_a_retrace(make_window, qtbot, held):
+    window = make_window()
+    draw(qtbot, window, A, B, C)
+    held.hold()
+    drag(qtbot, window, B, moved(B, 6, 4))
+    wait_held(qtbot, held)
+    assert window.undo_action.isEnabled()  # it waits for the drag, then undoes it
+    assert not window.redo_action.isEnabled()  # nothing to redo, then either
+    window.controller.undo()
+    assert window.redo_action.isEnabled()  # the undo that waits can be redone
+    window.controller.redo()
+    assert not window.redo_action.isEnabled()  # and was
+    window.controller.undo()
+    held.open()
+    wait_idle(qtbot, window)
+    assert redo_labels(window.model) == ["Move vertex"]

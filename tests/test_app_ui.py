@@ -343,3 +343,13 @@ def test_opening_an_image_shows_how_it_was_read(make_window, qtbot, tmp_path):
     qtbot.waitUntil(lambda: bool(opened), timeout=30_000)
     assert ("this JPEG asks viewers to rotate it (EXIF orientation 8); it is shown and traced "
             "as stored, as GIS software does") in window.status_message
+
+
+def test_a_menu_tip_gives_back_the_short_message_not_its_details(make_window):
+    window = make_window(open_sample=False)
+    window.show_status("opened it", "the full path and the long note")
+    bar = window.statusBar()
+    bar.showMessage("a menu item's tip")  # as Qt shows a hovered item's status tip
+    bar.clearMessage()  # and takes it away
+    assert bar.currentMessage() == "opened it"
+    assert bar.toolTip() == "opened it (the full path and the long note)"
