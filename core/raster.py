@@ -53,10 +53,17 @@ from core.georef import (
 )
 from core.resources import check_decode_memory
 
-#: File suffixes opened through rasterio as windowed rasters (lower case).
+#: TIFF file suffixes (lower case).
 TIFF_SUFFIXES = (".tif", ".tiff", ".gtiff")
+#: Other GIS raster formats GDAL reads (lower-case suffix → name), opened like TIFFs.
+GDAL_FORMATS = {".jp2": "JPEG 2000", ".j2k": "JPEG 2000", ".vrt": "GDAL virtual raster",
+                ".img": "ERDAS Imagine"}
+#: File suffixes opened through rasterio as windowed rasters, georeferenced by the file itself.
+WINDOWED_SUFFIXES = TIFF_SUFFIXES + tuple(GDAL_FORMATS)
+#: Formats whose decoders GDAL's free builds lack (suffix → name): to convert first.
+UNREAD_FORMATS = {".ecw": "ECW", ".sid": "MrSID"}
 #: Image files a folder is searched for (batch images, evidence rasters).
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".jp2", ".j2k")
 
 def list_images(folder: Path) -> list[Path]:
     """Image files (:data:`IMAGE_SUFFIXES`) directly in ``folder``, sorted by name.
@@ -406,13 +413,16 @@ def _dataset_georef(dataset, path: str, crs) -> Georef | RpcGeoref | None:
     file's, read here by :mod:`core.georef`).
     """
     gcps, gcp_crs = dataset.gcps
-    tiff = os.path.splitext(path)[1].lower() in TIFF_SUFFIXES
-    world_file = not tiff and any(candidate.is_file()
-                                  for candidate in world_file_candidates(path))
+    suffix = os.path.splitext(path)[1].lower()
+    windowed = suffix in WINDOWED_SUFFIXES
+    world_file = not windowed and any(candidate.is_file()
+                                      for candidate in world_file_candidates(path))
+    kind = GDAL_FORMATS.get(suffix, "GeoTIFF") if windowed else \
+        f"{os.path.basename(path)}.aux.xml"
     return read_georef(path, crs, transform=None if world_file else dataset.transform,
                        file_crs=_pyproj_crs(dataset.crs),
                        gcps=(gcps, _pyproj_crs(gcp_crs)) if gcps else None, rpcs=dataset.rpcs,
-                       file_kind="GeoTIFF" if tiff else f"{os.path.basename(path)}.aux.xml")
+                       file_kind=kind)
 
 
 def _rasterio_installed() -> bool:
@@ -445,7 +455,8 @@ def read_image_georef(path: str | os.PathLike, crs=None) -> Georef | RpcGeoref |
 
 
 class WindowedRaster(Raster):
-    """A (Geo)TIFF left on disk: :meth:`read_window` reads only the window asked for.
+    """A (Geo)TIFF, or another format GDAL reads (:data:`GDAL_FORMATS`: JPEG 2000, …), left
+    on disk: :meth:`read_window` reads only the window asked for.
 
     Holds the rasterio dataset open until :meth:`close` (or the end of a ``with`` block);
     reads are serialised by a lock, so one raster may serve a tracing thread and a display
@@ -454,7 +465,7 @@ class WindowedRaster(Raster):
     Parameters
     ----------
     path : path
-        The TIFF file.
+        The TIFF (or :data:`GDAL_FORMATS`) file.
     crs : str or pyproj.CRS, optional
         CRS to assume when neither the file nor a ``.prj`` beside it names one.
     bands : sequence of 1 or 3 ints, optional
@@ -477,8 +488,9 @@ class WindowedRaster(Raster):
     def __init__(self, path: str | os.PathLike, crs=None, bands=None, grid=None):
         path = os.fspath(path)
         if not _rasterio_installed():
-            raise ImageReadError(f"cannot read {path}: TIFF images (and resampling onto another "
-                                 "image's grid) need rasterio: pip install -e \".[geo]\"")
+            raise ImageReadError(f"cannot read {path}: TIFF, JPEG 2000, VRT and ERDAS images "
+                                 "(and resampling onto another image's grid) need rasterio: "
+                                 "pip install -e \".[geo]\"")
         from rasterio.enums import ColorInterp
 
         dataset = _open_dataset(path)
@@ -749,7 +761,12 @@ def load_image(path: str | os.PathLike, crs=None, bands=None, grid=None) -> Rast
         raise ImageReadError(f"expected an image file, got a folder: {path}")
     if not os.path.isfile(path):  # a FIFO or device would block or never end
         raise ImageReadError(f"expected an image file, got a special file: {path}")
-    if grid is not None or os.path.splitext(path)[1].lower() in TIFF_SUFFIXES:
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix in UNREAD_FORMATS:
+        raise ImageReadError(f"{path}: {UNREAD_FORMATS[suffix]} images are not read (their "
+                             "decoders are not free software); convert it to a GeoTIFF, e.g. "
+                             f"gdal_translate -co TILED=YES {os.path.basename(path)} out.tif")
+    if grid is not None or suffix in WINDOWED_SUFFIXES:
         return WindowedRaster(path, crs, bands, grid)
     if os.path.getsize(path) == 0:
         raise ImageReadError(f"image file is empty: {path}")

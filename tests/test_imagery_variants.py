@@ -363,3 +363,32 @@ def test_batch_finds_the_footprint_of_a_png_georeferenced_by_its_aux_xml(tmp_pat
     corners = expected_lonlat(TRANSFORM, np.array([[-0.5, -0.5], [49.5, 39.5]]))
     np.testing.assert_allclose(box[[0, 2]], sorted(corners[:, 0]), atol=1e-6)
     np.testing.assert_allclose(box[[1, 3]], sorted(corners[:, 1]), atol=1e-6)
+
+
+# --- Other GIS raster formats -----------------------------------------------------------------
+
+def test_a_jpeg_2000_is_read_window_by_window_with_its_own_georeferencing(tmp_path):
+    image = tmp_path / "ortho.jp2"
+    pixels = small_rgb()
+    with rasterio.open(image, "w", driver="JP2OpenJPEG", width=50, height=40, count=3,
+                       dtype="uint8", crs=UTM54, transform=TRANSFORM,
+                       QUALITY=100, REVERSIBLE=True) as dataset:  # lossless
+        dataset.write(np.moveaxis(pixels, -1, 0))
+    raster = load_image(image)
+    assert type(raster).__name__ == "WindowedRaster"
+    np.testing.assert_array_equal(raster.read_window(0, 40, 0, 50), to_float_bands(pixels))
+    assert raster.georef.source == "JPEG 2000"
+    np.testing.assert_allclose(raster.georef.pixel_to_lonlat(POINTS),
+                               expected_lonlat(TRANSFORM, POINTS), rtol=0, atol=1e-10)
+    raster.close()
+
+
+@pytest.mark.parametrize(("suffix", "name"), [(".ecw", "ECW"), (".sid", "MrSID")])
+def test_a_format_without_a_free_decoder_says_to_convert_it(tmp_path, suffix, name):
+    image = tmp_path / f"ortho{suffix}"
+    image.write_bytes(b"\0" * 64)
+    with pytest.raises(ImageReadError) as error:
+        load_image(image)
+    assert str(error.value) == (f"{image}: {name} images are not read (their decoders are not "
+                                "free software); convert it to a GeoTIFF, e.g. gdal_translate "
+                                f"-co TILED=YES ortho{suffix} out.tif")
