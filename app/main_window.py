@@ -113,8 +113,8 @@ KEYS = {
         ("Ctrl++ or Ctrl+=, Ctrl+−", "zoom in, out around the middle of the window"),
         ("Middle drag, Space + drag", "pan"),
         ("F, Ctrl+0", "fit the image to the window"),
-        ("G", "corridor and guides overlay (the paper's Fig. 1) for the preview or the selected "
-              "segment"),
+        ("G", "show the search corridor (its cross lines are where the line's points may lie) "
+              "for the preview or the selected segment"),
         ("S", "colour links by score (on at start): each line on its own scale, red at its "
               "weakest links → green at its strongest; straight segments are dashed"),
         ("E", "show the evidence raster being traced instead of the image (Parameters ▸ "
