@@ -9,8 +9,10 @@ when other programs share the cores (measured: docs/BENCHMARKS.md, "Batch mode")
 
 One run at a time owns OUT_DIR (a second is refused); Ctrl-C or SIGTERM ends the workers,
 writes the summary of what is done and exits with 130 (the same command resumes). Exit code
-0 when everything traced, 1 when an image, a seed or a segment failed (see
-``OUT_DIR/summary.csv``), 2 for a usage error.
+0 when everything traced, 1 when an image, a seed or a segment failed, in this run or as
+recorded in an output kept from an earlier one (see ``OUT_DIR/summary.csv``), 2 for a usage
+error. On a terminal, a progress bar counts segments: those of the images traced in this
+process as they are traced, a worker's once its image is done.
 
 GPU workers: locally, ``--backend gpu --workers N`` starts N worker processes, worker *i*
 seeing only GPU *i* mod the number of GPUs (``CUDA_VISIBLE_DEVICES``); by default
@@ -35,6 +37,7 @@ import signal
 import sys
 import time
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from cli import note, one_line
 from cli.trace_cmd import (
@@ -44,6 +47,13 @@ from cli.trace_cmd import (
     use_process_options,
 )
 from core.backend import TracerBackend
+from core.output import printable
+from core.vectors import Failure
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
+
+    from core.batch import ImageReport
 
 #: Failures listed on stderr; the rest are in summary.csv.
 MAX_LISTED_FAILURES = 20
@@ -193,6 +203,38 @@ def open_executor(args: argparse.Namespace, tasks: int, gpu: bool,
     return None, lambda interrupted: None, 1
 
 
+class SegmentProgress:
+    """The batch's progress in segments on ``bar``: advanced as the images traced in this
+    process are (:meth:`traced`), and by the rest of an image's ``most_segments`` (per image
+    name) when its report comes (:meth:`finished`)."""
+
+    def __init__(self, bar: tqdm, most_segments: dict[str, int]):
+        self.bar = bar
+        self.most_segments = most_segments
+        self.images = 0
+        self.of_current = 0  # traced in this process, of the image whose report comes next
+        bar.set_postfix_str(f"0/{len(most_segments)} images", refresh=False)
+
+    def traced(self, segments: int) -> None:
+        """``segments`` more traced in this process."""
+        self.of_current += segments
+        self.bar.update(segments)
+
+    def finished(self, image: str, status: str) -> None:
+        """The report of ``image`` came, with ``status``."""
+        self.images += 1
+        self.bar.set_postfix_str(f"{self.images}/{len(self.most_segments)} images, "
+                                 f"{printable(image)}: {status}", refresh=False)
+        self.bar.update(self.most_segments[image] - self.of_current)
+        self.of_current = 0
+
+
+def seed_failure_line(failure: Failure) -> str:
+    """The stderr line of a seed that was not traced."""
+    where = "" if failure.seed is None else f" {failure.seed}"
+    return f"bad seed{where}: {failure.reason}"
+
+
 def _interrupt(signum, frame) -> None:
     """SIGINT and SIGTERM handler: stop (the workers are ended and the summary of what is
     done is written); further SIGINTs and SIGTERMs, while stopping, are ignored, so that a
@@ -253,6 +295,8 @@ def _run_planned(args: argparse.Namespace, plan, segments: int, pool: bool, shar
     from tqdm import tqdm
 
     from core.batch import (
+        SUMMARY_CSV,
+        SUMMARY_JSON,
         batch_failed,
         images_per_call,
         run_tasks,
@@ -261,7 +305,6 @@ def _run_planned(args: argparse.Namespace, plan, segments: int, pool: bool, shar
         write_output,
         write_summary,
     )
-    from core.output import printable
     from core.surface import UNKNOWN_GROUND_NOTE
     from core.tracer import reads_ground_resolution
     from gpu.select import choose_backend
@@ -282,7 +325,7 @@ def _run_planned(args: argparse.Namespace, plan, segments: int, pool: bool, shar
             for text in sharing_notes:
                 note(args, text)
         for failure in plan.seed_failures:
-            print(f"bad seed: {one_line(failure.describe())}", file=sys.stderr)
+            print(one_line(seed_failure_line(failure)), file=sys.stderr)
         if plan.skipped:
             note(args, f"skipping {len(plan.skipped)} image(s) whose output exists "
                  "(--overwrite traces them again)")
@@ -297,15 +340,16 @@ def _run_planned(args: argparse.Namespace, plan, segments: int, pool: bool, shar
         here = functools.partial(_same, backend)
         factory = functools.partial(worker_backend, backend.name) if executor is not None \
             else here
-        with tqdm(total=len(tasks), unit="image", file=sys.stderr,
-                  disable=args.quiet) as progress:
+        # None: a bar only on a terminal (tqdm's test); none for no segments to trace.
+        with tqdm(total=segments, unit="segment", file=sys.stderr,
+                  disable=True if args.quiet or not segments else None) as bar:
+            progress = SegmentProgress(bar, {os.path.basename(task.image): task.most_segments
+                                             for task in tasks})
             images = images_per_call(len(tasks), workers) if workers else 1
             for report, document in run_tasks(tasks, factory, executor, images,
-                                              here if workers else None):
+                                              here if workers else None, progress.traced):
                 reports.append(write_output(plan, report, document))
-                progress.set_postfix_str(f"{printable(report.image)}: {report.status}",
-                                         refresh=False)
-                progress.update()
+                progress.finished(report.image, report.status)
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -335,16 +379,29 @@ def _run_planned(args: argparse.Namespace, plan, segments: int, pool: bool, shar
         note(args, f"{len(pixel)} image(s) have no usable georeferencing; their GeoJSON "
              f"coordinates are pixels (x = column, y = row){unscaled}: {', '.join(pixel[:5])}"
              + (" …" if len(pixel) > 5 else ""))
-    failures = [(report.image, failure) for report in reports for failure in report.failures]
-    for image, failure in failures[:MAX_LISTED_FAILURES]:
-        print(f"failed: {one_line(printable(image))}: {one_line(failure.describe())}",
-              file=sys.stderr)
-    if len(failures) > MAX_LISTED_FAILURES:
-        print(f"… and {len(failures) - MAX_LISTED_FAILURES} more failure(s)", file=sys.stderr)
+    report_failures(reports + plan.skipped)
+    seed_failures = [Failure(**failure) for failure in summary["seed_failures"]]
+    for failure in seed_failures:
+        if failure not in plan.seed_failures:  # told before the work
+            print(one_line(seed_failure_line(failure)), file=sys.stderr)
     totals = summary["totals"]
     if not args.quiet:
+        bad_seeds = f"{len(seed_failures)} seed(s) failed; " if seed_failures else ""
         print(f"{totals['images']} image(s): {totals['ok']} ok, {totals['partial']} partial, "
-              f"{totals['failed']} failed, {totals['skipped']} skipped; {totals['segments']} "
-              f"segment(s) traced in {summary['seconds']:.1f} s; "
-              f"summary in {plan.out_dir / 'summary.csv'}", file=sys.stderr)
+              f"{totals['failed']} failed, {totals['skipped']} skipped; {bad_seeds}"
+              f"{totals['segments_traced']} segment(s) traced in {summary['seconds']:.1f} s; "
+              f"summary in {plan.out_dir / SUMMARY_JSON} and {SUMMARY_CSV}", file=sys.stderr)
     return 1 if batch_failed(summary) else 0
+
+
+def report_failures(reports: list[ImageReport]) -> None:
+    """Print the failures of ``reports``, the first ``MAX_LISTED_FAILURES``, one
+    a line: ``failed: IMAGE: why`` for an image without output, ``partial: IMAGE: seed S
+    segment K: why`` for a segment's, ``(earlier run)`` after the image of a kept output."""
+    failures = [(report, failure) for report in reports for failure in report.failures]
+    for report, failure in failures[:MAX_LISTED_FAILURES]:
+        kept = " (earlier run)" if report.output_status else ""
+        print(f"{report.output_status or report.status}: {one_line(printable(report.image))}"
+              f"{kept}: {one_line(failure.describe())}", file=sys.stderr)
+    if len(failures) > MAX_LISTED_FAILURES:
+        print(f"… and {len(failures) - MAX_LISTED_FAILURES} more failure(s)", file=sys.stderr)

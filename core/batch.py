@@ -123,6 +123,8 @@ SUMMARY_JSON = "summary.json"
 SUMMARY_CSV = "summary.csv"
 CSV_COLUMNS = ("image", "status", "coordinate_space", "lines", "segments", "failures",
                "seconds", "reasons")
+#: The ``reasons`` of an image without failures that no seed crosses, in ``summary.csv``.
+NO_SEED_REASON = "no seed crosses it"
 #: First characters that make a spreadsheet read a CSV cell as a formula.
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 #: Lock file of an output folder, held (``flock``) by the one batch run that owns the folder.
@@ -137,6 +139,10 @@ READ_AHEAD_BYTES = 64 << 20
 #: Most images a local worker is handed at once (:func:`images_per_call`): it reads the next of
 #: them while it traces one.
 WORKER_IMAGES = 4
+#: Segments of an image traced in this process before its progress is first told, and the
+#: seconds between later reports (:func:`run_tasks`' ``progress``).
+PROGRESS_SEGMENTS = 16
+PROGRESS_SECONDS = 0.5
 
 
 @dataclass
@@ -145,7 +151,8 @@ class ImageReport:
 
     ``status`` is ``"ok"`` (every segment traced), ``"partial"`` (some failed, or all;
     output written), ``"failed"`` (no output: unreadable image or unwritable output) or
-    ``"skipped"`` (output from an earlier run kept). ``inputs`` is the
+    ``"skipped"`` (output from an earlier run kept: ``output_status`` is the status it
+    records, and the counts and failures are those it records). ``inputs`` is the
     :meth:`ImageTask.fingerprint` of what produced the output; ``notes``, what a user should
     know of how the image was read (the bands traced, an EXIF orientation, …).
     """
@@ -161,6 +168,7 @@ class ImageReport:
     output: str | None = None
     inputs: str | None = None
     notes: list[str] = field(default_factory=list)
+    output_status: str | None = None
 
     def as_dict(self) -> dict:
         r"""The summary's record (file names that are not UTF-8 shown with ``\xNN``)."""
@@ -257,8 +265,9 @@ class BatchPlan:
 
 # ---------------------------------------------------------------------------------- tracing
 
-def _trace_lines(raster: Raster, lines: list, params: TraceParams,
-                 backend: TracerBackend) -> list[tuple[np.ndarray, TraceParams, list]]:
+def _trace_lines(raster: Raster, lines: list, params: TraceParams, backend: TracerBackend,
+                 progress: Callable[[int], None] | None = None
+                 ) -> list[tuple[np.ndarray, TraceParams, list]]:
     """Trace consecutive vertex pairs of every seed line of one image.
 
     A seed whose properties name a line kind (:func:`core.vectors.line_kind_of`: ``kind``, or
@@ -269,6 +278,8 @@ def _trace_lines(raster: Raster, lines: list, params: TraceParams,
     Parameters
     ----------
     lines : list of (Seed, vertices (k, 2) pixel coordinates)
+    progress : callable, optional
+        Called with the number of segments traced as they are (:func:`_trace_reporting`).
 
     Returns
     -------
@@ -285,11 +296,30 @@ def _trace_lines(raster: Raster, lines: list, params: TraceParams,
         members = [i for i, (_, line_params) in enumerate(jobs) if line_params == each]
         pairs = [(jobs[i][0][k], jobs[i][0][k + 1]) for i in members
                  for k in range(len(jobs[i][0]) - 1)]
-        results = iter(trace_many(raster, pairs, each, backend))
+        results = iter(trace_many(raster, pairs, each, backend) if progress is None
+                       else _trace_reporting(raster, pairs, each, backend, progress))
         for i in members:
             outcomes[i] = [next(results) for _ in range(len(jobs[i][0]) - 1)]
     return [(vertices, line_params, outcome)
             for (vertices, line_params), outcome in zip(jobs, outcomes, strict=True)]
+
+
+def _trace_reporting(raster: Raster, pairs: list, params: TraceParams,
+                     backend: TracerBackend, progress: Callable[[int], None]) -> list:
+    """:func:`core.tracer.trace_many` of ``pairs`` in runs of consecutive pairs, calling
+    ``progress`` with each run's length once it is traced: the first run
+    :data:`PROGRESS_SEGMENTS` pairs, each next one sized to take about
+    :data:`PROGRESS_SECONDS` (the GPU keeps making the evidence of many segments at once)."""
+    results: list = []
+    size = PROGRESS_SEGMENTS
+    while len(results) < len(pairs):
+        started = time.perf_counter()
+        run = pairs[len(results):len(results) + size]
+        results += trace_many(raster, run, params, backend)
+        progress(len(run))
+        seconds = max(time.perf_counter() - started, 1e-3)
+        size = max(PROGRESS_SEGMENTS, round(len(run) * PROGRESS_SECONDS / seconds))
+    return results
 
 
 def _line_features(raster: Raster, seed: Seed, vertices: np.ndarray, params: TraceParams,
@@ -337,7 +367,8 @@ def open_task_image(task: ImageTask) -> Raster:
 
 
 def process_image(task: ImageTask, backend_factory: Callable[[], TracerBackend],
-                  opened: Callable[[], Raster] | None = None
+                  opened: Callable[[], Raster] | None = None,
+                  progress: Callable[[int], None] | None = None
                   ) -> tuple[ImageReport, dict | None]:
     """Trace every seed line that concerns one image (runs in a worker).
 
@@ -349,6 +380,8 @@ def process_image(task: ImageTask, backend_factory: Callable[[], TracerBackend],
     opened : callable, optional
         Returns the task's image (or raises as :func:`open_task_image` does), e.g. the result
         of a read started earlier; default: :func:`open_task_image`.
+    progress : callable, optional
+        Called with the number of segments traced, every half second or so while tracing.
 
     Returns
     -------
@@ -370,7 +403,7 @@ def process_image(task: ImageTask, backend_factory: Callable[[], TracerBackend],
             features = []
             report.coordinate_space = coordinate_space(raster, task.crs)
             lines = list(seeds_in_image(task.seeds, name, raster))
-            traced = _trace_lines(raster, lines, task.params, backend)
+            traced = _trace_lines(raster, lines, task.params, backend, progress)
             for (seed, _), (vertices, params, outcomes) in zip(lines, traced, strict=True):
                 found, segments, failures = _line_features(raster, seed, vertices, params,
                                                            outcomes, task.crs)
@@ -519,9 +552,10 @@ def _remove_empty(folders: list[Path]) -> None:
 
 def earlier_record(output: Path) -> dict | None:
     """What made an existing output file: its :data:`RECORD_MEMBER` (``inputs``, the
-    fingerprint, and the report's ``status``, ``coordinate_space``, ``lines``, ``segments``
-    and ``matched_seeds``); None when the file is unreadable or holds no valid record (not
-    ours, or from an older version), so that its image is traced again."""
+    fingerprint, and the report's ``status``, ``coordinate_space``, ``lines``, ``segments``,
+    ``matched_seeds`` and ``failures``, these as :class:`~core.vectors.Failure`); None when
+    the file is unreadable or holds no valid record (not ours, or from an older version), so
+    that its image is traced again."""
     try:
         document = read_json(output, "output")
     except TraceError:
@@ -535,8 +569,21 @@ def earlier_record(output: Path) -> dict | None:
              and all(type(record.get(key)) is int and record[key] >= 0
                      for key in ("lines", "segments"))
              and isinstance(record.get("matched_seeds"), list)
-             and all(isinstance(seed, str) for seed in record["matched_seeds"]))
-    return record if valid else None
+             and all(isinstance(seed, str) for seed in record["matched_seeds"])
+             and isinstance(record.get("failures"), list)
+             and all(_is_failure(failure) for failure in record["failures"])
+             and (record["status"] == "partial") == bool(record["failures"]))
+    if not valid:
+        return None
+    return {**record, "failures": [Failure(**failure) for failure in record["failures"]]}
+
+
+def _is_failure(value) -> bool:
+    """Whether ``value`` is a :class:`~core.vectors.Failure` as an output's record holds it."""
+    return (isinstance(value, dict) and set(value) == {"reason", "seed", "segment"}
+            and isinstance(value["reason"], str)
+            and (value["seed"] is None or isinstance(value["seed"], str))
+            and (value["segment"] is None or type(value["segment"]) is int))
 
 
 def image_footprint(path: Path, image_crs: str | None) -> np.ndarray | None:
@@ -728,8 +775,9 @@ def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
             if earlier is not None and earlier["inputs"] == task.fingerprint():
                 skipped.append(ImageReport(
                     image, "skipped", earlier["coordinate_space"], earlier["lines"],
-                    earlier["segments"], matched_seeds=earlier["matched_seeds"], output=output,
-                    inputs=earlier["inputs"]))
+                    earlier["segments"], earlier["failures"],
+                    matched_seeds=earlier["matched_seeds"], output=output,
+                    inputs=earlier["inputs"], output_status=earlier["status"]))
                 continue
             changed_images.append(image)
         tasks.append(task)
@@ -857,7 +905,8 @@ def images_per_call(tasks: int, workers: int) -> int:
 
 def run_tasks(tasks: list[ImageTask], backend_factory: Callable[[], TracerBackend],
               executor: Executor | None = None, images: int = 1,
-              here: Callable[[], TracerBackend] | None = None
+              here: Callable[[], TracerBackend] | None = None,
+              progress: Callable[[int], None] | None = None
               ) -> Iterator[tuple[ImageReport, dict | None]]:
     """Run :func:`process_image` on every task; yield results as they complete.
 
@@ -878,6 +927,10 @@ def run_tasks(tasks: list[ImageTask], backend_factory: Callable[[], TracerBacken
         (its workers are starting), this process takes the calls at the end of the queue
         back from the executor and runs them itself. For an executor whose calls that have
         not started can be cancelled (a :func:`local_executor`).
+    progress : callable, optional
+        Called with the number of segments traced, as the images traced in this process
+        advance (:func:`process_image`), before each of them is yielded; an executor's images
+        are not followed.
 
     Yields
     ------
@@ -886,7 +939,7 @@ def run_tasks(tasks: list[ImageTask], backend_factory: Callable[[], TracerBacken
         unexpectedly (or whose worker died) gives a ``"failed"`` report.
     """
     if executor is None:
-        yield from _run_here(tasks, backend_factory)
+        yield from _run_here(tasks, backend_factory, progress)
         return
     images = max(images, 1)
     calls = [tasks[first:first + images] for first in range(0, len(tasks), images)]
@@ -901,7 +954,7 @@ def run_tasks(tasks: list[ImageTask], backend_factory: Callable[[], TracerBacken
         taken = None if done else _take_back(queue, futures)
         if taken is None:  # the workers are up, or nothing is left to take
             break
-        yield from _run_here(taken, here)
+        yield from _run_here(taken, here, progress)
     for future in as_completed(list(futures)):
         yield from _call_outcomes(future, futures.pop(future))
 
@@ -961,7 +1014,8 @@ def trace_images(tasks: list[ImageTask], backend_factory: Callable[[], TracerBac
     return list(_run_here(tasks, backend_factory))
 
 
-def _run_here(tasks: list[ImageTask], backend_factory: Callable[[], TracerBackend]
+def _run_here(tasks: list[ImageTask], backend_factory: Callable[[], TracerBackend],
+              progress: Callable[[int], None] | None = None
               ) -> Iterator[tuple[ImageReport, dict | None]]:
     """:func:`run_tasks` in this process: one image after the other, the next one read (PNG
     or JPEG decoded; a GeoTIFF opened) in a thread while this one is traced."""
@@ -975,7 +1029,8 @@ def _run_here(tasks: list[ImageTask], backend_factory: Callable[[], TracerBacken
                 with _interrupts_kept():
                     try:
                         outcome = process_image(task, backend_factory,
-                                                opened=current.result if current else None)
+                                                opened=current.result if current else None,
+                                                progress=progress)
                     except Exception as exc:  # a bug: record it, keep going (as a worker would)
                         outcome = _crashed(task, exc)
                 yield outcome
@@ -1057,7 +1112,7 @@ def write_output(plan: BatchPlan, report: ImageReport, document: dict | None) ->
         return report
     path = plan.outputs[report.image]
     document[RECORD_MEMBER] = {key: value for key, value in asdict(report).items()
-                               if key not in ("image", "seconds", "output")}
+                               if key not in ("image", "seconds", "output", "output_status")}
     try:
         write_geojson(path, document)
     except OutputWriteError as exc:
@@ -1072,21 +1127,23 @@ def summarize(plan: BatchPlan, reports: list[ImageReport], seconds: float,
               settings: dict) -> dict:
     """The ``summary.json`` document.
 
-    ``not_done`` names the images of the plan that this run did not finish (interrupted):
-    an output of theirs, if any, is from other inputs and the next run traces them.
-    A lon/lat seed is reported as crossing no image when no footprint box meets its box,
-    or when every image it may cross was traced in this run and none matched it (an image
-    skipped or failed may have).
+    Its totals count what the outputs hold, those of skipped images included (their
+    ``lines``, ``segments`` and ``failures``), but ``segments_traced`` and
+    ``segments_per_second`` only this run's work. ``not_done`` names the images of the plan
+    that this run did not finish (interrupted): an output of theirs, if any, is from other
+    inputs and the next run traces them. A lon/lat seed is reported as crossing no image
+    when no footprint box meets its box, or when every image it may cross has an output
+    (traced in this run or kept) and none matched it (a failed image may have).
     """
+    everything = sorted(reports + plan.skipped, key=lambda report: report.image)
     seed_failures = list(plan.seed_failures)
-    matched = {seed for report in reports for seed in report.matched_seeds}
-    settled = {report.image for report in reports if report.status != "failed"}
+    matched = {seed for report in everything for seed in report.matched_seeds}
+    settled = {report.image for report in everything if report.status != "failed"}
     seed_failures += [Failure("crosses no georeferenced image of the folder", seed)
                       for seed, images in plan.candidates.items()
                       if seed not in matched and images <= settled]
-    everything = sorted(reports + plan.skipped, key=lambda report: report.image)
     done = {report.image for report in reports}
-    segments = sum(report.segments for report in reports)
+    traced = sum(report.segments for report in reports)
     counts = {status: sum(report.status == status for report in everything)
               for status in ("ok", "partial", "failed", "skipped")}
     return {
@@ -1096,10 +1153,11 @@ def summarize(plan: BatchPlan, reports: list[ImageReport], seconds: float,
         "seconds": round(seconds, 3),
         "totals": {
             "images": len(everything), **counts,
-            "lines": sum(report.lines for report in reports),
-            "segments": segments,
-            "failures": sum(len(report.failures) for report in reports) + len(seed_failures),
-            "segments_per_second": round(segments / seconds, 3) if seconds > 0 else None,
+            "lines": sum(report.lines for report in everything),
+            "segments": sum(report.segments for report in everything),
+            "segments_traced": traced,
+            "failures": sum(len(report.failures) for report in everything) + len(seed_failures),
+            "segments_per_second": round(traced / seconds, 3) if seconds > 0 else None,
         },
         "seed_failures": [asdict(failure) for failure in seed_failures],
         "images": [report.as_dict() for report in everything],
@@ -1115,13 +1173,16 @@ def inert_cell(cell):
 
 
 def summary_csv(summary: dict) -> str:
-    """``summary.csv``: one row per image (:data:`CSV_COLUMNS`), then one for bad seeds;
-    cells that a spreadsheet would read as a formula are made text (:func:`inert_cell`)."""
+    """``summary.csv``: one row per image (:data:`CSV_COLUMNS`; the reasons of an image
+    without failures that no seed concerns say so), then one for bad seeds; cells that a
+    spreadsheet would read as a formula are made text (:func:`inert_cell`)."""
     stream = io.StringIO()
     writer = csv.writer(stream, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for record in summary["images"]:
         reasons = "; ".join(Failure(**failure).describe() for failure in record["failures"])
+        if not record["failures"] and not record["matched_seeds"]:
+            reasons = NO_SEED_REASON
         writer.writerow(map(inert_cell, [
             record["image"], record["status"], record["coordinate_space"] or "",
             record["lines"], record["segments"], len(record["failures"]),
@@ -1140,7 +1201,8 @@ def write_summary(out_dir: Path, summary: dict) -> None:
 
 
 def batch_failed(summary: dict) -> bool:
-    """Whether anything of this run failed: an image, a segment or a seed."""
+    """Whether anything failed: an image, a segment (in this run, or recorded in an output
+    kept from an earlier one) or a seed."""
     totals = summary["totals"]
     return bool(totals["partial"] or totals["failed"] or totals["failures"])
 

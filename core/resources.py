@@ -160,8 +160,8 @@ def check_trace_plan(requested, resolved, chord, margin: int,
     if culprit == "halfwidth" and requested.halfwidth is None:  # the click distance sets it
         advice = ("trace it in shorter legs (click a point in between; --via X,Y on the command "
                   f"line) or {advice}")
-    raise BadParameter(f"{what}, over the memory budget of {format_size(budget)} ({source}): "
-                       f"{advice}")
+    raise BadParameter(f"{what} ({format_size(search + window_bytes)} in all), over the memory "
+                       f"budget of {format_size(budget)} ({source}): {advice}")
 
 
 def check_decode_memory(path: str, width: int, height: int, values_per_pixel: int) -> None:

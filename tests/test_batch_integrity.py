@@ -185,7 +185,7 @@ def test_a_file_name_that_is_not_utf8(tmp_path, capsys):
     out = tmp_path / "out"
     code, err = batch(capsys, images, seeds, out)
     assert code == 0, err
-    assert "caf\\xe9.png: ok" in err
+    assert "a.png, caf\\xe9.png" in err  # in the note on pixel coordinates
     summary = json.loads((out / "summary.json").read_text())
     assert [record["image"] for record in summary["images"]] == ["a.png", "caf\\xe9.png"]
     assert "caf\\xe9.png,ok,pixel,0,0,0" in (out / "summary.csv").read_text()
@@ -285,10 +285,10 @@ def test_seeds_of_text_coordinates_or_an_unknown_kind_are_bad_seeds(tmp_path, ca
     code, err = batch(capsys, images, seeds, tmp_path / "out", "--quiet")
     assert code == 1
     assert err.splitlines() == [
-        "bad seed: seed text: coordinates ['55', '92'] are not [x, y] number pairs",
-        "bad seed: seed texts: coordinates [['55', '92'], ['60', '90']] are not [x, y] number "
+        "bad seed text: coordinates ['55', '92'] are not [x, y] number pairs",
+        "bad seed texts: coordinates [['55', '92'], ['60', '90']] are not [x, y] number "
         "pairs",
-        "bad seed: seed lake: properties.kind='lake' is not a line kind (road or river), "
+        "bad seed lake: properties.kind='lake' is not a line kind (road or river), "
         "nor does a highway or waterway tag say one"]
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["totals"]["segments"] == 1

@@ -71,7 +71,8 @@ def test_a_long_diagonal_at_the_border_is_refused_with_what_to_do(monkeypatch):
     monkeypatch.setenv(BUDGET_VARIABLE, "10G")
     raster = diagonal_road()
     with pytest.raises(BadParameter, match=r"corridor window of 6\.7\de\+07 px .*score surface"
-                                           r"\) needs 1\d\.\d GiB, over the memory budget of "
+                                           r"\) needs 1\d\.\d GiB \(1\d\.\d GiB in all\), over the "
+                                           r"memory budget of "
                                            r"10\.0 GiB .*: trace it in shorter legs \(click a "
                                            r"point in between; --via X,Y on the command line\) "
                                            r"or lower halfwidth$"):
