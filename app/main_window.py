@@ -77,6 +77,7 @@ APP_TERMS = (
     (re.compile(r"endpoints a=\((.*?)\) and b=\((.*?)\)"), r"the points (\1) and (\2)"),
     (re.compile(r"\bbetween a and b\b"), "between these two points"),
     (re.compile(r"give --points or a halfwidth"), "set Points per guide or a Half-width"),
+    (re.compile(r" or give its CRS with --image-crs EPSG:…"), ""),
 )
 #: Help ▸ Keys and mouse, section by section: (input, what it does). docs/APP.md's tables of
 #: the sections of these names hold the same rows.

@@ -1,7 +1,8 @@
 """The command line: ``roadtracer`` (installed) or ``python main.py`` (source checkout).
 
 ``roadtracer [IMAGE | FOLDER | SESSION.json]`` starts the desktop application;
-``roadtracer COMMAND ...`` runs a headless command. Each command lives in its own module
+``roadtracer COMMAND ...`` runs a headless command; ``roadtracer help [COMMAND]`` shows the
+usage (or a command's options). Each command lives in its own module
 exposing ``add_arguments(parser)`` and ``run(args) -> int``; modules are imported only when
 their command runs, so a cold ``trace`` never pays for Qt or Dask.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import importlib
 import os
 import sys
@@ -57,7 +59,8 @@ def usage() -> str:
     name = program_name()
     lines = [f"usage: {name} [IMAGE | FOLDER | SESSION.json]   the desktop application",
              f"       {name} COMMAND [options]                 headless (no display needed)",
-             f"       {name} COMMAND --help                    a command's options", "",
+             f"       {name} help [COMMAND]                    this text, or a command's "
+             "options", "",
              "commands:"]
     lines += [f"  {command:<7} {summary}" for command, (_, summary) in COMMANDS.items()]
     return "\n".join(lines)
@@ -118,7 +121,8 @@ class CheckedStdout:
 
 def build_parser(command: str) -> argparse.ArgumentParser:
     module_name, summary = COMMANDS[command]
-    parser = CommandParser(prog=f"{program_name()} {command}", description=summary)
+    parser = CommandParser(prog=f"{program_name()} {command}", description=summary,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     importlib.import_module(module_name).add_arguments(parser)
     if command in COMMANDS_WITH_NOTES:
         parser.add_argument("-q", "--quiet", action="store_true",
@@ -127,18 +131,65 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     return parser
 
 
+def set_examples(parser: argparse.ArgumentParser, *arguments: str) -> None:
+    """End ``parser``'s help with an "examples:" section: the command run with each of
+    ``arguments``."""
+    parser.epilog = "examples:\n" + "\n".join(f"  {parser.prog} {line}".rstrip()
+                                                for line in arguments)
+
+
 def note(args: argparse.Namespace, message: str) -> None:
     """Print ``note: message`` on stderr unless ``--quiet`` was given."""
     if not getattr(args, "quiet", False):
         print(f"note: {one_line(message)}", file=sys.stderr)
 
 
+def explains_gpu_fallback(args: argparse.Namespace, backend) -> bool:
+    """Whether a note should say why ``--backend auto`` runs ``backend`` instead of the GPU:
+    only where the gpu extra is installed, so that the user expects a GPU (on a CPU-only
+    install the CPU is no news)."""
+    from gpu.context import gpu_extra_installed
+
+    return args.backend == "auto" and backend.name != "gpu" and gpu_extra_installed()
+
+
+def note_compiling(args: argparse.Namespace, backend) -> None:
+    """Before the first CPU trace on this machine, note the wait while numba compiles the
+    tracer (:func:`core.jit.tracer_compiled`)."""
+    from core.jit import COMPILING_NOTE, tracer_compiled
+
+    if backend.name == "cpu" and not tracer_compiled():
+        note(args, COMPILING_NOTE)
+
+
+def closest_command(word: str) -> str | None:
+    """The command (or ``help``) ``word`` is likely a misspelling of, or None; words that look
+    like file names (a dot or a slash in them) are none."""
+    if "." in word or os.sep in word:
+        return None
+    matches = difflib.get_close_matches(word, [*COMMANDS, "help"], n=1)
+    return matches[0] if matches else None
+
+
+def not_a_command(word: str) -> str:
+    """The problem with ``word``, neither a command nor an existing file, and a likely fix."""
+    closest = closest_command(word)
+    return (f"{word!r} is neither a command ({', '.join(COMMANDS)}) nor an existing image, "
+            "folder or session file" + (f"; did you mean {closest!r}?" if closest else ""))
+
+
 def main(argv: list[str]) -> int:
-    """Run one sub-command; user errors become one line on stderr and exit code 2."""
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        wants_help = bool(argv) and argv[0] in ("-h", "--help")
-        print(usage(), file=sys.stdout if wants_help else sys.stderr)
-        return 0 if wants_help else 2
+    """Run one sub-command; user errors become one line on stderr and exit code 2.
+    ``help`` and ``help COMMAND`` are ``--help`` and ``COMMAND --help``."""
+    if argv and argv[0] == "help":
+        argv = [*argv[1:2], "--help"]
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage(), file=sys.stdout if argv else sys.stderr)
+        return 0 if argv else 2
+    if argv[0] not in COMMANDS:
+        print(usage(), file=sys.stderr)
+        print(f"error: {one_line(not_a_command(argv[0]))}", file=sys.stderr)
+        return 2
     command = argv[0]
     parser = build_parser(command)
     args = parser.parse_args(argv[1:])
@@ -168,14 +219,15 @@ def version() -> str:
 
 def start_app_argument_problem(argv: list[str]) -> str | None:
     """Why ``argv`` cannot start the application (a typo, an option), or None."""
+    if argv and closest_command(argv[0]) and not os.path.exists(argv[0]):
+        return not_a_command(argv[0])  # a misspelt command, whatever follows it
     if len(argv) > 1:
         return (f"the application opens one image, folder or session file; got {len(argv)} "
                 f"arguments (see {program_name()} --help)")
     if argv and argv[0].startswith("-"):
         return f"unknown option {argv[0]} (see {program_name()} --help)"
     if argv and not os.path.exists(argv[0]):
-        return (f"{argv[0]!r} is neither a command ({', '.join(COMMANDS)}) nor an existing "
-                "image, folder or session file")
+        return not_a_command(argv[0])
     return None
 
 
@@ -221,7 +273,7 @@ def dispatch(argv: list[str]) -> int:
     if argv and argv[0] == "--version":
         print(f"roadtracer {version()}")
         return 0
-    if argv and (argv[0] in COMMANDS or argv[0] in ("-h", "--help")):
+    if argv and (argv[0] in COMMANDS or argv[0] in ("-h", "--help", "help")):
         code = main(argv)
         if argv[0] == "trace":
             # A one-shot trace has written and closed everything by now: skip the
@@ -232,6 +284,10 @@ def dispatch(argv: list[str]) -> int:
     if problem:
         print(f"error: {one_line(problem)}", file=sys.stderr)
         return 2
-    from app.start import start_app
+    from app.start import display_problem, start_app
+
+    if not argv and display_problem():
+        # The application cannot open here (its error line follows): show what can run.
+        print(usage(), file=sys.stderr)
 
     return start_app(argv)

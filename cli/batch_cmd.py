@@ -39,7 +39,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from cli import note, one_line
+from cli import explains_gpu_fallback, note, note_compiling, one_line
 from cli.trace_cmd import (
     add_crs_arguments,
     add_trace_parameters,
@@ -319,8 +319,9 @@ def _run_planned(args: argparse.Namespace, plan, segments: int, pool: bool, shar
         # Resolve "auto" once, here (the GPU's kernels built before the workers start).
         backend, backend_note = choose_backend(args.backend,
                                                notify=lambda text: note(args, text))
-        if args.backend == "auto" and backend.name != "gpu":
+        if explains_gpu_fallback(args, backend):
             note(args, f"using {backend_note}")
+        note_compiling(args, backend)
         if backend.name == "gpu":
             for text in sharing_notes:
                 note(args, text)

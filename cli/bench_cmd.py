@@ -20,6 +20,7 @@ import time
 
 import numpy as np
 
+from cli import set_examples
 from cli.trace_cmd import output_file
 
 #: Paper, Table 2: GTX 750 Ti, DP only, unconstrained, ms; rows n = 5..8, columns d.
@@ -62,24 +63,28 @@ def repeat_count(text: str) -> int:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from gpu.select import BACKEND_CHOICES
 
-    parser.add_argument("--backend", default="cpu", choices=BACKEND_CHOICES,
-                        help="compute backend to time (default: %(default)s; auto: the GPU if "
-                             "usable)")
-    parser.add_argument("--repeats", type=repeat_count, default=5,
+    set_examples(parser, "", "--backend gpu -o table2.json",
+                 "--angles 30 --divisions 8 --points 1024 --repeats 3")
+    parser.add_argument("--backend", default="cpu", choices=BACKEND_CHOICES, metavar="NAME",
+                        help="compute backend to time: %(choices)s (default: %(default)s; auto: "
+                             "the GPU if usable)")
+    parser.add_argument("--repeats", type=repeat_count, default=5, metavar="N",
                         help="runs per cell, the median reported (default: %(default)s)")
     parser.add_argument("--angles", type=number_list(float, 1e-3, 180, "angles in degrees"),
-                        default="180,30", help="max angles θ to time, degrees (default: "
-                                               "%(default)s)")
+                        default="180,30", metavar="DEG,…",
+                        help="max angles θ to time, degrees (default: %(default)s)")
     parser.add_argument("--points", type=number_list(int, 2, MAX_POINTS, "points per guide"),
-                        default=",".join(map(str, POINTS)),
+                        default=",".join(map(str, POINTS)), metavar="N,…",
                         help="points per guide d to time (default: %(default)s)")
     parser.add_argument("--divisions", type=number_list(int, 3, MAX_DIVISIONS,
                                                         "division points"),
-                        default="5,6,7,8", help="division points n = m + 2 (default: "
-                                                "%(default)s)")
-    parser.add_argument("--image", default=None, help="image for end-to-end (default: sample)")
-    parser.add_argument("--json", metavar="FILE", type=output_file,
-                        help="also write the raw figures here")
+                        default="5,6,7,8", metavar="N,…",
+                        help="division points n = m + 2 (default: %(default)s)")
+    parser.add_argument("--image", default=None, metavar="IMAGE",
+                        help="image for end-to-end (default: sample)")
+    parser.add_argument("-o", "--json", metavar="FILE", type=output_file,
+                        help="also write the raw figures as JSON here ('-': stdout, the "
+                             "table then going to stderr)")
 
 
 def machine_description() -> str:
@@ -118,7 +123,7 @@ def table2_case(raster, theta: float, n: int, d: int, rng: np.random.Generator):
 
 
 def run(args: argparse.Namespace) -> int:
-    from core.output import refuse_overwriting_input, write_text_atomic
+    from core.output import refuse_overwriting_input, write_text_or_stdout
     from core.raster import load_image
     from core.tracer import corridor_evidence
     from gpu.select import choose_backend
@@ -155,11 +160,14 @@ def run(args: argparse.Namespace) -> int:
                       f"end-to-end {row['end_to_end_ms']:9.3f} ms  paper {row['paper_ms']} ms",
                       file=sys.stderr, flush=True)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(markdown_table(rows, note))
-    print(f"\nPeak resident memory of the whole run: {peak_mb:.0f} MB.")
+    # With the JSON figures on stdout, the table goes to stderr.
+    table = sys.stderr if args.json == "-" else sys.stdout
+    print(markdown_table(rows, note), file=table)
+    print(f"\nPeak resident memory of the whole run: {peak_mb:.0f} MB.", file=table)
     if args.json is not None:
-        write_text_atomic(args.json, json.dumps({"backend": note, "machine": machine_description(),
-                                                 "rows": rows}, indent=1))
+        write_text_or_stdout(args.json, json.dumps({"backend": note,
+                                                    "machine": machine_description(),
+                                                    "rows": rows}, indent=1) + "\n")
     return 0
 
 

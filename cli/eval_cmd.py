@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from cli import note
+from cli import explains_gpu_fallback, note, note_compiling, set_examples
 from cli.trace_cmd import (
     add_trace_parameters,
     output_file,
@@ -20,6 +20,9 @@ METHOD_CHOICES = ("ours", "livewire", "route_flat", "route_edge", "straight", "a
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    set_examples(parser, "resources/eval/roads/cases.json --method all",
+                 "resources/eval/roads/cases.json --method all --corrections 2",
+                 "resources/sample/gsi_108_cases.json --stability 3 -o report.json")
     parser.add_argument("cases", help="cases JSON file (images relative to its folder)")
     parser.add_argument("--method", default="ours", choices=METHOD_CHOICES,
                         help="tracer to measure; 'all' runs ours and every peer "
@@ -28,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--evidence-dir", metavar="DIR",
                         help="trace ours on rasters named like the images in DIR (e.g. a "
                              "segmentation model's road-probability maps) instead of the images")
-    parser.add_argument("--limit", type=int, help="only the first N cases")
+    parser.add_argument("--limit", type=int, metavar="N", help="only the first N cases")
     parser.add_argument("--tags", action="store_true",
                         help="print a row for every tag (default: all, nontrivial and the "
                              "headline tags)")
@@ -39,8 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also simulate a user who adds up to N vertices per line (0-5), "
                              "each where the line misses the road worst, and report the share "
                              "of good lines (90%% of the road within 5 px) after each")
-    parser.add_argument("--json", metavar="OUT", type=output_file,
-                        help="write the full report (per case too) here")
+    parser.add_argument("-o", "--json", metavar="FILE", type=output_file,
+                        help="write the full report (per case too) as JSON here ('-': stdout, "
+                             "the printed report then going to stderr)")
 
 
 #: Most vertices ``--corrections`` adds to a line.
@@ -70,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         stability,
         summarise,
     )
-    from core.output import refuse_overwriting_input, write_text_atomic
+    from core.output import refuse_overwriting_input, write_text_or_stdout
     from core.peers import PEERS, check_libraries
     from core.surface import UNKNOWN_GROUND_NOTE
     from core.tracer import evidence_folder, ground_resolution_unknown
@@ -97,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
     if OURS in methods:
         backend, backend_note = choose_backend(args.backend,
                                                notify=lambda text: note(args, text))
-        note(args, f"ours: {backend_note}")
+        shown = backend_note if explains_gpu_fallback(args, backend) else backend.description
+        note(args, f"ours: {shown}")
         unknown = sorted({case.image for case in cases if ground_resolution_unknown(
             rasters.get(case.image), case_params(params, case, args.evidence_dir))})
         if unknown:
@@ -107,19 +112,23 @@ def run(args: argparse.Namespace) -> int:
                        "cases' \"ground_resolution\" to run it once: "
                        + ", ".join(os.path.basename(path) for path in unknown[:5])
                        + (" …" if len(unknown) > 5 else ""))
+        note_compiling(args, backend)
+    # With the JSON report on stdout, the printed one goes to stderr.
+    report = sys.stderr if args.json == "-" else sys.stdout
     runs = {}
     total = len(cases) * (len(methods) * (1 + (args.corrections is not None))
                           + (args.stability is not None))
     needed = {}
     with tqdm(total=total, unit="case", file=sys.stderr, leave=False,
-              disable=args.quiet) as bar:
+              disable=True if args.quiet else None) as bar:  # None: on a terminal only
         for method in methods:
             bar.set_description(method)
             runs[method] = results = evaluate(cases, method, params, backend, rasters,
                                               args.evidence_dir, bar.update)
             bar.clear()
             summary = summarise(results)
-            print(format_summary(method, summary, None if args.tags else HEADLINE_GROUPS))
+            print(format_summary(method, summary, None if args.tags else HEADLINE_GROUPS),
+                  file=report)
             for result in results:
                 if result.error:
                     print(f"  failed {result.case.id}: {result.error}", file=sys.stderr)
@@ -138,12 +147,12 @@ def run(args: argparse.Namespace) -> int:
         median = float(np.median(shifts)) if len(shifts) else None  # JSON has no NaN
         moves = "no case could be traced" if median is None else f"line moves {median:.2f} px"
         print(f"stability: endpoint moved {args.stability:g} px → {moves} "
-              f"(median over {len(shifts)} cases)")
+              f"(median over {len(shifts)} cases)", file=report)
         document["stability"] = {"shift_px": args.stability, "median_px": median,
                                  "cases": shifts.round(3).tolist()}
     if needed:
         text, document["corrections"] = corrections_report(cases, needed, args.corrections)
-        print(text)
+        print(text, file=report)
     if args.json is not None:
-        write_text_atomic(args.json, json.dumps(document) + "\n")
+        write_text_or_stdout(args.json, json.dumps(document) + "\n")
     return 0

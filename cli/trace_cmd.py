@@ -9,8 +9,12 @@ import os
 import time
 from dataclasses import replace
 
-from cli import note
+from cli import explains_gpu_fallback, note, note_compiling, set_examples
+from core.errors import BadParameter
 from core.tracer import TraceParams
+
+#: File name endings that say which format ``trace -o`` writes (without ``--format``).
+OUTPUT_SUFFIXES = {".json": "json", ".geojson": "geojson"}
 
 
 def point(text: str) -> tuple[float, float]:
@@ -68,22 +72,24 @@ def add_trace_parameters(parser: argparse.ArgumentParser) -> None:
 
     defaults = TraceParams()
     group = parser.add_argument_group("tracing parameters (default: scale with |ab|)")
-    group.add_argument("--guides", type=int,
+    group.add_argument("--guides", type=int, metavar="N",
                        help=f"number of guides m (default: one every {GUIDE_SPACING:g} px)")
-    group.add_argument("--points", type=int,
+    group.add_argument("--points", type=int, metavar="N",
                        help=f"points per guide d (default: {POINT_SPACING:g} px apart)")
-    group.add_argument("--halfwidth", type=float,
+    group.add_argument("--halfwidth", "--half-width", type=float, metavar="PX",
                        help=f"corridor half-width, px (default: {HALFWIDTH_PER_LENGTH:g}·|ab|)")
-    group.add_argument("--max-angle", type=float, default=defaults.max_angle,
+    group.add_argument("--max-angle", type=float, default=defaults.max_angle, metavar="DEG",
                        help="largest turn at a guide, degrees in (0, 180] (default: %(default)s)")
-    group.add_argument("--sigma", type=float, default=defaults.sigma,
+    group.add_argument("--sigma", type=float, default=defaults.sigma, metavar="PX",
                        help="gradient scale σ, px (default: %(default)s)")
     group.add_argument("--score", default=defaults.score, choices=sorted(SCORE_KINDS),
-                       help="link score kind (default: %(default)s)")
+                       metavar="KIND",
+                       help="link score kind: %(choices)s (default: %(default)s)")
     group.add_argument("--line-kind", default=defaults.line_kind, choices=LINE_KINDS,
-                       help="what is traced: with 'river' the surface kinds run as for water "
-                            "and the line is moved to the middle of the water surface "
-                            "(default: %(default)s)")
+                       metavar="KIND",
+                       help="what is traced (%(choices)s): with 'river' the surface kinds run "
+                            "as for water and the line is moved to the middle of the water "
+                            "surface (default: %(default)s)")
     group.add_argument("--ground-resolution", type=metres_per_pixel, metavar="M",
                        help="the imagery's metres per pixel where its georeferencing does not "
                             "say (a PNG or JPEG): imagery of 0.3 m or coarser is read by the "
@@ -94,21 +100,32 @@ def add_trace_parameters(parser: argparse.ArgumentParser) -> None:
                        help="the surface model to run instead of the bundled one, e.g. one "
                             "trained on imagery like yours with scripts/train_surface_model.py "
                             "(default: $ROADTRACER_SURFACE_MODEL, else the bundled model)")
-    group.add_argument("--backend", default="auto", choices=BACKEND_CHOICES,
-                       help="compute backend (default: %(default)s: GPU if available)")
+    group.add_argument("--backend", default="auto", choices=BACKEND_CHOICES, metavar="NAME",
+                       help="compute backend: %(choices)s (default: %(default)s: GPU if "
+                            "available)")
     group.add_argument("--memory-budget", metavar="SIZE",
                        help="refuse a trace planned to need more memory than this, e.g. 4G "
                             "(default: $ROADTRACER_MEMORY_BUDGET, else half the available "
                             "memory)")
 
 
+class StoreGiven(argparse.Action):
+    """Store an option's value and set ``given_<dest>`` to True: a command can then tell an
+    option given from its default."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        setattr(namespace, f"given_{self.dest}", True)
+
+
 def add_crs_arguments(parser: argparse.ArgumentParser) -> None:
     """GeoJSON coordinate and image band options shared by ``trace`` and ``batch``."""
     from core.geojson import CRS_CHOICES
 
-    parser.add_argument("--crs", default="wgs84", choices=CRS_CHOICES,
-                        help="GeoJSON coordinates of georeferenced images: wgs84 lon/lat "
-                             "(RFC 7946) or the image's source CRS (default: %(default)s)")
+    parser.add_argument("--crs", default="wgs84", choices=CRS_CHOICES, action=StoreGiven,
+                        help="output coordinates: wgs84 (longitude/latitude) or source (the "
+                             "image's own CRS) (default: %(default)s)")
+    parser.set_defaults(given_crs=False)
     parser.add_argument("--image-crs", metavar="CRS",
                         help="CRS of images whose georeferencing names none (world file "
                              "without .prj), e.g. EPSG:32654")
@@ -159,6 +176,10 @@ def params_from_args(args: argparse.Namespace) -> TraceParams:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    set_examples(parser, "resources/sample/gsi_108.png --a 430,241 --b 486,172",
+                 "resources/sample/gsi_108.png --a 430,241 --via 455,215 --b 486,172 "
+                 "-o line.geojson",
+                 "resources/sample/gsi_108.png --a 430,241 --b 486,172 --format geojson -o -")
     parser.add_argument("image", help="image file (PNG, JPEG, TIFF, GeoTIFF)")
     parser.add_argument("--a", required=True, type=point, metavar="X,Y", help="start point (px)")
     parser.add_argument("--b", required=True, type=point, metavar="X,Y", help="end point (px)")
@@ -172,7 +193,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "road-probability map (with --score evidence: cost 1 - p)")
     parser.add_argument("--format", choices=("json", "geojson"),
                         help="output format (default: geojson for an -o FILE ending in "
-                             ".geojson, else json)")
+                             ".geojson, json for stdout or a FILE ending in .json)")
     add_crs_arguments(parser)
     parser.add_argument("-o", "--output", metavar="FILE", type=output_file,
                         help="write here instead of stdout ('-': stdout); a regular file is "
@@ -181,12 +202,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def output_format(args: argparse.Namespace) -> str:
-    """``--format`` if given, else ``geojson`` for an ``-o`` file ending in ``.geojson`` (any
-    case), else ``json``."""
+    """``--format`` if given, else the one the ``-o`` file's ending names
+    (:data:`OUTPUT_SUFFIXES`, any case), else ``json``; BadParameter for an ``-o`` file whose
+    name names neither (a device or FIFO, written in place, names none and needs none)."""
     if args.format is not None:
         return args.format
-    named_geojson = args.output is not None and args.output.lower().endswith(".geojson")
-    return "geojson" if named_geojson else "json"
+    if args.output is None or args.output == "-":
+        return "json"
+    suffix = os.path.splitext(args.output)[1].lower()
+    if suffix in OUTPUT_SUFFIXES:
+        return OUTPUT_SUFFIXES[suffix]
+    if os.path.exists(args.output) and not os.path.isfile(args.output):
+        return "json"
+    raise BadParameter(f"{args.output}: trace writes a JSON record (.json) or GeoJSON "
+                       "(.geojson); name the file so, or give --format")
 
 
 def leg_record(result) -> dict:
@@ -256,13 +285,16 @@ def run(args: argparse.Namespace) -> int:
         given_crs = parse_crs(args.image_crs)
     params = params_from_args(args)
     geojson = output_format(args) == "geojson"
+    if args.given_crs and not geojson:
+        note(args, "--crs applies to GeoJSON: the JSON record is in pixel coordinates; "
+                   "--format geojson writes map coordinates")
     raster = load_image(args.image, crs=args.image_crs, bands=args.bands)
     named = getattr(raster.georef, "crs", None)
     if given_crs is not None and named is not None and named != given_crs:
         note(args, f"{args.image}: the image or its .prj names the CRS "
                    f"{raster.georef.crs_name}, which wins over --image-crs {args.image_crs}")
     backend, backend_note = choose_backend(args.backend, notify=lambda text: note(args, text))
-    if args.backend == "auto" and backend.name != "gpu":
+    if explains_gpu_fallback(args, backend):
         note(args, f"using {backend_note}")
     if raster.band_note:
         note(args, f"{args.image}: tracing {raster.band_note}")
@@ -284,6 +316,7 @@ def run(args: argparse.Namespace) -> int:
         if coordinate_space(raster, args.crs) == "pixel":
             note(args, f"{args.image}: GeoJSON {pixel_space_note(raster)}")
     names = ["a", *(f"via {k + 1}" for k in range(len(args.via))), "b"]
+    note_compiling(args, backend)
     results = trace_through(raster, [args.a, *args.via, args.b], params, backend, names)
     load_ms = 1e3 * (time.perf_counter() - start) - sum(result.timings_ms["total"]
                                                          for result in results)

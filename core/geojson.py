@@ -28,7 +28,7 @@ import os
 import numpy as np
 
 from core.errors import BadParameter
-from core.georef import GeorefError
+from core.georef import GIVE_THE_CRS, GeorefError
 from core.output import write_text_atomic
 from core.raster import Raster
 from core.tracer import join_legs
@@ -49,7 +49,7 @@ PIXEL_SPACE_NOTE = ("coordinates are image pixels (x = column, y = row, integer 
                     "pixel centres), not longitude/latitude: the image has no georeferencing")
 NO_CRS_NOTE = ("coordinates are image pixels (x = column, y = row, integer values at pixel "
                "centres), not longitude/latitude: the image's georeferencing ({source}) names "
-               "no CRS; add a .prj beside the image or give its CRS as an option")
+               f"no CRS; {GIVE_THE_CRS}")
 
 
 def check_crs(crs: str) -> str:
@@ -145,7 +145,7 @@ def coordinates(pixels: np.ndarray, raster: Raster, crs: str = "wgs84") -> list[
                 f"{raster.path}: pixel point {_point(points[first])} lies at longitude "
                 f"{out[first, 0]:.10g}, latitude {out[first, 1]:.10g}, beyond "
                 f"±{MAX_LONGITUDE:g}° or ±90°: the image's CRS ({georef.crs_name}) is "
-                "probably wrong; add a .prj beside the image or give its CRS as an option")
+                f"probably wrong; {GIVE_THE_CRS}")
     decimals = coordinate_decimals(raster, space)
     rounded = np.round(out, decimals)
     return antimeridian_parts(rounded, decimals) if space == "lonlat" else [rounded.tolist()]

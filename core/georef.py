@@ -50,6 +50,10 @@ class GeorefError(ImageReadError):
     """A world file or ``.prj`` beside an image cannot be read (or used)."""
 
 
+#: What to do where an image's georeferencing names no CRS, or a wrong one.
+GIVE_THE_CRS = "add a .prj beside the image or give its CRS with --image-crs EPSG:…"
+
+
 def _pyproj():
     try:
         import pyproj
@@ -177,8 +181,7 @@ class Georef:
 
     def _require_crs(self) -> pyproj.CRS:
         if self.crs is None:
-            raise GeorefError(f"georeferencing from {self.source} names no CRS: add a .prj "
-                              "beside the image or give its CRS as an option")
+            raise GeorefError(f"georeferencing from {self.source} names no CRS: {GIVE_THE_CRS}")
         return self.crs
 
 

@@ -10,6 +10,10 @@ for ``np.dot`` and its kin inside compiled code. That import costs about 0.3 s o
 ``roadtracer trace`` and no kernel of ours calls BLAS, so the library is loaded here with
 ``scipy.linalg`` hidden: numba then falls back to its own loops for those functions, and
 ``scipy.linalg`` imports as usual afterwards for whoever needs it.
+
+The first CPU trace on a machine compiles the tracer's kernels (several seconds) and caches
+them; :func:`tracer_compiled` says beforehand whether that cache is there, so that the command
+line can announce the wait (:data:`COMPILING_NOTE`).
 """
 
 import os
@@ -72,4 +76,32 @@ def _load_array_library_without_blas() -> None:
 
 _load_array_library_without_blas()
 
-__all__ = ["numba"]
+#: Said before a CPU trace whose kernels numba has yet to compile (:func:`tracer_compiled`).
+COMPILING_NOTE = "compiling the tracer for this machine (once, about 10 s)"
+
+
+def tracer_compiled() -> bool:
+    """Whether numba's cache holds the CPU tracer's compiled kernels, so that a trace starts at
+    once; False where the first trace will compile them.
+
+    Checked on the link integration kernel, which every CPU trace runs: its cache index must
+    exist and be no older than its source (numba compiles again after a source changes).
+    """
+    import inspect
+
+    from numba.core.caching import CompileResultCacheImpl
+
+    from core.links import _integrate_links
+
+    try:
+        cache = CompileResultCacheImpl(_integrate_links.py_func)
+    except RuntimeError:  # no cache folder numba can use: nothing is ever cached
+        return True
+    index = os.path.join(cache.locator.get_cache_path(), f"{cache.filename_base}.nbi")
+    source = inspect.getfile(_integrate_links.py_func)
+    try:
+        return os.path.getmtime(index) >= os.path.getmtime(source)
+    except OSError:
+        return False
+
+__all__ = ["COMPILING_NOTE", "numba", "tracer_compiled"]

@@ -9,6 +9,7 @@ duration of a ``with`` block and serialises GPU work from several threads.
 
 from __future__ import annotations
 
+import importlib.util
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -64,6 +65,12 @@ def fast_float64(context: GpuContext) -> bool:
     return tuple(context.device.compute_capability()) in FAST_FLOAT64
 
 
+def gpu_extra_installed() -> bool:
+    """Whether pycuda (the ``gpu`` extra) is installed: only then can a user expect the GPU
+    backend, and only then is a fall-back to the CPU worth a note."""
+    return importlib.util.find_spec("pycuda") is not None
+
+
 def open_context(ordinal: int = 0) -> GpuContext:
     """The :class:`GpuContext` of device ``ordinal``, created on first use.
 
@@ -75,6 +82,9 @@ def open_context(ordinal: int = 0) -> GpuContext:
     try:
         import pycuda.driver as cuda
     except ImportError as exc:
+        if not gpu_extra_installed():
+            raise BackendUnavailable('GPU unavailable: pycuda is not installed; install the gpu '
+                                     'extra (pip install -e ".[gpu]")') from None
         raise BackendUnavailable(f"GPU unavailable: pycuda cannot be imported ({exc})") from None
     with _CONTEXTS_LOCK:
         if ordinal in _CONTEXTS:

@@ -148,12 +148,15 @@ def test_gpu_backend_unavailable_is_a_clear_error(capsys):
         pytest.skip("a GPU is available here")
 
 
-def test_auto_backend_says_which_backend_runs(capsys):
+def test_auto_backend_says_why_it_runs_on_the_cpu_only_where_a_gpu_is_expected(capsys):
+    from gpu.context import gpu_extra_installed
+
     code, out, err = run_cli(capsys, SAMPLE_IMAGE, "--a", A, "--b", B)
     assert code == 0
-    backend = json.loads(out)["backend"]
-    if backend == "cpu":
-        assert "note: using CPU" in err
+    record = json.loads(out)
+    if record["backend"] == "cpu":
+        assert ("note: using CPU" in err) == gpu_extra_installed()
+        assert "GPU unavailable: " in record["backend_note"]
 
 
 def test_unknown_ground_resolution_is_noted_where_the_trace_depends_on_it(capsys):

@@ -79,21 +79,21 @@ def test_unknown_command_or_missing_file_is_one_line():
     assert process.returncode == 2
     assert process.stderr.splitlines() == [
         "error: 'trac' is neither a command (trace, bench, batch, eval) nor an existing image, "
-        "folder or session file"]
+        "folder or session file; did you mean 'trace'?"]
     assert process.stdout == ""
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"),
                     reason="DISPLAY and WAYLAND_DISPLAY are checked on Linux only")
-def test_no_display_ends_in_one_line_and_exit_code_2():
+def test_no_display_shows_the_usage_then_one_error_line_and_exit_code_2():
     process = run_program(env_changes={"DISPLAY": None, "WAYLAND_DISPLAY": None,
                                        "QT_QPA_PLATFORM": None}, timeout=120)
     assert process.returncode == 2
     lines = process.stderr.splitlines()
-    assert len(lines) == 1, process.stderr
-    assert lines[0].startswith("error: cannot start the application: no display")
-    assert "set DISPLAY" in lines[0]
-    assert "roadtracer trace" in lines[0]
+    assert process.stderr.startswith("usage: python main.py "), process.stderr
+    assert lines[-1].startswith("error: cannot start the application: no display")
+    assert "set DISPLAY" in lines[-1]
+    assert "roadtracer trace" in lines[-1]
 
 
 def test_qt_platform_plugin_failure_ends_in_one_line_and_exit_code_2():

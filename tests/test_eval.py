@@ -358,7 +358,7 @@ def test_eval_report_never_replaces_an_input(tmp_path, capsys):
         assert target.read_bytes() == before
     with pytest.raises(SystemExit, match="2"):
         main(["eval", str(cases), "--method", "straight", "--json", ""])
-    assert "argument --json: expected a file to write, got an empty path" in \
+    assert "argument -o/--json: expected a file to write, got an empty path" in \
         capsys.readouterr().err
 
 

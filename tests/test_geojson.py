@@ -158,7 +158,7 @@ def test_lonlat_out_of_range_says_the_crs_is_probably_wrong(tmp_path):
     assert str(error.value) == (
         f"{image}: pixel point (505, 158) lies at longitude 500101.1, latitude 3899968.3, "
         "beyond ±360° or ±90°: the image's CRS (EPSG:4326) is probably wrong; add a .prj "
-        "beside the image or give its CRS as an option")
+        "beside the image or give its CRS with --image-crs EPSG:…")
     degrees = TRANSFORM.__class__(1e-5, 0, 179.999, 0, -1e-5, 89.999)  # past 180°: wrapped
     raster = load_image(world_file_image(tmp_path, degrees), crs="EPSG:4326")
     lonlat = line_feature(np.array([A, B]), raster)["geometry"]["coordinates"]
