@@ -60,7 +60,7 @@ from core.tracer import TraceParams, evidence_source, ground_resolution_unknown
 from core.vectors import read_lines
 
 SAMPLE_IMAGE = Path(__file__).resolve().parent.parent / "resources" / "sample" / "gsi_108.png"
-IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.tif *.tiff *.jp2 *.j2k *.vrt *.img);;All files (*)"
+IMAGE_FILTER = "Images (*.png *.jpg *.jpeg *.tif *.tiff *.jp2 *.j2k *.img);;All files (*)"
 SESSION_FILTER = "roadtracer sessions (*.roadtracer.json *.json)"
 EXPORT_LONLAT = "GeoJSON, WGS84 longitude/latitude (*.geojson *.json)"
 EXPORT_SOURCE = "GeoJSON, the image's own CRS (*.geojson *.json)"

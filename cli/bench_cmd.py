@@ -123,7 +123,7 @@ def table2_case(raster, theta: float, n: int, d: int, rng: np.random.Generator):
 
 
 def run(args: argparse.Namespace) -> int:
-    from core.output import refuse_overwriting_input, write_text_or_stdout
+    from core.output import is_stdout, refuse_overwriting_input, write_text_or_stdout
     from core.raster import load_image
     from core.tracer import corridor_evidence
     from gpu.select import choose_backend
@@ -161,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
                       file=sys.stderr, flush=True)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     # With the JSON figures on stdout, the table goes to stderr.
-    table = sys.stderr if args.json == "-" else sys.stdout
+    table = sys.stderr if args.json is not None and is_stdout(args.json) else sys.stdout
     print(markdown_table(rows, note), file=table)
     print(f"\nPeak resident memory of the whole run: {peak_mb:.0f} MB.", file=table)
     if args.json is not None:

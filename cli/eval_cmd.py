@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         stability,
         summarise,
     )
-    from core.output import refuse_overwriting_input, write_text_or_stdout
+    from core.output import is_stdout, refuse_overwriting_input, write_text_or_stdout
     from core.peers import PEERS, check_libraries
     from core.surface import UNKNOWN_GROUND_NOTE
     from core.tracer import evidence_folder, ground_resolution_unknown
@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
                        + (" …" if len(unknown) > 5 else ""))
         note_compiling(args, backend)
     # With the JSON report on stdout, the printed one goes to stderr.
-    report = sys.stderr if args.json == "-" else sys.stdout
+    report = sys.stderr if args.json is not None and is_stdout(args.json) else sys.stdout
     runs = {}
     total = len(cases) * (len(methods) * (1 + (args.corrections is not None))
                           + (args.stability is not None))

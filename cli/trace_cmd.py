@@ -205,9 +205,11 @@ def output_format(args: argparse.Namespace) -> str:
     """``--format`` if given, else the one the ``-o`` file's ending names
     (:data:`OUTPUT_SUFFIXES`, any case), else ``json``; BadParameter for an ``-o`` file whose
     name names neither (a device or FIFO, written in place, names none and needs none)."""
+    from core.output import is_stdout
+
     if args.format is not None:
         return args.format
-    if args.output is None or args.output == "-":
+    if is_stdout(args.output):
         return "json"
     suffix = os.path.splitext(args.output)[1].lower()
     if suffix in OUTPUT_SUFFIXES:
@@ -265,6 +267,7 @@ def result_record(results: list, image: str, note: str, load_ms: float) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    from core.georef import sidecar_files
     from core.output import refuse_overwriting_input, write_text_or_stdout
     from core.raster import load_image
     from core.surface import UNKNOWN_GROUND_NOTE
@@ -276,7 +279,10 @@ def run(args: argparse.Namespace) -> int:
     from gpu.select import choose_backend
 
     start = time.perf_counter()
-    refuse_overwriting_input(args.output, (args.image, args.evidence), "-o")
+    inputs = [args.image, args.evidence, args.surface_model]
+    for raster in (args.image, args.evidence):  # and what georeferences them
+        inputs += sidecar_files(raster) if raster else []
+    refuse_overwriting_input(args.output, inputs, "-o")
     use_process_options(args)
     given_crs = None
     if args.image_crs is not None:  # checked whether or not the image needs it, as batch does

@@ -153,7 +153,8 @@ class CpuBackend(TracerBackend):
         """One line naming the backend and its thread count."""
         import numba
 
-        return f"CPU (numba, {numba.get_num_threads()} threads)"
+        threads = numba.get_num_threads()
+        return f"CPU (numba, {threads} thread{'s' if threads != 1 else ''})"
 
     def link_scores(self, evidence, corridor):
         """links[t] (n_t, n_{t+1}) from :func:`core.links.integrate_links`, all stages at once."""

@@ -550,12 +550,17 @@ def _remove_empty(folders: list[Path]) -> None:
             return
 
 
+#: Largest count (lines, segments, failures, a segment's number) an output's record may hold.
+MAX_RECORD_COUNT = 1_000_000
+
+
 def earlier_record(output: Path) -> dict | None:
     """What made an existing output file: its :data:`RECORD_MEMBER` (``inputs``, the
     fingerprint, and the report's ``status``, ``coordinate_space``, ``lines``, ``segments``,
     ``matched_seeds`` and ``failures``, these as :class:`~core.vectors.Failure`); None when
-    the file is unreadable or holds no valid record (not ours, or from an older version), so
-    that its image is traced again."""
+    the file is unreadable or holds no valid record (not ours, from an older version, or
+    not what the file holds: as many lines as features, counts and segment numbers within
+    :data:`MAX_RECORD_COUNT`), so that its image is traced again."""
     try:
         document = read_json(output, "output")
     except TraceError:
@@ -566,11 +571,14 @@ def earlier_record(output: Path) -> dict | None:
     valid = (isinstance(record.get("inputs"), str)
              and record.get("status") in ("ok", "partial")
              and record.get("coordinate_space") in ("lonlat", "source", "pixel")
-             and all(type(record.get(key)) is int and record[key] >= 0
+             and all(type(record.get(key)) is int and 0 <= record[key] <= MAX_RECORD_COUNT
                      for key in ("lines", "segments"))
+             and isinstance(document.get("features"), list)
+             and record["lines"] == len(document["features"])
              and isinstance(record.get("matched_seeds"), list)
              and all(isinstance(seed, str) for seed in record["matched_seeds"])
              and isinstance(record.get("failures"), list)
+             and len(record["failures"]) <= MAX_RECORD_COUNT
              and all(_is_failure(failure) for failure in record["failures"])
              and (record["status"] == "partial") == bool(record["failures"]))
     if not valid:
@@ -583,7 +591,8 @@ def _is_failure(value) -> bool:
     return (isinstance(value, dict) and set(value) == {"reason", "seed", "segment"}
             and isinstance(value["reason"], str)
             and (value["seed"] is None or isinstance(value["seed"], str))
-            and (value["segment"] is None or type(value["segment"]) is int))
+            and (value["segment"] is None
+                 or (type(value["segment"]) is int and 0 <= value["segment"] <= MAX_RECORD_COUNT)))
 
 
 def image_footprint(path: Path, image_crs: str | None) -> np.ndarray | None:

@@ -114,7 +114,7 @@ def refuse_empty_path(path: str | os.PathLike | None, what: str) -> None:
 def refuse_overwriting_input(output: str | os.PathLike | None, inputs, option: str) -> None:
     """Raise :class:`BadParameter` when the output file ``output`` (given as ``option``) is one
     of the files ``inputs`` read (None entries skipped): writing it would destroy that input."""
-    if output is None or os.fspath(output) == "-" or not os.path.isfile(output):
+    if is_stdout(output) or not os.path.isfile(output):
         return
     for source in inputs:
         if source is not None and os.path.isfile(source) and os.path.samefile(output, source):
@@ -150,11 +150,22 @@ def new_folder(out: str | os.PathLike, prefix: str = ".partial-") -> Iterator[st
         raise
 
 
+#: Output names that mean standard output.
+STDOUT_NAMES = ("-", "/dev/stdout")
+
+
+def is_stdout(path: str | os.PathLike | None) -> bool:
+    """Whether an output ``path`` means standard output: None or one of :data:`STDOUT_NAMES`
+    (``/dev/stdout`` too: written there, not replaced by a renamed file, so that what else the
+    command printed to it stays)."""
+    return path is None or os.fspath(path) in STDOUT_NAMES
+
+
 def write_text_or_stdout(path: str | os.PathLike | None, text: str) -> None:
     """Write ``text`` to ``path`` (:func:`write_text_atomic`), or to standard output when
-    ``path`` is None or ``"-"`` (a reader that went away raises ``BrokenPipeError``, which the
-    command line's entry point turns into a quiet exit)."""
-    if path is not None and os.fspath(path) != "-":
+    ``path`` means it (:func:`is_stdout`; a reader that went away raises ``BrokenPipeError``,
+    which the command line's entry point turns into a quiet exit)."""
+    if not is_stdout(path):
         write_text_atomic(path, text)
         return
     sys.stdout.write(text)

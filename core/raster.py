@@ -56,12 +56,18 @@ from core.resources import check_decode_memory
 #: TIFF file suffixes (lower case).
 TIFF_SUFFIXES = (".tif", ".tiff", ".gtiff")
 #: Other GIS raster formats GDAL reads (lower-case suffix → name), opened like TIFFs.
-GDAL_FORMATS = {".jp2": "JPEG 2000", ".j2k": "JPEG 2000", ".vrt": "GDAL virtual raster",
-                ".img": "ERDAS Imagine"}
+GDAL_FORMATS = {".jp2": "JPEG 2000", ".j2k": "JPEG 2000", ".img": "ERDAS Imagine"}
+#: The one GDAL driver each suffix is opened with: a file whose content is of another format
+#: (a GDAL virtual raster or web-service description saved as .tif, which would read other
+#: files, devices or the network) is refused, not opened as that format.
+GDAL_DRIVERS = {**dict.fromkeys(TIFF_SUFFIXES, "GTiff"), ".jp2": "JP2OpenJPEG",
+                ".j2k": "JP2OpenJPEG", ".img": "HFA", ".png": "PNG", ".jpg": "JPEG",
+                ".jpeg": "JPEG"}
 #: File suffixes opened through rasterio as windowed rasters, georeferenced by the file itself.
 WINDOWED_SUFFIXES = TIFF_SUFFIXES + tuple(GDAL_FORMATS)
-#: Formats whose decoders GDAL's free builds lack (suffix → name): to convert first.
-UNREAD_FORMATS = {".ecw": "ECW", ".sid": "MrSID"}
+#: Formats not read (suffix → name): decoders GDAL's free builds lack, and GDAL virtual
+#: rasters (which may read any file, device or URL): to convert first.
+UNREAD_FORMATS = {".ecw": "ECW", ".sid": "MrSID", ".vrt": "GDAL virtual raster"}
 #: Image files a folder is searched for (batch images, evidence rasters).
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".jp2", ".j2k")
 
@@ -389,6 +395,10 @@ def _open_dataset(path: str):
     import rasterio
     from rasterio.errors import NotGeoreferencedWarning, RasterioError
 
+    driver = GDAL_DRIVERS.get(os.path.splitext(path)[1].lower())
+    if driver is None:
+        raise ImageReadError(f"{path} is not read through GDAL: name a TIFF/GeoTIFF, JPEG 2000, "
+                             "ERDAS Imagine (.img), PNG or JPEG file by its suffix")
     # An .aux.xml that is no file (a FIFO would block the open forever) is left unread.
     aux = f"{path}.aux.xml"
     pam = not os.path.exists(aux) or os.path.isfile(aux)
@@ -397,7 +407,7 @@ def _open_dataset(path: str):
                           GDAL_GEOREF_SOURCES="PAM,INTERNAL" if pam else "INTERNAL"), \
                 warnings.catch_warnings():
             warnings.simplefilter("ignore", NotGeoreferencedWarning)
-            return rasterio.open(path)
+            return rasterio.open(path, driver=driver)
     except RasterioError as exc:
         raise ImageReadError(f"{path} is not an image this program can read "
                              f"({READABLE_FORMATS}; GDAL: {_detail(exc, path)})") from None
@@ -448,7 +458,8 @@ def read_image_georef(path: str | os.PathLike, crs=None) -> Georef | RpcGeoref |
         As :func:`core.georef.read_georef`, or GDAL cannot open the image.
     """
     path = os.fspath(path)
-    if os.path.isfile(f"{path}.aux.xml") and _rasterio_installed():
+    if (os.path.isfile(f"{path}.aux.xml") and _rasterio_installed()
+            and os.path.splitext(path)[1].lower() in GDAL_DRIVERS):
         with _open_dataset(path) as dataset:
             return _dataset_georef(dataset, path, crs)
     return read_georef(path, crs)
@@ -621,7 +632,11 @@ class WindowedRaster(Raster):
                 data = self._dataset.read(self._indexes, window=window, out_shape=out_shape,
                                           resampling=Resampling[resampling])
         except RasterioError as exc:
-            raise ImageReadError(f"cannot read pixels of {self.path}: {exc}") from None
+            reasons = [str(error) for error in (exc, exc.__cause__, exc.__context__) if error]
+            reason = next((text for text in reversed(reasons) if "See previous" not in text),
+                          reasons[0])
+            raise ImageReadError(f"cannot read pixels of {self.path}: "
+                                 f"{_detail(RuntimeError(reason), self.path)}") from None
         if self._palette is not None:  # colour-mapped: the colours of the indices
             rgb = self._palette[np.clip(data[0], 0, len(self._palette) - 1)]
             return np.ascontiguousarray(to_float_bands(rgb, source=self.path))
@@ -763,9 +778,9 @@ def load_image(path: str | os.PathLike, crs=None, bands=None, grid=None) -> Rast
         raise ImageReadError(f"expected an image file, got a special file: {path}")
     suffix = os.path.splitext(path)[1].lower()
     if suffix in UNREAD_FORMATS:
-        raise ImageReadError(f"{path}: {UNREAD_FORMATS[suffix]} images are not read (their "
-                             "decoders are not free software); convert it to a GeoTIFF, e.g. "
-                             f"gdal_translate -co TILED=YES {os.path.basename(path)} out.tif")
+        raise ImageReadError(f"{path}: {UNREAD_FORMATS[suffix]} images are not read; convert "
+                             "it to a GeoTIFF, e.g. gdal_translate -co TILED=YES "
+                             f"{os.path.basename(path)} out.tif")
     if grid is not None or suffix in WINDOWED_SUFFIXES:
         return WindowedRaster(path, crs, bands, grid)
     if os.path.getsize(path) == 0:

@@ -178,6 +178,29 @@ def test_an_output_without_a_valid_record_is_traced_again(tmp_path, capsys, cont
     assert document[RECORD_MEMBER]["status"] == "ok"
 
 
+@pytest.mark.parametrize("tamper", [
+    lambda record, document: record.update(lines="HUGE"),  # 4301 digits: breaks json.dumps
+    lambda record, document: record.update(lines=1000),  # not what the file holds
+    lambda record, document: record.update(status="partial", failures=[
+        {"reason": "x", "seed": None, "segment": -5}]),
+    lambda record, document: record.update(status="partial", failures=[
+        {"reason": "x", "seed": None, "segment": 0}] * 1_000_001),
+])
+def test_an_output_whose_record_is_not_what_it_holds_is_traced_again(tmp_path, capsys, tamper):
+    images, seeds = make_folder(tmp_path, names=("a.png",))
+    out = tmp_path / "out"
+    assert batch(capsys, images, seeds, out)[0] == 0
+    document = json.loads((out / "a.geojson").read_text())
+    tamper(document[RECORD_MEMBER], document)
+    text = json.dumps(document).replace('"HUGE"', "1" + "0" * 4300)
+    (out / "a.geojson").write_text(text)
+    code, err = batch(capsys, images, seeds, out)
+    assert code == 0, err
+    assert "tracing 1 image(s) again" in err
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["totals"]["lines"], summary["totals"]["failures"]) == (1, 0)
+
+
 def test_a_file_name_that_is_not_utf8(tmp_path, capsys):
     images, seeds = make_folder(tmp_path, names=("a.png",))
     odd = os.fsdecode(b"caf\xe9.png")

@@ -227,3 +227,27 @@ def test_no_display_and_no_arguments_shows_the_commands(capsys, monkeypatch):
     assert captured.err.startswith(usage() + "\n")
     last = captured.err.splitlines()[-1]
     assert last.startswith("error: cannot start the application: no display")
+
+
+def test_trace_refuses_to_write_over_what_georeferences_its_image(tmp_path, capsys):
+    image = tmp_path / "g.png"
+    image.write_bytes(SAMPLE_IMAGE.read_bytes())
+    for sidecar in ("g.png.aux.xml", "g.pgw", "g.prj"):
+        (tmp_path / sidecar).write_text("kept")
+        code = cli_main(["trace", str(image), "--a", A, "--b", B, "--score", "centre",
+                         "-o", str(tmp_path / sidecar), "--format", "geojson"])
+        assert code == 2
+        assert f"-o {tmp_path / sidecar} is the input" in capsys.readouterr().err
+        assert (tmp_path / sidecar).read_text() == "kept"
+
+
+def test_eval_json_to_dev_stdout_keeps_the_printed_report(tmp_path):
+    out = tmp_path / "stdout.txt"
+    with open(out, "w") as stdout:
+        process = subprocess.run(
+            [sys.executable, str(ROOT / "main.py"), "eval", str(SAMPLE_CASES), "--method",
+             "straight", "--json", "/dev/stdout"], stdout=stdout, stderr=subprocess.PIPE,
+            text=True, timeout=300, cwd=tmp_path)
+    assert process.returncode == 0, process.stderr
+    assert json.loads(out.read_text())["methods"]["straight"]["cases"]  # the report, whole
+    assert "straight" in process.stderr  # the printed summary, on stderr as with -

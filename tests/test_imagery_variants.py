@@ -4,6 +4,7 @@ EXIF orientation, 16-bit colour PNGs, band descriptions, and files that are no i
 from __future__ import annotations
 
 import json
+import os
 import struct
 import sys
 import warnings
@@ -383,12 +384,42 @@ def test_a_jpeg_2000_is_read_window_by_window_with_its_own_georeferencing(tmp_pa
     raster.close()
 
 
-@pytest.mark.parametrize(("suffix", "name"), [(".ecw", "ECW"), (".sid", "MrSID")])
-def test_a_format_without_a_free_decoder_says_to_convert_it(tmp_path, suffix, name):
+@pytest.mark.parametrize(("suffix", "name"), [(".ecw", "ECW"), (".sid", "MrSID"),
+                                              (".vrt", "GDAL virtual raster")])
+def test_a_format_not_read_says_to_convert_it(tmp_path, suffix, name):
     image = tmp_path / f"ortho{suffix}"
     image.write_bytes(b"\0" * 64)
     with pytest.raises(ImageReadError) as error:
         load_image(image)
-    assert str(error.value) == (f"{image}: {name} images are not read (their decoders are not "
-                                "free software); convert it to a GeoTIFF, e.g. gdal_translate "
-                                f"-co TILED=YES ortho{suffix} out.tif")
+    assert str(error.value) == (f"{image}: {name} images are not read; convert it to a "
+                                f"GeoTIFF, e.g. gdal_translate -co TILED=YES ortho{suffix} "
+                                "out.tif")
+
+
+def test_a_file_of_other_content_under_a_tiff_name_is_refused_not_read_as_that(tmp_path):
+    # A GDAL virtual raster saved as .tif would read whatever its sources name (a FIFO:
+    # forever; a URL: the network); only the format its suffix names is read.
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    image = tmp_path / "ortho.tif"
+    image.write_text(f'<VRTDataset rasterXSize="8" rasterYSize="8"><VRTRasterBand '
+                     f'dataType="Byte" band="1"><SimpleSource><SourceFilename>{fifo}'
+                     '</SourceFilename><SourceBand>1</SourceBand></SimpleSource>'
+                     '</VRTRasterBand></VRTDataset>')
+    with pytest.raises(ImageReadError, match="ortho.tif is not an image this program can read"):
+        load_image(image)
+
+
+def test_a_damaged_tile_names_gdals_reason(tmp_path):
+    image = tmp_path / "cut.tif"
+    with rasterio.open(image, "w", driver="GTiff", width=256, height=256, count=3,
+                       dtype="uint8", tiled=True, blockxsize=64, blockysize=64,
+                       compress="deflate") as dataset:
+        dataset.write(np.random.default_rng(0).integers(0, 256, (3, 256, 256), np.uint8))
+    image.write_bytes(image.read_bytes()[:image.stat().st_size // 2])
+    raster = load_image(image)
+    with pytest.raises(ImageReadError) as error:
+        raster.read_window(0, 256, 0, 256)
+    raster.close()
+    assert "TIFFReadEncodedTile() failed" in str(error.value)
+    assert "See previous" not in str(error.value)
