@@ -390,7 +390,8 @@ def _open_dataset(path: str):
     Raises
     ------
     ImageReadError
-        If GDAL cannot open the file as an image.
+        If GDAL cannot open the file as an image (:class:`GeorefError` if the ``.aux.xml``
+        beside it is none, :func:`_check_aux_xml`).
     """
     import rasterio
     from rasterio.errors import NotGeoreferencedWarning, RasterioError
@@ -402,6 +403,8 @@ def _open_dataset(path: str):
     # An .aux.xml that is no file (a FIFO would block the open forever) is left unread.
     aux = f"{path}.aux.xml"
     pam = not os.path.exists(aux) or os.path.isfile(aux)
+    if os.path.isfile(aux):
+        _check_aux_xml(aux)
     try:
         with rasterio.Env(GDAL_PAM_ENABLED="YES" if pam else "NO",
                           GDAL_GEOREF_SOURCES="PAM,INTERNAL" if pam else "INTERNAL"), \
@@ -463,6 +466,33 @@ def read_image_georef(path: str | os.PathLike, crs=None) -> Georef | RpcGeoref |
         with _open_dataset(path) as dataset:
             return _dataset_georef(dataset, path, crs)
     return read_georef(path, crs)
+
+
+#: Largest GDAL .aux.xml checked before GDAL reads it (a larger one is left to GDAL).
+MAX_CHECKED_AUX_BYTES = 16 * 1024 * 1024
+
+
+def _check_aux_xml(aux: str) -> None:
+    """Raise :class:`GeorefError` where the GDAL ``.aux.xml`` ``aux`` is not one (GDAL would
+    ignore it silently, and the image would seem to have no georeferencing) or declares
+    entities (a document type: GDAL writes none, and expanding them can exhaust memory)."""
+    from xml.etree import ElementTree
+
+    with open(aux, "rb") as file:
+        data = file.read(MAX_CHECKED_AUX_BYTES + 1)
+    if len(data) > MAX_CHECKED_AUX_BYTES:
+        return
+    if b"<!DOCTYPE" in data or b"<!ENTITY" in data:
+        raise GeorefError(f"{aux} declares a document type, which a GDAL .aux.xml has not: "
+                          "fix or remove it")
+    try:
+        root = ElementTree.fromstring(data)
+    except ElementTree.ParseError as exc:
+        raise GeorefError(f"{aux} is not a readable GDAL .aux.xml ({exc}): fix or remove "
+                          "it") from None
+    if root.tag != "PAMDataset":
+        raise GeorefError(f"{aux} is not a GDAL .aux.xml (its root is <{root.tag}>, not "
+                          "<PAMDataset>): fix or remove it")
 
 
 class WindowedRaster(Raster):

@@ -23,6 +23,7 @@ from rasterio.errors import NotGeoreferencedWarning
 import core.surface
 from cli import main as cli_main
 from core.errors import BadParameter, ImageReadError, ModelUnavailable
+from core.georef import GeorefError
 from core.raster import described_colours, load_image, to_float_bands
 from tests.conftest import SAMPLE_IMAGE
 
@@ -423,3 +424,29 @@ def test_a_damaged_tile_names_gdals_reason(tmp_path):
     raster.close()
     assert "TIFFReadEncodedTile() failed" in str(error.value)
     assert "See previous" not in str(error.value)
+
+
+@pytest.mark.parametrize(("content", "reason"), [
+    ("<PAMDataset><SRS>", "is not a readable GDAL .aux.xml (no element found"),
+    ("<html></html>", "is not a GDAL .aux.xml (its root is <html>, not <PAMDataset>)"),
+    ('<?xml version="1.0"?><!DOCTYPE l [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;">]>'
+     "<PAMDataset>&b;</PAMDataset>", "declares a document type"),
+])
+def test_a_broken_aux_xml_is_named_not_ignored(tmp_path, content, reason):
+    image = tmp_path / "a.png"
+    iio.imwrite(image, small_rgb())
+    (tmp_path / "a.png.aux.xml").write_text(content)
+    with pytest.raises(GeorefError) as error:
+        load_image(image)
+    assert str(error.value).startswith(f"{tmp_path / 'a.png.aux.xml'} ")
+    assert reason in str(error.value)
+    assert str(error.value).endswith(": fix or remove it")
+
+
+def test_an_aux_xml_of_statistics_only_leaves_the_image_without_georeferencing(tmp_path):
+    image = tmp_path / "a.png"
+    iio.imwrite(image, small_rgb())
+    (tmp_path / "a.png.aux.xml").write_text(
+        '<PAMDataset><PAMRasterBand band="1"><Metadata><MDI key="STATISTICS_MEAN">80'
+        "</MDI></Metadata></PAMRasterBand></PAMDataset>")
+    assert load_image(image).georef is None
