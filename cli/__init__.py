@@ -26,6 +26,8 @@ from core.errors import TraceError
 #: Exit status when standard output is a pipe whose reader has gone (128 + SIGPIPE).
 SIGPIPE_EXIT = 141
 
+#: Most characters of an unknown command echoed back in its error.
+MAX_ECHOED_CHARS = 80
 #: sub-command → (module, one-line help)
 COMMANDS = {
     "trace": ("cli.trace_cmd", "trace the optimal polyline between two points of an image"),
@@ -174,6 +176,8 @@ def closest_command(word: str) -> str | None:
 def not_a_command(word: str) -> str:
     """The problem with ``word``, neither a command nor an existing file, and a likely fix."""
     closest = closest_command(word)
+    if len(word) > MAX_ECHOED_CHARS:
+        word = word[:MAX_ECHOED_CHARS] + "…"
     return (f"{word!r} is neither a command ({', '.join(COMMANDS)}) nor an existing image, "
             "folder or session file" + (f"; did you mean {closest!r}?" if closest else ""))
 
@@ -182,6 +186,10 @@ def main(argv: list[str]) -> int:
     """Run one sub-command; user errors become one line on stderr and exit code 2.
     ``help`` and ``help COMMAND`` are ``--help`` and ``COMMAND --help``."""
     if argv and argv[0] == "help":
+        if len(argv) > 2 or argv[1:] == ["help"]:
+            print(f"error: help takes one command at most ({', '.join(COMMANDS)}), got "
+                  f"{one_line(' '.join(argv[1:]))}", file=sys.stderr)
+            return 2
         argv = [*argv[1:2], "--help"]
     if not argv or argv[0] in ("-h", "--help"):
         print(usage(), file=sys.stdout if argv else sys.stderr)

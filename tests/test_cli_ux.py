@@ -251,3 +251,16 @@ def test_eval_json_to_dev_stdout_keeps_the_printed_report(tmp_path):
     assert process.returncode == 0, process.stderr
     assert json.loads(out.read_text())["methods"]["straight"]["cases"]  # the report, whole
     assert "straight" in process.stderr  # the printed summary, on stderr as with -
+
+
+@pytest.mark.parametrize("argv", [["help", "help"], ["help", "trace", "extra"]])
+def test_help_takes_one_command_at_most(capsys, argv):
+    assert cli_main(argv) == 2
+    assert capsys.readouterr().err.startswith("error: help takes one command at most")
+
+
+def test_a_long_unknown_command_is_echoed_shortened(capsys):
+    assert cli_main(["x" * 100_000]) == 2
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert f"'{'x' * 80}…' is neither a command" in error
+    assert len(error) < 300
