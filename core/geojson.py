@@ -184,12 +184,14 @@ def traced_line_feature(results: list, raster: Raster, properties: dict | None =
     """A Feature for a line traced leg by leg (:func:`core.tracer.trace_through`'s results,
     :class:`core.tracer.TraceResult` per leg, in order): the legs joined into one polyline.
 
-    Properties: ``score`` (the legs' sum), ``segment_scores`` and ``link_scores`` (per leg),
+    Properties: ``kind`` ("road" or "river": the line kind it was traced as, for a GIS to
+    filter by), ``score`` (the legs' sum), ``segment_scores`` and ``link_scores`` (per leg),
     ``anchors_px`` (where the legs start and end), ``segment_params`` (each leg's guides,
     points and half-width), ``backend``, plus ``properties`` (e.g. the ``params`` asked for).
     """
     polyline, anchors = join_legs(results)
     props = {
+        "kind": results[0].params.line_kind,
         "score": round(float(sum(r.score for r in results)), 6),
         "segment_scores": [round(float(r.score), 6) for r in results],
         "link_scores": [[round(float(v), 6) for v in r.link_scores] for r in results],

@@ -498,15 +498,18 @@ def _far_from_the_last_kept(vertices: np.ndarray, distance: float) -> np.ndarray
 
 def line_kind_of(properties: dict) -> str | None:
     """"road" or "river" as a feature's properties say: its ``kind`` ("road" or "river"), else
-    OpenStreetMap's tags (``waterway=*``: a river, ``highway=*``: a road); None if they say
-    neither."""
+    OpenStreetMap's tags (``waterway=*``: a river, ``highway=*``: a road), as properties of
+    their own or in a ``tags`` object (as some OpenStreetMap exports nest them); None if they
+    say neither."""
     kind = properties.get("kind")
     if kind in LINE_KINDS:
         return kind
-    if properties.get("waterway"):
-        return "river"
-    if properties.get("highway"):
-        return "road"
+    tags = properties.get("tags")
+    for source in (properties, tags if isinstance(tags, dict) else {}):
+        if source.get("waterway"):
+            return "river"
+        if source.get("highway"):
+            return "road"
     return None
 
 

@@ -132,6 +132,8 @@ def test_batch_output_imports_with_its_anchors_names_and_kinds(tmp_path):
     assert failures == []
     assert [(line.name, line.kind) for line in lines] == [("road", "road"),
                                                           ("Old canal", "river")]
+    assert [feature["properties"]["kind"] for feature in document["features"]] == [
+        "road", "river"]  # for a GIS to filter by
     np.testing.assert_allclose(lines[0].anchors, anchors)
     np.testing.assert_allclose(lines[1].anchors, anchors[:2] + [0, 20])
 
@@ -243,3 +245,13 @@ def test_reading_stops_between_two_features_when_told(tmp_path):
             read_lines(path, raster, "plain.png", stop=stop_after(count))
         assert len(asked) == count + 1
         assert gc.isenabled()  # the collector paused while reading runs again
+
+
+def test_a_waterway_tag_nested_in_osm_tags_makes_a_river():
+    from core.vectors import line_kind_of
+
+    assert line_kind_of({"tags": {"waterway": "river"}}) == "river"
+    assert line_kind_of({"tags": {"highway": "track"}}) == "road"
+    assert line_kind_of({"tags": "waterway=river"}) is None  # not an object of tags
+    assert line_kind_of({"kind": "road", "tags": {"waterway": "river"}}) == "road"
+
