@@ -90,7 +90,7 @@ from core.output import (
 )
 from core.raster import (
     IMAGE_SUFFIXES,
-    TIFF_SUFFIXES,
+    WINDOWED_SUFFIXES,
     Raster,
     choose_bands,
     image_size,
@@ -598,7 +598,7 @@ def _is_failure(value) -> bool:
 def image_footprint(path: Path, image_crs: str | None) -> np.ndarray | None:
     """The lon/lat box ``[lon_min, lat_min, lon_max, lat_max]`` (4,) of an image, read cheaply.
 
-    Reads only the header (rasterio for TIFFs, Pillow for the others) and the sidecar
+    Reads only the header (rasterio for TIFFs and JPEG 2000, Pillow for the others) and the sidecar
     files; the box is that of the image's outline, sampled every 1/16 of a side, grown by
     1 % on each side (all longitudes up to the pole where the image holds one). Returns None
     when the image has no georeferencing with a CRS.
@@ -608,7 +608,7 @@ def image_footprint(path: Path, image_crs: str | None) -> np.ndarray | None:
     TraceError, OSError
         When the image or its georeferencing cannot be read (the worker will say why).
     """
-    if path.suffix.lower() in TIFF_SUFFIXES:
+    if path.suffix.lower() in WINDOWED_SUFFIXES:  # georeferenced by the file itself
         with load_image(path, crs=image_crs) as raster:
             georef, width, height = raster.georef, raster.width, raster.height
     else:
@@ -1096,11 +1096,11 @@ def _interrupts_kept() -> Iterator[None]:
 
 
 def _read_ahead(task: ImageTask) -> bool:
-    """Whether :func:`_run_here` may read ``task``'s image while another is traced: a GeoTIFF
-    (opened, read window by window), or a file of at most ``READ_AHEAD_BYTES`` (two images
-    in memory at once)."""
+    """Whether :func:`_run_here` may read ``task``'s image while another is traced: a GeoTIFF,
+    JPEG 2000, … (opened, read window by window), or a file of at most ``READ_AHEAD_BYTES``
+    (two images in memory at once)."""
     try:
-        return (Path(task.image).suffix.lower() in TIFF_SUFFIXES
+        return (Path(task.image).suffix.lower() in WINDOWED_SUFFIXES
                 or os.path.getsize(task.image) <= READ_AHEAD_BYTES)
     except OSError:  # missing: process_image reports it
         return False

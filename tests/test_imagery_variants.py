@@ -450,3 +450,16 @@ def test_an_aux_xml_of_statistics_only_leaves_the_image_without_georeferencing(t
         '<PAMDataset><PAMRasterBand band="1"><Metadata><MDI key="STATISTICS_MEAN">80'
         "</MDI></Metadata></PAMRasterBand></PAMDataset>")
     assert load_image(image).georef is None
+
+
+def test_batch_finds_the_footprint_of_a_jpeg_2000_by_its_own_georeferencing(tmp_path):
+    from core.batch import image_footprint
+
+    image = tmp_path / "ortho.jp2"
+    with rasterio.open(image, "w", driver="JP2OpenJPEG", width=50, height=40, count=3,
+                       dtype="uint8", crs=UTM54, transform=TRANSFORM) as dataset:
+        dataset.write(np.moveaxis(small_rgb(), -1, 0))
+    box = image_footprint(image, None)
+    corners = expected_lonlat(TRANSFORM, np.array([[-0.5, -0.5], [49.5, 39.5]]))
+    np.testing.assert_allclose(box[[0, 2]], sorted(corners[:, 0]), atol=1e-6)
+    np.testing.assert_allclose(box[[1, 3]], sorted(corners[:, 1]), atol=1e-6)
