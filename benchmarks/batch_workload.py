@@ -3,7 +3,7 @@
 The same 1728 segments as docs/BENCHMARKS.md's batch workload for N = 96 (the sample's six
 ground-truth centrelines per tile, one vertex every 40 px), as PNG tiles and seeds in pixel
 coordinates naming their tile (``properties.image``), so it runs where rasterio and pyproj are
-not installed (the GPU machine).
+not installed (e.g. a GPU machine with the `gpu` extra alone).
 
 Usage: ``python benchmarks/batch_workload.py FOLDER N``, then
 ``python main.py batch FOLDER/images --seeds FOLDER/seeds.geojson -o FOLDER/out --backend gpu``.

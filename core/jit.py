@@ -89,15 +89,15 @@ def tracer_compiled() -> bool:
     """
     import inspect
 
-    from numba.core.caching import CompileResultCacheImpl
-
     from core.links import _integrate_links
 
-    try:
+    try:  # numba's own cache layout (internal: where it changes, say nothing)
+        from numba.core.caching import CompileResultCacheImpl
+
         cache = CompileResultCacheImpl(_integrate_links.py_func)
-    except RuntimeError:  # no cache folder numba can use: nothing is ever cached
+        index = os.path.join(cache.locator.get_cache_path(), f"{cache.filename_base}.nbi")
+    except (ImportError, AttributeError, RuntimeError):  # RuntimeError: no usable cache folder
         return True
-    index = os.path.join(cache.locator.get_cache_path(), f"{cache.filename_base}.nbi")
     source = inspect.getfile(_integrate_links.py_func)
     try:
         return os.path.getmtime(index) >= os.path.getmtime(source)
