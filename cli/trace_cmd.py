@@ -268,7 +268,7 @@ def result_record(results: list, image: str, note: str, load_ms: float) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     from core.georef import sidecar_files
-    from core.output import refuse_overwriting_input, write_text_or_stdout
+    from core.output import printable, refuse_overwriting_input, write_text_or_stdout
     from core.raster import load_image
     from core.surface import UNKNOWN_GROUND_NOTE
     from core.tracer import (
@@ -315,7 +315,6 @@ def run(args: argparse.Namespace) -> int:
             coordinate_space,
             feature_collection,
             pixel_space_note,
-            trace_feature,
             traced_line_feature,
         )
 
@@ -327,11 +326,10 @@ def run(args: argparse.Namespace) -> int:
     load_ms = 1e3 * (time.perf_counter() - start) - sum(result.timings_ms["total"]
                                                          for result in results)
     if geojson:
-        feature = trace_feature(results[0], raster, crs=args.crs) if len(results) == 1 else \
-            traced_line_feature(results, raster, {"params": params.as_dict()}, args.crs)
+        feature = traced_line_feature(results, raster, {"params": params.as_dict()}, args.crs)
         document = feature_collection([feature], raster, args.crs)
     else:
-        document = result_record(results, args.image, backend_note, load_ms)
+        document = result_record(results, printable(args.image), backend_note, load_ms)
     text = json.dumps(document, indent=None if geojson else 1)
     # A closed pipe (trace ... | true) drops the output quietly, with the exit status of a
     # command ended by SIGPIPE.

@@ -10,7 +10,12 @@ Coordinates, chosen by the ``crs`` argument and the raster's georeferencing
   2008 style, read by GDAL/QGIS);
 * an image without georeferencing (or whose world file names no CRS): pixel (x, y) =
   (column, row) with integer values at pixel centres, marked by
-  ``"coordinate_space": "pixel"`` and a ``"coordinate_note"`` in the collection.
+  ``"coordinate_space": "pixel"``, a ``"coordinate_note"`` and a ``"crs"`` member naming a
+  local (engineering) CRS of pixels, :data:`PIXEL_CRS` (without one, GIS tools would read the
+  pixels as longitude/latitude).
+
+A CRS is named by its EPSG code only where it is that code's CRS
+(:func:`core.georef.epsg_code`), else by its WKT.
 
 Every feature also carries its pixel coordinates in ``properties["pixels"]``.
 
@@ -28,8 +33,8 @@ import os
 import numpy as np
 
 from core.errors import BadParameter
-from core.georef import GIVE_THE_CRS, GeorefError
-from core.output import write_text_atomic
+from core.georef import GIVE_THE_CRS, GeorefError, epsg_code
+from core.output import printable, write_text_atomic
 from core.raster import Raster
 from core.tracer import join_legs
 
@@ -44,6 +49,11 @@ PIXEL_DECIMALS = 3
 #: Largest longitude (degrees) exported: beyond it the image's CRS must be wrong (within it,
 #: a longitude past ±180° is an image across the antimeridian).
 MAX_LONGITUDE = 360.0
+
+#: The CRS of coordinates in pixels (WKT 1, which GDAL reads as ``LOCAL_CS``): x = column
+#: (east), y = row (south), in pixels.
+PIXEL_CRS = ('LOCAL_CS["image pixels",LOCAL_DATUM["image",32767],UNIT["pixel",1],'
+             'AXIS["column (x)",EAST],AXIS["row (y)",SOUTH]]')
 
 PIXEL_SPACE_NOTE = ("coordinates are image pixels (x = column, y = row, integer values at "
                     "pixel centres), not longitude/latitude: the image has no georeferencing")
@@ -167,10 +177,11 @@ def line_feature(pixels: np.ndarray, raster: Raster, properties: dict | None = N
     raster : Raster
         The image it was traced on (its ``path`` and ``georef`` are used).
     properties : dict, optional
-        Added to the feature's properties (``source_image`` and ``pixels`` are always set).
+        Added to the feature's properties (``source_image``, the image's file name, and
+        ``pixels`` are always set).
     crs : {"wgs84", "source"}
     """
-    props = {"source_image": os.path.basename(raster.path) if raster.path else None,
+    props = {"source_image": printable(os.path.basename(raster.path)) if raster.path else None,
              "pixels": np.round(np.asarray(pixels, dtype=np.float64), PIXEL_DECIMALS).tolist()}
     props.update(properties or {})
     parts = coordinates(pixels, raster, crs)
@@ -182,12 +193,15 @@ def line_feature(pixels: np.ndarray, raster: Raster, properties: dict | None = N
 def traced_line_feature(results: list, raster: Raster, properties: dict | None = None,
                         crs: str = "wgs84") -> dict:
     """A Feature for a line traced leg by leg (:func:`core.tracer.trace_through`'s results,
-    :class:`core.tracer.TraceResult` per leg, in order): the legs joined into one polyline.
+    :class:`core.tracer.TraceResult` per leg, in order; one for a line traced in one piece):
+    the legs joined into one polyline. Every traced line written (``trace``, batch) is one,
+    with the same properties whatever its number of legs.
 
     Properties: ``kind`` ("road" or "river": the line kind it was traced as, for a GIS to
     filter by), ``score`` (the legs' sum), ``segment_scores`` and ``link_scores`` (per leg),
-    ``anchors_px`` (where the legs start and end), ``segment_params`` (each leg's guides,
-    points and half-width), ``backend``, plus ``properties`` (e.g. the ``params`` asked for).
+    ``anchors_px`` (where the legs start and end), ``segment_params`` (each leg's resolved
+    guides, points and half-width), ``backend``, plus ``properties`` (e.g. the ``params``
+    asked for); pixels and half-widths rounded to :data:`PIXEL_DECIMALS`.
     """
     polyline, anchors = join_legs(results)
     props = {
@@ -195,9 +209,10 @@ def traced_line_feature(results: list, raster: Raster, properties: dict | None =
         "score": round(float(sum(r.score for r in results)), 6),
         "segment_scores": [round(float(r.score), 6) for r in results],
         "link_scores": [[round(float(v), 6) for v in r.link_scores] for r in results],
-        "anchors_px": np.round(anchors, 3).tolist(),
+        "anchors_px": np.round(anchors, PIXEL_DECIMALS).tolist(),
         "segment_params": [{"guides": r.params.guides, "points": r.params.points,
-                            "halfwidth": r.params.halfwidth} for r in results],
+                            "halfwidth": round(float(r.params.halfwidth), PIXEL_DECIMALS)}
+                           for r in results],
         "backend": results[0].backend,
     }
     props.update(properties or {})
@@ -244,38 +259,22 @@ def antimeridian_parts(lonlat: np.ndarray, decimals: int = LONLAT_DECIMALS) -> l
     return [part for part in parts if len(part) >= 2] or parts[:1]
 
 
-def trace_feature(result, raster: Raster, properties: dict | None = None,
-                  crs: str = "wgs84") -> dict:
-    """A Feature for one :class:`core.tracer.TraceResult` with its score, parameters, anchors.
-
-    Properties: ``score``, ``link_scores`` (m+1 values), ``anchors_px`` ([a, b] in pixels),
-    ``params`` (resolved), ``backend``, plus ``source_image`` and ``pixels``.
-    """
-    props = {
-        "score": round(float(result.score), 6),
-        "link_scores": [round(float(v), 6) for v in result.link_scores],
-        "anchors_px": [result.polyline[0].tolist(), result.polyline[-1].tolist()],
-        "params": result.params.as_dict(),
-        "backend": result.backend,
-    }
-    props.update(properties or {})
-    return line_feature(result.polyline, raster, props, crs)
-
-
 def feature_collection(features: list[dict], raster: Raster, crs: str = "wgs84") -> dict:
     """A FeatureCollection that says which coordinates it holds.
 
     ``"coordinate_space"`` is ``"lonlat"`` (RFC 7946), ``"source"`` (with a ``"crs"``
-    member naming the CRS) or ``"pixel"`` (with a ``"coordinate_note"``).
+    member naming the CRS: its EPSG code where it is an EPSG one, else its WKT) or ``"pixel"``
+    (with a ``"coordinate_note"`` and a ``"crs"`` member naming :data:`PIXEL_CRS`).
     """
     space = coordinate_space(raster, crs)
     document = {"type": "FeatureCollection", "coordinate_space": space}
     if space == "pixel":
         document["coordinate_note"] = pixel_space_note(raster)
+        document["crs"] = {"type": "name", "properties": {"name": PIXEL_CRS}}
     else:
         document["source_crs"] = raster.georef.crs_name
     if space == "source":
-        code = raster.georef.crs.to_epsg()
+        code = epsg_code(raster.georef.crs)
         name = f"urn:ogc:def:crs:EPSG::{code}" if code is not None else raster.georef.crs_name
         document["crs"] = {"type": "name", "properties": {"name": name}}
     document["features"] = features

@@ -95,10 +95,11 @@ class Georef:
 
     @property
     def crs_name(self) -> str | None:
-        """``"EPSG:32654"`` when the CRS has an EPSG code, else its WKT; None without a CRS."""
+        """``"EPSG:32654"`` when the CRS is an EPSG one (:func:`epsg_code`), else its WKT; None
+        without a CRS."""
         if self.crs is None:
             return None
-        code = self.crs.to_epsg()
+        code = epsg_code(self.crs)
         return f"EPSG:{code}" if code is not None else self.crs.to_wkt()
 
     def pixel_to_map(self, points) -> np.ndarray:
@@ -402,10 +403,27 @@ def check_map_crs(crs: pyproj.CRS | None, where: str,
                 "projected or geographic CRS")
 
 
+def epsg_code(crs: pyproj.CRS) -> int | None:
+    """The EPSG code of ``crs`` where that code's definition is ``crs`` itself, else None.
+
+    PROJ's best match (``crs.to_epsg()``) may be one of the same projection on another datum:
+    UTM zone 33 on the International 1924 ellipsoid with no datum matches EPSG:23033 (ED50),
+    whose datum shift moves points by some 100 m. A code is kept where PROJ identifies ``crs``
+    with it for sure (100 %: equivalent, with the same name) or where the code's definition
+    equals ``crs`` (but for a geographic CRS's axis order).
+    """
+    code = crs.to_epsg()
+    if code is None:
+        return None
+    exact = (crs.to_epsg(min_confidence=100) == code
+             or _pyproj().CRS.from_epsg(code).equals(crs, ignore_axis_order=True))
+    return code if exact else None
+
+
 def crs_label(crs: pyproj.CRS) -> str:
     """A CRS in a few words for a message: ``EPSG:32654 (WGS 84 / UTM zone 54N)``, or its
-    quoted name where it has no EPSG code."""
-    code = crs.to_epsg()
+    quoted name where it is no EPSG one (:func:`epsg_code`)."""
+    code = epsg_code(crs)
     return f"EPSG:{code} ({crs.name})" if code is not None else repr(crs.name)
 
 

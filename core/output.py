@@ -39,7 +39,8 @@ SPECIAL_FOLDERS = ("/dev/", "/proc/")
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` so that readers see the old file or the whole new one.
+    """Write ``text`` (UTF-8) to ``path`` so that readers see the old file or the whole new one,
+    also after a crash (the new file's data reach the disk before it replaces the old one).
 
     A symbolic link is followed (its target is replaced, the link stays); an existing file
     keeps its permission bits (a new one gets those ``open()`` would give) and is replaced only
@@ -81,6 +82,8 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     try:
         with os.fdopen(handle, "wb") as stream:
             stream.write(data)
+            stream.flush()
+            os.fsync(stream.fileno())  # on disk before the rename: no empty file after a crash
         os.chmod(temporary, keep)  # mkstemp makes 0600
         os.replace(temporary, target)
     except BaseException as exc:  # also an interrupt: never leave the temporary file behind

@@ -51,6 +51,7 @@ from core.georef import (
     read_georef,
     world_file_candidates,
 )
+from core.output import printable
 from core.resources import check_decode_memory
 
 #: TIFF file suffixes (lower case).
@@ -390,8 +391,9 @@ def _open_dataset(path: str):
     Raises
     ------
     ImageReadError
-        If GDAL cannot open the file as an image (:class:`GeorefError` if the ``.aux.xml``
-        beside it is none, :func:`_check_aux_xml`).
+        If GDAL cannot open the file as an image, or its name is not UTF-8 (rasterio passes
+        names to GDAL in UTF-8); :class:`GeorefError` if the ``.aux.xml`` beside it is none
+        (:func:`_check_aux_xml`).
     """
     import rasterio
     from rasterio.errors import NotGeoreferencedWarning, RasterioError
@@ -414,6 +416,9 @@ def _open_dataset(path: str):
     except RasterioError as exc:
         raise ImageReadError(f"{path} is not an image this program can read "
                              f"({READABLE_FORMATS}; GDAL: {_detail(exc, path)})") from None
+    except UnicodeEncodeError:  # bytes of the name that are not UTF-8 (lone surrogates)
+        raise ImageReadError(f"cannot read {printable(path)}: its name is not UTF-8, which GDAL "
+                             "needs to open it; rename the file") from None
 
 
 def _dataset_georef(dataset, path: str, crs) -> Georef | RpcGeoref | None:

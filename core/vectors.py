@@ -10,9 +10,11 @@ says:
 * ``"coordinate_space": "pixel"`` (roadtracer's export of an image without georeferencing):
   pixel (x, y) of this image;
 * a ``"crs"`` member naming a projected CRS (roadtracer's ``--crs source`` export, or older
-  GeoJSON): map coordinates in that CRS;
-* otherwise WGS84 longitude/latitude, projected through the image's georeferencing; a feature
-  whose ``properties.image`` names this image is in its pixels and one naming another image is
+  GeoJSON: type ``"name"``, or ``"EPSG"`` with a code): map coordinates in that CRS; any other
+  ``"crs"`` member (type ``"link"``, …) is an error naming it;
+* otherwise WGS84 longitude/latitude, projected through the image's georeferencing (the
+  parts of a MultiLineString cut at the antimeridian read as one line again); a feature whose
+  ``properties.image`` names this image is in its pixels and one naming another image is
   skipped.
 
 A line exported by roadtracer carries its anchors in pixels (``anchors`` from the app,
@@ -44,6 +46,7 @@ from itertools import chain
 import numpy as np
 
 from core.errors import BadParameter
+from core.geojson import MAX_LONGITUDE
 from core.georef import parse_crs, transform_points, wgs84, world_shift
 from core.jit import numba
 from core.output import read_json, shortened
@@ -96,8 +99,11 @@ MAX_LINE_VERTICES = 100_000
 
 def feature_lines(feature, index: int, lonlat: bool = True) -> tuple[list[Seed], list[Failure]]:
     """The seed lines of one GeoJSON feature (``index``: its place in the file), or why it is
-    not one. With ``lonlat``, vertices of features naming no image must be longitude/latitude;
-    without, they are taken as they are (a document in pixels or a projected CRS)."""
+    not one. With ``lonlat``, vertices of features naming no image must be longitude/latitude
+    (longitudes within ±:data:`core.geojson.MAX_LONGITUDE`, as an image across the
+    antimeridian gives), and MultiLineString parts cut at the antimeridian are one line again
+    (:func:`joined_at_antimeridian`); without, they are taken as they are (a document in
+    pixels or a projected CRS)."""
     if not isinstance(feature, dict) or feature.get("type") != "Feature":
         return [], [Failure(f"feature #{index} is not a GeoJSON Feature", f"#{index}")]
     feature_id = feature.get("id")
@@ -125,14 +131,18 @@ def feature_lines(feature, index: int, lonlat: bool = True) -> tuple[list[Seed],
     else:
         return [], [Failure(f"geometry type {kind!r} is not a LineString or "
                             "MultiLineString", seed_id)]
-    seeds, failures = [], []
+    lines, failures = [], []
     for part_id, coords in parts:
         try:
-            vertices = line_vertices(coords)
+            lines.append((part_id, line_vertices(coords)))
         except BadParameter as exc:
             failures.append(Failure(str(exc), part_id))
-            continue
-        if lonlat and image is None and (np.abs(vertices[:, 0]).max() > 180
+    if lonlat and image is None:
+        joined = joined_at_antimeridian(lines)
+        lines = [(seed_id, joined[0][1])] if len(joined) == 1 < len(lines) else joined
+    seeds = []
+    for part_id, vertices in lines:
+        if lonlat and image is None and (np.abs(vertices[:, 0]).max() > MAX_LONGITUDE
                                            or np.abs(vertices[:, 1]).max() > 90):
             failures.append(Failure(
                 f"vertex {vertices[np.argmax(np.abs(vertices).max(1))].tolist()} is not "
@@ -141,6 +151,30 @@ def feature_lines(feature, index: int, lonlat: bool = True) -> tuple[list[Seed],
         else:
             seeds.append(Seed(part_id, vertices, image, properties))
     return seeds, failures
+
+
+def joined_at_antimeridian(lines: list[tuple[str, np.ndarray]]) -> list[tuple[str, np.ndarray]]:
+    """Longitude/latitude lines (id, vertices of shape (N, 2)), each one that begins on the
+    antimeridian (±180°) where the one before it ends, at the same latitude, joined to that
+    one: the parts of a line cut there (RFC 7946, 3.1.9, as :func:`core.geojson.coordinates`
+    writes them) one line again, its longitudes moved by 360° to continue past ±180°. A
+    joined line keeps its first part's id."""
+    joined = []
+    for line_id, vertices in lines:
+        if joined and _meet_on_antimeridian(joined[-1][1][-1], vertices[0]):
+            first_id, before = joined[-1]
+            shift = 360.0 * np.round((before[-1, 0] - vertices[0, 0]) / 360.0)
+            joined[-1] = (first_id, np.vstack([before, vertices[1:] + [shift, 0.0]]))
+        else:
+            joined.append((line_id, vertices))
+    return joined
+
+
+def _meet_on_antimeridian(end: np.ndarray, start: np.ndarray) -> bool:
+    """Whether lon/lat points ``end`` and ``start`` are one point on the antimeridian (each at
+    ±180°, or a turn of 360° further, at the same latitude)."""
+    return bool(np.abs(end[0]) % 360.0 == 180.0 and np.abs(start[0]) % 360.0 == 180.0
+                and end[1] == start[1])
 
 
 def line_vertices(coords, key: str | None = None) -> np.ndarray:
@@ -231,12 +265,12 @@ def read_seeds(path: str | os.PathLike) -> tuple[list[Seed], list[Failure]]:
     Raises
     ------
     BadParameter
-        If the file cannot be read, is not a GeoJSON object at all, or names a CRS PROJ does
-        not know.
+        If the file cannot be read, is not a GeoJSON object at all, or its ``crs`` member is
+        not read (:func:`crs_member_name`) or names a CRS PROJ does not know.
     """
     seeds, failures = [], []
     document = read_json(path, "seeds file")
-    space, crs = _coordinates_of(document)
+    space, crs = _coordinates_of(document, path)
     for index, feature in enumerate(geojson_features(document, path)):
         found, bad = feature_lines(feature, index, lonlat=space != "source")
         failures += bad
@@ -560,7 +594,8 @@ def read_lines(path: str | os.PathLike, raster: Raster, image_name: str,
     Raises
     ------
     BadParameter
-        If the file cannot be read, is not GeoJSON, or names a CRS PROJ does not know.
+        If the file cannot be read, is not GeoJSON, or its ``crs`` member is not read
+        (:func:`crs_member_name`) or names a CRS PROJ does not know.
     GeorefError
         If PROJ cannot transform from the CRS it names to the image's.
     ReadStopped
@@ -576,7 +611,7 @@ def _lines_on_image(document, path, raster: Raster, image_name: str,
     """:func:`read_lines` of the GeoJSON ``document`` read from ``path``; each feature is
     dropped from it once read (it is freed in short steps, before the collector runs again)."""
     features = geojson_features(document, path)
-    space, crs = _coordinates_of(document)
+    space, crs = _coordinates_of(document, path)
     georef = raster.georef
     centre = centre_longitude(raster) if space == "lonlat" and georef is not None \
         and georef.crs is not None else None
@@ -648,18 +683,49 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _coordinates_of(document) -> tuple[str, object]:
-    """("pixel" | "source" | "lonlat", the source pyproj CRS or None) of a GeoJSON document."""
+def _coordinates_of(document, path) -> tuple[str, object]:
+    """("pixel" | "source" | "lonlat", the source pyproj CRS or None) of a GeoJSON document
+    read from ``path``: pixels where its ``coordinate_space`` says so, else the CRS its
+    ``crs`` member names (:func:`crs_member_name`), else longitude/latitude.
+
+    Raises
+    ------
+    BadParameter
+        As :func:`crs_member_name`, or naming the CRS when PROJ does not know it.
+    """
     if not isinstance(document, dict):
         return "lonlat", None
     if document.get("coordinate_space") == "pixel":
         return "pixel", None
-    member = document.get("crs")
-    properties = member.get("properties") if isinstance(member, dict) else None
-    name = properties.get("name") if isinstance(properties, dict) else None
-    if not isinstance(name, str) or name in LONLAT_NAMES:
+    name = crs_member_name(document.get("crs"), path)
+    if name is None or name in LONLAT_NAMES:
         return "lonlat", None
     return "source", parse_crs(name)
+
+
+def crs_member_name(member, path) -> str | None:
+    """The CRS that the GeoJSON 2008 ``crs`` member of the document read from ``path`` names:
+    its ``properties.name`` for type ``"name"``, ``"EPSG:<code>"`` for type ``"EPSG"`` (an
+    older form GDAL reads too); None where it names none (no member, or one without a
+    ``properties`` object: RFC 7946 longitude/latitude).
+
+    Raises
+    ------
+    BadParameter
+        Naming the member when it has properties but names no CRS so (type ``"link"``, a CRS
+        in another file, or any other): its coordinates would be read in the wrong CRS.
+    """
+    properties = member.get("properties") if isinstance(member, dict) else None
+    if not isinstance(properties, dict):
+        return None
+    kind, name, code = member.get("type"), properties.get("name"), properties.get("code")
+    if kind == "name" and isinstance(name, str):
+        return name
+    if kind == "EPSG" and isinstance(code, int | str) and str(code).isdigit():
+        return f"EPSG:{code}"
+    raise BadParameter(f'{path}: its "crs" member {shortened(member)} is not read: give '
+                       '{"type": "name", "properties": {"name": "EPSG:…"}} (or type "EPSG" '
+                       'with properties.code), or no "crs" for longitude/latitude')
 
 
 def _to_pixels(seed: Seed, space: str, crs, raster: Raster, centre: float | None) -> np.ndarray:

@@ -127,6 +127,48 @@ def test_unreadable_image(capsys, tmp_path):
     assert f"error: {bad} is not an image this program can read" in err
 
 
+def test_an_image_name_that_is_not_utf_8(capsys, tmp_path):
+    """Such a name is written as escapes (valid Unicode), or refused in one line where GDAL
+    would read the image."""
+    png = os.fsdecode(os.fsencode(tmp_path / "r") + b"\xf6ad.png")
+    shutil.copy(SAMPLE_IMAGE, png)
+    for output, field in (("json", lambda document: document["image"]),
+                          ("geojson", lambda document: document["features"][0]["properties"][
+                              "source_image"])):
+        code, out, _ = run_cli(capsys, png, "--a", A, "--b", B, "--backend", "cpu",
+                               "--format", output, "--quiet")  # notes: stderr escapes them
+        assert code == 0
+        out.encode("utf-8")  # no lone surrogate, which strict JSON parsers refuse
+        assert field(json.loads(out)).endswith("r\\xf6ad.png")
+    tif = png[:-4] + ".tif"
+    iio.imwrite(tmp_path / "road.tif", np.zeros((8, 8, 3), np.uint8))
+    os.rename(tmp_path / "road.tif", tif)
+    code, out, err = run_cli(capsys, tif, "--a", "1,1", "--b", "6,6")
+    assert (code, out) == (2, "")
+    assert err == (f"error: cannot read {tmp_path}/r\\xf6ad.tif: its name is not UTF-8, which "
+                   "GDAL needs to open it; rename the file\n")
+
+
+def test_geojson_properties_are_the_same_with_or_without_via_points(capsys):
+    """One schema for a GIS that merges outputs: the same properties, of the same types."""
+    features = []
+    for via in ((), ("--via", "455,215")):
+        code, out, _ = run_cli(capsys, SAMPLE_IMAGE, "--a", A, *via, "--b", B, "--backend",
+                               "cpu", "--format", "geojson")
+        assert code == 0
+        features.append(json.loads(out)["features"][0]["properties"])
+    single, legs = features
+    assert {key: type(value) for key, value in single.items()} == {
+        key: type(value) for key, value in legs.items()}
+    assert (len(single["link_scores"]), len(legs["link_scores"])) == (1, 2)  # per leg
+    assert single["anchors_px"] == [[430.0, 241.0], [486.0, 172.0]]
+    for properties in features:
+        assert properties["kind"] == "road"
+        assert properties["params"]["halfwidth"] is None  # as asked for: scales with the leg
+        for leg in properties["segment_params"]:
+            assert leg["halfwidth"] == round(leg["halfwidth"], 3)
+
+
 def test_unwritable_output(capsys, tmp_path):
     code, _, err = run_cli(capsys, SAMPLE_IMAGE, "--a", A, "--b", B, "--backend", "cpu",
                            "-o", tmp_path / "no" / "such" / "dir.json")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import warnings
 
@@ -15,15 +16,16 @@ from core.backend import CpuBackend
 from core.errors import BadParameter, OutputWriteError
 from core.geojson import (
     NO_CRS_NOTE,
+    PIXEL_CRS,
     PIXEL_SPACE_NOTE,
     coordinate_decimals,
     feature_collection,
     line_feature,
-    trace_feature,
+    traced_line_feature,
     write_geojson,
 )
 from core.georef import GeorefError
-from core.raster import load_image
+from core.raster import Raster, load_image
 from core.tracer import TraceParams, trace
 from tests.conftest import SAMPLE_IMAGE
 from tests.test_georef import TRANSFORM, UTM54, sample_pixels, write_geotiff, write_world_file
@@ -51,7 +53,7 @@ def decimals_of(value: float) -> int:
 def test_lonlat_document(geotiff):
     with load_image(geotiff) as raster:
         result = trace(raster, A, B, TraceParams(max_angle=40), CpuBackend())
-        feature = trace_feature(result, raster, {"note": "x"})
+        feature = traced_line_feature([result], raster, {"note": "x"})
         document = feature_collection([feature], raster)
         georef = raster.georef
     collection = validated(document)
@@ -70,10 +72,12 @@ def test_lonlat_document(geotiff):
     props = document["features"][0]["properties"]
     assert props["source_image"] == "gsi_108_utm.tif"
     assert props["score"] == pytest.approx(result.score, abs=1e-6)
-    assert len(props["link_scores"]) == len(result.link_scores)
+    assert [len(scores) for scores in props["link_scores"]] == [len(result.link_scores)]
     assert props["anchors_px"] == [list(A), list(B)]
-    assert props["params"]["max_angle"] == 40
-    assert props["params"]["guides"] == result.params.guides
+    assert props["segment_params"] == [{"guides": result.params.guides,
+                                        "points": result.params.points,
+                                        "halfwidth": round(result.params.halfwidth, 3)}]
+    assert props["kind"] == "road"
     assert props["backend"] == "cpu"
     assert props["note"] == "x"
     np.testing.assert_allclose(props["pixels"], result.polyline, atol=1e-3)
@@ -95,14 +99,54 @@ def test_source_crs_document(geotiff):
 def test_pixel_space_document():
     raster = load_image(SAMPLE_IMAGE)
     result = trace(raster, A, B, backend=CpuBackend())
-    document = feature_collection([trace_feature(result, raster)], raster)
+    document = feature_collection([traced_line_feature([result], raster)], raster)
     validated(document)
     assert document["coordinate_space"] == "pixel"
     assert document["coordinate_note"] == PIXEL_SPACE_NOTE
+    # A GIS reads coordinates without a crs member as lon/lat: this one says pixels.
+    assert document["crs"] == {"type": "name", "properties": {"name": PIXEL_CRS}}
     np.testing.assert_allclose(document["features"][0]["geometry"]["coordinates"],
                                result.polyline, atol=1e-3)
     # The source-CRS option changes nothing without georeferencing.
     assert feature_collection([], raster, crs="source")["coordinate_space"] == "pixel"
+
+
+def test_the_pixel_crs_is_a_local_crs_of_columns_and_rows():
+    import pyproj
+    from rasterio.crs import CRS
+
+    crs = pyproj.CRS.from_user_input(PIXEL_CRS)
+    assert crs.type_name == "Engineering CRS"
+    assert [(axis.direction, axis.unit_name) for axis in crs.axis_info] == [
+        ("east", "pixel"), ("south", "pixel")]
+    assert CRS.from_user_input(PIXEL_CRS).to_wkt().startswith('LOCAL_CS["image pixels"')  # GDAL
+
+
+@pytest.mark.parametrize("crs", ["+proj=utm +zone=33 +ellps=intl +units=m +no_defs",
+                                 "+proj=utm +zone=54 +ellps=bessel +units=m +no_defs"])
+def test_a_crs_with_no_datum_is_named_by_its_wkt_not_a_near_epsg_code(tmp_path, crs):
+    """PROJ's best EPSG match of these (EPSG:23033, ED50; EPSG:3095, Tokyo) has a datum shift
+    of some 100 m that the image's CRS has not."""
+    import pyproj
+
+    path = tmp_path / "no_datum.tif"
+    write_geotiff(path, sample_pixels()[:64, :64], crs=crs,
+                  transform=TRANSFORM.__class__(0.5, 0, 500000, 0, -0.5, 4000000))
+    with load_image(path) as raster:
+        document = feature_collection([line_feature(np.array([A, B]) / 10, raster,
+                                                    crs="source")], raster, crs="source")
+        image_crs = raster.georef.crs
+    name = document["crs"]["properties"]["name"]
+    assert document["source_crs"] == name
+    assert name.startswith("PROJCRS[")
+    assert pyproj.CRS.from_user_input(name).equals(image_crs)
+
+
+def test_a_file_name_that_is_not_utf_8_is_written_as_escapes():
+    raster = Raster(np.zeros((20, 20, 3), np.float32), os.fsdecode(b"/images/r\xf6ad.png"))
+    feature = line_feature(np.array([[1.0, 2.0], [15.0, 12.0]]), raster)
+    assert feature["properties"]["source_image"] == "r\\xf6ad.png"
+    json.dumps(feature, ensure_ascii=False).encode("utf-8")  # valid Unicode: no lone surrogate
 
 
 def test_world_file_without_crs_stays_in_pixels(tmp_path):

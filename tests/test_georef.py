@@ -30,6 +30,9 @@ from core.georef import (
     Georef,
     GeorefError,
     RpcGeoref,
+    crs_label,
+    epsg_code,
+    parse_crs,
     read_georef,
     read_world_file,
     world_file_candidates,
@@ -414,6 +417,23 @@ def test_bad_prj_and_bad_crs_option(tmp_path):
     (tmp_path / "x.prj").write_text("not a crs")
     with pytest.raises(GeorefError, match="x.prj"):
         load_image(image)
+
+
+@pytest.mark.parametrize(("crs", "code"), [
+    (UTM54, 32654),
+    ("+proj=utm +zone=54 +datum=WGS84 +units=m +no_defs", 32654),
+    ("+proj=longlat +datum=WGS84 +no_defs", 4326),
+    (pyproj.CRS.from_epsg(6677).to_wkt("WKT1_ESRI"), 6677),  # a .prj: northing, easting
+    # PROJ's best match is EPSG:23033 (ED50) and EPSG:3095 (Tokyo): other datums, ~100 m off.
+    ("+proj=utm +zone=33 +ellps=intl +units=m +no_defs", None),
+    ("+proj=utm +zone=54 +ellps=bessel +units=m +no_defs", None),
+])
+def test_an_epsg_code_names_only_the_crs_itself(crs, code):
+    crs = parse_crs(crs)
+    assert epsg_code(crs) == code
+    name = Georef(TRANSFORM, crs, "test").crs_name
+    assert name == (f"EPSG:{code}" if code else crs.to_wkt())
+    assert crs_label(crs).startswith(f"EPSG:{code} (" if code else "'")
 
 
 @pytest.mark.parametrize(("crs", "kind"), [("EPSG:4978", "geocentric"),

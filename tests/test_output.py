@@ -89,6 +89,20 @@ def test_a_file_that_may_not_be_written_is_left_as_it_was(tmp_path, monkeypatch)
     assert sorted(item.name for item in tmp_path.iterdir()) == ["read-only.json"]
 
 
+def test_the_new_file_is_on_disk_before_it_replaces_the_old_one(tmp_path, monkeypatch):
+    """A crash after the rename must not leave an empty file where the old one was."""
+    calls = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: calls.append(("fsync", os.fstat(fd).st_size))
+                        or real_fsync(fd))
+    monkeypatch.setattr(os, "replace", lambda *paths: calls.append(("replace",))
+                        or real_replace(*paths))
+    (tmp_path / "x.json").write_text("old")
+    write_text_atomic(tmp_path / "x.json", "new text")
+    assert calls == [("fsync", len("new text")), ("replace",)]
+    assert (tmp_path / "x.json").read_text() == "new text"
+
+
 def test_a_path_ending_in_a_separator_never_replaces_a_file(tmp_path):
     path = tmp_path / "report.json"
     path.write_text("old")

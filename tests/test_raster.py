@@ -63,6 +63,18 @@ def test_missing_and_corrupt_files_raise_clear_errors(tmp_path):
         load_image(tmp_path / "empty.jpg")
 
 
+def test_an_image_whose_name_is_not_utf_8_is_one_clear_error(tmp_path):
+    """rasterio hands GDAL file names in UTF-8: a name of other bytes cannot be opened."""
+    pytest.importorskip("rasterio")
+    iio.imwrite(tmp_path / "road.tif", np.zeros((8, 8, 3), np.uint8))
+    name = os.fsdecode(os.fsencode(tmp_path / "r") + b"\xf6ad.tif")
+    os.rename(tmp_path / "road.tif", name)
+    with pytest.raises(ImageReadError) as error:
+        load_image(name)
+    assert str(error.value) == (f"cannot read {tmp_path}/r\\xf6ad.tif: its name is not UTF-8, "
+                                "which GDAL needs to open it; rename the file")
+
+
 def test_cmyk_jpeg_and_gif_read_as_rgb(tmp_path):
     from PIL import Image
 

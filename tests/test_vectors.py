@@ -8,6 +8,7 @@ import pytest
 
 from core.errors import BadParameter
 from core.georef import Georef, parse_crs, transform_points, wgs84
+from core.output import shortened
 from core.raster import Raster
 from core.tracer import TraceParams
 from core.vectors import read_lines, read_seeds
@@ -214,6 +215,107 @@ def test_seeds_in_the_projected_crs_their_file_names_are_read_as_lon_lat(tmp_pat
     # Without the member the same numbers are no longitudes and latitudes.
     seeds, (failure,) = read_seeds(write(tmp_path, collection(utm)))
     assert seeds == []
+    assert "not longitude/latitude" in failure.reason
+
+
+def test_a_crs_member_of_type_epsg_is_read_and_others_are_named(tmp_path):
+    raster = georeferenced_raster()
+    utm = raster.georef.pixel_to_map(PIXELS)
+    for code in (32654, "32654"):  # GeoJSON before 2008, which GDAL reads too
+        document = collection(utm, crs={"type": "EPSG", "properties": {"code": code}})
+        (line,), failures = read_lines(write(tmp_path, document), raster, "scene.tif")
+        assert failures == []
+        np.testing.assert_allclose(line.anchors, PIXELS, atol=1e-6)
+        (seed,), _ = read_seeds(write(tmp_path, document))
+        np.testing.assert_allclose(seed.vertices, raster.georef.pixel_to_lonlat(PIXELS))
+    link = {"type": "link", "properties": {"href": "http://example.com/crs/42", "type": "proj4"}}
+    ogc = {"type": "OGC", "properties": {"urn": "urn:ogc:def:crs:EPSG::32654"}}
+    for member in (link, ogc, {"type": "EPSG", "properties": {"code": "utm"}}):
+        path = write(tmp_path, collection(utm, crs=member))
+        for read, *args in ((read_lines, path, raster, "scene.tif"), (read_seeds, path)):
+            with pytest.raises(BadParameter) as error:
+                read(*args)
+            assert str(error.value).startswith(
+                f'{path}: its "crs" member {shortened(member)} is not read')
+
+
+def test_a_pixel_document_with_its_local_crs_member_is_read_in_pixels(tmp_path):
+    from core.geojson import feature_collection, line_feature
+
+    raster = Raster(np.zeros((400, 400, 3), np.float32), "plain.png")
+    document = feature_collection([line_feature(PIXELS, raster)], raster)
+    assert "LOCAL_CS" in document["crs"]["properties"]["name"]
+    (line,), failures = read_lines(write(tmp_path, document), raster, "plain.png")
+    assert failures == []
+    np.testing.assert_allclose(line.anchors, PIXELS)
+
+
+def antimeridian_raster() -> Raster:
+    """A blank 300 × 300 image in EPSG:4326 across 180° (179.99955° .. 180.00045°)."""
+    from affine import Affine
+
+    return Raster(np.zeros((300, 300, 3), np.float32), "am.tif",
+                  Georef(Affine(3e-6, 0.0, 179.99955, 0.0, -3e-6, -16.5), wgs84(), "test"))
+
+
+#: A line across the antimeridian column of :func:`antimeridian_raster` (x = 150), through
+#: one anchor on each side of it, and its anchors.
+AM_ANCHORS = np.array([[40.0, 60.0], [145.0, 145.0], [250.0, 230.0]])
+AM_LINE = np.vstack([np.linspace(AM_ANCHORS[0], AM_ANCHORS[1], 8),
+                     np.linspace(AM_ANCHORS[1], AM_ANCHORS[2], 8)[1:]])
+
+
+def test_a_line_cut_at_the_antimeridian_comes_back_whole_with_its_anchors(tmp_path):
+    from core.geojson import feature_collection, line_feature
+
+    raster = antimeridian_raster()
+    feature = line_feature(AM_LINE, raster, {"anchors_px": AM_ANCHORS.tolist()})
+    assert feature["geometry"]["type"] == "MultiLineString"  # RFC 7946, 3.1.9
+    path = write(tmp_path, feature_collection([feature], raster))
+    (line,), failures = read_lines(path, raster, "am.tif")
+    assert failures == []
+    np.testing.assert_allclose(line.anchors, AM_ANCHORS, atol=1e-3)
+    (seed,), failures = read_seeds(path)
+    assert (seed.id, failures) == ("#0", [])
+    assert np.all(np.abs(np.diff(seed.vertices[:, 0])) < 1)  # continues past 180°
+    np.testing.assert_allclose(raster.georef.lonlat_to_pixel(seed.vertices)[[0, -1]],
+                               AM_ANCHORS[[0, -1]], atol=1e-3)
+
+
+def test_parts_that_do_not_meet_on_the_antimeridian_stay_apart(tmp_path):
+    from core.vectors import joined_at_antimeridian
+
+    east = ("a", np.array([[179.9, 1.0], [180.0, 1.5]]))
+    west = ("b", np.array([[-180.0, 1.5], [-179.9, 2.0]]))
+    (joined_id, joined), = joined_at_antimeridian([east, west])
+    assert joined_id == "a"
+    np.testing.assert_allclose(joined, [[179.9, 1.0], [180.0, 1.5], [180.1, 2.0]])
+    other_latitude = ("c", west[1] + [0.0, 0.1])
+    assert [line_id for line_id, _ in joined_at_antimeridian([east, other_latitude])] == [
+        "a", "c"]
+    document = collection([[10.0, 1.0], [11.0, 2.0]])
+    document["features"][0]["geometry"] = {"type": "MultiLineString", "coordinates": [
+        [[10.0, 1.0], [11.0, 2.0]], [[11.0, 2.0], [12.0, 3.0]]]}
+    seeds, _ = read_seeds(write(tmp_path, document))
+    assert [seed.id for seed in seeds] == ["#0/0", "#0/1"]
+
+
+def test_lon_lat_past_180_of_an_image_across_it_is_read(tmp_path):
+    """``--crs source`` on an image in degrees across 180° writes longitudes past it."""
+    from core.geojson import feature_collection, line_feature
+
+    raster = antimeridian_raster()
+    feature = line_feature(AM_LINE, raster, {"anchors_px": AM_ANCHORS.tolist()}, crs="source")
+    longitudes = np.array(feature["geometry"]["coordinates"])[:, 0]
+    assert longitudes.max() > 180
+    path = write(tmp_path, feature_collection([feature], raster, crs="source"))
+    (line,), failures = read_lines(path, raster, "am.tif")
+    assert failures == []
+    np.testing.assert_allclose(line.anchors, AM_ANCHORS, atol=1e-3)
+    (seed,), failures = read_seeds(path)
+    assert failures == []
+    # Beyond a turn past 180° no image lies: not longitude/latitude.
+    seeds, (failure,) = read_seeds(write(tmp_path, collection([[360.5, 1.0], [361.0, 1.0]])))
     assert "not longitude/latitude" in failure.reason
 
 
