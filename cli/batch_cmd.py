@@ -8,11 +8,14 @@ parallel images scale better than parallel loops inside one trace, and do not co
 when other programs share the cores (measured: docs/BENCHMARKS.md, "Batch mode").
 
 One run at a time owns OUT_DIR (a second is refused); Ctrl-C or SIGTERM ends the workers,
-writes the summary of what is done and exits with 130 (the same command resumes). Exit code
-0 when everything traced, 1 when an image, a seed or a segment failed, in this run or as
-recorded in an output kept from an earlier one (see ``OUT_DIR/summary.csv``), 2 for a usage
-error. On a terminal, a progress bar counts segments: those of the images traced in this
-process as they are traced, a worker's once its image is done.
+writes the summary of what is done and exits with 130 (the same command resumes; with
+``--overwrite``, the same command without it). Exit code 0 when everything traced, 1 when an
+image, a seed or a segment failed, in this run or as recorded in an output kept from an
+earlier one (see ``OUT_DIR/summary.csv``), 2 for a usage error. On a terminal, a progress bar
+counts segments: those of the images traced in this process as they are traced, a worker's
+once its image is done; elsewhere (a log file) a line says how many images are done every
+``PROGRESS_LINE_SECONDS`` and at the end. The processes that trace at once (the local workers
+and this one) share ``--memory-budget`` (else the memory available as they start).
 
 GPU workers: locally, ``--backend gpu --workers N`` starts N worker processes, worker *i*
 seeing only GPU *i* mod the number of GPUs (``CUDA_VISIBLE_DEVICES``); by default
@@ -65,6 +68,8 @@ GPU_WORKERS_PER_DEVICE = 8
 #: A GPU batch of at most this many segments runs in this process by default: starting GPU
 #: workers (about 3 s for 8) costs more than they save (measured as above).
 GPU_POOL_MIN_SEGMENTS = 2500
+#: Seconds between the lines that tell how many images are done where stderr is no terminal.
+PROGRESS_LINE_SECONDS = 30.0
 
 
 def positive_int(text: str) -> int:
@@ -206,13 +211,18 @@ def open_executor(args: argparse.Namespace, tasks: int, gpu: bool,
 class SegmentProgress:
     """The batch's progress in segments on ``bar``: advanced as the images traced in this
     process are (:meth:`traced`), and by the rest of an image's ``most_segments`` (per image
-    name) when its report comes (:meth:`finished`)."""
+    name) when its report comes (:meth:`finished`). With ``line_seconds``, a line on stderr
+    also says how many images are done, at most every ``line_seconds`` and once all are (for
+    a log, where there is no bar)."""
 
-    def __init__(self, bar: tqdm, most_segments: dict[str, int]):
+    def __init__(self, bar: tqdm, most_segments: dict[str, int],
+                 line_seconds: float | None = None):
         self.bar = bar
         self.most_segments = most_segments
+        self.line_seconds = line_seconds
         self.images = 0
         self.of_current = 0  # traced in this process, of the image whose report comes next
+        self.line_time = time.monotonic()
         bar.set_postfix_str(f"0/{len(most_segments)} images", refresh=False)
 
     def traced(self, segments: int) -> None:
@@ -227,6 +237,11 @@ class SegmentProgress:
                                  f"{printable(image)}: {status}", refresh=False)
         self.bar.update(self.most_segments[image] - self.of_current)
         self.of_current = 0
+        if self.line_seconds is not None and (
+                self.images == len(self.most_segments)
+                or time.monotonic() - self.line_time >= self.line_seconds):
+            print(f"{self.images}/{len(self.most_segments)} images done", file=sys.stderr)
+            self.line_time = time.monotonic()
 
 
 def seed_failure_line(failure: Failure) -> str:
@@ -327,6 +342,11 @@ def _run_planned(args: argparse.Namespace, plan, segments: int, pool: bool, shar
                 note(args, text)
         for failure in plan.seed_failures:
             print(one_line(seed_failure_line(failure)), file=sys.stderr)
+        passed_over = [f"{count} {what}" for count, what in (
+            (plan.subfolders, "subfolder(s)"), (plan.broken_links, "broken link(s)")) if count]
+        if passed_over:
+            note(args, f"skipping {' and '.join(passed_over)} in {printable(args.images_dir)} "
+                 "(batch reads the images directly in IMAGES_DIR)")
         if plan.skipped:
             note(args, f"skipping {len(plan.skipped)} image(s) whose output exists "
                  "(--overwrite traces them again)")
@@ -344,8 +364,9 @@ def _run_planned(args: argparse.Namespace, plan, segments: int, pool: bool, shar
         # None: a bar only on a terminal (tqdm's test); none for no segments to trace.
         with tqdm(total=segments, unit="segment", file=sys.stderr,
                   disable=True if args.quiet or not segments else None) as bar:
+            lines = None if args.quiet or sys.stderr.isatty() else PROGRESS_LINE_SECONDS
             progress = SegmentProgress(bar, {os.path.basename(task.image): task.most_segments
-                                             for task in tasks})
+                                             for task in tasks}, lines)
             images = images_per_call(len(tasks), workers) if workers else 1
             for report, document in run_tasks(tasks, factory, executor, images,
                                               here if workers else None, progress.traced):
@@ -368,8 +389,10 @@ def _run_planned(args: argparse.Namespace, plan, segments: int, pool: bool, shar
     summary = summarize(plan, reports, time.perf_counter() - start, settings)
     write_summary(plan.out_dir, summary)
     if interrupted:
-        print(f"stopped after {len(reports)} of {len(tasks)} image(s); the same command "
-              "resumes", file=sys.stderr)
+        resume = ("run it again without --overwrite to resume" if args.overwrite
+                  else "the same command resumes")
+        print(f"stopped after {len(reports)} of {len(tasks)} image(s); {resume}",
+              file=sys.stderr)
         raise KeyboardInterrupt
     pixel = [printable(report.image) for report in reports if report.coordinate_space == "pixel"]
     if pixel:

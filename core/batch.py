@@ -14,15 +14,17 @@ one seed form one LineString feature.
 The work is one task per image (:func:`process_image`), run in this process, in a pool of
 local processes (:func:`local_executor`) or on a Dask distributed cluster (through its
 client's ``concurrent.futures`` executor): :func:`run_tasks`; in this process and in a local
-worker, which is handed a few images at once, the next image is read while one is traced.
-While local workers start, this process traces images from the end of the queue itself.
-Workers return the GeoJSON document; the caller writes it atomically to
-``OUT_DIR/<image stem>.geojson``
-(``<image name>.geojson`` when two images share a stem), then ``summary.json`` and
-``summary.csv``. Images whose output exists are skipped unless ``overwrite`` or their
-seeds, parameters or files changed since: every output carries the fingerprint of what made
-it (:data:`RECORD_MEMBER`), so resuming needs no summary. One run at a time owns an output
-folder (:func:`lock_output_folder`).
+worker, which is handed a few images at once, the next image is read while one is traced
+(one small enough to decode). While local workers start, this process traces images from the
+end of the queue itself; each of these processes plans with its part of the memory budget. A
+local worker that dies (killed, e.g. out of memory) fails the image it was tracing alone:
+the others are traced by a new pool. Workers return the GeoJSON document; the caller writes
+it atomically to ``OUT_DIR/<image stem>.geojson`` (``<image name>.geojson`` when two images
+share a stem, and never one file for two images: :func:`output_names`), then
+``summary.json`` and ``summary.csv``. Images whose output exists are skipped unless
+``overwrite`` or their seeds, parameters or files changed since: every output carries the
+fingerprint of what made it (:data:`RECORD_MEMBER`), so resuming needs no summary. One run
+at a time owns an output folder (:func:`lock_output_folder`).
 
 Evidence rasters: with ``evidence_dir``, each image is traced on the raster of that folder
 named like it (``<image name>``, else ``<image stem>`` with any image suffix) instead of its
@@ -50,6 +52,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import (
     FIRST_COMPLETED,
@@ -59,9 +62,11 @@ from concurrent.futures import (
     as_completed,
     wait,
 )
-from contextlib import contextmanager, suppress
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
+from itertools import chain, count
 from pathlib import Path
 
 import numpy as np
@@ -98,7 +103,13 @@ from core.raster import (
     load_image,
     read_image_georef,
 )
-from core.resources import check_trace_plan, window_pixels
+from core.resources import (
+    available_memory,
+    check_trace_plan,
+    decode_memory,
+    share_memory,
+    window_pixels,
+)
 from core.scores import get_score_kind, trace_window_memory
 from core.tracer import (
     TraceParams,
@@ -134,8 +145,14 @@ LOCK_FILE = ".roadtracer-batch.lock"
 WORKER_MODULES = ("core.batch",)
 #: Member of every output document that records what made it (see :func:`write_output`).
 RECORD_MEMBER = "roadtracer_batch"
-#: Largest PNG/JPEG/... file (bytes) read while the image before it is traced.
-READ_AHEAD_BYTES = 64 << 20
+#: Largest decoding (bytes, :func:`core.resources.decode_memory`) of a PNG, JPEG, … read while
+#: the image before it is traced.
+READ_AHEAD_BYTES = 256 << 20
+#: The reason of an image whose local worker process died while it traced it.
+WORKER_DIED = "the worker process tracing it died (killed, e.g. out of memory?)"
+#: The reason of an image left when local worker processes died and new ones traced nothing.
+WORKERS_LOST = ("not traced: the worker processes died before tracing it (killed, e.g. out "
+                "of memory?)")
 #: Most images a local worker is handed at once (:func:`images_per_call`): it reads the next of
 #: them while it traces one.
 WORKER_IMAGES = 4
@@ -250,7 +267,8 @@ class BatchPlan:
     ``candidates`` maps every lon/lat seed to the images whose footprint box its box
     meets (the images it may cross; the worker decides exactly). ``changed`` names the
     images traced again because their output's record names other inputs
-    (:meth:`ImageTask.fingerprint`) or none.
+    (:meth:`ImageTask.fingerprint`) or none. ``subfolders`` and ``broken_links`` count what
+    the images folder holds that is not read (:func:`passed_over`).
     """
 
     images_dir: Path
@@ -261,6 +279,8 @@ class BatchPlan:
     seed_failures: list[Failure]
     candidates: dict[str, set[str]]
     changed: list[str] = field(default_factory=list)
+    subfolders: int = 0
+    broken_links: int = 0
 
 
 # ---------------------------------------------------------------------------------- tracing
@@ -428,12 +448,34 @@ def process_image(task: ImageTask, backend_factory: Callable[[], TracerBackend],
 # -------------------------------------------------------------------------------- planning
 
 def output_names(images: list[Path]) -> dict[str, str]:
-    """Output file name per image: ``<stem>.geojson``, ``<name>.geojson`` if stems collide."""
-    stems: dict[str, int] = {}
-    for image in images:
-        stems[image.stem] = stems.get(image.stem, 0) + 1
-    return {image.name: f"{image.stem if stems[image.stem] == 1 else image.name}.geojson"
-            for image in images}
+    """Output file name per image: ``<stem>.geojson``, ``<name>.geojson`` if stems collide;
+    where that is still another image's (``a.png`` beside ``a.png.tif``), the image later in
+    name order gets ``<name>.geojson``, then ``<name>~2.geojson``, ``~3``, …: names that
+    differ in case only count as one (macOS and Windows folders), and a folder's names are
+    the same from run to run."""
+    stems = Counter(image.stem.casefold() for image in images)
+    taken, names = set(), {}
+    for image in sorted(images, key=lambda image: (image.name.casefold(), image.name)):
+        wanted = image.stem if stems[image.stem.casefold()] == 1 else image.name
+        choices = chain((wanted, image.name), (f"{image.name}~{k}" for k in count(2)))
+        names[image.name] = next(f"{choice}.geojson" for choice in choices
+                                 if f"{choice}.geojson".casefold() not in taken)
+        taken.add(names[image.name].casefold())
+    return {image.name: names[image.name] for image in images}
+
+
+def passed_over(folder: Path) -> tuple[int, int]:
+    """How many subfolders, and links to nothing named like an image, ``folder`` holds:
+    entries that a batch of it does not read (only the images directly in it)."""
+    subfolders = broken_links = 0
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.is_dir():
+                subfolders += 1
+            elif (entry.is_symlink() and not os.path.exists(entry.path)
+                  and Path(entry.name).suffix.lower() in IMAGE_SUFFIXES):
+                broken_links += 1
+    return subfolders, broken_links
 
 
 def _file_identity(path) -> tuple[int, int] | None:
@@ -793,14 +835,15 @@ def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
     refuse_clobbering_inputs([out_dir / SUMMARY_JSON, out_dir / SUMMARY_CSV,
                               *outputs.values()], read)
     return BatchPlan(images_dir, out_dir, tasks, outputs, skipped, seed_failures, candidates,
-                     changed_images)
+                     changed_images, *passed_over(images_dir))
 
 
 # ------------------------------------------------------------------------------- execution
-def _start_worker(devices) -> None:
+def _start_worker(devices, sharing: tuple[int, int | None]) -> None:
     """Process-pool initializer: end this worker as soon as the process that started it is
-    gone (killed, even with SIGKILL), and with ``devices`` see only the next GPU of that
-    queue.
+    gone (killed, even with SIGKILL), with ``devices`` see only the next GPU of that queue,
+    and plan with this worker's part of the memory budget (``sharing``:
+    :func:`core.resources.share_memory`'s arguments).
 
     A worker starts no processes of its own; spawn as its default way to start them keeps
     numba from making an inter-process lock for its threads (as it does under a fork
@@ -815,6 +858,7 @@ def _start_worker(devices) -> None:
         threading.Thread(target=watch, name="parent-watch", daemon=True).start()
     if devices is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(devices.get())
+    share_memory(*sharing)
 
 
 def _worker_context(modules: tuple[str, ...]) -> multiprocessing.context.BaseContext:
@@ -858,8 +902,58 @@ def _sigint_blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
+class LocalPool(Executor):
+    """A pool of ``workers`` local processes (:func:`local_executor`) that can start afresh
+    once one of them died (:meth:`restart`).
+
+    While it is open, this process and each worker plan with 1/(``workers`` + 1) of the
+    memory budget (:func:`core.resources.share_memory`; they all decode and trace at once).
+    """
+
+    def __init__(self, workers: int, gpus: int, modules: tuple[str, ...]):
+        self.workers, self.gpus, self.modules = workers, gpus, modules
+        self.sharing = (workers + 1, available_memory())
+        self._alone = share_memory(*self.sharing)
+        self.pool = self._started()
+
+    def _started(self):
+        from concurrent.futures import ProcessPoolExecutor
+
+        start_worker_server(self.modules)
+        context = _worker_context(self.modules)
+        devices = None
+        if self.gpus:
+            devices = context.Queue()
+            for worker in range(self.workers):
+                devices.put(worker % self.gpus)
+        return ProcessPoolExecutor(self.workers, mp_context=context, initializer=_start_worker,
+                                   initargs=(devices, self.sharing))
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        """Run ``fn(*args, **kwargs)`` in a worker."""
+        return self.pool.submit(fn, *args, **kwargs)
+
+    def died(self) -> set[int]:
+        """Process ids of the workers that died (killed, crashed), not those the pool
+        terminated (SIGTERM) as it broke."""
+        return {pid for pid, worker in (self.pool._processes or {}).items()
+                if worker.exitcode not in (None, -signal.SIGTERM)}
+
+    def restart(self) -> None:
+        """Replace a broken pool (one of its workers died: the others are ended) by a new
+        one of as many workers."""
+        self.pool.shutdown(wait=True)
+        self.pool = self._started()
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Shut the pool down (``concurrent.futures.Executor.shutdown``); this process plans
+        with the whole memory budget again."""
+        self.pool.shutdown(wait, cancel_futures=cancel_futures)
+        share_memory(*self._alone)
+
+
 def local_executor(workers: int, gpus: int = 0, modules: tuple[str, ...] = WORKER_MODULES
-                   ) -> Executor:
+                   ) -> LocalPool:
     """A pool of ``workers`` local processes (no state shared with this one: forked from a
     clean server process that has imported ``modules``, or spawned;
     :func:`start_worker_server`).
@@ -870,32 +964,20 @@ def local_executor(workers: int, gpus: int = 0, modules: tuple[str, ...] = WORKE
     work while the device runs the others' kernels. Shut it down with
     :func:`stop_local_executor`.
     """
-    from concurrent.futures import ProcessPoolExecutor
-
-    start_worker_server(modules)
-    context = _worker_context(modules)
-    devices = None
-    if gpus:
-        devices = context.Queue()
-        for worker in range(workers):
-            devices.put(worker % gpus)
-    return ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
-                               initargs=(devices,))
+    return LocalPool(workers, gpus, modules)
 
 
-def stop_local_executor(executor: Executor, interrupted: bool) -> None:
+def stop_local_executor(executor: LocalPool, interrupted: bool) -> None:
     """Shut a :func:`local_executor` down; when ``interrupted``, images not started are
     dropped and the workers are terminated at once (not left to finish their image): every
     multiprocessing child of this process is, which in the command line is the pool alone.
 
-    The pool's thread drops the images first, while this call holds the pool (it skips that
-    once the pool is gone): finding the workers gone first, it would fail, with a traceback,
-    marking as lost an image that this process took back (:func:`run_tasks`; CPython
-    gh-107219, fixed in Python 3.12). ``shutdown(wait=False)`` asks for that and forgets the
-    thread, which is waited for here, as ``shutdown(wait=True)`` would.
+    ``shutdown(wait=False)`` asks the pool's thread to drop the images not started and
+    forgets the thread, which is waited for here once the workers are terminated (as
+    ``shutdown(wait=True)`` would, after waiting for the workers' images).
     """
     if interrupted:
-        manager = getattr(executor, "_executor_manager_thread", None)
+        manager = executor.pool._executor_manager_thread
         executor.shutdown(wait=False, cancel_futures=True)
         for worker in multiprocessing.active_children():
             worker.terminate()
@@ -932,10 +1014,14 @@ def run_tasks(tasks: list[ImageTask], backend_factory: Callable[[], TracerBacken
         Tasks per call to ``executor`` (:func:`trace_images`: one after the other, the next
         image read while one is traced; their results come when the call ends).
     here : callable, optional
-        A backend factory for this process: until the executor returns its first result
-        (its workers are starting), this process takes the calls at the end of the queue
-        back from the executor and runs them itself. For an executor whose calls that have
-        not started can be cancelled (a :func:`local_executor`).
+        A backend factory for this process, for an executor of this machine (a
+        :func:`local_executor`; its calls mark in a file as they start, :func:`trace_images`):
+        until the executor returns its first result (its workers are starting), this process
+        takes the calls at the end of the queue back from the executor and runs them itself.
+        And when a local worker dies (killed, e.g. out of memory, or crashed), only the image
+        it was tracing fails (:data:`WORKER_DIED`): the others are traced again by a new pool,
+        as long as each pool traces or loses an image (else they fail,
+        :data:`WORKERS_LOST`).
     progress : callable, optional
         Called with the number of segments traced, as the images traced in this process
         advance (:func:`process_image`), before each of them is yielded; an executor's images
@@ -951,21 +1037,59 @@ def run_tasks(tasks: list[ImageTask], backend_factory: Callable[[], TracerBacken
         yield from _run_here(tasks, backend_factory, progress)
         return
     images = max(images, 1)
+    with (tempfile.TemporaryDirectory(prefix="roadtracer-calls-") if here is not None
+          else nullcontext()) as marks:
+        for attempt in count():
+            folder = None if marks is None else Path(marks, str(attempt))
+            lost = yield from _run_calls(tasks, backend_factory, executor, images, here,
+                                         progress, folder)
+            if not lost:
+                return
+            again, dying = _lost_images(lost, executor.died())
+            yield from (_failed(task, WORKER_DIED) for task in dying)
+            if len(again) == len(tasks):  # nothing traced, nothing lost: no new pool
+                yield from (_failed(task, WORKERS_LOST) for task in again)
+                return
+            tasks = again
+            executor.restart()
+
+
+def _run_calls(tasks: list[ImageTask], backend_factory: Callable[[], TracerBackend],
+               executor: Executor, images: int, here: Callable[[], TracerBackend] | None,
+               progress: Callable[[int], None] | None, marks: Path | None
+               ) -> Iterator[tuple[ImageReport, dict | None]]:
+    """:func:`run_tasks` on ``executor``, ``images`` tasks per call, each call marked by a
+    file of folder ``marks`` as it starts (with ``here``). Returns the calls lost with their
+    local worker (the pool broke): (tasks, mark file) each."""
     calls = [tasks[first:first + images] for first in range(0, len(tasks), images)]
+    if marks is not None:
+        marks.mkdir()
     with _signals_deferred():  # a local worker's start is not cut short: see there
-        futures = {executor.submit(trace_images, called, backend_factory): called
-                   for called in calls}
+        futures = {}
+        for number, called in enumerate(calls):
+            mark = None if marks is None else marks / str(number)
+            futures[executor.submit(trace_images, called, backend_factory, mark)] = called, mark
+    lost = []
+
+    def outcomes(future: Future) -> list[tuple[ImageReport, dict | None]]:
+        called, mark = futures.pop(future)
+        found = _call_outcomes(future, called, mark)
+        if found is None:
+            lost.append((called, mark))
+        return found or []
+
     queue = list(futures)  # in submission order: workers take from the start, here from the end
     while here is not None and futures:
         done, _ = wait(futures, timeout=0, return_when=FIRST_COMPLETED)
         for future in done:
-            yield from _call_outcomes(future, futures.pop(future))
+            yield from outcomes(future)
         taken = None if done else _take_back(queue, futures)
         if taken is None:  # the workers are up, or nothing is left to take
             break
         yield from _run_here(taken, here, progress)
     for future in as_completed(list(futures)):
-        yield from _call_outcomes(future, futures.pop(future))
+        yield from outcomes(future)
+    return lost
 
 
 @contextmanager
@@ -993,34 +1117,87 @@ def _signals_deferred() -> Iterator[None]:
             signal.raise_signal(came[0])
 
 
-def _take_back(queue: list[Future], futures: dict[Future, list[ImageTask]]
+def _take_back(queue: list[Future], futures: dict[Future, tuple[list[ImageTask], Path]]
                ) -> list[ImageTask] | None:
-    """The tasks of the last call of ``queue`` if it has not started (it is cancelled and
-    leaves ``futures``), else None: the executor starts calls in order, so none is left."""
+    """The tasks of the last call of ``queue`` if no worker has started it (marked here as
+    started, it leaves ``futures``; its worker returns nothing), else None: the executor
+    starts calls in order, so none is left.
+
+    Calls are not cancelled: a process pool that breaks with a cancelled call fails on it
+    before it ends its other workers, on Python 3.11 (CPython gh-107219)."""
     while queue:
         future = queue.pop()
         if future not in futures:  # its result was handed on
             continue
-        if future.cancel():
-            return futures.pop(future)
-        return None
+        mark = _mark_started(futures[future][1])
+        if mark is None:
+            return None
+        os.close(mark)
+        return futures.pop(future)[0]
     return None
 
 
-def _call_outcomes(future: Future, called: list[ImageTask]
-                   ) -> list[tuple[ImageReport, dict | None]]:
-    """The outcomes of an executor's call of :func:`trace_images` on ``called``."""
+def _mark_started(path: Path) -> int | None:
+    """Create the file ``path`` that marks a call as started, holding this process's id: its
+    open descriptor, or None if it was there (another process started the call)."""
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return None
+    os.write(descriptor, f"{os.getpid()}\n".encode())
+    return descriptor
+
+
+def _call_outcomes(future: Future, called: list[ImageTask], mark: Path | None
+                   ) -> list[tuple[ImageReport, dict | None]] | None:
+    """The outcomes of an executor's call of :func:`trace_images` on ``called``; None for a
+    call lost with its local worker, whose start ``mark`` tells (see :func:`run_tasks`)."""
     try:
         return future.result()
     except Exception as exc:  # a bug or a dead worker: record it, keep going
+        if mark is not None and isinstance(exc, BrokenProcessPool):
+            return None
         return [_crashed(task, exc) for task in called]
 
 
-def trace_images(tasks: list[ImageTask], backend_factory: Callable[[], TracerBackend]
-                 ) -> list[tuple[ImageReport, dict | None]]:
+def _lost_images(lost: list[tuple[list[ImageTask], Path]], died: set[int]
+                 ) -> tuple[list[ImageTask], list[ImageTask]]:
+    """Of the calls ``lost`` with a broken pool: the tasks to trace again, and those that a
+    worker of ``died`` was tracing as it died (its mark file: its process id, then the number
+    of the call's images it had traced, one line per image)."""
+    again, dying = [], []
+    for called, mark in lost:
+        try:
+            worker, *traced = map(int, mark.read_text().split())
+        except (OSError, ValueError):  # no worker started the call
+            worker, traced = None, []
+        tracing = traced[-1] if traced else 0
+        for number, task in enumerate(called):
+            (dying if worker in died and number == tracing else again).append(task)
+    return again, dying
+
+
+def trace_images(tasks: list[ImageTask], backend_factory: Callable[[], TracerBackend],
+                 mark: Path | None = None) -> list[tuple[ImageReport, dict | None]]:
     """:func:`process_image` of each task in this process (a worker's call of
-    :func:`run_tasks`), the next image read while one is traced."""
-    return list(_run_here(tasks, backend_factory))
+    :func:`run_tasks`), the next image read while one is traced.
+
+    With ``mark``, nothing if that file exists (:func:`run_tasks` took the call back), else
+    the file is made: it holds this process's id and, a line per image traced, how many are.
+    """
+    if mark is None:
+        return list(_run_here(tasks, backend_factory))
+    descriptor = _mark_started(mark)
+    if descriptor is None:
+        return []
+    outcomes = []
+    try:
+        for outcome in _run_here(tasks, backend_factory):
+            outcomes.append(outcome)
+            os.write(descriptor, f"{len(outcomes)}\n".encode())
+    finally:
+        os.close(descriptor)
+    return outcomes
 
 
 def _run_here(tasks: list[ImageTask], backend_factory: Callable[[], TracerBackend],
@@ -1097,18 +1274,33 @@ def _interrupts_kept() -> Iterator[None]:
 
 def _read_ahead(task: ImageTask) -> bool:
     """Whether :func:`_run_here` may read ``task``'s image while another is traced: a GeoTIFF,
-    JPEG 2000, … (opened, read window by window), or a file of at most ``READ_AHEAD_BYTES``
-    (two images in memory at once)."""
+    JPEG 2000, … (opened, read window by window), or one whose decoding takes at most
+    ``READ_AHEAD_BYTES`` (:func:`core.resources.decode_memory`, from its header)."""
+    import imageio.v3 as iio
+
+    if Path(task.image).suffix.lower() in WINDOWED_SUFFIXES:
+        return True
     try:
-        return (Path(task.image).suffix.lower() in WINDOWED_SUFFIXES
-                or os.path.getsize(task.image) <= READ_AHEAD_BYTES)
-    except OSError:  # missing: process_image reports it
+        width, height = image_size(task.image)
+        # One band first: a header whose pixels alone are too many is not read again (over
+        # Pillow's own pixel limit, it would warn).
+        if decode_memory(width, height, 1) > READ_AHEAD_BYTES:
+            return False
+        header = iio.improps(task.image, plugin="pillow")  # frames × rows × columns × bands
+    except Exception:  # unreadable: process_image reports it
         return False
+    return decode_memory(width, height, math.prod(header.shape) // (width * height)) \
+        <= READ_AHEAD_BYTES
 
 
 def _crashed(task: ImageTask, exc: Exception) -> tuple[ImageReport, None]:
+    return _failed(task, f"unexpected error: {type(exc).__name__}: {exc}")
+
+
+def _failed(task: ImageTask, reason: str) -> tuple[ImageReport, None]:
+    """The outcome of a task that failed for ``reason``, without output."""
     report = ImageReport(os.path.basename(task.image), status="failed")
-    report.failures.append(Failure(f"unexpected error: {type(exc).__name__}: {exc}"))
+    report.failures.append(Failure(reason))
     return report, None
 
 

@@ -7,7 +7,10 @@ needs over the window it reads, :func:`core.scores.window_memory`). :func:`check
 estimates both and raises :class:`core.errors.BadParameter` naming the parameter to lower when
 their sum exceeds the memory budget: ``ROADTRACER_MEMORY_BUDGET`` (bytes, or with a K, M, G
 or T suffix, binary) when set, else :data:`AVAILABLE_FRACTION` of the memory available now
-(plans up to :data:`ALWAYS_AFFORDABLE` pass it unasked). It runs inside
+(Linux's ``MemAvailable``, or the room a control group's limit leaves where that is less: a
+container's; plans up to :data:`ALWAYS_AFFORDABLE` pass it unasked). The processes of a batch
+that trace at once (its local workers and the process that runs them) each plan with their
+part of it (:func:`share_memory`). It runs inside
 :func:`core.tracer.trace`, so the command line, batch workers and the app refuse alike.
 :func:`check_decode_memory` holds images decoded whole (PNG, JPEG, …) to the same budget,
 from their header, before :func:`core.raster.load_image` decodes them.
@@ -19,6 +22,7 @@ import math
 import os
 import re
 from functools import lru_cache
+from pathlib import Path
 
 from core.errors import BadParameter
 
@@ -41,6 +45,21 @@ DECODE_AVAILABLE_FRACTION = 0.9
 #: Plans up to this size pass the default budget without asking how much memory is available.
 ALWAYS_AFFORDABLE = 256 * 2**20
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+#: Where Linux says how much memory is available, which control groups this process is in,
+#: and where their files are.
+MEMINFO = "/proc/meminfo"
+PROC_CGROUP = "/proc/self/cgroup"
+CGROUP_ROOT = "/sys/fs/cgroup"
+#: Per cgroup version (the controllers of a line of ``PROC_CGROUP``: none for v2), the folder
+#: of its memory hierarchy under ``CGROUP_ROOT``, its limit and usage files, and the key of
+#: ``memory.stat`` counting the file cache the kernel can drop.
+CGROUP_MEMORY = {"": ("", "memory.max", "memory.current", "inactive_file"),
+                 "memory": ("memory", "memory.limit_in_bytes", "memory.usage_in_bytes",
+                            "total_inactive_file")}
+#: A cgroup v1 limit this large or larger is none (v1 writes none as 2**63 - 4096).
+NO_CGROUP_LIMIT = 2**62
+#: (processes sharing the memory budget, memory available as they started): :func:`share_memory`.
+_sharing: tuple[int, int | None] = (1, None)
 
 
 @lru_cache(maxsize=8)
@@ -62,10 +81,17 @@ def parse_size(text: str, what: str = BUDGET_VARIABLE) -> int:
 
 
 def available_memory() -> int | None:
-    """Bytes of memory available to new allocations now (Linux ``MemAvailable``, else free
-    physical pages), None where the system does not say."""
+    """Bytes of memory available to new allocations now: Linux's ``MemAvailable`` (else free
+    physical pages), or less where this process's control group has less room
+    (:func:`cgroup_room`); None where the system does not say."""
+    found = [room for room in (_meminfo_available(), cgroup_room()) if room is not None]
+    return min(found, default=None)
+
+
+def _meminfo_available() -> int | None:
+    """Linux's ``MemAvailable`` in bytes, else the free physical pages; None if unknown."""
     try:
-        with open("/proc/meminfo", encoding="ascii") as stream:
+        with open(MEMINFO, encoding="ascii") as stream:
             for line in stream:
                 if line.startswith("MemAvailable:"):
                     return int(line.split()[1]) * 1024
@@ -77,18 +103,89 @@ def available_memory() -> int | None:
         return None
 
 
+def cgroup_room() -> int | None:
+    """Bytes the memory limits of this process's control group and of those above it still
+    leave (a container's limit): the least of limit − usage, the file cache the kernel can
+    drop not counted as used; cgroup v2 or v1's memory controller. None where none is set."""
+    try:
+        with open(PROC_CGROUP, encoding="utf-8") as stream:
+            lines = stream.read().splitlines()
+    except OSError:
+        return None
+    rooms = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        version = "memory" if "memory" in controllers.split(",") else controllers
+        if version in CGROUP_MEMORY:
+            rooms += _cgroup_rooms(path, *CGROUP_MEMORY[version])
+    return min(rooms, default=None)
+
+
+def _cgroup_rooms(path: str, hierarchy: str, limit_file: str, usage_file: str,
+                  cache_key: str) -> list[int]:
+    """limit − usage + dropped cache of cgroup ``path`` of ``hierarchy`` and of each cgroup
+    above it that sets a limit (from the hierarchy's root where ``path`` is not there: a
+    container sees its own cgroup as the root)."""
+    root = Path(CGROUP_ROOT, hierarchy)
+    folder = root / path.lstrip("/")
+    levels = [folder, *folder.parents] if folder.is_dir() else [root]
+    rooms = []
+    for level in levels[:levels.index(root) + 1]:
+        try:
+            limit = (level / limit_file).read_text().strip()
+            if limit != "max" and int(limit) < NO_CGROUP_LIMIT:
+                cache = [int(line.split()[1]) for line in
+                         (level / "memory.stat").read_text().splitlines()
+                         if line.split()[:1] == [cache_key]]
+                rooms.append(int(limit) - int((level / usage_file).read_text()) + sum(cache))
+        except (OSError, ValueError, IndexError):
+            pass  # no limit at this level, or one the kernel does not say
+    return rooms
+
+
 def memory_budget(share: float = AVAILABLE_FRACTION) -> tuple[int | None, str]:
     """The budget of one trace in bytes (None: no limit known) and where it comes from:
-    ``ROADTRACER_MEMORY_BUDGET`` when set, else ``share`` of the memory available now."""
+    ``ROADTRACER_MEMORY_BUDGET`` when set, else ``share`` of the memory available now; in
+    one of the processes that share memory (:func:`share_memory`), its part of either."""
+    processes, available_then = _sharing
     setting = os.environ.get(BUDGET_VARIABLE)
     if setting:
-        return parse_size(setting), f"{BUDGET_VARIABLE}={setting}"
-    available = available_memory()
-    if available is None:
+        shared = f" shared by {processes} processes" if processes > 1 else ""
+        return parse_size(setting) // processes, f"{BUDGET_VARIABLE}={setting}{shared}"
+    known = [size for size in (available_memory(),
+                               None if available_then is None else available_then // processes)
+             if size is not None]
+    if not known:
         return None, "no limit"
+    available = min(known)
+    each = f" to each of {processes} processes" if processes > 1 else ""
     return int(share * available), \
-        f"{share:.0%} of the {format_size(available)} available; set " \
+        f"{share:.0%} of the {format_size(available)} available{each}; set " \
         f"{BUDGET_VARIABLE} to change it"
+
+
+def share_memory(processes: int, available: int | None) -> tuple[int, int | None]:
+    """Make this process plan with its part of the memory budget from now on: it is one of
+    ``processes`` that decode and trace at once (a batch's local workers and the process that
+    runs them), each with 1/``processes`` of ``ROADTRACER_MEMORY_BUDGET``, else of the memory
+    ``available`` as they started (of what is available now where that is less).
+
+    Returns
+    -------
+    (processes, available)
+        The setting it replaces, to restore (``(1, None)``: a process alone).
+    """
+    global _sharing
+    previous, _sharing = _sharing, (processes, available)
+    return previous
+
+
+def _checked(needed: float) -> bool:
+    """Whether a plan of ``needed`` bytes is held to the budget: plans up to
+    :data:`ALWAYS_AFFORDABLE` pass the default budget of a process alone unasked (a live
+    preview traces often)."""
+    return (needed > ALWAYS_AFFORDABLE or bool(os.environ.get(BUDGET_VARIABLE))
+            or _sharing[0] > 1)
 
 
 def format_size(size: float) -> str:
@@ -141,8 +238,8 @@ def check_trace_plan(requested, resolved, chord, margin: int,
         window = (window_px, float(BYTES_PER_WINDOW_PX) * window_px)
     window_px, window_bytes = window
     search = float(BYTES_PER_STATE) * (resolved.guides + 1) * float(resolved.points) ** 2
-    if search + window_bytes <= ALWAYS_AFFORDABLE and not os.environ.get(BUDGET_VARIABLE):
-        return  # the common case, without asking the system (a live preview traces often)
+    if not _checked(search + window_bytes):
+        return
     budget, source = memory_budget()
     if budget is None or search + window_bytes <= budget:
         return
@@ -164,6 +261,13 @@ def check_trace_plan(requested, resolved, chord, margin: int,
                        f"budget of {format_size(budget)} ({source}): {advice}")
 
 
+def decode_memory(width: int, height: int, values_per_pixel: int) -> float:
+    """Peak bytes of decoding an image whole (PNG, JPEG, …) of ``width`` × ``height`` px and
+    ``values_per_pixel`` (bands, alpha included, times frames) from its header: its float32
+    planes times :data:`DECODE_FACTOR`."""
+    return DECODE_FACTOR * 4.0 * width * height * values_per_pixel
+
+
 def check_decode_memory(path: str, width: int, height: int, values_per_pixel: int) -> None:
     """Refuse, before decoding, an image whose decoding would exceed the memory budget.
 
@@ -181,8 +285,8 @@ def check_decode_memory(path: str, width: int, height: int, values_per_pixel: in
     BadParameter
         Naming the memory needed and the budget, when the first exceeds the second.
     """
-    needed = DECODE_FACTOR * 4.0 * width * height * values_per_pixel
-    if needed <= ALWAYS_AFFORDABLE and not os.environ.get(BUDGET_VARIABLE):
+    needed = decode_memory(width, height, values_per_pixel)
+    if not _checked(needed):
         return
     # The image is the whole of what is decoded: all that is available, near enough.
     budget, source = memory_budget(DECODE_AVAILABLE_FRACTION)

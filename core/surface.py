@@ -69,8 +69,18 @@ NO_MODEL_HINT = "score kind 'centre' traces without it"
 MAX_DETAIL_CHARS = 120
 
 
-@lru_cache(maxsize=2)
 def _session(path: str):
+    """The ONNX Runtime session of the model at ``path``: on as many threads as numba may use
+    in this thread where that was lowered (a batch traces with one per process,
+    ``ImageTask.threads``), else on ONNX Runtime's default."""
+    from core.jit import numba
+
+    threads = numba.get_num_threads()
+    return _loaded_session(path, threads if threads < numba.config.NUMBA_NUM_THREADS else None)
+
+
+@lru_cache(maxsize=4)
+def _loaded_session(path: str, threads: int | None):
     try:
         import onnxruntime
         from onnxruntime.capi.onnxruntime_pybind11_state import InvalidProtobuf
@@ -82,6 +92,8 @@ def _session(path: str):
     options = onnxruntime.SessionOptions()
     # Idle ONNX Runtime threads would otherwise spin and slow the link scores that follow.
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if threads is not None:
+        options.intra_op_num_threads = threads
     try:
         return onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     except InvalidProtobuf:  # the file does not parse as an ONNX model

@@ -396,6 +396,20 @@ def test_a_ctrl_c_while_the_backend_is_made_keeps_the_summary(tmp_path, capsys, 
     assert batch(capsys, images, seeds, tmp_path / "out")[0] == 0
 
 
+def test_a_run_with_overwrite_stopped_says_how_to_resume(tmp_path, capsys, monkeypatch):
+    """The same command with --overwrite would trace everything again: resuming is without."""
+    images, seeds = make_folder(tmp_path)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("gpu.select.choose_backend", interrupted)
+    code, err = batch(capsys, images, seeds, tmp_path / "out", "--overwrite")
+    assert code == 130
+    assert ("stopped after 0 of 3 image(s); run it again without --overwrite to resume"
+            in err.splitlines())
+
+
 # ----------------------------------------------------------------- separate processes
 def batch_process(images, seeds, out, *extra, **popen) -> subprocess.Popen:
     return subprocess.Popen(

@@ -143,6 +143,7 @@ def test_on_a_terminal_progress_counts_segments(tmp_path, capsys, monkeypatch):
     assert states[1] == "  0%|          | 0/4 [00:00<?, ?segment/s]"
     assert states[-1].startswith("100%|##########| 4/4 [")
     assert "segment/s, 2/2 images, road.png: partial]\n" in states[-1]
+    assert "images done" not in terminal.getvalue()  # the bar tells it
 
 
 def test_progress_is_told_as_segments_are_traced(tmp_path, monkeypatch):
@@ -183,3 +184,26 @@ def test_segment_progress_of_images_traced_here_and_elsewhere(bar):
     assert (bar.n, bar.postfix) == (5, "1/2 images, here.png: ok")
     progress.finished("worker.png", "partial")
     assert (bar.n, bar.postfix) == (12, "2/2 images, worker.png: partial")
+
+
+def test_without_a_terminal_lines_tell_the_images_done(tmp_path, capsys, monkeypatch):
+    """stderr is a log (captured here): no bar, but a line now and then and at the end; and a
+    note says what of the folder is not read."""
+    images, seeds = make_folder(tmp_path)
+    (images / "more").mkdir()
+    (images / "gone.png").symlink_to(images / "missing.png")
+    (images / "notes.txt").symlink_to(images / "missing.txt")  # no image: not told
+    monkeypatch.setattr("cli.batch_cmd.PROGRESS_LINE_SECONDS", 0.0)
+    code, err = batch(capsys, images, seeds, tmp_path / "out")
+    lines = err.splitlines()
+    assert code == 1
+    assert f"note: skipping 1 subfolder(s) and 1 broken link(s) in {images} (batch reads the " \
+           "images directly in IMAGES_DIR)" in lines
+    assert [line for line in lines if line.endswith("images done")] == [
+        "1/2 images done", "2/2 images done"]
+    monkeypatch.setattr("cli.batch_cmd.PROGRESS_LINE_SECONDS", 3600.0)
+    code, err = batch(capsys, images, seeds, tmp_path / "out2", "--quiet")
+    assert "images done" not in err
+    code, err = batch(capsys, images, seeds, tmp_path / "out3")
+    assert [line for line in err.splitlines() if line.endswith("images done")] == [
+        "2/2 images done"]
