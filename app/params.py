@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from core.errors import BadParameter
+from core.gradient import MIN_SIGMA
 from core.scores import SCORE_KINDS
 from core.tracer import GROUND_RESOLUTION_RANGE, LINE_KINDS, POINT_SPACING, TraceParams
 
@@ -51,7 +52,7 @@ PARAM_RANGES = {
                          traced_high=2 * round(_MAX_HALFWIDTH / POINT_SPACING) + 1),
     "halfwidth": ParamRange(0.1, _MAX_HALFWIDTH, decimals=1, auto=True),
     "max_angle": ParamRange(1.0, 180.0, decimals=1),
-    "sigma": ParamRange(0.3, 20.0, decimals=2),
+    "sigma": ParamRange(MIN_SIGMA, 20.0, decimals=2),
     # The imagery's metres per pixel where its georeferencing does not say (null: unknown).
     "ground_resolution": ParamRange(*GROUND_RESOLUTION_RANGE, decimals=3, auto=True),
 }

@@ -6,9 +6,10 @@ usage (or a command's options). Each command lives in its own module
 exposing ``add_arguments(parser)`` and ``run(args) -> int``; modules are imported only when
 their command runs, so a cold ``trace`` never pays for Qt or Dask.
 
-Messages on stderr: notes (``note: ...``, progress bars) come before the work they describe,
-a user mistake ends the run with one ``error: ...`` line (always the last line) and exit code
-2, and ``--quiet`` silences the notes of the commands that print them.
+Messages on stderr: notes (``note: ...``, progress bars) come before the work they describe
+(those on a trace's result, ``TraceResult.notes``, after it and before its output), a user
+mistake ends the run with one ``error: ...`` line (always the last line) and exit code 2, and
+``--quiet`` silences the notes of the commands that print them.
 """
 
 from __future__ import annotations

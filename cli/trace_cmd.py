@@ -52,6 +52,18 @@ def positive_number(what: str):
     return parse
 
 
+def gradient_scale(text: str) -> float:
+    """An argparse type: σ in px, as :func:`core.tracer.check_sigma` accepts it."""
+    from core.tracer import check_sigma
+
+    try:
+        return check_sigma(float(text))
+    except ValueError as exc:  # not a number (float's), or out of range (BadParameter's)
+        raise argparse.ArgumentTypeError(
+            str(exc) if isinstance(exc, BadParameter) else
+            f"expected sigma in px (a number), got {text!r}") from None
+
+
 def output_file(text: str) -> str:
     """An argparse type: a path to write to (not empty: an empty path names no file)."""
     if not text:
@@ -80,7 +92,7 @@ def add_trace_parameters(parser: argparse.ArgumentParser) -> None:
                        help=f"corridor half-width, px (default: {HALFWIDTH_PER_LENGTH:g}·|ab|)")
     group.add_argument("--max-angle", type=float, default=defaults.max_angle, metavar="DEG",
                        help="largest turn at a guide, degrees in (0, 180] (default: %(default)s)")
-    group.add_argument("--sigma", type=float, default=defaults.sigma, metavar="PX",
+    group.add_argument("--sigma", type=gradient_scale, default=defaults.sigma, metavar="PX",
                        help="gradient scale σ, px (default: %(default)s)")
     group.add_argument("--score", default=defaults.score, choices=sorted(SCORE_KINDS),
                        metavar="KIND",
@@ -323,6 +335,13 @@ def run(args: argparse.Namespace) -> int:
     names = ["a", *(f"via {k + 1}" for k in range(len(args.via))), "b"]
     note_compiling(args, backend)
     results = trace_through(raster, [args.a, *args.via, args.b], params, backend, names)
+    noted = set()  # a via point's note comes from both its legs: once
+    for k, result in enumerate(results):
+        leg = f"{names[k]} → {names[k + 1]}: " if len(results) > 1 else ""
+        for text in result.notes:
+            if text not in noted:
+                note(args, leg + text)
+                noted.add(text)
     load_ms = 1e3 * (time.perf_counter() - start) - sum(result.timings_ms["total"]
                                                          for result in results)
     if geojson:

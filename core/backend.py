@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from core.dp import DPProblem, DPSolution, solve_fast, solve_reference
-from core.errors import NoAdmissiblePath
+from core.errors import BadParameter, TraceError
 from core.gradient import gaussian_gradient
 from core.guides import Corridor, Windows
 from core.links import bilinear_coefficients, integrate_links, integrate_links_reference
@@ -86,13 +86,13 @@ class TracerBackend:
 
     def trace_many(self, problems: list) -> list:
         """:meth:`trace` of every (evidence, corridor, windows) of ``problems``: per problem
-        its BackendSolution, or the NoAdmissiblePath it ended in. A backend may queue them
-        together."""
+        its BackendSolution, or the TraceError it ended in (a NoAdmissiblePath, as a rule). A
+        backend may queue them together."""
         solutions = []
         for evidence, corridor, windows in problems:
             try:
                 solutions.append(self.trace(evidence, corridor, windows))
-            except NoAdmissiblePath as exc:
+            except TraceError as exc:
                 solutions.append(exc)
         return solutions
 
@@ -170,11 +170,28 @@ class CpuBackend(TracerBackend):
         return solve_fast(problem)
 
 
+#: Most DP states, (m + 1)·d², the reference backend takes on (some 20 s; its link scores
+#: cost ~40 µs a state, its DP O(d³) per stage).
+REFERENCE_MAX_STATES = 500_000
+
+
 class ReferenceBackend(TracerBackend):
     """Plain numpy, O(d³) per stage: the readable twin the tests hold the others to."""
 
     name = "reference"
     description = "CPU reference (numpy)"
+
+    def trace(self, evidence, corridor, windows):
+        """:meth:`TracerBackend.trace`, refused (BadParameter) above
+        :data:`REFERENCE_MAX_STATES`."""
+        states = (corridor.guides + 1) * corridor.points ** 2
+        if states > REFERENCE_MAX_STATES:
+            raise BadParameter(
+                f"the reference backend would search {states:,} states ({corridor.guides} "
+                f"guides × {corridor.points} points per guide), over its {REFERENCE_MAX_STATES:,}"
+                ": it is the slow numpy twin the others are checked against (minutes at this "
+                "size); use the default backend (--backend auto or cpu)")
+        return super().trace(evidence, corridor, windows)
 
     def link_scores(self, evidence, corridor):
         """links[t] (n_t, n_{t+1}) from :func:`core.links.integrate_links_reference`."""

@@ -83,7 +83,7 @@ from core.geojson import (
 )
 from core.georef import parse_crs, sidecar_files
 from core.gradient import gradient_margin
-from core.guides import build_corridor, check_max_angle
+from core.guides import build_corridor
 from core.jit import numba
 from core.output import (
     TEMPORARY_PREFIX,
@@ -110,11 +110,10 @@ from core.resources import (
     share_memory,
     window_pixels,
 )
-from core.scores import get_score_kind, trace_window_memory
+from core.scores import trace_window_memory
 from core.tracer import (
     TraceParams,
     TraceResult,
-    check_ground_resolution,
     evidence_folder,
     evidence_source,
     trace_many,
@@ -739,12 +738,7 @@ def check_params(params: TraceParams) -> None:
     where not given), run once before any work so that a bad option is a usage error rather
     than a failure of every segment.
     """
-    if not np.isfinite(params.sigma) or params.sigma <= 0:
-        raise BadParameter(f"sigma must be > 0 px, got {params.sigma}")
-    if params.ground_resolution is not None:
-        check_ground_resolution(params.ground_resolution)
-    get_score_kind(params.score)
-    check_max_angle(params.max_angle)
+    params.check()
     resolved = params.resolve(100.0)
     chord, margin = (100.0, 0.0), gradient_margin(params.sigma)
     window_px = window_pixels(chord, resolved.halfwidth, margin)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.errors import NoAdmissiblePath
+from core.errors import NoAdmissiblePath, TraceError
 from core.guides import Corridor, Windows, link_angles, turn_is_admissible
 from core.jit import numba
 
@@ -39,8 +39,20 @@ class DPSolution:
 
 
 def _finish(final: np.ndarray, arguments: list[np.ndarray], max_angle_rad: float) -> DPSolution:
-    """Pick the best last state and backtrack through the per-stage argmax tables."""
-    last = int(np.argmax(final))
+    """Pick the best last state and backtrack through the per-stage argmax tables.
+
+    Raises
+    ------
+    TraceError
+        If the best is NaN (evidence that is not finite).
+    NoAdmissiblePath
+        If no state is reachable (every one is −inf).
+    """
+    last = int(np.argmax(final))  # the first NaN, where there is one
+    if np.isnan(final[last]):
+        raise TraceError("the path search met scores that are not numbers (NaN): the score "
+                         "kind's evidence on this corridor is not finite, so no line can be "
+                         "chosen")
     if not np.isfinite(final[last]):
         raise NoAdmissiblePath(
             f"no polyline turns by at most {np.rad2deg(max_angle_rad):.4g}° at every guide; "

@@ -11,6 +11,7 @@ offsets of its points (0 for a and b), so turn angles are computed exactly from 
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -130,23 +131,47 @@ def build_corridor(a, b, guides: int, points: int, halfwidth: float) -> Corridor
     """Validate parameters and build the :class:`Corridor` between a and b."""
     a = np.asarray(a, dtype=np.float64).reshape(2)
     b = np.asarray(b, dtype=np.float64).reshape(2)
-    if int(guides) != guides or guides < 1:
-        raise BadParameter(f"guides must be an integer >= 1, got {guides}")
-    if int(points) != points or points < 2:
-        raise BadParameter(f"points per guide must be an integer >= 2, got {points}")
-    if not np.isfinite(halfwidth) or halfwidth <= 0:
-        raise BadParameter(f"halfwidth must be > 0 px, got {halfwidth}")
+    guides = check_count(guides, "guides", 1)
+    points = check_count(points, "points per guide", 2)
+    halfwidth = check_halfwidth(halfwidth)
     if np.hypot(*(b - a)) < 2:
         raise BadParameter(f"endpoints a=({a[0]:g}, {a[1]:g}) and b=({b[0]:g}, {b[1]:g}) "
                            "must be at least 2 px apart")
-    return Corridor(a, b, int(guides), int(points), float(halfwidth))
+    return Corridor(a, b, guides, points, halfwidth)
+
+
+def real_number(value, what: str) -> float:
+    """``value`` as a float if it is a real number (a bool is none), else
+    :class:`BadParameter` naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise BadParameter(f"{what} must be a number, got {value!r}")
+    return float(value)
+
+
+def check_count(value, what: str, least: int) -> int:
+    """``value`` as an int if it is a whole number of at least ``least``, else
+    :class:`BadParameter` naming ``what``."""
+    number = real_number(value, what)
+    if not (math.isfinite(number) and number == int(number) and number >= least):
+        raise BadParameter(f"{what} must be an integer >= {least}, got {value}")
+    return int(number)
+
+
+def check_halfwidth(value) -> float:
+    """The corridor half-width ``value`` (px) as a float if it is finite and > 0, else
+    :class:`BadParameter`."""
+    halfwidth = real_number(value, "halfwidth")
+    if not (math.isfinite(halfwidth) and halfwidth > 0):
+        raise BadParameter(f"halfwidth must be > 0 px, got {value}")
+    return halfwidth
 
 
 def check_max_angle(max_angle_deg: float) -> float:
     """Return θ in radians after checking 0 < θ <= 180 degrees."""
-    if not np.isfinite(max_angle_deg) or not 0 < max_angle_deg <= 180:
+    degrees = real_number(max_angle_deg, "max angle")
+    if not (math.isfinite(degrees) and 0 < degrees <= 180):
         raise BadParameter(f"max angle must be in (0, 180] degrees, got {max_angle_deg}")
-    return float(np.deg2rad(max_angle_deg))
+    return float(np.deg2rad(degrees))
 
 
 def link_angles(corridor: Corridor, t: int) -> np.ndarray:

@@ -192,17 +192,30 @@ def to_float_bands(array: np.ndarray, source: str = "image") -> np.ndarray:
         out *= np.float32(1.0 / np.iinfo(array.dtype).max)  # in place: one full-size copy
         return out
     if np.issubdtype(array.dtype, np.floating):
-        with np.errstate(over="ignore"):  # beyond float32: refused below as too large
-            out = array.astype(np.float32)
-        finite = np.isfinite(array)
-        if not finite.all():
-            out[~finite] = 0.0  # NaN and ±inf in the file: no data
-        if float(np.abs(out).max(initial=0.0)) > MAX_FLOAT_VALUE:
-            largest = float(np.abs(array[finite]).max())
-            raise ImageReadError(f"{source}: pixel values reach {largest:.3g}; float images "
-                                 f"must stay within ±{MAX_FLOAT_VALUE:g} (rescale it)")
-        return out
+        return finite_float32(array, source)
     raise ImageReadError(f"{source}: unsupported pixel type {array.dtype}")
+
+
+def finite_float32(array: np.ndarray, source: str = "image") -> np.ndarray:
+    """Pixel values (any shape, a real type) as float32, NaN and ±inf (no data) read as 0;
+    ``array`` itself where it is float32 and finite.
+
+    Raises
+    ------
+    ImageReadError
+        Naming ``source``, if a value lies beyond ±:data:`MAX_FLOAT_VALUE`.
+    """
+    with np.errstate(over="ignore"):  # beyond float32: refused below as too large
+        out = array.astype(np.float32, copy=False)
+    finite = np.isfinite(array)
+    if not finite.all():
+        out = out.copy() if out is array else out
+        out[~finite] = 0.0  # NaN and ±inf: no data
+    if float(np.abs(out).max(initial=0.0)) > MAX_FLOAT_VALUE:
+        largest = float(np.abs(array[finite]).max())
+        raise ImageReadError(f"{source}: pixel values reach {largest:.3g}; float images "
+                             f"must stay within ±{MAX_FLOAT_VALUE:g} (rescale it)")
+    return out
 
 
 def overview_shape(height: int, width: int, max_size: int) -> tuple[int, int]:
@@ -248,6 +261,12 @@ class Raster:
     band_note: str | None = None
     ground_resolution: float | None = None
     notes: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        shape = np.shape(self.pixels)
+        if len(shape) != 3 or shape[2] < 1:
+            raise BadParameter(f"a Raster's pixels must be an array of shape (rows, cols, bands), "
+                               f"got shape {shape}")
 
     @property
     def height(self) -> int:
@@ -811,6 +830,7 @@ def load_image(path: str | os.PathLike, crs=None, bands=None, grid=None) -> Rast
         raise ImageReadError(f"expected an image file, got a folder: {path}")
     if not os.path.isfile(path):  # a FIFO or device would block or never end
         raise ImageReadError(f"expected an image file, got a special file: {path}")
+    _check_readable(path)
     suffix = os.path.splitext(path)[1].lower()
     if suffix in UNREAD_FORMATS:
         raise ImageReadError(f"{path}: {UNREAD_FORMATS[suffix]} images are not read; convert "
@@ -939,11 +959,12 @@ def image_size(path: str | os.PathLike) -> tuple[int, int]:
     Raises
     ------
     ImageReadError
-        If the file is no image Pillow knows, or its header cannot be read.
+        If the file may not be read, is no image Pillow knows, or its header cannot be read.
     """
     from PIL import Image, UnidentifiedImageError
 
     path = os.fspath(path)
+    _check_readable(path)
     try:
         with _PILLOW_PIXEL_LIMIT_LIFTED, Image.open(path) as image:
             return image.size
@@ -952,6 +973,18 @@ def image_size(path: str | os.PathLike) -> tuple[int, int]:
                              f"({READABLE_FORMATS})") from None
     except Exception as exc:  # Pillow raises many types for broken headers
         raise _damaged(path, _detail(exc, path)) from None
+
+
+def _check_readable(path: str) -> None:
+    """Raise :class:`ImageReadError` if we may not read the file ``path`` (the decoders would
+    report it damaged, or no image); other failures to open it are left to them."""
+    try:
+        with open(path, "rb"):
+            pass
+    except PermissionError:
+        raise ImageReadError(f"cannot read {path}: permission denied") from None
+    except OSError:
+        pass
 
 
 def _decoded_at_8_bits(image) -> bool:

@@ -50,6 +50,8 @@ class Evidence:
         Gradient-magnitude threshold of the SINE sampler.
     surface : ndarray of shape (rows, cols), float32, or None
         The clicked surface's membership (:attr:`ScoreKind.river`), in river mode.
+    on_no_data : (bool, bool)
+        Whether a and b lie on no data in the image (core.tracer.NO_DATA_SHARE).
     """
 
     planes: np.ndarray
@@ -58,6 +60,7 @@ class Evidence:
     sampler: int
     tau: float = 0.0
     surface: np.ndarray | None = None
+    on_no_data: tuple[bool, bool] = (False, False)
 
 
 def pad_planes(planes: np.ndarray, pad, sampler: int) -> np.ndarray:
@@ -159,7 +162,7 @@ def get_score_kind(name: str) -> ScoreKind:
     """
     try:
         return SCORE_KINDS[name]
-    except KeyError:
+    except (KeyError, TypeError):  # TypeError: a name that is no string (unhashable)
         raise BadParameter(f"unknown score kind {name!r}; choose from "
                            f"{', '.join(sorted(SCORE_KINDS))}") from None
 
@@ -188,9 +191,23 @@ def _sine_planes(inputs):
     return _gradient_planes(inputs), float(np.median(_magnitude(inputs)))
 
 
+#: Smallest spread or gradient scale the kinds divide by, as a fraction of the window's
+#: value range: imagery of any range (1e-7 reflectances or 16-bit counts) scores alike.
+RELATIVE_FLOOR = 1e-6
+#: ... and at least this (a float32 holds 1 / s² above it; a blank window's range is 0).
+ABSOLUTE_FLOOR = 1e-18
+
+
+def value_floor(value_range: float) -> float:
+    """The floor of a spread or gradient scale in a window whose largest minus smallest value
+    is ``value_range``: :data:`RELATIVE_FLOOR` × ``value_range``, at least
+    :data:`ABSOLUTE_FLOOR`."""
+    return max(RELATIVE_FLOOR * value_range, ABSOLUTE_FLOOR)
+
+
 def _flat_planes(inputs):
     magnitude = _magnitude(inputs)
-    g0 = 3.0 * float(np.median(magnitude)) + 1e-6
+    g0 = 3.0 * float(np.median(magnitude)) + value_floor(float(np.ptp(inputs.pixels)))
     return (-(magnitude / (g0 + magnitude) + 0.05))[None].astype(np.float32), 0.0
 
 
@@ -206,7 +223,8 @@ def _colour_planes(inputs):
     centre = np.median(samples, axis=0)
     bands = samples.shape[1]
     deviation = np.sqrt(bands) * 1.4826 * float(np.median(np.abs(samples - centre), axis=0).mean())
-    spread = max(deviation, 0.04 * float(np.ptp(inputs.pixels)) + 1e-6)
+    value_range = float(np.ptp(inputs.pixels))
+    spread = max(deviation, 0.04 * value_range + value_floor(value_range))
     distance2 = ((inputs.pixels - centre) ** 2).sum(axis=2)
     term = -(1.0 - np.exp(-distance2 / (2.0 * spread * spread)) + 0.05)
     term = gaussian_blur(term, COLOUR_CENTRING_SIGMA)
@@ -233,8 +251,8 @@ def endpoint_similarity(pixels: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.
     """How much each pixel looks like the surface under a or under b.
 
     Each endpoint gets its own colour model: the mean c and spread s (mean per-band standard
-    deviation, at least ``SPREAD_FLOOR`` × the window's value range) of its patch; a pixel's
-    similarity is the larger of exp(−‖x − c‖² / 2s²) over the two models.
+    deviation, at least (``SPREAD_FLOOR`` + ``RELATIVE_FLOOR``) × the window's value range) of
+    its patch; a pixel's similarity is the larger of exp(−‖x − c‖² / 2s²) over the two models.
 
     Parameters
     ----------
@@ -246,7 +264,8 @@ def endpoint_similarity(pixels: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.
     -------
     ndarray of shape (rows, cols), float32, values in [0, 1]
     """
-    floor = SPREAD_FLOOR * float(np.ptp(pixels)) + 1e-6
+    value_range = float(np.ptp(pixels))
+    floor = SPREAD_FLOOR * value_range + value_floor(value_range)
     best = np.zeros(pixels.shape[:2], dtype=np.float32)
     for point in (a, b):
         patch = patch_colours(pixels, point, PATCH_RADIUS)

@@ -53,11 +53,34 @@ from core.errors import (
     PointOutsideImage,
     TraceError,
 )
-from core.gradient import gradient_margin
-from core.guides import Corridor, admissible_windows, build_corridor, check_max_angle
-from core.raster import IMAGE_SUFFIXES, Raster, has_grid, load_image, on_same_grid
+from core.gradient import MIN_SIGMA, gradient_margin
+from core.guides import (
+    Corridor,
+    admissible_windows,
+    build_corridor,
+    check_count,
+    check_halfwidth,
+    check_max_angle,
+    real_number,
+)
+from core.raster import (
+    IMAGE_SUFFIXES,
+    Raster,
+    finite_float32,
+    has_grid,
+    load_image,
+    on_same_grid,
+)
 from core.resources import check_trace_plan, window_pixels
-from core.scores import Evidence, ScoreInputs, get_score_kind, pad_planes, trace_window_memory
+from core.scores import (
+    PATCH_RADIUS,
+    Evidence,
+    ScoreInputs,
+    get_score_kind,
+    pad_planes,
+    patch_colours,
+    trace_window_memory,
+)
 
 #: Default corridor half-width per px of click distance.
 HALFWIDTH_PER_LENGTH = 0.25
@@ -69,6 +92,10 @@ POINT_SPACING = 1.5
 CORRIDOR_GROWTH = 1.6
 #: Largest default half-width (px).
 MAX_HALFWIDTH = 150.0
+#: Most guides per px of click distance: more guides asked for are lowered to this (guides
+#: closer than ~1 px apart follow nothing finer, and each costs memory the resource plan does
+#: not count).
+MAX_GUIDES_PER_PX = 1.0
 #: Most corridor pixels whose evidence :func:`trace_many` makes in one pass (bounds its memory).
 BATCH_PIXELS = 4_000_000
 #: Axis-aligned corridor windows of more pixels than this (about 1.2 GB of evidence with the
@@ -82,6 +109,12 @@ TURNED_FRAME_SAVING = 2.0
 TURNED_PIECE_COLUMNS = 512
 #: What ``TraceParams.line_kind`` may be.
 LINE_KINDS = ("road", "river")
+#: Gradient score kinds take a window for blank where all but this share of its values read
+#: one value (stray pixels on a uniform area: nothing to follow but rounding residue).
+GRADIENT_BLANK_SHARE = 1e-4
+#: Share of an endpoint's patch (``PATCH_RADIUS``) reading 0 in every band (no data) above
+#: which the trace notes that the point lies on no data (on the image, not an evidence raster).
+NO_DATA_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -119,6 +152,30 @@ class TraceParams:
         return replace(self, guides=guides, points=points, halfwidth=halfwidth,
                        score=self.traced_score)
 
+    def check(self) -> None:
+        """Raise :class:`BadParameter` naming the first field of the wrong type or out of its
+        range (guides >= 1 and points >= 2 whole numbers, halfwidth > 0 px, max angle in
+        (0, 180]°, σ >= ``MIN_SIGMA`` px, a registered score kind, a line kind of
+        :data:`LINE_KINDS`, a ground resolution in :data:`GROUND_RESOLUTION_RANGE`, an
+        evidence path)."""
+        if self.guides is not None:
+            check_count(self.guides, "guides", 1)
+        if self.points is not None:
+            check_count(self.points, "points per guide", 2)
+        if self.halfwidth is not None:
+            check_halfwidth(self.halfwidth)
+        check_max_angle(self.max_angle)
+        check_sigma(self.sigma)
+        get_score_kind(self.score)
+        if self.line_kind not in LINE_KINDS:
+            raise BadParameter(f"line kind must be one of {', '.join(LINE_KINDS)}, got "
+                               f"{self.line_kind!r}")
+        if self.ground_resolution is not None:
+            check_ground_resolution(self.ground_resolution)
+        if self.evidence_path is not None and not isinstance(self.evidence_path,
+                                                             str | os.PathLike):
+            raise BadParameter(f"evidence path must be a file path, got {self.evidence_path!r}")
+
     @property
     def traced_score(self) -> str:
         """The score kind that traces: ``score``, but ``centre`` for ``surface`` (a model of
@@ -140,6 +197,8 @@ class TraceResult:
     indices : (m,) chosen point index on each guide.
     score : total score; link_scores : (m+1,) per link (of the DP's optimum, before any
         river-mode move).
+    notes : what a user should know of the trace, one sentence each (an endpoint on no data,
+        a re-trace in a wider corridor refused); empty where there is nothing to say.
     """
 
     polyline: np.ndarray
@@ -149,6 +208,7 @@ class TraceResult:
     params: TraceParams
     backend: str
     timings_ms: dict = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
 
 
 #: The ground resolutions (metres per pixel) a trace accepts: drone imagery of 1 mm to
@@ -160,12 +220,22 @@ def check_ground_resolution(value: float, what: str = "ground resolution") -> fl
     """``value`` if it is a number of metres per pixel within :data:`GROUND_RESOLUTION_RANGE`,
     else :class:`BadParameter` naming ``what`` it is."""
     low, high = GROUND_RESOLUTION_RANGE
-    if not low <= value <= high:  # NaN fails too
+    if not low <= real_number(value, what) <= high:  # NaN fails too
         raise BadParameter(f"{what} {value:.3g} m per pixel, outside {low:g} to {high:g} m"
                            + ("" if what == "ground resolution" else
                               "; state the right one (--ground-resolution, or the app's "
                               "ground resolution parameter)"))
     return value
+
+
+def check_sigma(value) -> float:
+    """The gradient scale σ ``value`` (px) as a float if it is a number of at least
+    :data:`core.gradient.MIN_SIGMA`, else :class:`BadParameter`."""
+    sigma = real_number(value, "sigma")
+    if not (math.isfinite(sigma) and sigma >= MIN_SIGMA):
+        raise BadParameter(f"sigma must be at least {MIN_SIGMA:g} px (finer, the Gaussian "
+                           f"derivative no longer sees edges), got {value}")
+    return sigma
 
 
 def check_point(raster: Raster, point, name: str) -> np.ndarray:
@@ -304,7 +374,8 @@ def _evidence_many(raster: Raster, corridors: list, backend: TracerBackend,
     kind = get_score_kind(params.score)
     source = evidence_source(raster, params)
     ground = ground_resolution_of(raster, params)
-    reads = [_read_corridor(raster, source, corridor, frame, params.sigma)
+    stray_share = GRADIENT_BLANK_SHARE if "gradient" in kind.needs else 0.0
+    reads = [_read_corridor(raster, source, corridor, frame, params.sigma, stray_share)
              for corridor, _, frame in corridors]
     if params.line_kind == "river" and kind.river is not None:
         made = []
@@ -318,7 +389,7 @@ def _evidence_many(raster: Raster, corridors: list, backend: TracerBackend,
         made = [(planes, tau, None) for planes, tau in backend.score_planes_many(
             kind, [(read.pixels, read.a, read.b) for read in reads], params.sigma, deferred,
             [read.pad for read in reads], ground)]
-    return [read.evidence(kind, planes, tau, surface)
+    return [read.evidence(kind, planes, tau, surface, source is raster)
             for read, (planes, tau, surface) in zip(reads, made, strict=True)]
 
 
@@ -385,13 +456,19 @@ class _CorridorWindow:
         image, by which its evidence planes are padded (:func:`core.scores.pad_planes`)."""
         return self.outside[1], self.outside[0]
 
-    def evidence(self, kind, planes, tau: float, surface) -> Evidence:
+    def evidence(self, kind, planes, tau: float, surface, of_image: bool) -> Evidence:
         """The :class:`Evidence` of ``planes`` (P, rows', cols') made from these pixels and
         padded by :attr:`pad` (and, in river mode, the water ``surface`` (rows', cols') or
-        None)."""
+        None); where the pixels are the image's (``of_image``), whether a and b lie on no data
+        (more than ``NO_DATA_SHARE`` of their patch reads 0 in every band)."""
+        on_no_data = tuple(
+            of_image and bool(np.all(patch_colours(self.pixels, point, PATCH_RADIUS) == 0,
+                                     axis=1).mean() > NO_DATA_SHARE)
+            for point in (self.a, self.b))
         return Evidence(np.ascontiguousarray(planes, dtype=np.float32), self.origin, self.size,
                         kind.sampler, tau,
-                        None if surface is None else np.asarray(surface, dtype=np.float32))
+                        None if surface is None else np.asarray(surface, dtype=np.float32),
+                        on_no_data)
 
 
 @dataclass(frozen=True)
@@ -464,8 +541,8 @@ def _read_turned(source: Raster, frame: _Frame) -> np.ndarray:
         x, y = (frame.offset[axis] + along * frame.axes[0, axis] + across * frame.axes[1, axis]
                 for axis in (0, 1))
         col0, row0 = int(np.floor(x.min())), int(np.floor(y.min()))
-        box = source.read_window(row0, int(np.floor(y.max())) + 2,
-                                 col0, int(np.floor(x.max())) + 2)
+        box = _read_finite(source, row0, int(np.floor(y.max())) + 2,
+                           col0, int(np.floor(x.max())) + 2)
         points = np.stack([y - row0, x - col0])
         pieces.append(np.stack([map_coordinates(box[:, :, band], points, order=1,
                                                 mode="nearest", output=np.float32)
@@ -473,13 +550,20 @@ def _read_turned(source: Raster, frame: _Frame) -> np.ndarray:
     return np.concatenate(pieces, axis=1)
 
 
+def _read_finite(source: Raster, row0: int, row1: int, col0: int, col1: int) -> np.ndarray:
+    """:meth:`Raster.read_window` of ``source`` with NaN and ±inf read as 0 (no data), as
+    files are read (:func:`core.raster.finite_float32`: an in-memory raster may hold them)."""
+    return finite_float32(source.read_window(row0, row1, col0, col1), source.path or "image")
+
+
 def _read_corridor(raster: Raster, source: Raster, corridor: Corridor, frame: _Frame,
-                   sigma: float) -> _CorridorWindow:
+                   sigma: float, stray_share: float = 0.0) -> _CorridorWindow:
     """The window of ``source`` (``raster`` or its evidence raster) around ``corridor`` with
-    the gradient margin of σ (see :func:`corridor_evidence`), in ``frame``."""
+    the gradient margin of σ (see :func:`corridor_evidence`), in ``frame``; refused as blank
+    where all but ``stray_share`` of its values read one value (:func:`_check_not_blank`)."""
     if frame.window is not None:
         pixels = _read_turned(source, frame)
-        _check_not_blank(pixels, source is not raster)
+        _check_not_blank(pixels, source is not raster, stray_share)
         return _CorridorWindow(pixels, corridor.a, corridor.b, (0, 0), ((0, 0), (0, 0)),
                                frame.window)
     sx, sy = (int(value) for value in -frame.offset)
@@ -489,8 +573,8 @@ def _read_corridor(raster: Raster, source: Raster, corridor: Corridor, frame: _F
     want1 = high + margin + 1 - (sx, sy)
     col0, row0 = max(want0[0], 0), max(want0[1], 0)
     col1, row1 = min(want1[0], raster.width), min(want1[1], raster.height)
-    pixels = source.read_window(row0, row1, col0, col1)
-    _check_not_blank(pixels, source is not raster)
+    pixels = _read_finite(source, row0, row1, col0, col1)
+    _check_not_blank(pixels, source is not raster, stray_share)
     origin = np.array([col0, row0], dtype=np.float64)
     outside = ((col0 - min(want0[0], col0), max(want1[0], col1) - col1),
                (row0 - min(want0[1], row0), max(want1[1], row1) - row1))
@@ -499,14 +583,24 @@ def _read_corridor(raster: Raster, source: Raster, corridor: Corridor, frame: _F
                            (col0 - outside[0][0] + sx, row0 - outside[1][0] + sy), outside, size)
 
 
-def _check_not_blank(pixels: np.ndarray, evidence_raster: bool) -> None:
-    """Raise :class:`BadParameter` if every value of the window ``pixels`` (rows, cols, bands)
-    is the same (from the evidence raster where ``evidence_raster``, else the image)."""
-    if pixels.size and not np.any(pixels != pixels.flat[0]):
-        raise BadParameter(f"{'the evidence raster' if evidence_raster else 'the image'} "
-                           "holds nothing to trace between a and b: every pixel there reads "
-                           f"{float(pixels.flat[0]):g} (a blank area, or no data or NaN in the "
-                           "file)")
+def _check_not_blank(pixels: np.ndarray, evidence_raster: bool, stray_share: float) -> None:
+    """Raise :class:`BadParameter` if all but at most ``stray_share`` of the values of the
+    window ``pixels`` (rows, cols, bands) are the same (from the evidence raster where
+    ``evidence_raster``, else the image)."""
+    if not pixels.size:
+        return
+    if stray_share:  # the value most read: the median of a sample, where nearly all read it
+        rows, cols = pixels.shape[:2]
+        common = np.median(pixels[::max(rows // 32, 1), ::max(cols // 32, 1)])
+    else:
+        common = pixels.flat[0]
+    stray = int(np.count_nonzero(pixels != common))
+    if stray > stray_share * pixels.size:
+        return
+    but = f" but for {stray} of its {pixels.size} values" if stray else ""
+    raise BadParameter(f"{'the evidence raster' if evidence_raster else 'the image'} "
+                       f"holds nothing to trace between a and b: every pixel there reads "
+                       f"{float(common):g}{but} (a blank area, or no data or NaN in the file)")
 
 
 def trace(raster: Raster, a, b, params: TraceParams | None = None,
@@ -536,10 +630,17 @@ def trace_many(raster: Raster, pairs: list, params: TraceParams | None = None,
     -------
     list
         Per pair, its :class:`TraceResult`, or the :class:`~core.errors.TraceError` that
-        :func:`trace` would raise for it (an error while making the evidence is every pair's).
+        :func:`trace` would raise for it (an error while making the evidence, or in
+        ``params``, is every pair's). A re-trace in a wider corridor that fails keeps the
+        first optimum (with a note saying why, unless the wider corridor had no admissible
+        path).
     """
     params = params or TraceParams()
     backend = backend or CpuBackend()
+    try:
+        params.check()
+    except TraceError as exc:
+        return [exc] * len(pairs)
     results = _trace_many_once(raster, pairs, [params] * len(pairs), backend)
     again = [k for k, result in enumerate(results)
              if isinstance(result, TraceResult) and params.halfwidth is None
@@ -549,12 +650,16 @@ def trace_many(raster: Raster, pairs: list, params: TraceParams | None = None,
                                            MAX_HALFWIDTH), points=results[k].params.points)
              for k in again]
     widened = _trace_many_once(raster, [pairs[k] for k in again], wider, backend)
-    for k, result in zip(again, widened, strict=True):
+    for k, result, each in zip(again, widened, wider, strict=True):
         if isinstance(result, NoAdmissiblePath):  # other points, other turns: keep the first
             continue
-        if isinstance(result, TraceResult):
-            result.timings_ms["retrace"] = results[k].timings_ms["total"]
-            result.timings_ms["total"] += results[k].timings_ms["total"]
+        if isinstance(result, TraceError):  # refused (memory, say): the first still holds
+            results[k] = replace(results[k], notes=results[k].notes + (
+                f"the line touches its corridor's edge, but was not traced again in a wider "
+                f"one (halfwidth {each.halfwidth:g} px): {result}",))
+            continue
+        result.timings_ms["retrace"] = results[k].timings_ms["total"]
+        result.timings_ms["total"] += results[k].timings_ms["total"]
         results[k] = result
     return results
 
@@ -573,11 +678,16 @@ def trace_through(raster: Raster, points: list, params: TraceParams | None = Non
     Raises
     ------
     TraceError
-        A point outside the image (named by ``names``, default "point 1", "point 2", …), else
-        the first failing leg's error; with more than one leg its message is prefixed with the
-        leg's ends.
+        Fewer than 2 points, or ``names`` not one per point (BadParameter); a point outside
+        the image (named by ``names``, default "point 1", "point 2", …), else the first
+        failing leg's error; with more than one leg its message is prefixed with the leg's
+        ends.
     """
+    if len(points) < 2:
+        raise BadParameter(f"a line needs at least 2 points, got {len(points)}")
     names = names or [f"point {k + 1}" for k in range(len(points))]
+    if len(names) != len(points):
+        raise BadParameter(f"{len(names)} names for {len(points)} points")
     for point, name in zip(points, names, strict=True):
         check_point(raster, point, name)
     results = trace_many(raster, list(zip(points[:-1], points[1:], strict=True)), params, backend)
@@ -709,30 +819,22 @@ def _solve_chunk(raster: Raster, segments: list, backend: TracerBackend, results
 
 
 def _segment(raster: Raster, a, b, params: TraceParams) -> _Segment:
-    """Check one request and build its corridor (raises a TraceError)."""
+    """Check one request (``params`` checked by :meth:`TraceParams.check`) and build its
+    corridor (raises a TraceError)."""
     start = time.perf_counter()
     a = check_point(raster, a, "a")
     b = check_point(raster, b, "b")
-    if params.halfwidth is not None and not (np.isfinite(params.halfwidth)
-                                             and params.halfwidth > 0):
-        raise BadParameter(f"halfwidth must be > 0 px, got {params.halfwidth}")
     if params.halfwidth is not None and params.halfwidth > np.hypot(raster.width,
                                                                     raster.height):
         raise BadParameter(f"halfwidth {params.halfwidth:g} px is more than the image's "
                            f"diagonal ({np.hypot(raster.width, raster.height):.0f} px)")
-    if not np.isfinite(params.sigma) or params.sigma <= 0:
-        raise BadParameter(f"sigma must be > 0 px, got {params.sigma}")
-    if params.ground_resolution is not None:
-        check_ground_resolution(params.ground_resolution)
-    if params.line_kind not in LINE_KINDS:
-        raise BadParameter(f"line kind must be one of {', '.join(LINE_KINDS)}, got "
-                           f"{params.line_kind!r}")
-    get_score_kind(params.score)
-    max_angle_rad = check_max_angle(params.max_angle)
     length = float(np.hypot(*(b - a)))
     if length < 2:
         raise BadParameter(f"endpoints a=({a[0]:g}, {a[1]:g}) and b=({b[0]:g}, {b[1]:g}) "
                            "must be at least 2 px apart")
+    most_guides = max(1, int(MAX_GUIDES_PER_PX * length))
+    if params.guides is not None and params.guides > most_guides:  # e.g. a short leg of a line
+        params = replace(params, guides=most_guides)
     resolved = params.resolve(length)
     frame = _turned_frame(raster, a, b, resolved)
     margin = gradient_margin(params.sigma)
@@ -751,7 +853,7 @@ def _segment(raster: Raster, a, b, params: TraceParams) -> _Segment:
         if np.any(shift):
             corridor = build_corridor(a + shift, b + shift, params.guides, params.points,
                                       params.halfwidth)
-    return _Segment(a, b, params, corridor, frame, max_angle_rad,
+    return _Segment(a, b, params, corridor, frame, check_max_angle(params.max_angle),
                     1e3 * (time.perf_counter() - start))
 
 
@@ -773,5 +875,9 @@ def _finish(segment: _Segment, evidence: Evidence, solution, shares: tuple,
                         + 1e3 * (time.perf_counter() - start))
     polyline = segment.frame.to_image(polyline)
     polyline[0], polyline[-1] = segment.a, segment.b  # exact, whatever the frame rounded
+    notes = tuple(f"the point ({x:g}, {y:g}) lies on no data: most pixels around it read 0 in "
+                  "every band (no data or NaN in the file)"
+                  for (x, y), on_no_data in zip((segment.a, segment.b), evidence.on_no_data,
+                                                strict=True) if on_no_data)
     return TraceResult(polyline, solution.indices, solution.score, solution.link_scores,
-                       segment.params, backend, timings)
+                       segment.params, backend, timings, notes)

@@ -234,7 +234,8 @@ extern "C" __global__ void similarity(const Window* __restrict__ windows)
     const double* models = w.models;
     const float* range = w.range;
     const double ptp = (double)__fsub_rn(range[1], range[0]);
-    const double floor_ = __dadd_rn(__dmul_rn(0.04, ptp), 1e-6);  // SPREAD_FLOOR
+    // SPREAD_FLOOR x range + core.scores.value_floor(range)
+    const double floor_ = __dadd_rn(__dmul_rn(0.04, ptp), fmax(__dmul_rn(1e-6, ptp), 1e-18));
     float best = 0.0f;
     for (int e = 0; e < 2; ++e) {
         const double spread = fmax(models[e], floor_);

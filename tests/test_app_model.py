@@ -157,7 +157,7 @@ HOSTILE_FIELDS = [  # (field, value, what the message names)
     ("params.guides", True, r"params.guides must be a whole number"),
     ("params.points", 5000, r"params.points must be a whole number in \[1, 1001\]"),
     ("params.halfwidth", -5, r"params.halfwidth must be a number in \[0.1, 1000\]"),
-    ("params.sigma", 22.555, r"params.sigma must be a number in \[0.3, 20\] with at most 2"),
+    ("params.sigma", 22.555, r"params.sigma must be a number in \[0.5, 20\] with at most 2"),
     ("params.score", "magic", "params.score must be one of surface"),
     ("params.evidence_path", 7, "params.evidence_path must be a file path or null"),
     ("params.colour", "red", r"params has unknown tracing parameters \['colour'\]"),

@@ -422,10 +422,14 @@ def test_usage_errors(tmp_path, capsys):
     code, err = batch(capsys, images, seeds, out, "--image-crs", "EPSG:999999")
     assert code == 2
     assert "EPSG:999999" in err
-    for option, value in (("--sigma", "-1"), ("--guides", "0"), ("--max-angle", "200")):
+    for option, value in (("--guides", "0"), ("--max-angle", "200")):
         code, err = batch(capsys, images, seeds, out, option, value)
         assert code == 2
         assert value in err
+    with pytest.raises(SystemExit) as exit_info:  # refused by the option's own type
+        batch(capsys, images, seeds, out, "--sigma", "-1")
+    assert exit_info.value.code == 2
+    assert "sigma must be at least 0.5 px" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_info:
         batch(capsys, images, seeds, out, "--workers", "0")
     assert exit_info.value.code == 2
@@ -497,6 +501,18 @@ def test_output_names_on_stem_collision(tmp_path):
     images = [tmp_path / "a.png", tmp_path / "a.tif", tmp_path / "b.jpg"]
     assert output_names(images) == {"a.png": "a.png.geojson", "a.tif": "a.tif.geojson",
                                     "b.jpg": "b.geojson"}
+
+
+def test_output_names_are_distinct_whatever_the_names(tmp_path):
+    """``a.png`` and ``a.tif`` share a stem: named in full, the first is the stem of
+    ``a.png.tif``; names differing in case only are one file on macOS and Windows. Every image
+    gets its own file, the same whatever the order of the listing."""
+    names = ["a.png", "a.tif", "a.png.tif", "B.png", "b.PNG", "b.png.tif"]
+    for order in (names, names[::-1]):
+        outputs = output_names([tmp_path / name for name in order])
+        assert outputs == {"a.png": "a.png.geojson", "a.tif": "a.tif.geojson",
+                           "a.png.tif": "a.png.tif.geojson", "B.png": "B.png.geojson",
+                           "b.PNG": "b.PNG~2.geojson", "b.png.tif": "b.png.tif.geojson"}
 
 
 def test_failure_description():
