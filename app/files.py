@@ -9,10 +9,11 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import threading
 from pathlib import Path
 
 from app.model import Line
-from app.session import SessionReadError, read_session, write_session
+from app.session import LineEncoder, Session, SessionReadError, load_session, write_session
 from core.errors import OutputWriteError
 from core.geojson import feature_collection, line_feature, write_geojson
 from core.raster import Raster
@@ -29,15 +30,78 @@ def autosave_path(folder: str, image_path: str) -> str:
 
 
 def write_autosave(folder: str, image_path: str, lines: tuple[Line, ...], params: TraceParams,
-                   backend: str) -> None:
+                   backend: str, image_size: tuple[int, int] | None = None,
+                   encoder: LineEncoder | None = None) -> None:
     """Write the lines of an image to its autosave file in ``folder`` (a session, written
-    atomically); raises ``OutputWriteError``."""
+    atomically; see :func:`app.session.write_session`); raises ``OutputWriteError``."""
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError as exc:
         raise OutputWriteError(f"cannot create the autosave folder {folder}: "
                                f"{exc.strerror or exc}") from None
-    write_session(autosave_path(folder, image_path), image_path, lines, params, backend)
+    write_session(autosave_path(folder, image_path), image_path, lines, params, backend,
+                  image_size, encoder)
+
+
+class AutosaveWriter:
+    """The autosaves of a folder, written one at a time, the newest lines of an image winning.
+
+    :meth:`put` leaves an image's lines to autosave (replacing those of that image still
+    waiting); :meth:`write_waiting` writes what waits, off the window's thread or, to flush,
+    on it. A write, removal or move of an autosave waits for the one in progress, so an older
+    state never lands after a newer one, and a removed autosave is not written again.
+    """
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+        self.encoder = LineEncoder()
+        self._waiting: dict[str, tuple] = {}  # image path -> write_autosave's arguments after it
+        self._waiting_lock = threading.Lock()  # guards _waiting
+        self._file_lock = threading.Lock()  # held while an autosave file is written or moved
+
+    def put(self, image_path: str, lines: tuple[Line, ...], params: TraceParams, backend: str,
+            image_size: tuple[int, int] | None) -> None:
+        """Leave ``lines`` to autosave for ``image_path`` (never waits for a write)."""
+        with self._waiting_lock:
+            self._waiting[image_path] = (lines, params, backend, image_size)
+
+    def _take(self, image_path: str | None = None) -> tuple | None:
+        """The image path and arguments of a write waiting (``image_path``'s, or any), no
+        longer waiting; None if there is none."""
+        with self._waiting_lock:
+            if image_path is None:
+                return self._waiting.popitem() if self._waiting else None
+            arguments = self._waiting.pop(image_path, None)
+            return None if arguments is None else (image_path, arguments)
+
+    def write_waiting(self) -> None:
+        """Write every autosave waiting (raises ``OutputWriteError`` at the first that cannot
+        be written: the others still wait)."""
+        with self._file_lock:
+            while (write := self._take()) is not None:
+                image_path, arguments = write
+                write_autosave(self.folder, image_path, *arguments, encoder=self.encoder)
+
+    def remove(self, image_path: str) -> None:
+        """Drop the image's autosave, and the write of it waiting."""
+        with self._file_lock:
+            self._take(image_path)
+            Path(autosave_path(self.folder, image_path)).unlink(missing_ok=True)
+
+    def keep(self, image_path: str) -> str:
+        """:func:`keep_autosave` once the write in progress is done."""
+        with self._file_lock:
+            return keep_autosave(self.folder, image_path)
+
+
+def file_stamp(path: str) -> tuple[int, int] | None:
+    """(modification time in ns, size) of a file, to tell whether it changed since; None where
+    there is no such file."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_mtime_ns, info.st_size
 
 
 def _unused_name(stem: str, suffix: str = "") -> str:
@@ -50,29 +114,37 @@ def _unused_name(stem: str, suffix: str = "") -> str:
     return name
 
 
-def read_autosave(folder: str, image_path: str) -> tuple[Line, ...]:
-    """The autosaved lines of an image (none if it has no autosave).
-
-    Raises
-    ------
-    SessionReadError
-        For an autosave that cannot be read; the file is first moved aside to
-        ``<autosave>.bad`` (``.bad-2``, ``.bad-3``, … when that is taken; named in the
-        message), so that neither the next autosave nor the next bad one overwrites what it
-        holds.
-    """
+def load_autosave(folder: str, image_path: str) -> Session | None:
+    """The autosave of an image as a session (None if it has no autosave); a
+    :class:`SessionReadError` for one that cannot be read, left where it is
+    (:func:`set_aside_bad_autosave`)."""
     path = autosave_path(folder, image_path)
-    if not os.path.exists(path):
-        return ()
+    return load_session(path) if os.path.exists(path) else None
+
+
+def set_aside_bad_autosave(folder: str, image_path: str, error: SessionReadError
+                           ) -> SessionReadError:
+    """Move an autosave that cannot be read (``error``, from :func:`load_autosave`) aside to
+    ``<autosave>.bad`` (``.bad-2``, ``.bad-3``, … when that is taken), so that neither the next
+    autosave nor the next bad one overwrites what it holds; the error to show, naming where it
+    is kept (``error`` itself if it cannot be moved)."""
+    path = autosave_path(folder, image_path)
+    kept = _unused_name(path + ".bad")
     try:
-        return read_session(path)[1]
+        os.replace(path, kept)
+    except OSError:
+        return error
+    return SessionReadError(f"{error} (the file is kept as {kept})")
+
+
+def read_autosave(folder: str, image_path: str) -> tuple[Line, ...]:
+    """The autosaved lines of an image (none if it has no autosave); for one that cannot be
+    read, :func:`set_aside_bad_autosave`'s error is raised."""
+    try:
+        session = load_autosave(folder, image_path)
     except SessionReadError as exc:
-        kept = _unused_name(path + ".bad")
-        try:
-            os.replace(path, kept)
-        except OSError:
-            raise exc from None
-        raise SessionReadError(f"{exc} (the file is kept as {kept})") from None
+        raise set_aside_bad_autosave(folder, image_path, exc) from None
+    return () if session is None else session.lines
 
 
 def keep_autosave(folder: str, image_path: str) -> str:
@@ -93,10 +165,6 @@ def keep_autosave(folder: str, image_path: str) -> str:
         raise OutputWriteError(f"cannot keep the autosave {path}: {exc.strerror or exc}") \
             from None
     return kept
-
-
-def remove_autosave(folder: str, image_path: str) -> None:
-    Path(autosave_path(folder, image_path)).unlink(missing_ok=True)
 
 
 def export_lines(path: str, lines: tuple[Line, ...], raster: Raster, crs: str = "wgs84") -> None:

@@ -13,7 +13,16 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from PySide6.QtCore import QCoreApplication, QRect, QSettings, QStandardPaths, Qt, QTimer, Signal
+from PySide6.QtCore import (
+    QCoreApplication,
+    QLockFile,
+    QRect,
+    QSettings,
+    QStandardPaths,
+    Qt,
+    QTimer,
+    Signal,
+)
 from PySide6.QtGui import QAction, QKeySequence, QPainter
 from PySide6.QtWidgets import (
     QApplication,
@@ -35,21 +44,22 @@ from PySide6.QtWidgets import (
 from app.canvas import Canvas
 from app.display import display_levels, load_for_display
 from app.files import (
+    AutosaveWriter,
+    autosave_path,
     export_lines,
-    keep_autosave,
-    read_autosave,
-    remove_autosave,
-    write_autosave,
+    file_stamp,
+    load_autosave,
+    set_aside_bad_autosave,
 )
 from app.imports import PROGRESS_PREFIX, plural, skipped_feature
 from app.jobs import Job, JobQueue
-from app.model import LinesModel, ModelChange
+from app.model import LinesModel, ModelChange, same_lines
 from app.panels import LinesPanel, ParamsPanel
-from app.session import line_to_dict, read_session, write_session
+from app.session import Session, SessionReadError, load_session, write_session
 from app.traces import TraceOutcome, error_text
 from app.tracing import TracingController
 from core import surface
-from core.errors import TraceError
+from core.errors import ImageReadError, TraceError
 from core.geojson import coordinate_space
 from core.georef import sidecar_files
 from core.output import refuse_overwriting_input
@@ -200,15 +210,41 @@ class StatusBar(QStatusBar):
 
 @dataclass(eq=False)
 class _Opening:
-    """An image being opened: its path, and the answer to "Save them first?" about the lines of
-    ``asked_about`` (the image open when it was asked) that the open goes on with (True, or
-    :data:`DISCARD`: drop them once the new image is here). ``dropped`` is set where a later
-    open supersedes it: its load is skipped, or its result thrown away."""
+    """An image being opened: its path (None while the session that names it is read), and the
+    answer to "Save them first?" about the lines of ``asked_about`` (the image open when it was
+    asked) that the open goes on with (True, or :data:`DISCARD`: drop them once the new image
+    is here). ``dropped`` is set where a later open supersedes it: its load is skipped, or its
+    result thrown away."""
 
-    path: str
+    path: str | None
     answer: bool | str
     asked_about: str | None
     dropped: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(frozen=True)
+class _SessionFile:
+    """A session file read: its path, what it holds, and its :func:`app.files.file_stamp`
+    before it was read."""
+
+    path: str
+    session: Session
+    stamp: tuple[int, int] | None
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    """What the worker read for an open: the image (``raster`` None where it is a session's
+    image that is not found: ``missing`` says so), the session, and the image's autosave
+    (``autosave_error`` where it cannot be read; neither where the image is the one open)."""
+
+    image: str
+    raster: Raster | None
+    levels: list | None
+    session: _SessionFile | None
+    autosave: Session | None = None
+    autosave_error: SessionReadError | None = None
+    missing: ImageReadError | None = None
 
 
 class MainWindow(QMainWindow):
@@ -236,6 +272,11 @@ class MainWindow(QMainWindow):
         self.image_path: str | None = None
         self._opening: _Opening | None = None  # the image being loaded, if any
         self.session_path: str | None = None
+        self._session_stamp: tuple[int, int] | None = None  # file_stamp when read or saved
+        # The open image's autosave, locked for this window; None where another window holds
+        # it (this one then does not autosave), or no image is open.
+        self._autosave_lock: QLockFile | None = None
+        self._close_once_traced = False  # closing waits for a trace in flight
         self.last_error: str | None = None
         self.last_notice: str | None = None  # the last message box shown (errors too)
         self.status_text = ""  # the status bar's message, as shown
@@ -245,6 +286,8 @@ class MainWindow(QMainWindow):
         self._keys_dialog: QDialog | None = None
         self.model = LinesModel()
         self.jobs = JobQueue(self)
+        self.autosaver = AutosaveWriter(self.autosave_dir)
+        self.writes = JobQueue(self)  # autosaves, off the window's thread
         self.controller = TracingController(self.model, self.jobs, self)
         self.canvas = Canvas(self.model, self.controller, self)
         self.setCentralWidget(self.canvas)
@@ -256,7 +299,7 @@ class MainWindow(QMainWindow):
         self._build_status_bar()
         self._build_menus()
         self._autosave_timer = QTimer(self, singleShot=True, interval=AUTOSAVE_DELAY_MS)
-        self._autosave_timer.timeout.connect(self.autosave)
+        self._autosave_timer.timeout.connect(self._autosave_in_background)
         self.model.subscribe(self._model_changed)
         self.controller.message.connect(self.show_status)
         self.controller.traced.connect(self._show_trace)
@@ -265,6 +308,8 @@ class MainWindow(QMainWindow):
         for signal in (self.controller.changed, self.controller.selection_changed,
                        self.controller.edits_changed):
             signal.connect(self._update_actions)
+        for signal in (self.controller.changed, self.controller.edits_changed):
+            signal.connect(self._close_if_traced)
         self.canvas.cursor_moved.connect(self._show_cursor)
         self.params_panel.params_changed.connect(self.controller.set_params)
         self.params_panel.backend_changed.connect(self.controller.set_backend)
@@ -547,7 +592,8 @@ class MainWindow(QMainWindow):
     def step_image(self, offset: int) -> bool:
         """Open the image ``offset`` places after (or before) this one in its folder; while an
         image is being opened, after (or before) that one (PgDown twice: two images on)."""
-        current = self._opening.path if self._opening is not None else self.image_path
+        current = self._opening.path if self._opening is not None and self._opening.path \
+            else self.image_path
         if current is None:
             self.show_status("open an image first")
             return False
@@ -563,16 +609,15 @@ class MainWindow(QMainWindow):
             return False
         return self.open_image(images[index])
 
-    def open_image(self, path: str, session: tuple | None = None) -> bool:
-        """Open an image in the worker; ``session`` = (lines, params, backend, session file) to
-        install once the image is loaded (nothing changes if it cannot be).
+    def open_image(self, path: str) -> bool:
+        """Open an image in the worker (nothing changes if it cannot be).
 
         Returns False if the user kept the current lines instead.
         """
         answer = self._confirm_replacing()
         if not answer:
             return False
-        self._load_image(path, answer, session)
+        self._load(answer, image=path)
         return True
 
     def _confirm_replacing(self) -> bool | str:
@@ -584,19 +629,43 @@ class MainWindow(QMainWindow):
             return DISCARD
         return self.confirm_discard(discard_now=False)
 
-    def _load_image(self, path: str, answer: bool | str, session: tuple | None = None) -> None:
-        """Load ``path`` in the worker and install it (with ``session``, see
-        :meth:`open_image`), the user having answered ``answer`` (:meth:`_confirm_replacing`)
-        about the open image's lines. An open still loading is superseded: its result is
-        dropped (nothing of it installed, nothing discarded), its load skipped if not begun."""
-        path = os.path.abspath(path)
+    def _load(self, answer: bool | str, image: str | None = None,
+              session_file: str | None = None, session: _SessionFile | None = None) -> None:
+        """Read, in the worker, the session ``session_file`` (unless ``session`` is the one
+        read) and load ``image`` (else the session's) with its autosave, then install them; the
+        user having answered ``answer`` (:meth:`_confirm_replacing`) about the open image's
+        lines. An open still loading is superseded: its result is dropped (nothing of it
+        installed, nothing discarded), its load skipped if not begun."""
+        image = os.path.abspath(image) if image else None
         if self._opening is not None:
             self._opening.dropped.set()
-        opening = self._opening = _Opening(path, answer, self.image_path)
-        self.show_status(f"opening {path}…")
+        opening = self._opening = _Opening(image, answer, self.image_path)
+        self.show_status(f"opening {image or session_file}…")
+        shown, autosave_dir = self.image_path, self.autosave_dir
 
-        def load():  # in the worker
-            return None if opening.dropped.is_set() else load_for_display(path)
+        def load() -> _Loaded | None:  # in the worker
+            if opening.dropped.is_set():
+                return None
+            read = session
+            if session_file is not None:
+                stamp = file_stamp(session_file)
+                read = _SessionFile(session_file, load_session(session_file), stamp)
+            path = image or read.session.image
+            if not path:
+                raise SessionReadError(f"session {read.path} names no image")
+            path = os.path.abspath(path)
+            try:
+                raster, levels = load_for_display(path)
+            except ImageReadError as exc:
+                if read is None or os.path.exists(path):
+                    raise
+                return _Loaded(path, None, None, read, missing=exc)
+            if path == shown:  # its lines are the window's
+                return _Loaded(path, raster, levels, read)
+            try:
+                return _Loaded(path, raster, levels, read, load_autosave(autosave_dir, path))
+            except SessionReadError as exc:
+                return _Loaded(path, raster, levels, read, autosave_error=exc)
 
         def current() -> bool:
             """True (once) if this open is still the latest: it now ends."""
@@ -605,61 +674,108 @@ class MainWindow(QMainWindow):
             self._opening = None
             return True
 
-        def loaded(result) -> None:
+        def loaded(result: _Loaded) -> None:
             if not current():
                 return
-            raster, levels = result
-            # Only now that the new image is here, and only the lines the answer was about.
-            if answer == DISCARD and self.image_path == opening.asked_about:
-                self._discard_lines()
+            if result.raster is None:
+                self._locate_image(answer, result)
             else:
-                self._flush_autosave()
-            # The lines first: nothing of the window changes until they are known.
-            autosaved = self._autosaved_lines(path)
-            lines = autosaved if session is None else session[0]
-            kept = self._keep_other_autosave(path, autosaved, lines)
-            self.raster, self.image_path = raster, path
-            self._image_levels = levels
-            self.canvas.set_image(levels)
-            self.controller.set_raster(raster)
-            if session is not None:
-                _, params, backend, self.session_path = session
-                self.params_panel.backend.setCurrentText(backend)
-                lost = self._unusable_evidence(params)
-                if lost:
-                    self.show_error(f"{lost}; tracing on the image itself", "Evidence raster")
-                    params = replace(params, evidence_path=None)
-                self.params_panel.set_params(params)
-                self.controller.set_params(self.params_panel.params())  # what it shows
-                self.model.reset(lines)
-            else:
-                self.session_path = None
-                if self.params_panel.evidence_path is not None:  # it was the last image's
-                    self.params_panel.set_evidence(None)
-                self.model.reset(lines)
-            self._add_recent(path)
-            self._update_title()
-            restored = f", {plural(len(self.model.lines), 'line')}" if self.model.lines else ""
-            bands = f"tracing {raster.band_note}" if raster.band_note else \
-                plural(raster.bands, "band")
-            unknown = ground_resolution_unknown(raster, self.params_panel.params())
-            self.show_status(
-                f"opened {os.path.basename(path)} ({raster.width}×{raster.height} px, {bands}"
-                f"{restored})" + "".join(f"; {note}" for note in raster.notes)
-                + ("; ground resolution unknown: set it in Parameters for faster clicks"
-                   if unknown else ""),
-                f"without it, {UNKNOWN_GROUND_NOTE}; {path}" if unknown else path)
-            if kept:
-                self._show_box(f"{os.path.basename(path)} had unsaved lines, which are kept in "
-                               f"{kept}: open it as a session to get them back.",
-                               "Autosaved lines kept", QMessageBox.Icon.Information)
-            self.image_loaded.emit(path)
+                self._install(result, answer == DISCARD and self.image_path == opening.asked_about)
 
         def failed(exc: BaseException) -> None:
             if current():
-                self.show_error(error_text(exc), "Cannot open image")
+                self.show_error(error_text(exc), "Cannot open session"
+                                if isinstance(exc, SessionReadError) else "Cannot open image")
 
         self.jobs.submit(Job(load, loaded, failed))
+
+    def _locate_image(self, answer: bool | str, missing: _Loaded) -> None:
+        """Ask where the image of a session read is (it is not where the session says), and
+        open it there; without an answer, say that it is not found."""
+        name = os.path.basename(missing.image)
+        path, _ = QFileDialog.getOpenFileName(
+            self, f"Where is {name}? (the session's image is not found)",
+            os.path.dirname(missing.session.path), IMAGE_FILTER)
+        if path:
+            self._load(answer, image=path, session=missing.session)
+        else:
+            self.show_error(error_text(missing.missing), "Cannot open image")
+
+    def _install(self, result: _Loaded, discard: bool) -> None:
+        """Show the image ``result`` loaded with its lines: the session's, else its autosave's
+        (the open image's lines where it is the one open). The open image's lines are first
+        dropped with their autosave where ``discard``, else flushed to it."""
+        path, raster, session = result.image, result.raster, result.session
+        if discard:
+            self._discard_lines()
+        else:
+            self._flush_autosave()
+        # The lines first: nothing of the window changes until they are known.
+        restored = None  # the autosave the lines come from, if any
+        if path == self.image_path:
+            autosaved = self.model.lines  # now in its autosave
+        else:
+            self._claim_autosave(path)
+            restored = self._restorable(path, result)
+            autosaved = () if restored is None else restored.lines
+        lines = autosaved if session is None else session.session.lines
+        kept = self._keep_other_autosave(path, autosaved, lines)
+        self.raster, self.image_path = raster, path
+        self._image_levels = result.levels
+        self.canvas.set_image(result.levels)
+        self.controller.set_raster(raster)
+        if session is not None:
+            self.session_path, self._session_stamp = session.path, session.stamp
+            params = session.session.params
+            self.params_panel.backend.setCurrentText(session.session.backend)
+            lost = self._unusable_evidence(params)
+            if lost:
+                self.show_error(f"{lost}; tracing on the image itself", "Evidence raster")
+                params = replace(params, evidence_path=None)
+            self.params_panel.set_params(params)
+            self.controller.set_params(self.params_panel.params())  # what it shows
+        else:
+            self.session_path, self._session_stamp = None, None
+            if self.params_panel.evidence_path is not None:  # it was the last image's
+                self.params_panel.set_evidence(None)
+        self.model.reset(lines)
+        self._add_recent(path)
+        self._update_title()
+        self._show_opened(path, session)
+        source = session.session if session is not None else restored
+        recorded = None if source is None else source.image_size
+        if lines and recorded is not None and recorded != (raster.width, raster.height):
+            self._show_box(f"{os.path.basename(path)} is {raster.width}×{raster.height} px, "
+                           f"but its lines were drawn on it at {recorded[0]}×{recorded[1]} px "
+                           "(was the file replaced, cropped or resized?): they may lie off "
+                           "the image or beside what they trace.", "Image size changed",
+                           QMessageBox.Icon.Warning)
+        if kept:
+            self._show_box(f"{os.path.basename(path)} had unsaved lines, which are kept in "
+                           f"{kept}: open it as a session to get them back.",
+                           "Autosaved lines kept", QMessageBox.Icon.Information)
+        self.image_loaded.emit(path)
+
+    def _show_opened(self, path: str, session: _SessionFile | None) -> None:
+        """The status after an image opened: its size, bands and lines, and what to know."""
+        raster = self.raster
+        restored = f", {plural(len(self.model.lines), 'line')}" if self.model.lines else ""
+        bands = f"tracing {raster.band_note}" if raster.band_note else \
+            plural(raster.bands, "band")
+        notes = list(raster.notes)
+        if session is not None and os.path.abspath(session.session.image) != path:
+            notes.append("its session names another place for it: save the session to "
+                         "keep this one")
+        if self._autosave_lock is None:
+            notes.append("also open in another roadtracer window: not autosaved here, save a "
+                         "session to keep its lines")
+        unknown = ground_resolution_unknown(raster, self.params_panel.params())
+        if unknown:
+            notes.append("ground resolution unknown: set it in Parameters for faster clicks")
+        self.show_status(
+            f"opened {os.path.basename(path)} ({raster.width}×{raster.height} px, {bands}"
+            f"{restored})" + "".join(f"; {note}" for note in notes),
+            f"without it, {UNKNOWN_GROUND_NOTE}; {path}" if unknown else path)
 
     def _unusable_evidence(self, params: TraceParams) -> str | None:
         """Why the evidence raster of ``params`` cannot serve the open image; None if it can
@@ -776,21 +892,15 @@ class MainWindow(QMainWindow):
             self.open_session(path)
 
     def open_session(self, path: str) -> bool:
-        """Read a session and open its image with its lines and parameters. The unsaved lines
-        are asked about first: saved, they may be this very session's, which is then read as
-        saved."""
+        """Read a session in the worker and open its image with its lines and parameters (where
+        the image is not found, a file dialog asks where it is). The unsaved lines are asked
+        about first: saved, they may be this very session's, which is then read as saved.
+        True if the reading started; a session that cannot be read is reported in a message
+        box (nothing changes)."""
         answer = self._confirm_replacing()
         if not answer:
             return False
-        try:
-            image, lines, params, backend = read_session(path)
-        except TraceError as exc:
-            self.show_error(str(exc), "Cannot open session")
-            return False
-        if not image:
-            self.show_error(f"session {path} names no image", "Cannot open session")
-            return False
-        self._load_image(image, answer, session=(lines, params, backend, path))
+        self._load(answer, session_file=path)
         return True
 
     def save_session(self, ask: bool = False) -> bool:
@@ -841,58 +951,124 @@ class MainWindow(QMainWindow):
 
     def write_session(self, path: str) -> bool:
         """Save the open image's lines and parameters as a session in ``path``; False (after a
-        message) if that fails, or if no image is open."""
+        message) if that fails, or if no image is open; False too where ``path`` is the
+        session file, changed on disk since it was read or saved here, and the user keeps it."""
         if self._no_session_to_save():
             return False
         if self._not_a_file(path, "Cannot save session") or \
                 self._replaces_an_input(path, "Cannot save session", session_too=False):
             return False
+        if path == self.session_path and not self._overwrite_changed_session(path):
+            self.show_status(f"session not saved: {path} changed on disk")
+            return False
         try:
             write_session(path, self.image_path, self.model.lines, self.params_panel.params(),
-                          self.params_panel.backend.currentText())
+                          self.params_panel.backend.currentText(), self._image_size(),
+                          self.autosaver.encoder)
         except TraceError as exc:
             self.show_error(str(exc), "Cannot save session")
             return False
-        self.session_path = path
+        self.session_path, self._session_stamp = path, file_stamp(path)
         self.model.mark_saved()
         self._update_title()
         self.show_status(f"session saved to {path}")
         return True
 
+    def _overwrite_changed_session(self, path: str) -> bool:
+        """Whether to write the session file ``path``: unchanged since it was read or saved
+        here, or the user says to save over the change (another window's save, say)."""
+        stamp = file_stamp(path)
+        if stamp is None or stamp == self._session_stamp:
+            return True
+        return QMessageBox.question(
+            self, "Session changed on disk", f"{path} changed on disk since this window read "
+            "or saved it (another roadtracer window, or another program, saved it). Save over "
+            "it? Save session as… keeps both.", QMessageBox.StandardButton.Save
+            | QMessageBox.StandardButton.Cancel,
+            QMessageBox.StandardButton.Cancel) == QMessageBox.StandardButton.Save
+
+    def _image_size(self) -> tuple[int, int] | None:
+        return None if self.raster is None else (self.raster.width, self.raster.height)
+
+    # Autosaves: the timer's are written off this thread (AutosaveWriter, the writes queue),
+    # the others (flushing) at once; one at a time, the newest lines of an image winning.
+    def _put_autosave(self) -> bool:
+        """Leave the open image's lines to the autosave writer; False where this window does
+        not autosave them (no image, or another window has its autosave)."""
+        if self.image_path is None or self._autosave_lock is None:
+            return False
+        self.autosaver.put(self.image_path, self.model.lines, self.params_panel.params(),
+                           self.params_panel.backend.currentText(), self._image_size())
+        return True
+
     def autosave(self) -> None:
-        """Write the lines of the open image to its autosave file (silently retried on edit)."""
-        if self.image_path is None:
-            return
+        """Write the open image's lines to its autosave file now, with any autosave waiting
+        (failures in the status bar; retried at the next edit)."""
+        self._autosave_timer.stop()
+        self._put_autosave()
         try:
-            write_autosave(self.autosave_dir, self.image_path, self.model.lines,
-                           self.params_panel.params(), self.params_panel.backend.currentText())
+            self.autosaver.write_waiting()
         except TraceError as exc:
             self.show_status(f"autosave failed: {exc}")
 
+    def _autosave_in_background(self) -> None:
+        """The timer's autosave: written by a job of the writes queue (one waiting is
+        enough: it writes the newest lines)."""
+        if self._put_autosave() and not self.writes.pending:
+            self.writes.submit(Job(self.autosaver.write_waiting, lambda _: None, lambda exc:
+                                   self.show_status(f"autosave failed: {error_text(exc)}")))
+
     def _flush_autosave(self) -> None:
+        """Write the autosaves waiting (the timer's too) now; a write in progress ends first."""
         if self._autosave_timer.isActive():
-            self._autosave_timer.stop()
             self.autosave()
+        else:
+            try:
+                self.autosaver.write_waiting()
+            except TraceError as exc:
+                self.show_status(f"autosave failed: {exc}")
+
+    def _claim_autosave(self, image_path: str) -> None:
+        """Lock the image's autosave for this window (the last image's is let go); where
+        another roadtracer window holds it, this one does not autosave the image's lines
+        (nor drops or moves its autosave)."""
+        self._release_autosave()
+        lock = QLockFile(autosave_path(self.autosave_dir, image_path) + ".lock")
+        lock.setStaleLockTime(0)  # held as long as its window is open: stale once it is gone
+        try:
+            os.makedirs(self.autosave_dir, exist_ok=True)
+        except OSError:
+            pass  # the autosaves report it
+        if lock.tryLock(0) or lock.error() != QLockFile.LockError.LockFailedError:
+            self._autosave_lock = lock
+
+    def _release_autosave(self) -> None:
+        if self._autosave_lock is not None:
+            self._autosave_lock.unlock()
+            self._autosave_lock = None
 
     def _keep_other_autosave(self, image_path: str, autosaved: tuple, lines: tuple) -> str:
         """Where the image's autosaved lines, if they are not the ``lines`` about to be shown (a
         session's), were moved aside so that the next autosave does not overwrite them; ""
-        if there was nothing to keep."""
-        if not autosaved or [line_to_dict(line) for line in autosaved] == \
-                [line_to_dict(line) for line in lines]:
+        if there was nothing to keep (or the autosave is another window's)."""
+        if not autosaved or self._autosave_lock is None or same_lines(autosaved, lines):
             return ""
         try:
-            return keep_autosave(self.autosave_dir, image_path)
+            return self.autosaver.keep(image_path)
         except TraceError as exc:
             self.show_status(f"autosave not kept: {exc}")
             return ""
 
-    def _autosaved_lines(self, image_path: str) -> tuple:
-        try:
-            return read_autosave(self.autosave_dir, image_path)
-        except TraceError as exc:
-            QMessageBox.warning(self, "Autosave not restored", str(exc))
-            return ()
+    def _restorable(self, image_path: str, result: _Loaded) -> Session | None:
+        """The image's autosave read with it, if any; one that cannot be read is reported (and
+        set aside where it is this window's)."""
+        error = result.autosave_error
+        if error is None:
+            return result.autosave
+        if self._autosave_lock is not None:
+            error = set_aside_bad_autosave(self.autosave_dir, image_path, error)
+        QMessageBox.warning(self, "Autosave not restored", str(error))
+        return None
 
     def confirm_discard(self, discard_now: bool = True) -> bool | str:
         """Before the lines are replaced: True to go on (after saving if asked), False to stay.
@@ -922,8 +1098,8 @@ class MainWindow(QMainWindow):
         """Drop the open image's lines and their autosave (the user chose to)."""
         self.model.reset()
         self._autosave_timer.stop()
-        if self.image_path is not None:
-            remove_autosave(self.autosave_dir, self.image_path)
+        if self.image_path is not None and self._autosave_lock is not None:
+            self.autosaver.remove(self.image_path)
 
     def choose_import(self) -> None:
         if self.raster is None:
@@ -1002,24 +1178,28 @@ class MainWindow(QMainWindow):
             self.export_geojson(path, filters.get(chosen, "wgs84"))
 
     def export_geojson(self, path: str, crs: str = "wgs84") -> bool:
-        """Export the lines to ``path`` (:func:`app.files.export_lines`); False (and a message
-        box) if that fails."""
+        """Export the lines to ``path`` in the worker (:func:`app.files.export_lines`;
+        "exporting…" in the status bar meanwhile); True if the export started. A path that
+        cannot be written to is refused at once, a failing export reported once it ends (in a
+        message box both)."""
         if self._not_a_file(path, "Cannot export") or \
                 self._replaces_an_input(path, "Cannot export", session_too=True):
             return False
-        try:
-            export_lines(path, self.model.lines, self.raster, crs)
-        except TraceError as exc:
-            self.show_error(str(exc), "Cannot export")
-            return False
-        exported = f"exported {plural(len(self.model.lines), 'line')} to {path}"
-        if coordinate_space(self.raster, crs) == "pixel":
-            georef = self.raster.georef
-            self.show_status(f"{exported} in pixel coordinates: the image has "
-                             + ("no georeferencing" if georef is None else
-                                f"no map CRS ({georef.source}); add a .prj file beside it"))
-        else:
-            self.show_status(exported)
+        lines, raster = self.model.lines, self.raster
+        exported = f"exported {plural(len(lines), 'line')} to {path}"
+
+        def done(_) -> None:
+            if coordinate_space(raster, crs) == "pixel":
+                georef = raster.georef
+                self.show_status(f"{exported} in pixel coordinates: the image has "
+                                 + ("no georeferencing" if georef is None else
+                                    f"no map CRS ({georef.source}); add a .prj file beside it"))
+            else:
+                self.show_status(exported)
+
+        self.jobs.submit(Job(lambda: export_lines(path, lines, raster, crs), done,
+                             lambda exc: self.show_error(error_text(exc), "Cannot export")))
+        self.show_status(f"exporting {plural(len(lines), 'line')} to {path}…")
         return True
 
     def choose_training_export(self) -> None:
@@ -1049,6 +1229,12 @@ class MainWindow(QMainWindow):
 
     # -- closing -------------------------------------------------------------------------------
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        if self.controller.work_in_flight:  # not in the lines yet: asked about once it is
+            event.ignore()
+            self._close_once_traced = True
+            self.show_status("closing once the trace in progress lands (Esc cancels the "
+                             "segment being drawn)")
+            return
         if not self.confirm_discard():
             event.ignore()
             return
@@ -1058,12 +1244,20 @@ class MainWindow(QMainWindow):
         self.shutdown()
         event.accept()
 
+    def _close_if_traced(self) -> None:
+        """Close, as asked while a trace was in flight, once none is (from the event loop)."""
+        if self._close_once_traced and not self.controller.work_in_flight:
+            self._close_once_traced = False
+            QTimer.singleShot(0, self.close)
+
     def shutdown(self) -> None:
         """Stop the worker (waiting for a running job: a file being read stops within one
-        feature); safe to call twice."""
+        feature) and the autosave writer, and let go of the autosave; safe to call twice."""
         self._autosave_timer.stop()
         self.controller.imports.cancel()
         self.jobs.shutdown()
+        self.writes.shutdown()
+        self._release_autosave()
 
 
 def run_app(argv: list[str]) -> int:

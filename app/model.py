@@ -2,11 +2,14 @@
 
 A line is a chain of anchors (the clicked points, pixel (x, y)) joined by segments, each the
 polyline traced between two consecutive anchors. Lines and segments are immutable and every
-edit replaces whole lines, so an undo step is simply the previous tuple of lines.
+edit replaces whole lines, so an undo step is simply the previous tuple of lines (the last
+:data:`MAX_UNDO` are kept).
 """
 
 from __future__ import annotations
 
+import math
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -16,6 +19,8 @@ import numpy as np
 from core.tracer import LINE_KINDS, TraceParams, TraceResult, join_polylines
 
 Point = tuple[float, float]
+#: Undo steps kept (each holds a tuple of all the lines): older ones are forgotten.
+MAX_UNDO = 500
 
 
 @dataclass(frozen=True, eq=False)
@@ -78,6 +83,16 @@ class Segment:
     def length(self) -> float:
         return float(self.link_lengths.sum())
 
+    def same_as(self, other: Segment) -> bool:
+        """Whether ``other`` holds the same polyline, scores, parameters and backend (as a
+        session stores them)."""
+        return (np.array_equal(self.polyline, other.polyline)
+                and np.array_equal(self.link_scores, other.link_scores)
+                and (self.score == other.score
+                     or math.isnan(self.score) and math.isnan(other.score))
+                and (self.request, self.params, self.backend)
+                == (other.request, other.params, other.backend))
+
     @property
     def link_scores_per_px(self) -> np.ndarray:
         """Every link's score over its length, shape (N - 1,); empty for a straight segment."""
@@ -123,6 +138,19 @@ class Line:
         length = sum(s.length for s in traced)
         return sum(s.score for s in traced) / length if traced and length > 0 else float("nan")
 
+    def same_as(self, other: Line) -> bool:
+        """Whether ``other`` is this line as a session stores it (equal fields, segments
+        :meth:`Segment.same_as`), whether or not it is the same object."""
+        return (self.id, self.name, self.kind, self.anchors, self.visible) == \
+            (other.id, other.name, other.kind, other.anchors, other.visible) \
+            and len(self.segments) == len(other.segments) \
+            and all(a.same_as(b) for a, b in zip(self.segments, other.segments, strict=True))
+
+
+def same_lines(a: tuple[Line, ...], b: tuple[Line, ...]) -> bool:
+    """Whether two tuples of lines hold the same lines in the same order (:meth:`Line.same_as`)."""
+    return len(a) == len(b) and all(x is y or x.same_as(y) for x, y in zip(a, b, strict=True))
+
 
 @dataclass(frozen=True)
 class ModelChange:
@@ -158,9 +186,10 @@ class LinesModel:
 
     def __init__(self) -> None:
         self._lines: tuple[Line, ...] = ()
+        self._positions: dict[int, int] | None = {}  # line id -> index in _lines; None: stale
         self._saved: tuple[Line, ...] = ()
-        self._undo: list[tuple[tuple[Line, ...], str]] = []
-        self._redo: list[tuple[tuple[Line, ...], str]] = []
+        self._undo: deque[tuple[tuple[Line, ...], str]] = deque(maxlen=MAX_UNDO)
+        self._redo: deque[tuple[tuple[Line, ...], str]] = deque(maxlen=MAX_UNDO)
         self._listeners: list[Callable[[ModelChange], None]] = []
         self._next_id = 1
 
@@ -190,7 +219,19 @@ class LinesModel:
         return None if best is None else best[1:]
 
     def line(self, line_id: int | None) -> Line | None:
-        return next((line for line in self._lines if line.id == line_id), None)
+        position = self._position(line_id)
+        return None if position is None else self._lines[position]
+
+    def _position(self, line_id: int | None) -> int | None:
+        """The index of a line in :attr:`lines` (None if there is none of that id)."""
+        return self._counted_positions().get(line_id)
+
+    def _counted_positions(self) -> dict[int, int]:
+        """Line id -> index in :attr:`lines`, counted again after an undo, redo, reset or
+        delete."""
+        if self._positions is None:
+            self._positions = {line.id: index for index, line in enumerate(self._lines)}
+        return self._positions
 
     @property
     def dirty(self) -> bool:
@@ -209,16 +250,24 @@ class LinesModel:
         self._listeners.append(listener)
 
     # -- history ------------------------------------------------------------------------------
-    def _commit(self, lines: tuple[Line, ...], label: str, origin: object) -> None:
+    def _commit(self, lines: tuple[Line, ...], label: str, origin: object,
+                changed: frozenset[int]) -> None:
+        """Make an edit of the lines ``changed``: an undo step (the oldest beyond
+        :data:`MAX_UNDO` is forgotten)."""
         self._undo.append((self._lines, label))
         self._redo.clear()
-        self._set(lines, label, origin)
+        self._set(lines, label, origin, changed)
 
-    def _set(self, lines: tuple[Line, ...], label: str, origin: object = None) -> None:
-        before = {line.id: line for line in self._lines}
-        after = {line.id: line for line in lines}
-        changed = frozenset(i for i in before.keys() | after.keys()
-                            if before.get(i) is not after.get(i))
+    def _set(self, lines: tuple[Line, ...], label: str, origin: object = None,
+             changed: frozenset[int] | None = None) -> None:
+        """Make ``lines`` the lines; ``changed`` (the ids of the lines added, replaced or
+        removed) is found, and the positions recounted, where it is not given."""
+        if changed is None:
+            before = {line.id: line for line in self._lines}
+            after = {line.id: line for line in lines}
+            changed = frozenset(i for i in before.keys() | after.keys()
+                                if before.get(i) is not after.get(i))
+            self._positions = None
         self._lines = lines
         change = ModelChange(label, changed, origin)
         for listener in list(self._listeners):
@@ -252,8 +301,9 @@ class LinesModel:
 
     # -- edits (each one undo step) -------------------------------------------------------------
     def _replace_line(self, new: Line, label: str, origin: object) -> Line:
-        self._commit(tuple(new if line.id == new.id else line for line in self._lines), label,
-                     origin)
+        index = self._position(new.id)
+        self._commit((*self._lines[:index], new, *self._lines[index + 1:]), label, origin,
+                     frozenset((new.id,)))
         return new
 
     def _require(self, line_id: int) -> Line:
@@ -269,7 +319,7 @@ class LinesModel:
         line = Line(self._next_id, f"{kind.capitalize()} {self._next_id}", kind, (a, b),
                     (segment,))
         self._next_id += 1
-        self._commit((*self._lines, line), "Add line", origin)
+        self._append((line,), "Add line", origin)
         return line
 
     def add_lines(self, lines: list[tuple[str, str, tuple[Point, ...], tuple[Segment, ...]]],
@@ -283,8 +333,15 @@ class LinesModel:
                                  f"{len(segments)} segments")
             added.append(Line(self._next_id, name, kind, tuple(anchors), tuple(segments)))
             self._next_id += 1
-        self._commit((*self._lines, *added), label, origin)
+        self._append(tuple(added), label, origin)
         return tuple(added)
+
+    def _append(self, lines: tuple[Line, ...], label: str, origin: object) -> None:
+        """New lines at the end, one undo step."""
+        self._counted_positions().update(
+            (line.id, len(self._lines) + offset) for offset, line in enumerate(lines))
+        self._commit((*self._lines, *lines), label, origin,
+                     frozenset(line.id for line in lines))
 
     def append_segment(self, line_id: int, b: Point, segment: Segment,
                        origin: object = None) -> Line:
@@ -347,8 +404,10 @@ class LinesModel:
 
     def delete(self, line_id: int, origin: object = None) -> None:
         self._require(line_id)
-        self._commit(tuple(line for line in self._lines if line.id != line_id), "Delete line",
-                     origin)
+        index = self._position(line_id)
+        self._positions = None  # the lines after it move up
+        self._commit((*self._lines[:index], *self._lines[index + 1:]), "Delete line", origin,
+                     frozenset((line_id,)))
 
 
 def _check_kind(kind: str) -> None:

@@ -1,6 +1,7 @@
 """Sessions as JSON (Qt-free): the image, the lines with their anchors and polylines, parameters.
 
-The document is written atomically; reading validates it and names what is wrong.
+The document is written atomically, compact (every line's text encoded once, see
+:class:`LineEncoder`); reading validates it and names what is wrong.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -170,36 +171,103 @@ def line_from_dict(data: object, where: str = "line") -> Line:
                 _get(data, "visible", where, (bool,), "true or false", True))
 
 
-def session_document(image_path: str, lines: tuple[Line, ...], params: TraceParams,
-                     backend: str, base_dir: str | None = None) -> dict:
-    """The session as a JSON-ready dict; the image is stored absolute and relative to base_dir."""
-    image = os.path.abspath(image_path)
-    relative = None
-    if base_dir:
-        try:
-            relative = os.path.relpath(image, base_dir)
-        except ValueError:  # another drive on Windows
-            relative = None
-    return {"format": SESSION_FORMAT, "version": SESSION_VERSION, "image": image,
-            "image_relative": relative, "params": params.as_dict(), "backend": backend,
-            "lines": [line_to_dict(line) for line in lines]}
+class LineEncoder:
+    """Lines as compact JSON text, each line encoded once: lines are immutable, so a line of
+    the last lines encoded keeps its text (an edit re-encodes only the lines it replaced).
+
+    Safe to share between threads: each call replaces the cache whole.
+    """
+
+    def __init__(self) -> None:
+        self._texts: dict[int, tuple[Line, str]] = {}  # line id -> (line, its text)
+
+    def texts(self, lines: tuple[Line, ...]) -> list[str]:
+        """The JSON text of every line (``ValueError`` for a number that is not finite)."""
+        known, cache, texts = self._texts, {}, []
+        for line in lines:
+            cached = known.get(line.id)
+            if cached is None or cached[0] is not line:
+                cached = line, json.dumps(line_to_dict(line), separators=(",", ":"),
+                                          allow_nan=False)
+            cache[line.id] = cached
+            texts.append(cached[1])
+        self._texts = cache
+        return texts
 
 
 def write_session(path: str | os.PathLike, image_path: str, lines: tuple[Line, ...],
-                  params: TraceParams, backend: str) -> None:
-    """Write a session file atomically (raises ``OutputWriteError``)."""
+                  params: TraceParams, backend: str, image_size: tuple[int, int] | None = None,
+                  encoder: LineEncoder | None = None) -> None:
+    """Write a session file atomically (raises ``OutputWriteError``): the image stored absolute
+    and relative to the file's folder, with its ``image_size`` (width, height) where given, and
+    the lines last (their texts from ``encoder`` where given)."""
     folder = os.path.dirname(os.path.abspath(path))
-    document = session_document(image_path, lines, params, backend, folder)
+    image = os.path.abspath(image_path)
     try:
-        text = json.dumps(document, indent=1, allow_nan=False)
+        relative = os.path.relpath(image, folder)
+    except ValueError:  # another drive on Windows
+        relative = None
+    header = {"format": SESSION_FORMAT, "version": SESSION_VERSION, "image": image,
+              "image_relative": relative,
+              "image_size": None if image_size is None else list(image_size),
+              "params": params.as_dict(), "backend": backend}
+    try:
+        texts = (encoder or LineEncoder()).texts(lines)
+        text = json.dumps(header, separators=(",", ":"), allow_nan=False)
     except ValueError:  # a coordinate or link score that is NaN or infinite
         raise OutputWriteError(f"cannot write session {path}: a line holds a coordinate or "
                                "score that is not a finite number") from None
-    write_text_atomic(path, text + "\n")
+    write_text_atomic(path, f'{text[:-1]},"lines":[{",".join(texts)}]}}\n')
+
+
+@dataclass(frozen=True)
+class Session:
+    """A session as read (:func:`load_session`).
+
+    Attributes
+    ----------
+    image : str or None
+        The image's path (the relative one where that file exists).
+    lines : tuple of Line
+    params : TraceParams
+        The parameter panel's.
+    backend : str
+    image_size : (int, int) or None
+        The image's width and height when saved; None in sessions older than it.
+    """
+
+    image: str | None
+    lines: tuple[Line, ...]
+    params: TraceParams
+    backend: str
+    image_size: tuple[int, int] | None
 
 
 def read_session(path: str | os.PathLike) -> tuple[str | None, tuple[Line, ...], TraceParams, str]:
-    """Read a session file: ``(image_path, lines, params, backend)``.
+    """``(image_path, lines, params, backend)`` of a session file (:func:`load_session`)."""
+    session = load_session(path)
+    return session.image, session.lines, session.params, session.backend
+
+
+#: Largest image width or height a session may record.
+MAX_IMAGE_SIDE = 2 ** 31 - 1
+
+
+def _image_size(document: dict) -> tuple[int, int] | None:
+    """The ``image_size`` recorded, (width, height); None where there is none (older
+    sessions)."""
+    expected = f"null or [width, height], whole numbers in [1, {MAX_IMAGE_SIDE}]"
+    size = _get(document, "image_size", "", (list, type(None)), expected, None)
+    if size is None:
+        return None
+    if len(size) != 2 or not all(isinstance(n, int) and not isinstance(n, bool)
+                                 and 1 <= n <= MAX_IMAGE_SIDE for n in size):
+        raise _fail("image_size", expected, size)
+    return size[0], size[1]
+
+
+def load_session(path: str | os.PathLike) -> Session:
+    """Read a session file.
 
     The image path is the relative one resolved against the session's folder when that file
     exists, else the absolute one. Every field is checked (parameters as the panel accepts
@@ -220,6 +288,7 @@ def read_session(path: str | os.PathLike) -> tuple[str | None, tuple[Line, ...],
                      None)
         relative = _get(document, "image_relative", "", (str, type(None)),
                         "a file path or null", None)
+        image_size = _image_size(document)
         items = _get(document, "lines", "", (list,), "a list of lines")
         lines = tuple(line_from_dict(item, f"lines[{i}]") for i, item in enumerate(items))
         ids = [line.id for line in lines]
@@ -235,4 +304,4 @@ def read_session(path: str | os.PathLike) -> tuple[str | None, tuple[Line, ...],
         candidate = os.path.join(os.path.dirname(os.path.abspath(path)), relative)
         if os.path.exists(candidate):
             image = os.path.normpath(candidate)
-    return image, lines, params, backend
+    return Session(image, lines, params, backend, image_size)

@@ -404,6 +404,13 @@ class TracingController(QObject):
         return self._edit_running is not None or bool(self._edits)
 
     @property
+    def work_in_flight(self) -> bool:
+        """Whether a segment of the line being drawn or an edit is being traced (or waits to
+        be): work the lines do not hold yet (:attr:`changed` or :attr:`edits_changed` say when
+        that may have ended)."""
+        return self.line_drawing.state is DrawState.TRACING or self.edits_pending
+
+    @property
     def undo_waiting(self) -> bool:
         """Whether an undo asked for waits for an edit's re-trace to land, and no redo asked
         for after it takes it back."""

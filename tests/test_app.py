@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from PySide6.QtCore import QMimeData, QPoint, QPointF, QSettings, Qt, QTimer, QUrl
 from PySide6.QtGui import QDropEvent, QWheelEvent
-from PySide6.QtWidgets import QApplication, QMessageBox
+from PySide6.QtWidgets import QApplication, QFileDialog, QMessageBox
 
 from app.main_window import MainWindow, run_app
 from app.model import nearest_on_polyline
@@ -400,7 +400,8 @@ def test_export_writes_valid_geojson(make_window, qtbot, tmp_path):
     click_and_wait(qtbot, window, B)
     click(qtbot, window, C, Qt.KeyboardModifier.ControlModifier)
     path = tmp_path / "lines.geojson"
-    assert window.export_geojson(str(path))
+    assert window.export_geojson(str(path))  # in the worker
+    wait_idle(qtbot, window)
     document = json.loads(path.read_text())
     collection = geojson_pydantic.FeatureCollection.model_validate(document)
     (feature,) = collection.features
@@ -461,7 +462,7 @@ def test_hostile_session_is_refused_and_the_app_stays_usable(make_window, qtbot,
     document[field] = value
     path.write_text(json.dumps(document))
     with qtbot.waitSignal(window.error_shown, timeout=5_000):
-        assert not window.open_session(str(path))
+        assert window.open_session(str(path))  # read in the worker, reported then
     assert named in window.last_error
     assert window.image_path == str(SAMPLE_IMAGE)
     assert len(window.model.lines) == 1
@@ -499,6 +500,7 @@ def test_a_session_opened_over_unsaved_autosaved_lines_keeps_them(make_window, q
     click_and_wait(qtbot, window, A)
     window.controller.finish()
     window.autosave()  # two lines autosaved, one of them in no session
+    window.shutdown()  # gone without asking (its autosave is no longer its own)
     other = make_window(open_sample=False)
     with qtbot.waitSignal(other.image_loaded, timeout=60_000):
         assert other.open_session(str(session))
@@ -866,8 +868,11 @@ def test_next_and_previous_image_in_folder(make_window, qtbot, tmp_path):
     assert window.image_path == str(tmp_path / "a.png")
 
 
-def test_a_session_whose_image_cannot_open_changes_nothing(make_window, qtbot, tmp_path):
-    """The session's backend, parameters and lines are installed only with its image."""
+def test_a_session_whose_image_cannot_open_changes_nothing(make_window, qtbot, tmp_path,
+                                                           monkeypatch):
+    """The session's backend, parameters and lines are installed only with its image (not
+    found, and not located either)."""
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *args, **kwargs: ("", ""))
     window = window_with_a_line(make_window, qtbot)
     saved = tmp_path / "saved.json"
     window.write_session(str(saved))
@@ -899,13 +904,12 @@ def test_export_in_the_image_crs_and_import_back(make_window, qtbot, tmp_path, m
     drawn = draw_line(qtbot, window, A, B)
     path = tmp_path / "utm.geojson"
     # File ▸ Export GeoJSON, the dialog's "image's own CRS" file type chosen.
-    from PySide6.QtWidgets import QFileDialog
-
     from app.main_window import EXPORT_SOURCE
 
     monkeypatch.setattr(QFileDialog, "getSaveFileName",
                         lambda *args, **kwargs: (str(path), EXPORT_SOURCE))
     window.choose_export()
+    wait_idle(qtbot, window)
     document = json.loads(path.read_text())
     assert document["coordinate_space"] == "source"
     assert document["crs"]["properties"]["name"] == "urn:ogc:def:crs:EPSG::32654"

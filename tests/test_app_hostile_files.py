@@ -242,3 +242,14 @@ def test_a_polyline_of_too_many_points_is_refused_at_once(tmp_path):
     put(document, "lines.0.segments.1.polyline", points[:MAX_POINTS])
     (line,) = read_document(tmp_path, document)[1]
     assert len(line.segments[1].polyline) == MAX_POINTS
+
+
+@pytest.mark.parametrize("value", [[572], [0, 10], [True, 5], [1.5, 2], "572x572",
+                                   [10 ** 400, 3], {"width": 1}])
+def test_a_bad_image_size_is_named(tmp_path, value):
+    document = session_document(tmp_path)
+    document["image_size"] = value
+    with pytest.raises(SessionReadError, match=r"image_size must be null or \[width, height\]"):
+        read_document(tmp_path, document)
+    document["image_size"] = None  # as in a session of an image whose size was not known
+    assert read_document(tmp_path, document)[1]

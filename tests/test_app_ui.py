@@ -270,6 +270,7 @@ def test_export_of_an_image_without_georeferencing_offers_pixel_coordinates(make
 
     monkeypatch.setattr(QFileDialog, "getSaveFileName", save_dialog)
     window.choose_export()
+    wait_idle(qtbot, window)  # exported in the worker
     assert asked == [(EXPORT_PIXELS, EXPORT_PIXELS)]
     assert EXPORT_LONLAT not in asked[0][0]
     assert json.loads(path.read_text())["coordinate_space"] == "pixel"
