@@ -10,8 +10,9 @@ import math
 import threading
 
 import numpy as np
-from PySide6.QtCore import QLineF, QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QPainter, QPen, QPolygonF
+import shiboken6
+from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+from PySide6.QtGui import QColor, QPainter, QPen, QPixmapCache, QPolygonF
 from PySide6.QtWidgets import QGraphicsItem, QGraphicsScene, QGraphicsView
 
 from app.display import DisplayLevel, DisplayPyramid, DisplayTile, TileWindow, read_tile
@@ -42,27 +43,63 @@ DRAG_START = 4
 #: Share of the view's width and height that a sharp tile reads beyond each side of the view,
 #: so that a short pan shows sharp pixels at once.
 TILE_MARGIN = 0.25
+#: Links coloured by score are drawn in this many colours from red to green (hue steps of
+#: 8°), all the links of one colour in one call.
+SCORE_STEPS = 16
+STEP_COLOURS = tuple(QColor.fromHsvF(step / (SCORE_STEPS - 1) / 3.0, 0.95, 1.0)
+                     for step in range(SCORE_STEPS))
+#: Vertices that add nothing at this zoom are not drawn: of consecutive vertices within one
+#: cell of a grid of this many screen px, only the first (the line moves < 0.71 px).
+THIN_PX = 0.5
+#: Screen px beyond its points that an item's drawing may cover: the selection halo (7.75 px
+#: from the middle of the line) and the anchor squares, antialiased. An item's bounds pad its
+#: points by 1 to 2 times this (see :meth:`Canvas._item_pad`).
+ITEM_PAD_PX = 10.0
+#: KiB of pixmaps that the line items' caches may hold together (Qt's default is 10 MiB):
+#: beyond it the least recently shown are dropped and drawn again when next shown.
+PIXMAP_CACHE_KIB = 256 * 1024
 
 
-def score_colours(segment: Segment, low: float, high: float) -> list[QColor]:
-    """Colour of each link from its score per pixel: red (``low``) → yellow → green (``high``).
+def score_steps(segment: Segment, low: float, high: float) -> np.ndarray:
+    """Colour of each link from its score per pixel, as an index into :data:`STEP_COLOURS`:
+    red (``low``) → yellow → green (``high``).
 
     Lines are coloured on their own range (:func:`score_range` of their segments): scores are
     not comparable across images and score kinds, so the colours show where a line is weakest
     (where to look for a wrong turn), not how good it is against other lines.
     """
     quality = np.clip((segment.link_scores_per_px - low) / max(high - low, 1e-12), 0, 1)
-    return [QColor.fromHsvF(float(q) / 3.0, 0.95, 1.0) for q in quality]
+    return np.rint(quality * (SCORE_STEPS - 1)).astype(np.intp)
 
 
 def score_range(segments) -> tuple[float, float]:
-    """Lowest and highest link score per pixel over traced segments (for :func:`score_colours`)."""
+    """Lowest and highest link score per pixel over traced segments (for :func:`score_steps`)."""
     values = np.concatenate([np.empty(0)] + [s.link_scores_per_px for s in segments])
     return (float(values.min()), float(values.max())) if values.size else (0.0, 1.0)
 
 
 def polygon(points: np.ndarray) -> QPolygonF:
-    return QPolygonF([QPointF(float(x), float(y)) for x, y in points])
+    """``points`` (N, 2) as a QPolygonF, copied into it in one block (Qt's qreal is a double)."""
+    points = np.ascontiguousarray(points, dtype=np.float64).reshape(-1, 2)
+    result = QPolygonF()
+    if len(points):
+        result.resize(len(points))
+        memory = shiboken6.VoidPtr(result.data(), points.nbytes, True)
+        np.frombuffer(memory, np.float64)[:] = points.ravel()
+    return result
+
+
+def thinned(points: np.ndarray, cell: float) -> np.ndarray:
+    """Indices of the vertices of ``points`` (N, 2) worth drawing where ``cell`` scene units
+    are :data:`THIN_PX` screen px: the first of each run of consecutive vertices within one
+    cell of a grid of that size, and the last vertex."""
+    if len(points) <= 2 or not cell > 0:
+        return np.arange(len(points))
+    cells = np.floor(points / cell)
+    keep = np.empty(len(points), dtype=bool)
+    keep[0] = keep[-1] = True
+    np.any(cells[1:-1] != cells[:-2], axis=1, out=keep[1:-1])
+    return np.flatnonzero(keep)
 
 
 def points_rect(points: np.ndarray, pad: float) -> QRectF:
@@ -100,6 +137,10 @@ class RasterItem(QGraphicsItem):
         self._bounds = QRectF(-0.5, -0.5, full.width() * factor, full.height() * factor)
         self.setFlag(QGraphicsItem.GraphicsItemFlag.ItemUsesExtendedStyleOption)
         self.setZValue(-1)
+        # Drawn into a pixmap once per zoom (and the parts a pan shows): a partial repaint
+        # shows it pixel for pixel as a full one does (a scaled image drawn again in a part can
+        # shift its pixels by a screen px there).
+        self.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
 
     def boundingRect(self) -> QRectF:  # noqa: N802 (Qt override)
         return self._bounds
@@ -134,24 +175,37 @@ def draw_level(painter: QPainter, target: QRectF, level: DisplayLevel, row0: int
 class LineItem(QGraphicsItem):
     """One traced line: its segments (score-coloured or in its kind's colour) and its anchors.
 
-    It paints from its own state only; the canvas sets it when the line, the selection or the
-    colouring changes.
+    It paints from its own state only; the canvas sets it when the line, the selection, the
+    colouring or the zoom (:meth:`set_pad`) changes. Qt keeps what it painted in a pixmap at
+    the view's zoom (``DeviceCoordinateCache``) and shows that until the item or the zoom
+    changes: a change of the overlay or of another line does not paint it again. The calls that
+    draw it at a zoom are kept too (:meth:`_drawing`), for the parts of it that a pan shows.
     """
 
-    def __init__(self, line: Line, colour_by_score: bool) -> None:
+    def __init__(self, line: Line, colour_by_score: bool, pad: float = ITEM_PAD_PX) -> None:
         super().__init__()
         self.line = line
         self.colour_by_score = colour_by_score
         self.selected = False
         self.selected_segment: int | None = None  # None with ``selected``: the whole line
-        self._bounds = points_rect(line.polyline, 2.0)
+        self._pad = pad
+        self._bounds = points_rect(line.bounds, pad)
+        self._drawn: tuple[tuple, list] | None = None  # (the state drawn, its calls)
         self.setZValue(1)
+        self.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
 
     def set_line(self, line: Line) -> None:
         self.prepareGeometryChange()
         self.line = line
-        self._bounds = points_rect(line.polyline, 2.0)
+        self._bounds = points_rect(line.bounds, self._pad)
         self.update()
+
+    def set_pad(self, pad: float) -> None:
+        """Scene units beyond the line's points that its drawing may cover (the zoom changed)."""
+        if pad != self._pad:
+            self.prepareGeometryChange()
+            self._pad = pad
+            self._bounds = points_rect(self.line.bounds, pad)
 
     def set_selection(self, selected: bool, segment: int | None = None) -> None:
         if (selected, segment) != (self.selected, self.selected_segment):
@@ -159,57 +213,97 @@ class LineItem(QGraphicsItem):
             self.update()
 
     def set_colour_by_score(self, on: bool) -> None:
-        self.colour_by_score = on
-        self.update()
+        if on != self.colour_by_score:
+            self.colour_by_score = on
+            self.update()
 
     def boundingRect(self) -> QRectF:  # noqa: N802 (Qt override)
         return self._bounds
 
-    def paint(self, painter: QPainter, option, widget=None) -> None:
+    def paint(self, painter: QPainter, option=None, widget=None) -> None:
         """Halo (selected), edges, then strokes, each layer over all segments so that no
-        segment's edge covers its neighbour's stroke."""
-        line, colour = self.line, KIND_COLOURS[self.line.kind]
-        low_high = score_range(line.segments) if self.colour_by_score else None
+        segment's edge covers its neighbour's stroke; then the anchors."""
+        for pen, draw, shape in self._drawing(screen_scale(painter)):
+            painter.setPen(pen)
+            draw(painter, shape)
+        colour = KIND_COLOURS[self.line.kind]
+        paint_anchors(painter, self.line.anchors, colour.lighter(150) if self.selected else colour)
+
+    def _drawing(self, scale: float) -> list:
+        """The (pen, QPainter method, polygon) calls that draw the segments at ``scale`` scene
+        units per screen px; built again only when the line, the selection, the colouring or
+        the zoom changed."""
+        state = (scale, self.selected, self.selected_segment, self.colour_by_score)
+        if self._drawn is not None and self._drawn[0] == (self.line, *state):
+            return self._drawn[1]
+        line = self.line
         widths = [SELECTED_WIDTH if self.selected and self.selected_segment in (None, index)
                   else LINE_WIDTH for index in range(len(line.segments))]
+        kept = [thinned(segment.polyline, THIN_PX * scale) for segment in line.segments]
+        shapes = [polygon(segment.polyline[index])
+                  for segment, index in zip(line.segments, kept, strict=True)]
+        calls = []
         for halo_colour, extra in SELECTION_HALO:
-            for segment, width in zip(line.segments, widths, strict=True):
-                if width == SELECTED_WIDTH:
-                    paint_stroke(painter, segment.polyline, halo_colour, width + 2 * extra)
-        for segment, width in zip(line.segments, widths, strict=True):
-            paint_stroke(painter, segment.polyline, KIND_EDGES[line.kind],
-                         width + 2 * EDGE_WIDTH)
-        for segment, width in zip(line.segments, widths, strict=True):
-            paint_segment(painter, segment, colour, width, low_high)
-        paint_anchors(painter, line.anchors, colour.lighter(150) if self.selected else colour)
+            calls += [(round_pen(halo_colour, width + 2 * extra), QPainter.drawPolyline, shape)
+                      for shape, width in zip(shapes, widths, strict=True)
+                      if width == SELECTED_WIDTH]
+        calls += [(round_pen(KIND_EDGES[line.kind], width + 2 * EDGE_WIDTH),
+                   QPainter.drawPolyline, shape)
+                  for shape, width in zip(shapes, widths, strict=True)]
+        low_high = score_range(line.segments) if self.colour_by_score else None
+        calls += stroke_calls(line.segments, kept, shapes, widths, KIND_COLOURS[line.kind],
+                              low_high)
+        self._drawn = ((line, *state), calls)
+        return calls
 
 
-def paint_stroke(painter: QPainter, points: np.ndarray, colour: QColor, width: float) -> None:
-    """A solid polyline through ``points`` (N, 2), ``width`` screen px wide."""
+def round_pen(colour: QColor, width: float) -> QPen:
+    """A cosmetic pen with round caps and joins."""
     pen = cosmetic_pen(colour, width)
     pen.setCapStyle(Qt.PenCapStyle.RoundCap)
     pen.setJoinStyle(Qt.PenJoinStyle.RoundJoin)
-    painter.setPen(pen)
-    painter.drawPolyline(polygon(points))
+    return pen
+
+
+def stroke_calls(segments, kept, shapes, widths, colour: QColor,
+                 low_high: tuple[float, float] | None, dashed: bool = False) -> list:
+    """The (pen, QPainter method, polygon) calls that stroke ``segments``: each one's polyline
+    (``shapes``, of its vertices ``kept``) ``widths`` screen px wide in ``colour``, dashed if
+    ``dashed`` or straight; where ``low_high`` is given, the links of traced segments in their
+    score's colour (:func:`score_steps`), all the links of one width and colour in one call,
+    from red to green (where a line crosses itself, the stronger link is on top). A link drawn
+    for several (:func:`thinned`) takes the colour of the last of them."""
+    style = Qt.PenStyle.DashLine if dashed else Qt.PenStyle.SolidLine
+    calls, links = [], {}  # links by width: [(starts, ends, colour steps)]
+    for segment, index, shape, width in zip(segments, kept, shapes, widths, strict=True):
+        if low_high is None or segment.is_straight or len(index) < 2:
+            pen = cosmetic_pen(colour, width, Qt.PenStyle.DashLine if segment.is_straight
+                               else style)
+            pen.setCapStyle(Qt.PenCapStyle.RoundCap)
+            calls.append((pen, QPainter.drawPolyline, shape))
+        else:
+            points = segment.polyline[index]
+            steps = score_steps(segment, *low_high)[index[1:] - 1]
+            links.setdefault(width, []).append((points[:-1], points[1:], steps))
+    for width, parts in links.items():
+        starts, ends, steps = (np.concatenate(column) for column in zip(*parts, strict=True))
+        pairs = np.stack([starts, ends], axis=1)  # (links, 2, 2): point pairs for drawLines
+        order = np.argsort(steps, kind="stable")
+        for chunk in np.split(order, np.flatnonzero(np.diff(steps[order])) + 1):
+            pen = cosmetic_pen(STEP_COLOURS[steps[chunk[0]]], width, style)
+            pen.setCapStyle(Qt.PenCapStyle.RoundCap)
+            calls.append((pen, QPainter.drawLines, polygon(pairs[chunk])))
+    return calls
 
 
 def paint_segment(painter: QPainter, segment: Segment, colour: QColor, width: float,
                   low_high: tuple[float, float] | None, dashed: bool = False) -> None:
     """A segment as a polyline; per-link colours when ``low_high`` is given and it was traced."""
-    pen = cosmetic_pen(colour, width)
-    pen.setCapStyle(Qt.PenCapStyle.RoundCap)
-    if dashed or segment.is_straight:
-        pen.setStyle(Qt.PenStyle.DashLine)
-    if low_high is None or segment.is_straight:
+    kept = thinned(segment.polyline, THIN_PX * screen_scale(painter))
+    for pen, draw, shape in stroke_calls([segment], [kept], [polygon(segment.polyline[kept])],
+                                         [width], colour, low_high, dashed):
         painter.setPen(pen)
-        painter.drawPolyline(polygon(segment.polyline))
-        return
-    points = segment.polyline
-    for (x0, y0), (x1, y1), link_colour in zip(points[:-1], points[1:],
-                                               score_colours(segment, *low_high), strict=True):
-        pen.setColor(link_colour)
-        painter.setPen(pen)
-        painter.drawLine(QLineF(x0, y0, x1, y1))
+        draw(painter, shape)
 
 
 def paint_anchors(painter: QPainter, anchors, colour: QColor, radius_px: float = 3.5) -> None:
@@ -224,7 +318,9 @@ def paint_anchors(painter: QPainter, anchors, colour: QColor, radius_px: float =
 class OverlayItem(QGraphicsItem):
     """The part that changes as the mouse moves: preview, tail anchor, corridor, dragged vertex.
 
-    It paints from its own state only; the canvas sets it.
+    It paints from its own state only; the canvas sets it, then calls :meth:`refresh`. Its
+    bounds are those of what it shows, so that a change paints only the area it covered and
+    the one it covers now.
     """
 
     def __init__(self) -> None:
@@ -237,14 +333,23 @@ class OverlayItem(QGraphicsItem):
         self._bounds = QRectF()
         self.setZValue(2)
 
-    def set_bounds(self, bounds: QRectF) -> None:
+    def refresh(self, pad: float) -> None:
+        """Show the content set; ``pad``: scene units beyond its points that its drawing may
+        cover at this zoom."""
+        parts = [part for part in (
+            None if self.corridor is None else self.corridor.guide_points.reshape(-1, 2),
+            None if self.corridor is None else np.array([self.corridor.a, self.corridor.b]),
+            None if self.preview is None else self.preview.polyline,
+            None if self.tail is None else np.array([self.tail], dtype=np.float64),
+            self.drag_lines) if part is not None and len(part)]
         self.prepareGeometryChange()
-        self._bounds = bounds
+        self._bounds = points_rect(np.vstack(parts), pad) if parts else QRectF()
+        self.update()
 
     def boundingRect(self) -> QRectF:  # noqa: N802 (Qt override)
         return self._bounds
 
-    def paint(self, painter: QPainter, option, widget=None) -> None:
+    def paint(self, painter: QPainter, option=None, widget=None) -> None:
         if self.corridor is not None:
             paint_corridor(painter, self.corridor)
         if self.preview is not None:
@@ -264,8 +369,7 @@ def paint_corridor(painter: QPainter, corridor: Corridor) -> None:
     guides = corridor.guide_points
     outline = np.vstack([corridor.a, guides[:, 0], corridor.b, guides[::-1, -1]])
     painter.drawPolygon(polygon(outline))
-    for guide in guides:
-        painter.drawLine(QLineF(*guide[0], *guide[-1]))
+    painter.drawLines(polygon(np.stack([guides[:, 0], guides[:, -1]], axis=1)))
     if guides.shape[0] * guides.shape[1] <= 4000:
         pen.setWidthF(2.5)
         painter.setPen(pen)
@@ -298,7 +402,10 @@ class Canvas(QGraphicsView):
         self.setBackgroundBrush(QColor(40, 40, 40))
         self.setTransformationAnchor(QGraphicsView.ViewportAnchor.NoAnchor)
         self.setResizeAnchor(QGraphicsView.ViewportAnchor.AnchorViewCenter)
-        self.setViewportUpdateMode(QGraphicsView.ViewportUpdateMode.FullViewportUpdate)
+        # Only what changed is painted again: the overlay's area as the mouse moves, a line's
+        # as it changes; the lines under it are shown from their items' caches.
+        self.setViewportUpdateMode(QGraphicsView.ViewportUpdateMode.MinimalViewportUpdate)
+        QPixmapCache.setCacheLimit(max(QPixmapCache.cacheLimit(), PIXMAP_CACHE_KIB))
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setRenderHint(QPainter.RenderHint.Antialiasing)
@@ -313,6 +420,10 @@ class Canvas(QGraphicsView):
         self.line_items: dict[int, LineItem] = {}  # by line id, for the visible lines
         self._selected_id: int | None = None  # the line whose item shows the selection
         self._overlay = OverlayItem()
+        self._pad = self._item_pad()  # the items' pad (scene units) at this zoom
+        self._lines_cached = True  # whether line items keep their drawing (_cache_lines)
+        self._line_bounds: np.ndarray | None = None  # (lines, 2, 2) for _cache_lines
+        self._cache_checked: tuple | None = None  # the view _cache_lines last decided for
         self.scene().addItem(self._overlay)
         self._space_held = False
         self._pan_from: QPointF | None = None
@@ -340,7 +451,6 @@ class Canvas(QGraphicsView):
         bounds = self._raster_item.boundingRect()
         margin = max(bounds.width(), bounds.height())
         self.setSceneRect(bounds.adjusted(-margin, -margin, margin, margin))
-        self._overlay.set_bounds(self.sceneRect())
         self.sync_lines()
         if fit:
             self.fit()
@@ -356,10 +466,14 @@ class Canvas(QGraphicsView):
                 if item is not None:
                     self.scene().removeItem(self.line_items.pop(line_id))
             elif item is None:
-                item = self.line_items[line_id] = LineItem(line, self.colour_by_score)
+                item = self.line_items[line_id] = LineItem(line, self.colour_by_score,
+                                                           self._pad)
+                if not self._lines_cached:
+                    item.setCacheMode(QGraphicsItem.CacheMode.NoCache)
                 self.scene().addItem(item)
             elif item.line is not line:
                 item.set_line(line)
+        self._line_bounds = None
         self._selection_changed()
 
     def _selection_changed(self) -> None:
@@ -380,8 +494,23 @@ class Canvas(QGraphicsView):
         overlay.preview, overlay.tail = self.controller.preview, self.controller.tail
         overlay.corridor = self.overlay_corridor()
         overlay.colour_by_score = self.colour_by_score
-        overlay.update()
-        self.viewport().update()
+        overlay.refresh(self._pad)
+
+    def _item_pad(self) -> float:
+        """Scene units of :data:`ITEM_PAD_PX` to twice that many screen px at this zoom: the
+        zoom rounded down to a power of two, so that items' bounds change at most once per
+        doubling or halving of the zoom."""
+        scale = 2.0 ** math.floor(math.log2(max(self.transform().m11(), 1e-9)))
+        return ITEM_PAD_PX / scale
+
+    def _zoom_changed(self) -> None:
+        """Pad the items' bounds for the new zoom (their drawing's width is in screen px)."""
+        pad = self._item_pad()
+        if pad != self._pad:
+            self._pad = pad
+            for item in self.line_items.values():
+                item.set_pad(pad)
+            self._overlay.refresh(pad)
 
     def overlay_corridor(self) -> Corridor | None:
         """The corridor shown by the overlay: the preview's, else the selected segment's."""
@@ -415,6 +544,7 @@ class Canvas(QGraphicsView):
         if self._raster_item is not None:
             self.fitInView(self._raster_item.boundingRect(), Qt.AspectRatioMode.KeepAspectRatio)
             self._fitted = True
+            self._zoom_changed()
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt override)
         super().resizeEvent(event)  # keeps the view's centre (the resize anchor)
@@ -431,10 +561,42 @@ class Canvas(QGraphicsView):
         new_scale = float(np.clip(scale * factor, *ZOOM_LIMITS))
         self.scale(new_scale / scale, new_scale / scale)
         self.centerOn(fixed - (anchor - centre) / new_scale)
+        self._zoom_changed()
 
     def paintEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        self._cache_lines()
         super().paintEvent(event)
         self._request_sharp_tile()
+
+    def _cache_lines(self) -> None:
+        """Let the line items keep their drawing in pixmaps while those of the lines in view
+        fit in the pixmap cache (:data:`PIXMAP_CACHE_KIB`); beyond it they draw directly: a
+        cache too small for them all would draw each one again, and store it, every time."""
+        view = (self.transform(), self.viewport().size(), self._line_bounds is not None)
+        if view == self._cache_checked:
+            return
+        if self._line_bounds is None:
+            self._line_bounds = np.array([item.line.bounds for item in self.line_items.values()],
+                                         dtype=np.float64).reshape(-1, 2, 2)
+        self._cache_checked = (*view[:2], True)
+        seen = self.mapToScene(self.viewport().rect()).boundingRect()
+        low, high = self._line_bounds[:, 0] - self._pad, self._line_bounds[:, 1] + self._pad
+        in_view = ((high[:, 0] >= seen.left()) & (low[:, 0] <= seen.right())
+                   & (high[:, 1] >= seen.top()) & (low[:, 1] <= seen.bottom()))
+        ratio = self.devicePixelRatioF()
+        screen = np.array(view[1].toTuple(), dtype=np.float64) * ratio
+        # Qt caches the whole of an item (and 1 to 2 px around) up to 1.2 times the view's
+        # size, else the part in view.
+        pixels = np.minimum((high - low)[in_view] * self.transform().m11() * ratio + 3,
+                            1.2 * screen)
+        needed = 4 * (pixels.prod(axis=1).sum() + screen.prod()) / 1024  # KiB, and the image
+        cached = needed <= 0.8 * PIXMAP_CACHE_KIB
+        if cached != self._lines_cached:
+            self._lines_cached = cached
+            mode = (QGraphicsItem.CacheMode.DeviceCoordinateCache if cached
+                    else QGraphicsItem.CacheMode.NoCache)
+            for item in self.line_items.values():
+                item.setCacheMode(mode)
 
     def _tile_window(self, margin: float) -> TileWindow | None:
         """The pixels in view, widened by ``margin`` of the view's size on each side, at the
@@ -486,7 +648,7 @@ class Canvas(QGraphicsView):
             if tile is not None and self._tile_request is request:
                 self._tile_request = None
                 self._raster_item.tile = tile
-                self.viewport().update()
+                self._raster_item.update()
 
         # A read that fails stays the request: it is not tried again while it covers the view.
         self._tiles.submit(Job(lambda: read_tile(pyramid, window, cancelled.is_set), done,

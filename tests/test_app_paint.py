@@ -1,0 +1,234 @@
+"""What the canvas paints again, and that it paints the same picture: an overlay change or a
+selection change paints only its area, the lines there come from their items' caches, and
+what the window shows after such partial repaints is what a full repaint shows (offscreen,
+pytest-qt)."""
+
+from __future__ import annotations
+
+import os
+
+os.environ["QT_QPA_PLATFORM"] = "offscreen"
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QEvent, QObject, QPoint, QPointF
+from PySide6.QtGui import QColor, QGuiApplication, QImage, QPainter, QPolygonF
+from PySide6.QtWidgets import QGraphicsItem
+
+from app.canvas import STEP_COLOURS, Canvas, LineItem, polygon, thinned
+from app.display import display_pyramid
+from app.jobs import JobQueue
+from app.model import Line, LinesModel, Segment
+from app.tracing import TracingController
+from core.tracer import TraceParams
+
+
+def wandering_line(line_id: int, rng: np.random.Generator, start) -> Line:
+    """A line of three traced segments wandering from ``start``, its link scores varying along
+    it (all the score colours), and a straight segment."""
+    segments, point = [], np.asarray(start, dtype=np.float64)
+    for _ in range(3):
+        polyline = point + np.cumsum(rng.normal(0, 1.5, (40, 2)), axis=0)
+        polyline[0] = point
+        lengths = np.hypot(*np.diff(polyline, axis=0).T)
+        scores = np.sin(np.arange(len(lengths)) / 5.0 + line_id) * lengths
+        segments.append(Segment(polyline, scores, float(scores.sum()), TraceParams(),
+                                TraceParams(), "cpu"))
+        point = polyline[-1]
+    end = tuple(point + (15.0, 5.0))
+    segments.append(Segment.straight(tuple(point), end))
+    anchors = (tuple(start), *(tuple(s.polyline[-1]) for s in segments))
+    return Line(line_id, f"line {line_id}", "river" if line_id % 3 == 0 else "road", anchors,
+                tuple(segments))
+
+
+@pytest.fixture
+def canvas(qtbot):
+    """A shown 800 × 600 canvas on a 400 × 300 image with 24 lines, fitted."""
+    model = LinesModel()
+    view = Canvas(model, TracingController(model, JobQueue()))
+    qtbot.addWidget(view)
+    view.resize(800, 600)
+    view.show()
+    qtbot.waitExposed(view)
+    view.set_image(display_pyramid(np.random.default_rng(0).random((300, 400, 3), np.float32)))
+    rng = np.random.default_rng(1)
+    model.reset(tuple(wandering_line(i + 1, rng, rng.uniform(40, 260, 2)) for i in range(24)))
+    settle(qtbot)
+    return view
+
+
+def settle(qtbot) -> None:
+    """Let Qt paint what is pending."""
+    for _ in range(3):
+        qtbot.wait(20)
+
+
+def shown(view: Canvas) -> QImage:
+    """What the window shows now (its backing store: partial repaints included)."""
+    corner = view.viewport().mapTo(view.window(), QPoint(0, 0))
+    size = view.viewport().size()
+    return QGuiApplication.primaryScreen().grabWindow(
+        view.window().winId(), corner.x(), corner.y(), size.width(), size.height()).toImage()
+
+
+def painted_afresh(view: Canvas) -> QImage:
+    """The viewport painted whole, every line drawn directly (no cache)."""
+    for item in view.line_items.values():
+        item.setCacheMode(QGraphicsItem.CacheMode.NoCache)
+    view.viewport().repaint()
+    image = shown(view)
+    for item in view.line_items.values():
+        item.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+    return image
+
+
+def differing(a: QImage, b: QImage, tolerance: int = 24) -> float:
+    """Share of the pixels whose colour differs by more than ``tolerance`` in a channel."""
+    def pixels(image: QImage) -> np.ndarray:
+        image = image.convertToFormat(QImage.Format.Format_RGB32)
+        data = np.frombuffer(image.constBits(), np.uint8, image.sizeInBytes())
+        return data.reshape(image.height(), image.bytesPerLine())[:, :4 * image.width()]
+
+    assert a.size() == b.size()
+    return float((np.abs(pixels(a).astype(int) - pixels(b)) > tolerance).mean())
+
+
+class Repaints(QObject):
+    """Records the viewport's paint events and the line items painted."""
+
+    def __init__(self, view: Canvas, monkeypatch) -> None:
+        super().__init__()
+        self.regions: list = []
+        self.lines: list[int] = []
+        view.viewport().installEventFilter(self)
+        paint = LineItem.paint
+
+        def counted(item, painter, option=None, widget=None):
+            self.lines.append(item.line.id)
+            paint(item, painter, option, widget)
+
+        monkeypatch.setattr(LineItem, "paint", counted)
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt override)
+        if event.type() == QEvent.Type.Paint:
+            self.regions += list(event.region())  # its rectangles
+        return False
+
+    def clear(self) -> None:
+        self.regions.clear()
+        self.lines.clear()
+
+
+def test_polygon_copies_the_points_in_one_block():
+    points = np.random.default_rng(0).uniform(-1e4, 1e4, (1000, 2))
+    assert polygon(points) == QPolygonF([QPointF(x, y) for x, y in points])
+    assert polygon(points[::3]) == QPolygonF([QPointF(x, y) for x, y in points[::3]])
+    assert polygon(np.empty((0, 2))).isEmpty()
+
+
+def test_thinning_drops_only_vertices_within_a_cell_of_the_one_before():
+    rng = np.random.default_rng(0)
+    points = np.cumsum(rng.normal(0, 0.2, (500, 2)), axis=0)
+    kept = thinned(points, 0.5)
+    assert kept[0] == 0
+    assert kept[-1] == len(points) - 1
+    assert 50 < len(kept) < 400
+    # Each vertex left out lies in the grid cell of the last vertex kept before it.
+    owner = kept[np.searchsorted(kept, np.arange(len(points)), side="right") - 1]
+    assert np.all(np.floor(points / 0.5) == np.floor(points[owner] / 0.5))
+    spaced = np.column_stack([np.arange(50.0), np.zeros(50)])  # 1 apart: cells of 0.5
+    np.testing.assert_array_equal(thinned(spaced, 0.5), np.arange(50))
+    np.testing.assert_array_equal(thinned(spaced, 0.0), np.arange(50))
+
+
+def test_an_overlay_change_paints_only_its_area_and_draws_no_line_again(canvas, qtbot,
+                                                                        monkeypatch):
+    repaints = Repaints(canvas, monkeypatch)
+    overlay = canvas._overlay
+    for end in ((120.0, 90.0), (130.0, 95.0), (140.0, 100.0)):  # a dragged vertex's band
+        overlay.drag_lines = np.array([(100.0, 80.0), end, (150.0, 70.0)])
+        canvas._overlay_changed()
+        settle(qtbot)
+    overlay.drag_lines = None
+    canvas._overlay_changed()
+    settle(qtbot)
+    assert repaints.regions, "the overlay's changes were painted"
+    area = canvas.mapFromScene(QPointF(100, 70)), canvas.mapFromScene(QPointF(150, 100))
+    # The band's box and its pad (10-20 screen px); and a few px where the overlay, empty, was.
+    for region in (r for r in repaints.regions if r.width() * r.height() > 64):
+        assert area[0].x() - 25 <= region.left() <= region.right() <= area[1].x() + 25
+        assert area[0].y() - 25 <= region.top() <= region.bottom() <= area[1].y() + 25
+    assert repaints.lines == []  # the lines under the band came from their caches
+    assert differing(shown(canvas), painted_afresh(canvas)) == 0.0  # no trace of the band
+
+
+@pytest.mark.parametrize("zoom", [0.4, 1.0, 5.0])
+def test_a_selection_change_paints_only_the_lines_it_changes(canvas, qtbot, monkeypatch,
+                                                             zoom):
+    canvas.zoom(zoom)
+    canvas.centerOn(QPointF(150, 150))
+    settle(qtbot)
+    repaints = Repaints(canvas, monkeypatch)
+    centre = np.array([150.0, 150.0])  # the two lines nearest to it, in view at any zoom
+    nearest = sorted(canvas.model.lines,
+                     key=lambda line: np.hypot(*(line.polyline - centre).T).min())
+    first, second = nearest[0].id, nearest[1].id
+    canvas.controller.select(first)
+    settle(qtbot)
+    canvas.controller.select(second, 1)
+    settle(qtbot)
+    assert set(repaints.lines) <= {first, second}
+    assert repaints.regions
+    viewport = canvas.viewport().rect()
+    assert all(region != viewport for region in repaints.regions)
+    # The halo taken off the first line leaves no trace, at any zoom.
+    assert differing(shown(canvas), painted_afresh(canvas)) == 0.0
+
+
+def test_lines_draw_directly_where_their_caches_would_not_fit(canvas, qtbot, monkeypatch):
+    """A cache too small for the lines in view would draw them all again at every repaint:
+    then they are drawn directly, and partial repaints still leave no trace."""
+    modes = {QGraphicsItem.CacheMode.DeviceCoordinateCache}
+    assert {item.cacheMode() for item in canvas.line_items.values()} == modes
+    monkeypatch.setattr("app.canvas.PIXMAP_CACHE_KIB", 1)
+    canvas.zoom(1.5)
+    settle(qtbot)
+    assert {item.cacheMode() for item in canvas.line_items.values()} == \
+        {QGraphicsItem.CacheMode.NoCache}
+    canvas.controller.select(canvas.model.lines[0].id)
+    settle(qtbot)
+    canvas.controller.select(canvas.model.lines[1].id)
+    settle(qtbot)
+    assert differing(shown(canvas), painted_afresh(canvas)) == 0.0
+    monkeypatch.undo()
+    canvas.zoom(1 / 1.5)
+    settle(qtbot)
+    assert {item.cacheMode() for item in canvas.line_items.values()} == modes
+
+
+def test_lines_shown_from_their_caches_look_as_drawn_directly(canvas, qtbot):
+    canvas.controller.select(canvas.model.lines[2].id)
+    canvas.zoom(2.5)
+    settle(qtbot)
+    cached = canvas.viewport().grab().toImage()
+    assert differing(cached, painted_afresh(canvas), tolerance=8) < 1e-4
+
+
+def test_links_are_coloured_by_score_from_red_to_green(qtbot):
+    """A straight traced line whose links score worst to best, drawn at 1:1: its left end is
+    red and its right end green, in the colours of the steps."""
+    polyline = np.column_stack([np.linspace(20, 180, 81), np.full(81, 50.5)])
+    scores = np.linspace(-1, 1, 80) * np.hypot(*np.diff(polyline, axis=0).T)
+    segment = Segment(polyline, scores, float(scores.sum()), TraceParams(), TraceParams(),
+                      "cpu")
+    item = LineItem(Line(1, "line", "road", ((20.0, 50.5), (180.0, 50.5)), (segment,)), True)
+    image = QImage(200, 100, QImage.Format.Format_RGB32)
+    image.fill(QColor(128, 128, 128))
+    painter = QPainter(image)
+    item.paint(painter)
+    painter.end()
+    steps = [colour.rgb() for colour in STEP_COLOURS]
+    assert image.pixelColor(24, 50).rgb() == steps[0]  # red
+    assert image.pixelColor(175, 50).rgb() == steps[-1]  # green
+    assert image.pixelColor(100, 50).rgb() in steps[6:10]  # yellow-ish in the middle
