@@ -429,6 +429,9 @@ def process_image(task: ImageTask, backend_factory: Callable[[], TracerBackend],
                 features += found
                 report.segments += segments
                 report.failures += failures
+                report.notes += [f"seed {seed.id}, segment {k}: {note}"
+                                 for k, outcome in enumerate(outcomes)
+                                 if not isinstance(outcome, TraceError) for note in outcome.notes]
                 if seed.id not in report.matched_seeds:
                     report.matched_seeds.append(seed.id)
             document = feature_collection(features, raster, task.crs)

@@ -175,3 +175,19 @@ def test_an_image_that_may_not_be_read_says_so(monkeypatch):
         with pytest.raises(ImageReadError,
                            match=f"^cannot read {SAMPLE_IMAGE}: permission denied$"):
             read(SAMPLE_IMAGE)
+
+
+def test_batch_reports_a_trace_note_with_its_seed_and_segment(tmp_path):
+    from core.backend import CpuBackend
+    from core.batch import ImageTask, process_image
+    from core.vectors import Seed
+
+    raster = straight_road(empty=((slice(40, 60), slice(0, 20)), 0.0))
+    image = tmp_path / "holes.png"
+    iio.imwrite(image, (raster.pixels * 255).astype(np.uint8))
+    seed = Seed("s1", np.array([[10.0, 50.0], [50.0, 50.0], [90.0, 50.0]]), "holes.png", {})
+    report, _ = process_image(ImageTask(str(image), (seed,), TraceParams(score="centre")),
+                              CpuBackend)
+    assert report.status == "ok"
+    assert report.notes == ["seed s1, segment 0: the point (10, 50) lies on no data: most "
+                            "pixels around it read 0 in every band (no data or NaN in the file)"]
