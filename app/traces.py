@@ -28,11 +28,14 @@ class TraceRequest:
 
 @dataclass(frozen=True)
 class TraceOutcome:
-    """Segments traced by one job, its time, and ``(backend, note)`` if it fell back to the CPU."""
+    """Segments traced by one job, its time, ``(backend, note)`` if it fell back to the CPU,
+    and the traces' notes (:attr:`core.tracer.TraceResult.notes`, e.g. an endpoint on no
+    data)."""
 
     segments: tuple[Segment, ...]
     elapsed_ms: float
     fallback: tuple[object, str] | None = None
+    notes: tuple[str, ...] = ()
 
 
 def error_text(exc: BaseException) -> str:
@@ -43,7 +46,7 @@ def error_text(exc: BaseException) -> str:
 def run_requests(raster: Raster, requests: tuple[TraceRequest, ...], backend) -> TraceOutcome:
     """Trace every request (worker thread). A failing non-CPU backend is replaced by the CPU."""
     start = time.perf_counter()
-    segments, fallback = [], None
+    segments, fallback, notes = [], None, []
     for request in requests:
         if request.params is None:
             segments.append(Segment.straight(request.a, request.b))
@@ -60,7 +63,9 @@ def run_requests(raster: Raster, requests: tuple[TraceRequest, ...], backend) ->
             fallback = (backend, f"{note}: {failed_name} backend failed: {error_text(exc)}")
             result = trace(raster, request.a, request.b, request.params, backend)
         segments.append(Segment.from_result(result, request.params))
-    return TraceOutcome(tuple(segments), 1e3 * (time.perf_counter() - start), fallback)
+        notes += result.notes
+    return TraceOutcome(tuple(segments), 1e3 * (time.perf_counter() - start), fallback,
+                        tuple(notes))
 
 
 def trace_anchors(raster: Raster, anchors: tuple[Point, ...], params: TraceParams,

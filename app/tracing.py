@@ -171,6 +171,8 @@ class TracingController(QObject):
                 self.message.emit(outcome.fallback[1])
             if raster is self.raster:
                 done(outcome)
+                if outcome.notes and not preview:  # after done's own message, to be seen
+                    self.message.emit("; ".join(outcome.notes))
 
         def on_failed(exc: BaseException) -> None:
             if raster is self.raster:

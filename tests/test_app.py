@@ -130,6 +130,21 @@ def test_status_says_when_the_corridor_was_widened(make_window, qtbot, tmp_path)
     assert "corridor widened" in window.trace_label.text()
 
 
+def test_status_says_when_a_click_lies_on_no_data(make_window, qtbot, tmp_path):
+    window = make_window(open_sample=False)
+    pixels = iio.imread(SAMPLE_IMAGE)[..., :3].copy()
+    x, y = (round(v) for v in A)
+    pixels[y - 10:y + 11, x - 10:x + 11] = 0  # no data around the first click
+    path = tmp_path / "holes.png"
+    iio.imwrite(path, pixels)
+    with qtbot.waitSignal(window.image_loaded, timeout=60_000):
+        window.open_image(str(path))
+    click(qtbot, window, A)
+    click_and_wait(qtbot, window, B)
+    wait_idle(qtbot, window)
+    assert "lies on no data" in window.statusBar().currentMessage()
+
+
 def test_second_click_to_drawn_line_is_fast(make_window, qtbot):
     """Target ≤ 150 ms from the second click to the painted line (CPU backend, no preview).
 
