@@ -45,6 +45,22 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(marker)
 
 
+def shown_canvas(qtbot):
+    """A shown 800 × 600 :class:`app.canvas.Canvas` on a new lines model (``canvas.model``),
+    with no image and no lines, closed with the test (pytest-qt)."""
+    from app.canvas import Canvas
+    from app.jobs import JobQueue
+    from app.model import LinesModel
+    from app.tracing import TracingController
+
+    model = LinesModel()
+    view = Canvas(model, TracingController(model, JobQueue()))
+    qtbot.addWidget(view)
+    view.resize(800, 600)
+    view.show()
+    return view
+
+
 def close_the_window_once_loaded(opened: list, monkeypatch) -> None:
     """Once the application's main window shows, record the image it loads in ``opened`` and
     close the window, discarding any unsaved work (for tests that run the application's event

@@ -17,10 +17,9 @@ from PySide6.QtWidgets import QGraphicsItem
 
 from app.canvas import STEP_COLOURS, Canvas, LineItem, polygon, thinned
 from app.display import display_pyramid
-from app.jobs import JobQueue
-from app.model import Line, LinesModel, Segment
-from app.tracing import TracingController
+from app.model import Line, Segment
 from core.tracer import TraceParams
+from tests.conftest import shown_canvas
 
 
 def wandering_line(line_id: int, rng: np.random.Generator, start) -> Line:
@@ -45,11 +44,8 @@ def wandering_line(line_id: int, rng: np.random.Generator, start) -> Line:
 @pytest.fixture
 def canvas(qtbot):
     """A shown 800 × 600 canvas on a 400 × 300 image with 24 lines, fitted."""
-    model = LinesModel()
-    view = Canvas(model, TracingController(model, JobQueue()))
-    qtbot.addWidget(view)
-    view.resize(800, 600)
-    view.show()
+    view = shown_canvas(qtbot)
+    model = view.model
     qtbot.waitExposed(view)
     view.set_image(display_pyramid(np.random.default_rng(0).random((300, 400, 3), np.float32)))
     rng = np.random.default_rng(1)

@@ -14,10 +14,9 @@ from PySide6.QtGui import QColor, QImage, QPainter
 
 from app.canvas import Canvas, LineItem
 from app.display import display_pyramid, load_for_display, stretch_limits
-from app.jobs import JobQueue
-from app.model import Line, LinesModel, Segment
-from app.tracing import TracingController
+from app.model import Line, Segment
 from core.tracer import TraceParams
+from tests.conftest import shown_canvas
 
 #: A GeoTIFF too large to read whole (core.raster.FULL_READ_LIMIT): its sharpest display
 #: level is at half resolution.
@@ -27,12 +26,7 @@ HUGE_SHAPE = (4000, 9000)
 @pytest.fixture
 def canvas(qtbot):
     """A shown 800 × 600 canvas with no image."""
-    model = LinesModel()
-    view = Canvas(model, TracingController(model, JobQueue()))
-    qtbot.addWidget(view)
-    view.resize(800, 600)
-    view.show()
-    return view
+    return shown_canvas(qtbot)
 
 
 @pytest.fixture(scope="module")
