@@ -181,11 +181,11 @@ def share_memory(processes: int, available: int | None) -> tuple[int, int | None
 
 
 def _checked(needed: float) -> bool:
-    """Whether a plan of ``needed`` bytes is held to the budget: plans up to
-    :data:`ALWAYS_AFFORDABLE` pass the default budget of a process alone unasked (a live
-    preview traces often)."""
-    return (needed > ALWAYS_AFFORDABLE or bool(os.environ.get(BUDGET_VARIABLE))
-            or _sharing[0] > 1)
+    """Whether a plan of ``needed`` bytes is held to the budget: plans that, in every process
+    sharing the budget at once (:func:`share_memory`), need at most :data:`ALWAYS_AFFORDABLE`
+    together pass the default budget unasked (a live preview, a batch's short segments: the
+    memory available is not read for each)."""
+    return needed * _sharing[0] > ALWAYS_AFFORDABLE or bool(os.environ.get(BUDGET_VARIABLE))
 
 
 def format_size(size: float) -> str:

@@ -12,6 +12,7 @@ from core.batch import READ_AHEAD_BYTES, ImageTask, _read_ahead, local_executor,
 from core.resources import (
     BUDGET_VARIABLE,
     available_memory,
+    check_decode_memory,
     decode_memory,
     memory_budget,
     share_memory,
@@ -104,3 +105,19 @@ def test_only_images_small_to_decode_are_read_ahead(tmp_path):
 @pytest.mark.parametrize("name", ["scan.tif", "scan.jp2"])
 def test_windowed_images_are_read_ahead_whatever_their_size(name):
     assert _read_ahead(ImageTask(name, (), TraceParams()))
+
+
+def test_small_plans_of_processes_sharing_memory_pass_unasked(monkeypatch):
+    """Plans that all the processes sharing the budget afford together without asking are
+    not held to it (the memory available is not read for each of a batch's segments)."""
+    asked = []
+    monkeypatch.delenv(BUDGET_VARIABLE, raising=False)
+    monkeypatch.setattr(core.resources, "available_memory", lambda: asked.append(1) or 64 * GIB)
+    alone = share_memory(3, None)
+    try:
+        check_decode_memory("small.png", 1000, 1000, 4)  # three of it: under 256 MiB
+        assert not asked
+        check_decode_memory("large.png", 4000, 4000, 4)
+        assert asked
+    finally:
+        share_memory(*alone)
