@@ -368,8 +368,11 @@ def _run_planned(args: argparse.Namespace, plan, segments: int, pool: bool, shar
             progress = SegmentProgress(bar, {os.path.basename(task.image): task.most_segments
                                              for task in tasks}, lines)
             images = images_per_call(len(tasks), workers) if workers else 1
+            # Segments traced are counted only for a bar shown: counting splits the traces
+            # into short runs (a GPU traces fewer segments at once).
             for report, document in run_tasks(tasks, factory, executor, images,
-                                              here if workers else None, progress.traced):
+                                              here if workers else None,
+                                              None if bar.disable else progress.traced):
                 reports.append(write_output(plan, report, document))
                 progress.finished(report.image, report.status)
     except KeyboardInterrupt:
@@ -405,9 +408,8 @@ def _run_planned(args: argparse.Namespace, plan, segments: int, pool: bool, shar
              + (" …" if len(pixel) > 5 else ""))
     report_failures(reports + plan.skipped)
     seed_failures = [Failure(**failure) for failure in summary["seed_failures"]]
-    for failure in seed_failures:
-        if failure not in plan.seed_failures:  # told before the work
-            print(one_line(seed_failure_line(failure)), file=sys.stderr)
+    for failure in seed_failures[len(plan.seed_failures):]:  # those before were told already
+        print(one_line(seed_failure_line(failure)), file=sys.stderr)
     totals = summary["totals"]
     if not args.quiet:
         bad_seeds = f"{len(seed_failures)} seed(s) failed; " if seed_failures else ""
