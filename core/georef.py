@@ -412,12 +412,12 @@ def epsg_code(crs: pyproj.CRS) -> int | None:
     with it for sure (100 %: equivalent, with the same name) or where the code's definition
     equals ``crs`` (but for a geographic CRS's axis order).
     """
+    sure = crs.to_epsg(min_confidence=100)
+    if sure is not None:
+        return sure
     code = crs.to_epsg()
-    if code is None:
-        return None
-    exact = (crs.to_epsg(min_confidence=100) == code
-             or _pyproj().CRS.from_epsg(code).equals(crs, ignore_axis_order=True))
-    return code if exact else None
+    return code if code is not None and _pyproj().CRS.from_epsg(code).equals(
+        crs, ignore_axis_order=True) else None
 
 
 def crs_label(crs: pyproj.CRS) -> str:
