@@ -137,16 +137,6 @@ def set_aside_bad_autosave(folder: str, image_path: str, error: SessionReadError
     return SessionReadError(f"{error} (the file is kept as {kept})")
 
 
-def read_autosave(folder: str, image_path: str) -> tuple[Line, ...]:
-    """The autosaved lines of an image (none if it has no autosave); for one that cannot be
-    read, :func:`set_aside_bad_autosave`'s error is raised."""
-    try:
-        session = load_autosave(folder, image_path)
-    except SessionReadError as exc:
-        raise set_aside_bad_autosave(folder, image_path, exc) from None
-    return () if session is None else session.lines
-
-
 def keep_autosave(folder: str, image_path: str) -> str:
     """Move the image's autosave aside, to ``<autosave>.kept.roadtracer.json``
     (``.kept-2.roadtracer.json``, … when taken), so that lines installed from elsewhere (a

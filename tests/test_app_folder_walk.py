@@ -17,7 +17,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 import app.main_window
-from app.files import autosave_path, read_autosave
+from app.files import autosave_path, load_autosave
 from app.session import line_to_dict, read_session
 from tests import test_app
 from tests.conftest import SAMPLE_IMAGE
@@ -119,7 +119,7 @@ def autosaved(window, image) -> list | None:
     """The anchors of the lines autosaved for ``image``; None if it has no autosave."""
     if not os.path.exists(autosave_path(window.autosave_dir, str(image))):
         return None
-    return anchors(read_autosave(window.autosave_dir, str(image)))
+    return anchors(load_autosave(window.autosave_dir, str(image)).lines)
 
 
 def loads_recorded(window) -> list[str]:

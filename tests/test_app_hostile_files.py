@@ -11,7 +11,7 @@ import os
 import numpy as np
 import pytest
 
-from app.files import autosave_path, read_autosave
+from app.files import autosave_path, load_autosave, set_aside_bad_autosave
 from app.model import Line, LinesModel, Segment
 from app.session import SessionReadError, read_session, write_session
 from core.errors import OutputWriteError
@@ -188,8 +188,10 @@ def test_every_broken_autosave_is_kept(tmp_path):
         with open(path, "w") as handle:
             handle.write(text)
         kept = path + (".bad" if number == 1 else f".bad-{number}")
-        with pytest.raises(SessionReadError, match=f"the file is kept as {kept}"):
-            read_autosave(str(tmp_path), image)
+        with pytest.raises(SessionReadError) as caught:
+            load_autosave(str(tmp_path), image)
+        assert str(set_aside_bad_autosave(str(tmp_path), image, caught.value)).endswith(
+            f"(the file is kept as {kept})")
         assert not os.path.exists(path)
     assert [open(path + suffix).read() for suffix in (".bad", ".bad-2")] == contents
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from dataclasses import replace
 
@@ -239,17 +240,19 @@ def test_a_session_of_lines_traced_at_the_panels_limits_reads_back(tmp_path):
 
 
 def test_an_unreadable_autosave_is_kept_aside(tmp_path):
-    from app.files import autosave_path, read_autosave
+    from app.files import autosave_path, load_autosave, set_aside_bad_autosave
 
     image = str(tmp_path / "image.png")
     path = autosave_path(str(tmp_path), image)
     with open(path, "w") as handle:
         handle.write("{not json")
-    with pytest.raises(SessionReadError, match=r"the file is kept as .*\.bad"):
-        read_autosave(str(tmp_path), image)
+    with pytest.raises(SessionReadError) as caught:
+        load_autosave(str(tmp_path), image)
+    assert re.search(r"the file is kept as .*\.bad",
+                     str(set_aside_bad_autosave(str(tmp_path), image, caught.value)))
     assert not os.path.exists(path)
     assert open(path + ".bad").read() == "{not json"
-    assert read_autosave(str(tmp_path), image) == ()
+    assert load_autosave(str(tmp_path), image) is None
 
 
 def test_undo_keeps_the_last_steps_only():
