@@ -29,6 +29,7 @@ from app.session import read_session
 from tests import test_app
 from tests.conftest import SAMPLE_IMAGE
 from tests.test_app import A, B, click, wait_idle
+from tests.test_app_folder_walk import autosaved, draw_straight
 
 make_window = test_app.make_window  # the fixture: windows closed, their workers stopped
 
@@ -113,19 +114,6 @@ def questions(make_window, monkeypatch) -> Answers:
     return answers
 
 
-def draw_straight(qtbot, window, points) -> None:
-    click(qtbot, window, points[0])
-    for point in points[1:]:
-        click(qtbot, window, point, SHIFT)
-    window.controller.finish()
-
-
-def autosaved(window, image=SAMPLE_IMAGE) -> list:
-    """The anchors of the lines in the image's autosave file."""
-    return [line.anchors for line in read_session(autosave_path(window.autosave_dir,
-                                                                str(image)))[1]]
-
-
 def open_session_and_wait(qtbot, window, path) -> None:
     with qtbot.waitSignal(window.image_loaded, timeout=60_000):
         assert window.open_session(str(path))
@@ -152,7 +140,7 @@ def test_the_timers_autosave_is_written_off_the_window_thread_newest_last(
     qtbot.waitUntil(lambda: len(writes.on_window_thread) == 2 and not writes.running,
                     timeout=10_000)
     assert writes.on_window_thread == [False, False]
-    assert autosaved(window) == list(LINES[:3])  # the middle state was never written
+    assert autosaved(window, SAMPLE_IMAGE) == list(LINES[:3])  # the middle state was never written
     # Flushing (closing, another image) while a write is in progress waits for it, then
     # writes the newest lines: never two writes at once, never an older one last.
     writes.hold()
@@ -163,7 +151,7 @@ def test_the_timers_autosave_is_written_off_the_window_thread_newest_last(
     threading.Timer(0.2, writes.release).start()
     window.autosave()
     assert writes.most_running == 1
-    assert autosaved(window) == list(LINES[1:])
+    assert autosaved(window, SAMPLE_IMAGE) == list(LINES[1:])
 
 
 # ------------------------------------------------------------------------------ opening sessions
@@ -233,18 +221,18 @@ def test_a_second_window_on_an_image_neither_autosaves_nor_discards_its_autosave
         second.status_text
     draw_straight(qtbot, second, LINES[1])
     second.autosave()
-    assert autosaved(first) == [LINES[0]]
+    assert autosaved(first, SAMPLE_IMAGE) == [LINES[0]]
     other = tmp_path / "other.png"
     shutil.copy(SAMPLE_IMAGE, other)
     with qtbot.waitSignal(second.image_loaded, timeout=60_000):
         second.open_image(str(other))  # its lines discarded (the fixture's answer)
-    assert autosaved(first) == [LINES[0]]
+    assert autosaved(first, SAMPLE_IMAGE) == [LINES[0]]
     first.shutdown()  # gone: its autosave is free
     third = make_window()
     assert "another roadtracer window" not in third.status_text
     draw_straight(qtbot, third, LINES[2])
     third.autosave()
-    assert autosaved(third) == [LINES[0], LINES[2]]
+    assert autosaved(third, SAMPLE_IMAGE) == [LINES[0], LINES[2]]
 
 
 # ------------------------------------------------------------------------------------ exporting
