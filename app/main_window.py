@@ -1006,6 +1006,10 @@ class MainWindow(QMainWindow):
         (failures in the status bar; retried at the next edit)."""
         self._autosave_timer.stop()
         self._put_autosave()
+        self._write_autosaves()
+
+    def _write_autosaves(self) -> None:
+        """Write the autosaves waiting now (a failure in the status bar)."""
         try:
             self.autosaver.write_waiting()
         except TraceError as exc:
@@ -1023,10 +1027,7 @@ class MainWindow(QMainWindow):
         if self._autosave_timer.isActive():
             self.autosave()
         else:
-            try:
-                self.autosaver.write_waiting()
-            except TraceError as exc:
-                self.show_status(f"autosave failed: {exc}")
+            self._write_autosaves()
 
     def _claim_autosave(self, image_path: str) -> None:
         """Lock the image's autosave for this window (the last image's is let go); where
