@@ -572,7 +572,8 @@ class Canvas(QGraphicsView):
         """Let the line items keep their drawing in pixmaps while those of the lines in view
         fit in the pixmap cache (:data:`PIXMAP_CACHE_KIB`); beyond it they draw directly: a
         cache too small for them all would draw each one again, and store it, every time."""
-        view = (self.transform(), self.viewport().size(), self._line_bounds is not None)
+        # The view's place too (a pan shows other lines), its zoom, its size; lines changed.
+        view = (self.viewportTransform(), self.viewport().size(), self._line_bounds is not None)
         if view == self._cache_checked:
             return
         if self._line_bounds is None:

@@ -203,6 +203,20 @@ def test_lines_draw_directly_where_their_caches_would_not_fit(canvas, qtbot, mon
     assert {item.cacheMode() for item in canvas.line_items.values()} == modes
 
 
+def test_a_pan_decides_again_whether_the_lines_in_view_fit_the_cache(canvas, qtbot,
+                                                                     monkeypatch):
+    canvas.zoom(3)
+    settle(qtbot)
+    assert {item.cacheMode() for item in canvas.line_items.values()} == \
+        {QGraphicsItem.CacheMode.DeviceCoordinateCache}
+    monkeypatch.setattr("app.canvas.PIXMAP_CACHE_KIB", 1)
+    bar = canvas.horizontalScrollBar()
+    bar.setValue(bar.value() + 100)  # the zoom and the view's size as they were
+    settle(qtbot)
+    assert {item.cacheMode() for item in canvas.line_items.values()} == \
+        {QGraphicsItem.CacheMode.NoCache}
+
+
 def test_lines_shown_from_their_caches_look_as_drawn_directly(canvas, qtbot):
     canvas.controller.select(canvas.model.lines[2].id)
     canvas.zoom(2.5)
