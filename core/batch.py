@@ -468,15 +468,19 @@ def output_names(images: list[Path]) -> dict[str, str]:
 
 def passed_over(folder: Path) -> tuple[int, int]:
     """How many subfolders, and links to nothing named like an image, ``folder`` holds:
-    entries that a batch of it does not read (only the images directly in it)."""
+    entries that a batch of it does not read (only the images directly in it); none where
+    it can no longer be listed (its images were: what fails later says why)."""
     subfolders = broken_links = 0
-    with os.scandir(folder) as entries:
-        for entry in entries:
-            if entry.is_dir():
-                subfolders += 1
-            elif (entry.is_symlink() and not os.path.exists(entry.path)
-                  and Path(entry.name).suffix.lower() in IMAGE_SUFFIXES):
-                broken_links += 1
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if entry.is_dir():
+                    subfolders += 1
+                elif (entry.is_symlink() and not os.path.exists(entry.path)
+                      and Path(entry.name).suffix.lower() in IMAGE_SUFFIXES):
+                    broken_links += 1
+    except OSError:
+        return 0, 0
     return subfolders, broken_links
 
 

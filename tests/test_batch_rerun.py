@@ -207,3 +207,11 @@ def test_without_a_terminal_lines_tell_the_images_done(tmp_path, capsys, monkeyp
     code, err = batch(capsys, images, seeds, tmp_path / "out3")
     assert [line for line in err.splitlines() if line.endswith("images done")] == [
         "2/2 images done"]
+
+
+def test_a_folder_gone_while_planned_counts_nothing_passed_over(tmp_path):
+    from core.batch import passed_over
+
+    (tmp_path / "sub").mkdir()
+    assert passed_over(tmp_path) == (1, 0)
+    assert passed_over(tmp_path / "gone") == (0, 0)
