@@ -749,7 +749,7 @@ def check_params(params: TraceParams) -> None:
     resolved = params.resolve(100.0)
     chord, margin = (100.0, 0.0), gradient_margin(params.sigma)
     window_px = window_pixels(chord, resolved.halfwidth, margin)
-    check_trace_plan(params, resolved, chord, margin,
+    check_trace_plan(params, resolved, margin,
                      (window_px, trace_window_memory(resolved, window_px,
                                                      params.ground_resolution)))
     build_corridor((0.0, 0.0), (100.0, 0.0), resolved.guides, resolved.points,

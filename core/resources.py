@@ -206,8 +206,7 @@ def window_pixels(chord, halfwidth: float, margin: int) -> float:
             * (dy + 2.0 * halfwidth * dx / length + 2 * margin + 4))
 
 
-def check_trace_plan(requested, resolved, chord, margin: int,
-                     window: tuple[float, float] | None = None) -> None:
+def check_trace_plan(requested, resolved, margin: int, window: tuple[float, float]) -> None:
     """Refuse a trace whose estimated memory exceeds the budget (module docstring).
 
     Parameters
@@ -216,13 +215,11 @@ def check_trace_plan(requested, resolved, chord, margin: int,
         The parameters as given (``None``: scaled with the click distance).
     resolved : TraceParams
         The same with every default filled in for the click distance |b - a|.
-    chord : array_like of shape (2,)
-        b - a (px).
     margin : int
         Gradient margin of the window on each side (px).
-    window : (pixels, bytes), optional
-        The window the trace reads and the bytes its evidence and link scores need; default
-        :func:`window_pixels` at ``BYTES_PER_WINDOW_PX`` each.
+    window : (pixels, bytes)
+        The window the trace reads (:func:`window_pixels`) and the bytes its evidence and
+        link scores need there.
 
     Raises
     ------
@@ -233,9 +230,6 @@ def check_trace_plan(requested, resolved, chord, margin: int,
     if requested.points is None and resolved.points < 2:
         raise BadParameter(f"halfwidth {resolved.halfwidth:g} px is too narrow: a guide needs "
                            "two points, so give --points or a halfwidth of at least 0.75 px")
-    if window is None:
-        window_px = window_pixels(chord, resolved.halfwidth, margin)
-        window = (window_px, float(BYTES_PER_WINDOW_PX) * window_px)
     window_px, window_bytes = window
     search = float(BYTES_PER_STATE) * (resolved.guides + 1) * float(resolved.points) ** 2
     if not _checked(search + window_bytes):

@@ -841,7 +841,7 @@ def _segment(raster: Raster, a, b, params: TraceParams) -> _Segment:
     window_px = window_pixels(b - a, resolved.halfwidth, margin) if frame is None \
         else float(frame.window[0] * frame.window[1])
     window_bytes = trace_window_memory(resolved, window_px, ground_resolution_of(raster, resolved))
-    check_trace_plan(params, resolved, b - a, margin, (window_px, window_bytes))
+    check_trace_plan(params, resolved, margin, (window_px, window_bytes))
     params = resolved
     if frame is not None:
         corridor = build_corridor(frame.start, frame.start + (length, 0.0), params.guides,

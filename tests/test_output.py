@@ -22,7 +22,14 @@ from core.output import (
     refuse_overwriting_input,
     write_text_atomic,
 )
-from core.resources import BUDGET_VARIABLE, check_trace_plan, memory_budget, parse_size
+from core.resources import (
+    BUDGET_VARIABLE,
+    BYTES_PER_WINDOW_PX,
+    check_trace_plan,
+    memory_budget,
+    parse_size,
+    window_pixels,
+)
 from core.tracer import TraceParams
 
 
@@ -175,6 +182,13 @@ def test_budget_from_the_environment(monkeypatch):
     assert source == "no limit" or "of the" in source
 
 
+def default_plan(requested, resolved, chord, margin) -> tuple:
+    """:func:`check_trace_plan`'s arguments for a trace of ``chord`` (b − a) whose window
+    needs the default bytes per pixel (``BYTES_PER_WINDOW_PX``)."""
+    window_px = window_pixels(chord, resolved.halfwidth, margin)
+    return requested, resolved, margin, (window_px, BYTES_PER_WINDOW_PX * window_px)
+
+
 @pytest.mark.parametrize(("given", "named"), [
     ({"points": 100000}, "lower points"),
     ({"guides": 10**6}, "lower guides"),
@@ -186,20 +200,20 @@ def test_plans_over_budget_name_their_parameter(monkeypatch, given, named):
     monkeypatch.setenv(BUDGET_VARIABLE, "1G")
     requested = TraceParams(**given)
     with pytest.raises(BadParameter, match=f"over the memory budget of 1.0 GiB .*{named}$"):
-        check_trace_plan(requested, requested.resolve(300.0), (300.0, 0.0),
-                         gradient_margin(requested.sigma))
+        check_trace_plan(*default_plan(requested, requested.resolve(300.0), (300.0, 0.0),
+                                       gradient_margin(requested.sigma)))
 
 
 def test_the_window_estimate_follows_the_direction(monkeypatch):
     requested = TraceParams(score="centre")
     resolved = requested.resolve(3000.0)
     monkeypatch.setenv(BUDGET_VARIABLE, "256M")  # a 3000 px click along a row: ~100 MiB
-    check_trace_plan(requested, resolved, (3000.0, 0.0), 7)
+    check_trace_plan(*default_plan(requested, resolved, (3000.0, 0.0), 7))
     diagonal = 3000.0 / np.sqrt(2)  # its window is 6× larger: ~750 MiB (measured: 368 MB)
     with pytest.raises(BadParameter, match="lower halfwidth$"):
-        check_trace_plan(requested, resolved, (diagonal, diagonal), 7)
+        check_trace_plan(*default_plan(requested, resolved, (diagonal, diagonal), 7))
     monkeypatch.setenv(BUDGET_VARIABLE, "1G")
-    check_trace_plan(requested, resolved, (diagonal, diagonal), 7)
+    check_trace_plan(*default_plan(requested, resolved, (diagonal, diagonal), 7))
 
 
 def test_a_document_that_is_no_regular_file_is_one_error(tmp_path):
