@@ -55,6 +55,8 @@ UNKNOWN_GROUND_NOTE = ("the surface model reads larger windows at two resolution
 #: then clipped to ``STRETCH_CLIP``.
 STRETCH_PERCENTILES = (1.0, 99.0)
 STRETCH_CLIP = (-0.5, 1.5)
+#: Smallest percentile span the bands are divided by (a blank window's is 0).
+STRETCH_SPAN_FLOOR = 1e-6
 #: Reach of the endpoint plane around each click, a fraction of the clicks' distance.
 ENDPOINT_REACH = 0.25
 #: Planes the model reads and writes (:func:`model_inputs`; surface, path).
@@ -207,7 +209,7 @@ def model_inputs(pixels: np.ndarray, similarity: np.ndarray, a: np.ndarray,
     """
     bands = pixels[:, :, :3] if pixels.shape[2] >= 3 else np.repeat(pixels[:, :, :1], 3, axis=2)
     low, high = np.percentile(bands, STRETCH_PERCENTILES)
-    span = max(float(high - low), 1e-6)
+    span = max(float(high - low), STRETCH_SPAN_FLOOR)
     stretched = np.clip((bands - np.float32(low)) / np.float32(span), *STRETCH_CLIP)
     planes = np.concatenate([stretched.transpose(2, 0, 1), similarity[None]]).astype(np.float32)
     rows, cols = similarity.shape

@@ -184,7 +184,8 @@ __device__ __forceinline__ float patch_sum(const float* values, int n, bool cont
     return sum;
 }
 
-#define PATCH_RADIUS 2  // core.scores.PATCH_RADIUS
+// PATCH_RADIUS, SPREAD_FLOOR, RELATIVE_FLOOR, ABSOLUTE_FLOOR and STRETCH_SPAN_FLOOR come from the
+// host (gpu.kernels.evidence_constants: core.scores' and core.surface's values).
 #define PATCH_PIXELS ((2 * PATCH_RADIUS + 1) * (2 * PATCH_RADIUS + 1))
 
 // core.scores.endpoint_similarity's colour models into models: thread e of a window's block
@@ -235,7 +236,8 @@ extern "C" __global__ void similarity(const Window* __restrict__ windows)
     const float* range = w.range;
     const double ptp = (double)__fsub_rn(range[1], range[0]);
     // SPREAD_FLOOR x range + core.scores.value_floor(range)
-    const double floor_ = __dadd_rn(__dmul_rn(0.04, ptp), fmax(__dmul_rn(1e-6, ptp), 1e-18));
+    const double floor_ = __dadd_rn(__dmul_rn(SPREAD_FLOOR, ptp),
+                                    fmax(__dmul_rn(RELATIVE_FLOOR, ptp), ABSOLUTE_FLOOR));
     float best = 0.0f;
     for (int e = 0; e < 2; ++e) {
         const double spread = fmax(models[e], floor_);
@@ -852,8 +854,8 @@ extern "C" __global__ void __launch_bounds__(1024) percentile_finish(const Windo
 }
 
 // core.surface.model_inputs on the device: the band planes stretched by their percentiles
-// (range = [low, high] from band_percentiles, span max(high - low, 1e-6)) and clipped to
-// [clip_low, clip_high], the similarity, all mirrored ("reflect") to out_rows x out_cols, and
+// (range = [low, high] from band_percentiles, span max(high - low, STRETCH_SPAN_FLOOR)) and
+// clipped to [clip_low, clip_high], the similarity, all mirrored ("reflect") to out_rows x out_cols, and
 // core.surface.endpoint_plane over the whole out_rows x out_cols (not mirrored): clip(1 -
 // min(|p - a|, |p - b|) / reach, 0, 1), float32 as numpy computes it, with the clicks (ax, ay),
 // (bx, by) in the model's pixel coordinates and reach = ENDPOINT_REACH x max(|b - a|, 1e-3)
@@ -888,7 +890,7 @@ extern "C" __global__ void model_input(const Window* __restrict__ windows)
     float* out = w.input;
     const size_t plane = (size_t)rows * cols, at = (size_t)mirror(r, rows) * cols + mirror(c, cols);
     const float low = (float)range[0];
-    const float span = (float)fmax(__dsub_rn(range[1], range[0]), 1e-6);
+    const float span = (float)fmax(__dsub_rn(range[1], range[0]), STRETCH_SPAN_FLOOR);
     const size_t out_plane = (size_t)out_rows * out_cols, out_at = (size_t)r * out_cols + c;
     for (int k = 0; k < 3; ++k) {
         const float v = __fdiv_rn(__fsub_rn(planes[(used == 3 ? k : 0) * plane + at], low), span);

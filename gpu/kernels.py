@@ -114,10 +114,29 @@ class Kernels:
     network: dict            # network.cu kernel name -> function
 
 
+def evidence_constants() -> dict[str, float | int]:
+    """The host's constants that ``evidence.cu`` is compiled with (``-DNAME=value``), so that the
+    device computes with the very values of :mod:`core.scores` and :mod:`core.surface`."""
+    from core import scores, surface
+
+    return {"PATCH_RADIUS": scores.PATCH_RADIUS, "SPREAD_FLOOR": scores.SPREAD_FLOOR,
+            "RELATIVE_FLOOR": scores.RELATIVE_FLOOR, "ABSOLUTE_FLOOR": scores.ABSOLUTE_FLOOR,
+            "STRETCH_SPAN_FLOOR": surface.STRETCH_SPAN_FLOOR}
+
+
+def source_options(name: str) -> list[str]:
+    """The nvcc options the CUDA source ``name`` needs besides its precision: ``evidence.cu``'s
+    :func:`evidence_constants` as ``-DNAME=value`` (floats written with ``repr``, the shortest
+    text that reads back as the same double)."""
+    constants = evidence_constants() if name == "evidence.cu" else {}
+    return [f"-D{key}={value!r}" for key, value in constants.items()]
+
+
 def _compile(name: str, *options: str):
     from pycuda.compiler import SourceModule
 
-    return SourceModule(source(name), no_extern_c=True, options=["-std=c++17", *options])
+    return SourceModule(source(name), no_extern_c=True,
+                        options=["-std=c++17", *source_options(name), *options])
 
 
 def _load(precision: str, shared: tuple):
