@@ -81,7 +81,8 @@ def start_app(argv: list[str]) -> int:
         import PySide6.QtWidgets  # noqa: F401
     except ImportError as exc:
         if exc.name and exc.name.startswith("PySide6"):
-            return fail("PySide6 is not installed", 'install it (pip install "roadtracer[app]")')
+            return fail("PySide6 is not installed",
+                        'install it: pip install -e ".[app]" in the project folder')
         return fail(f"Qt cannot be loaded ({exc})",
                     "install the system libraries Qt needs (the README lists them)")
     create_application()

@@ -1,14 +1,14 @@
 """Make a batch benchmark folder: N GeoTIFF copies of the sample + lon/lat seeds.
 
-Usage, from the project folder (needs the ``geo`` extra: rasterio, pyproj)::
+Usage (needs the ``geo`` extra: rasterio, pyproj)::
 
     python benchmarks/make_bench.py /tmp/bench 96
 
 writes ``/tmp/bench/images/tile000.tif`` … and ``/tmp/bench/seeds.geojson``
 (docs/BENCHMARKS.md, "Batch mode, CPU backend").
 """
+import argparse
 import json
-import sys
 from pathlib import Path
 
 import imageio.v3 as iio
@@ -17,9 +17,17 @@ import pyproj
 import rasterio
 from affine import Affine
 
-root, n = Path(sys.argv[1]), int(sys.argv[2])
+SAMPLE = Path(__file__).resolve().parent.parent / "resources" / "sample"
+
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("folder", type=Path, help="where images/ and seeds.geojson are written")
+parser.add_argument("tiles", type=int, help="number of GeoTIFF copies of the sample")
+args = parser.parse_args()
+if args.tiles < 1:
+    parser.error("tiles must be at least 1")
+root, n = args.folder, args.tiles
 (root / "images").mkdir(parents=True, exist_ok=True)
-pixels = np.moveaxis(iio.imread("resources/sample/gsi_108.png"), -1, 0)
+pixels = np.moveaxis(iio.imread(SAMPLE / "gsi_108.png"), -1, 0)
 features = []
 for i in range(n):
     # Tiles side by side, 572 px = 114.4 m apart: each seed crosses exactly one tile.
@@ -29,7 +37,7 @@ for i in range(n):
                        tiled=True, blockxsize=256, blockysize=256) as ds:
         ds.write(pixels)
     to_ll = pyproj.Transformer.from_crs("EPSG:32654", "EPSG:4326", always_xy=True)
-    for case in json.load(open("resources/sample/gsi_108_cases.json")):
+    for case in json.loads((SAMPLE / "gsi_108_cases.json").read_text()):
         gt = np.array(case["gt"])
         v = gt[::40]
         v = np.vstack([v[:-1] if np.hypot(*(gt[-1] - v[-1])) < 20 else v, gt[-1:]])

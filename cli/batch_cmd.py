@@ -42,7 +42,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from cli import explains_gpu_fallback, note, note_compiling, one_line
+from cli import explains_gpu_fallback, note, note_compiling, one_line, set_examples
 from cli.trace_cmd import (
     add_crs_arguments,
     add_trace_parameters,
@@ -84,6 +84,9 @@ def positive_int(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    set_examples(parser, "tiles/ --seeds roads.geojson -o traced/",
+                 "tiles/ --seeds roads.geojson -o traced/ --crs source --workers 1",
+                 "scans/ --seeds rivers.geojson -o traced/ --line-kind river --overwrite")
     parser.add_argument("images_dir", metavar="IMAGES_DIR",
                         help="folder of images (PNG, JPEG, TIFF, GeoTIFF; world files beside)")
     parser.add_argument("--seeds", required=True, metavar="SEEDS",
