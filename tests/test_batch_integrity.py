@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import zlib
+from pathlib import Path
 
 import imageio.v3 as iio
 import numpy as np
@@ -412,11 +413,13 @@ def test_a_run_with_overwrite_stopped_says_how_to_resume(tmp_path, capsys, monke
 
 # ----------------------------------------------------------------- separate processes
 def batch_process(images, seeds, out, *extra, **popen) -> subprocess.Popen:
+    """``roadtracer batch`` in a process of its own, its temporary files in ``out``'s parent
+    folder (a killed batch cannot remove them)."""
+    environment = {name: value for name, value in os.environ.items() if name != BUDGET_VARIABLE}
     return subprocess.Popen(
         [sys.executable, str(ROOT / "main.py"), "batch", str(images), "--seeds", str(seeds),
          "-o", str(out), "--backend", "cpu", "--score", "centre", *extra], cwd=ROOT,
-        env={name: value for name, value in os.environ.items() if name != BUDGET_VARIABLE},
-        **popen)
+        env={**environment, "TMPDIR": str(Path(out).parent)}, **popen)
 
 
 def descendants_of(pid: int) -> set[int]:
@@ -497,6 +500,7 @@ def test_a_stopped_batch_leaves_no_workers(tmp_path, stop):
         assert len(summary["images"]) + len(summary["not_done"]) == 8
         assert "leaked" not in log.read_text()  # no semaphore left behind by a worker
         assert "Traceback" not in log.read_text()  # a second Ctrl-C cut no stopping short
+        assert not list(tmp_path.glob("roadtracer-*"))  # its temporary folder is removed
     assert not list(out.glob("*.part"))
 
 
