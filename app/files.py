@@ -7,7 +7,6 @@ lines by :mod:`core.vectors`.
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import threading
 from pathlib import Path
@@ -15,7 +14,8 @@ from pathlib import Path
 from app.model import Line
 from app.session import LineEncoder, Session, SessionReadError, load_session, write_session
 from core.errors import OutputWriteError
-from core.geojson import feature_collection, line_feature, write_geojson
+from core.geojson import traced_line_feature, write_feature_collection
+from core.output import collector_paused
 from core.raster import Raster
 from core.tracer import TraceParams
 
@@ -158,21 +158,31 @@ def keep_autosave(folder: str, image_path: str) -> str:
 
 
 def export_lines(path: str, lines: tuple[Line, ...], raster: Raster, crs: str = "wgs84") -> None:
-    """One LineString feature per line, with name, kind, anchors, score, length and every
-    segment's score and parameters; coordinates as :func:`core.geojson.feature_collection`
-    writes them for ``crs`` ("wgs84": RFC 7946 lon/lat, "source": the image's CRS; pixels for
-    an image without georeferencing). Written atomically; raises ``TraceError``."""
-    features = []
-    for line in lines:
-        score = line.score
-        properties = {
-            "name": line.name, "kind": line.kind,
-            "anchors": [list(p) for p in line.anchors],
-            "score": None if math.isnan(score) else round(score, 6),
+    """One LineString feature per line, with the properties of every traced line written
+    (:func:`core.geojson.traced_line_feature`, as ``trace`` and batch write them: ``kind``,
+    ``score``, ``segment_scores``, ``link_scores``, ``anchors_px``, ``segment_params``,
+    ``backend``, and ``params``: what its traced segments asked for, null where they asked
+    for different parameters or none is traced) and the application's own: ``name``,
+    ``anchors``, ``length_px`` and ``segments`` (each segment's ``straight`` and resolved
+    ``params``). Coordinates as :func:`core.geojson.feature_collection` writes them for
+    ``crs`` ("wgs84": RFC 7946 lon/lat, "source": the image's CRS; pixels for an image
+    without georeferencing). Written atomically, each feature encoded as soon as it is made
+    and the garbage collector paused meanwhile (what a feature holds is freed with it, and
+    its full collections would walk every line, holding the window); raises
+    ``TraceError``."""
+    with collector_paused():
+        write_feature_collection(path, (traced_line_feature(line.segments, raster,
+                                                            _own_properties(line), crs,
+                                                            line.kind)
+                                        for line in lines), raster, crs)
+
+
+def _own_properties(line: Line) -> dict:
+    """The properties of an exported line besides those of every traced line."""
+    requests = {segment.request for segment in line.segments if not segment.is_straight}
+    return {"params": requests.pop().as_dict() if len(requests) == 1 else None,
+            "name": line.name, "anchors": [list(p) for p in line.anchors],
             "length_px": round(line.length, 3),
-            "segments": [{"score": None if s.is_straight else round(s.score, 6),
-                          "straight": s.is_straight,
+            "segments": [{"straight": s.is_straight,
                           "params": None if s.params is None else s.params.as_dict()}
                          for s in line.segments]}
-        features.append(line_feature(line.polyline, raster, properties, crs))
-    write_geojson(path, feature_collection(features, raster, crs))

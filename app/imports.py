@@ -5,9 +5,10 @@ The file is read in the worker first (:meth:`ImportRunner.reading`: the window s
 :func:`core.vectors.read_lines` asking the reading's ``live`` between two features). Then each
 line is traced a few segments at a time, one bulk job after the other (:func:`job_size`: at
 most :data:`SEGMENTS_PER_JOB` segments and :data:`JOB_LENGTH_PX` of them, or one longer
-segment). Esc, another image or closing the window thus stops an import within one feature
-read or one such job however long its lines are, and a click made meanwhile waits behind one
-job (or the reading of a file) at most.
+segment). Esc, another image or closing the window drops an import at once: the jobs waiting
+are dropped, the one running ends unheard (a file being read stops within one feature), and
+no line of it joins the model, however long its lines are; a click made meanwhile waits
+behind one job (or the reading of a file) at most.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from typing import Protocol
 import numpy as np
 
 from app.model import LinesModel, Point, Segment
+from app.session import shown_value
 from app.traces import TraceOutcome, error_text
-from core.tracer import TraceParams
+from core.tracer import LINE_KINDS, TraceParams
 
 #: Most segments one background job of an import traces.
 SEGMENTS_PER_JOB = 4
@@ -64,6 +66,26 @@ def skipped_feature(failure, image_name: str) -> str:
         reason = (reason.removesuffix(PIXELS_NEED_IMAGE) + "; if it is in pixels of this image, "
                   f'add "image": "{image_name}" to its properties')
     return f"{feature_name(failure.seed)}: {reason}"
+
+
+def unknown_kinds(lines) -> list[str]:
+    """The ``kind`` property of every imported line (:class:`core.vectors.ImportedLine`) whose
+    feature names a kind but no line kind, nothing else in its properties saying which: such
+    lines take the New line kind. As a message shows them (:func:`app.session.shown_value`:
+    cut short), in order, one per line."""
+    return [shown_value(line.stated_kind) for line in lines if line.stated_kind is not None]
+
+
+def unknown_kind_note(kinds: list[str], source: str, default_kind: str) -> str:
+    """What to say of the lines of the file ``source`` of unknown ``kinds``
+    (:func:`unknown_kinds`), which take ``default_kind``; "" if there are none."""
+    if not kinds:
+        return ""
+    values = list(dict.fromkeys(kinds))
+    others = f" and {plural(len(values) - 1, 'other value')}" if len(values) > 1 else ""
+    return (f"{plural(len(kinds), 'line')} of {source} {'has' if len(kinds) == 1 else 'have'}"
+            f" kind {values[0]}{others}, not {' or '.join(LINE_KINDS)}: traced as "
+            f"{default_kind}, the New line kind")
 
 
 def job_size(lengths: np.ndarray) -> int:
@@ -117,8 +139,9 @@ class ImportRunner:
         return bool(self._running)
 
     def cancel(self) -> bool:
-        """Drop every import in progress: the job running ends unheard (a file being read stops
-        within one feature), the jobs waiting return at once and no further one is submitted;
+        """Drop every import in progress, with the lines it traced (none joined the model):
+        the job running ends unheard (a file being read stops within one feature), the jobs
+        waiting do nothing (the host drops them at once) and no further one is submitted;
         False if there was none."""
         if not self._running:
             return False
@@ -141,14 +164,14 @@ class ImportRunner:
         self._running.discard(reading)
         return True
 
-    def start(self, lines, source: str, default_kind: str, skipped: str = "") -> None:
+    def start(self, lines, source: str, default_kind: str, note: str = "") -> None:
         """Trace imported lines (:class:`core.vectors.ImportedLine`) with the current
         parameters, each as its own kind or ``default_kind``. Messages report the progress and,
-        at the end, the segments kept straight; ``skipped`` (the features of the file left
-        out, in short) follows them."""
+        at the end, the segments kept straight; ``note`` (what to know of the file: features
+        left out, lines of unknown kind, in short) follows them."""
         if not lines:
             return
-        job = _Import(self, source, skipped)
+        job = _Import(self, source, note)
         self._running.add(job)
         job.start([(line.name, line.kind or default_kind,
                     np.asarray(line.anchors, dtype=np.float64)) for line in lines])
@@ -167,7 +190,7 @@ class ImportRunner:
         straight = f"; {plural(len(problems), 'segment')} kept straight ({problems[0]})" \
             if problems else ""
         self.host.tell(f"imported {plural(len(added), 'line')}, {plural(segments, 'segment')} "
-                       f"from {job.source}{straight}{job.skipped}")
+                       f"from {job.source}{straight}{job.note}")
         self.host.select(added[-1].id)
         self.host.drawing_changed()
 
@@ -189,11 +212,11 @@ class _Import:
     """One import in progress: its lines (each a :class:`_LineTrace`), those traced (in the
     order they were done), the reasons of segments kept straight, and the progress."""
 
-    def __init__(self, runner: ImportRunner, source: str, skipped: str) -> None:
+    def __init__(self, runner: ImportRunner, source: str, note: str) -> None:
         self.runner = runner
         self.host = runner.host
         self.source = source
-        self.skipped = f"; {skipped}" if skipped else ""
+        self.note = f"; {note}" if note else ""
         self.lines = 0
         self.traced: list[tuple[str, str, tuple[Point, ...], tuple[Segment, ...]]] = []
         self.problems: list[str] = []
@@ -233,7 +256,7 @@ class _Import:
         self.told = time.monotonic()
         self.host.tell(f"{PROGRESS_PREFIX}{self.source}: {len(self.traced)}/"
                        f"{plural(self.lines, 'line')}, {self.done}/{plural(self.total, 'segment')}"
-                       f" (Esc cancels){self.skipped}")
+                       f" (Esc cancels){self.note}")
 
 
 class _LineTrace:

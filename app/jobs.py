@@ -145,6 +145,13 @@ class JobQueue(QObject):
     def drop_preview(self) -> None:
         self._preview = None
 
+    def drop_bulk(self) -> None:
+        """Drop every bulk job waiting (an import cancelled): none of them runs, nor its
+        ``done`` or ``failed``; a bulk job running still ends as usual."""
+        self._bulk.clear()
+        if self._continuation is not None:  # in a bulk job's callbacks: theirs go first again
+            self._continuation = 0
+
     def follow(self, key: object, done: Callable[[object], None],
                failed: Callable[[BaseException], None]) -> bool:
         """If the running job has ``key``, also hand its result to ``done`` (or its error to

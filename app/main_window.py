@@ -51,7 +51,13 @@ from app.files import (
     load_autosave,
     set_aside_bad_autosave,
 )
-from app.imports import PROGRESS_PREFIX, plural, skipped_feature
+from app.imports import (
+    PROGRESS_PREFIX,
+    plural,
+    skipped_feature,
+    unknown_kind_note,
+    unknown_kinds,
+)
 from app.jobs import Job, JobQueue
 from app.model import LinesModel, ModelChange, same_lines
 from app.panels import LinesPanel, ParamsPanel
@@ -1135,6 +1141,8 @@ class MainWindow(QMainWindow):
         self.controller.line_drawing.stop()
 
         def read():  # in the worker; it stops between two features once the import is dropped
+            if not reading.live():  # dropped while it waited: nothing read
+                return None
             return read_lines(path, raster, image_name, stop=lambda: not reading.live())
 
         def done(result) -> None:
@@ -1154,17 +1162,21 @@ class MainWindow(QMainWindow):
 
     def _trace_lines_read(self, lines, failures, name: str, image_name: str) -> None:
         """Trace the ``lines`` read from the file ``name`` on the image ``image_name``, or say
-        why there are none; the features skipped are listed in the messages log."""
+        why there are none; the features skipped are listed in the messages log, and the
+        progress and end of the import also say how many lines are of a kind that is no line
+        kind (:func:`app.imports.unknown_kinds`) and how they are traced."""
         skipped = [skipped_feature(failure, image_name) for failure in failures]
         if not lines:
             self.show_error(f"no line of {name} lies on this image{': ' if skipped else ''}"
                             f"{skipped[0] if skipped else ''}", "Nothing to import")
             return
-        note = ""
+        notes = []
         if skipped:
-            note = f"{plural(len(skipped), 'feature')} skipped ({skipped[0]})"
-            self.show_status(f"{name}: {note}", "; ".join(skipped[1:MAX_SKIPPED_LISTED]))
-        self.controller.imports.start(lines, name, self.controller.kind, note)
+            notes.append(f"{plural(len(skipped), 'feature')} skipped ({skipped[0]})")
+            self.show_status(f"{name}: {notes[0]}", "; ".join(skipped[1:MAX_SKIPPED_LISTED]))
+        kind = self.controller.kind
+        notes.append(unknown_kind_note(unknown_kinds(lines), name, kind))
+        self.controller.imports.start(lines, name, kind, "; ".join(filter(None, notes)))
 
     def choose_export(self) -> None:
         if self.raster is None or not self.model.lines:
@@ -1255,7 +1267,7 @@ class MainWindow(QMainWindow):
         """Stop the worker (waiting for a running job: a file being read stops within one
         feature) and the autosave writer, and let go of the autosave; safe to call twice."""
         self._autosave_timer.stop()
-        self.controller.imports.cancel()
+        self.controller.cancel_imports()
         self.jobs.shutdown()
         self.writes.shutdown()
         self._release_autosave()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
@@ -42,6 +42,9 @@ class Segment:
         The resolved parameters the trace used.
     backend : str
         Backend that traced it ("manual" for straight segments).
+    length : float
+        Its length (px), the sum of its links': worked out once, where it is made (in the
+        worker for a trace or a session read), not whenever a view shows it.
     """
 
     polyline: np.ndarray
@@ -50,6 +53,10 @@ class Segment:
     request: TraceParams | None
     params: TraceParams | None
     backend: str
+    length: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "length", float(self.link_lengths.sum()))
 
     @classmethod
     def from_result(cls, result: TraceResult, request: TraceParams) -> Segment:
@@ -78,10 +85,6 @@ class Segment:
     def link_lengths(self) -> np.ndarray:
         """Length of every link, shape (N - 1,)."""
         return np.hypot(*np.diff(self.polyline, axis=0).T)
-
-    @property
-    def length(self) -> float:
-        return float(self.link_lengths.sum())
 
     def same_as(self, other: Segment) -> bool:
         """Whether ``other`` holds the same polyline, scores, parameters and backend (as a

@@ -16,7 +16,7 @@ import numpy as np
 from app.model import LINE_KINDS, Line, Segment
 from app.params import check_backend, params_from_dict
 from core.errors import BadParameter, OutputWriteError, TraceError
-from core.output import json_number, read_json, shortened, write_text_atomic
+from core.output import collector_paused, json_number, read_json, shortened, write_text_atomic
 from core.tracer import TraceParams
 
 SESSION_FORMAT = "roadtracer-session"
@@ -35,14 +35,15 @@ def params_to_dict(params: TraceParams | None) -> dict | None:
 MAX_SHOWN = 40
 
 
-def _shown(value: object) -> str:
-    """``value`` for a message: a JSON scalar as written (cut short), else its type's name."""
+def shown_value(value: object) -> str:
+    """``value`` (read from a JSON file) for a message: a scalar as Python writes it, cut
+    short, else its type's name ("list", "dict")."""
     return shortened(value, MAX_SHOWN) if isinstance(value, str | int | float | bool | None) \
         else type(value).__name__
 
 
 def _fail(where: str, expected: str, value: object) -> SessionReadError:
-    return SessionReadError(f"{where} must be {expected}, got {_shown(value)}")
+    return SessionReadError(f"{where} must be {expected}, got {shown_value(value)}")
 
 
 def _finite(value: object, where: str, expected: str) -> float:
@@ -274,7 +275,23 @@ def load_session(path: str | os.PathLike) -> Session:
     them); :class:`SessionReadError` names the file and the first bad field.
     """
     path = os.fspath(path)
-    document = read_json(path, "session", SessionReadError)
+    with collector_paused():  # also while its lines are read: see collector_paused
+        session = _session_of(read_json(path, "session", SessionReadError), path)
+    return session
+
+
+def _lines_of(items: list) -> tuple[Line, ...]:
+    """The lines of a session's ``lines`` list, each item dropped from the list once read (a
+    large document is freed a line at a time, not all at once at the end)."""
+    lines = []
+    for index in range(len(items)):
+        item, items[index] = items[index], None
+        lines.append(line_from_dict(item, f"lines[{index}]"))
+    return tuple(lines)
+
+
+def _session_of(document: object, path: str) -> Session:
+    """:func:`load_session` of the JSON ``document`` read from ``path``."""
     if not isinstance(document, dict) or document.get("format") != SESSION_FORMAT:
         raise SessionReadError(f"{path} is not a roadtracer session")
     try:
@@ -282,15 +299,14 @@ def load_session(path: str | os.PathLike) -> Session:
         if version < 1:
             raise _fail("version", "a whole number from 1", version)
         if version > SESSION_VERSION:
-            raise SessionReadError(f"session version {_shown(version)} is newer than this "
+            raise SessionReadError(f"session version {shown_value(version)} is newer than this "
                                    f"roadtracer reads ({SESSION_VERSION})")
         image = _get(document, "image", "", (str, type(None)), "a file path or null",
                      None)
         relative = _get(document, "image_relative", "", (str, type(None)),
                         "a file path or null", None)
         image_size = _image_size(document)
-        items = _get(document, "lines", "", (list,), "a list of lines")
-        lines = tuple(line_from_dict(item, f"lines[{i}]") for i, item in enumerate(items))
+        lines = _lines_of(_get(document, "lines", "", (list,), "a list of lines"))
         ids = [line.id for line in lines]
         if len(set(ids)) != len(ids):
             raise SessionReadError(f"lines: line ids repeat ({ids})")

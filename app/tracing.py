@@ -74,6 +74,7 @@ class TracingController(QObject):
         self.line_drawing = LineDrawing(model, self)
         self.previews = PreviewScheduler(self.line_drawing, self, self)
         self.imports = ImportRunner(model, self)
+        self._shown_preview: TraceOutcome | None = None  # the preview trace shown last
         self._edits: deque[Edit | str] = deque()  # edits waiting (and "undo", "redo")
         self._edit_running: object | None = None  # the ticket of the edit being re-traced
         # While edits are pending: (line before, line after, segment split or None) of every
@@ -120,7 +121,7 @@ class TracingController(QObject):
     def set_raster(self, raster: Raster | None) -> None:
         """A new image: drawing, imports and selection start over."""
         self.raster = raster
-        self.imports.cancel()
+        self.cancel_imports()
         self._drop_edits()
         self.line_drawing.stop()
         self.select(None)
@@ -171,8 +172,8 @@ class TracingController(QObject):
                 self.message.emit(outcome.fallback[1])
             if raster is self.raster:
                 done(outcome)
-                if outcome.notes and not preview:  # after done's own message, to be seen
-                    self.message.emit("; ".join(outcome.notes))
+                if preview and self.previews.segment is outcome.segments[0]:  # now shown
+                    self._shown_preview = outcome
 
         def on_failed(exc: BaseException) -> None:
             if raster is self.raster:
@@ -231,7 +232,19 @@ class TracingController(QObject):
         self.changed.emit()
 
     def segment_added(self, outcome: TraceOutcome) -> None:
+        """A segment of the line being drawn landed: traced for it (the notes are
+        ``outcome``'s, that of the preview job it waited for among them), or the preview shown
+        taken as it is (the notes are the preview trace's)."""
+        shown = self._shown_preview
+        taken = shown is not None and outcome.segments[0] is shown.segments[0]
+        self._landed(outcome, shown.notes if taken else outcome.notes)
+
+    def _landed(self, outcome: TraceOutcome, notes: tuple[str, ...]) -> None:
+        """Tell the views a trace landed in the lines, then the trace's ``notes`` (after the
+        views' own message, to be seen)."""
         self.traced.emit(outcome)
+        if notes:
+            self.message.emit("; ".join(notes))
 
     def tell(self, text: str) -> None:
         self.message.emit(text)
@@ -275,7 +288,7 @@ class TracingController(QObject):
         """Esc: drop an import in progress; else drop the segment in progress and stop
         drawing; with nothing drawn, deselect."""
         self._same_point.stop()
-        if self.imports.cancel():
+        if self.cancel_imports():
             self.message.emit("import cancelled: no line added")
             self.changed.emit()
         elif not self.line_drawing.cancel():
@@ -329,6 +342,15 @@ class TracingController(QObject):
             self.select(line_id)
 
     # -- importing -------------------------------------------------------------------------------
+    def cancel_imports(self) -> bool:
+        """Drop every import in progress at once (:meth:`ImportRunner.cancel`), its traces
+        waiting in the worker too (the bulk jobs of :meth:`submit_anchors`); False if there
+        was none."""
+        if not self.imports.cancel():
+            return False
+        self.jobs.drop_bulk()
+        return True
+
     # -- editing finished lines ------------------------------------------------------------------
     def select(self, line_id: int | None, segment: int | None = None) -> None:
         if (line_id, segment) != self.selection:
@@ -520,7 +542,7 @@ class TracingController(QObject):
             self._edit_running = None
             if command.target(self.model) is not None:
                 self._apply(command, outcome.segments)
-                self.traced.emit(outcome)
+                self._landed(outcome, outcome.notes)
                 self.changed.emit()
             elif self.model.line(edit.line_id) is not None and edit.attempts < MAX_ATTEMPTS:
                 self._edits.appendleft(replace(edit, attempts=edit.attempts + 1))

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -190,30 +191,50 @@ def line_feature(pixels: np.ndarray, raster: Raster, properties: dict | None = N
     return {"type": "Feature", "geometry": geometry, "properties": props}
 
 
-def traced_line_feature(results: list, raster: Raster, properties: dict | None = None,
-                        crs: str = "wgs84") -> dict:
-    """A Feature for a line traced leg by leg (:func:`core.tracer.trace_through`'s results,
-    :class:`core.tracer.TraceResult` per leg, in order; one for a line traced in one piece):
-    the legs joined into one polyline. Every traced line written (``trace``, batch) is one,
-    with the same properties whatever its number of legs.
+def traced_line_feature(legs: list, raster: Raster, properties: dict | None = None,
+                        crs: str = "wgs84", kind: str | None = None) -> dict:
+    """A Feature for a line traced leg by leg, the legs joined into one polyline. Every traced
+    line written (``trace``, batch, the app's export) is one, with the same properties
+    whatever its number of legs.
 
-    Properties: ``kind`` ("road" or "river": the line kind it was traced as, for a GIS to
-    filter by), ``score`` (the legs' sum), ``segment_scores`` and ``link_scores`` (per leg),
-    ``anchors_px`` (where the legs start and end), ``segment_params`` (each leg's resolved
-    guides, points and half-width), ``backend``, plus ``properties`` (e.g. the ``params``
-    asked for); pixels and half-widths rounded to :data:`PIXEL_DECIMALS`.
+    Properties: ``kind`` (the line kind it was traced as, for a GIS to filter by),
+    ``score`` (the traced legs' sum; null if none is), ``segment_scores`` and
+    ``link_scores`` (per leg; null and [] for a leg drawn straight), ``anchors_px`` (where
+    the legs start and end), ``segment_params`` (each leg's resolved ``guides``, ``points``
+    and ``halfwidth``; null for a straight leg), ``backend`` (the first traced leg's, else
+    the first leg's), plus ``properties`` (e.g. the ``params`` asked for); pixels and
+    half-widths rounded to :data:`PIXEL_DECIMALS`, scores to 6 decimals.
+
+    Parameters
+    ----------
+    legs : list
+        Per leg, in order, each starting where the last ends: a
+        :class:`core.tracer.TraceResult` (:func:`core.tracer.trace_through`'s results; one
+        for a line traced in one piece) or alike (the app's segments): its ``polyline`` of
+        shape (n, 2), ``score``, ``link_scores`` of shape (n - 1,), ``params`` (the resolved
+        parameters; None for a leg drawn straight, not traced) and ``backend``.
+    raster : Raster
+        The image they were traced on.
+    properties : dict, optional
+        Added to the feature's properties.
+    crs : {"wgs84", "source"}
+    kind : str, optional
+        The line kind (default: the first leg's, ``legs[0].params.line_kind``).
     """
-    polyline, anchors = join_legs(results)
+    polyline, anchors = join_legs(legs)
+    traced = [leg for leg in legs if leg.params is not None]
     props = {
-        "kind": results[0].params.line_kind,
-        "score": round(float(sum(r.score for r in results)), 6),
-        "segment_scores": [round(float(r.score), 6) for r in results],
-        "link_scores": [[round(float(v), 6) for v in r.link_scores] for r in results],
+        "kind": kind or legs[0].params.line_kind,
+        "score": round(float(sum(leg.score for leg in traced)), 6) if traced else None,
+        "segment_scores": [None if leg.params is None else round(float(leg.score), 6)
+                           for leg in legs],
+        "link_scores": [[round(float(v), 6) for v in leg.link_scores] for leg in legs],
         "anchors_px": np.round(anchors, PIXEL_DECIMALS).tolist(),
-        "segment_params": [{"guides": r.params.guides, "points": r.params.points,
-                            "halfwidth": round(float(r.params.halfwidth), PIXEL_DECIMALS)}
-                           for r in results],
-        "backend": results[0].backend,
+        "segment_params": [None if leg.params is None else
+                           {"guides": leg.params.guides, "points": leg.params.points,
+                            "halfwidth": round(float(leg.params.halfwidth), PIXEL_DECIMALS)}
+                           for leg in legs],
+        "backend": (traced or legs)[0].backend,
     }
     props.update(properties or {})
     return line_feature(polyline, raster, props, crs)
@@ -290,3 +311,19 @@ def write_geojson(path: str | os.PathLike, document: dict) -> None:
         Naming the file when it cannot be written.
     """
     write_text_atomic(path, json.dumps(document, allow_nan=False) + "\n")
+
+
+def write_feature_collection(path: str | os.PathLike, features: Iterable[dict], raster: Raster,
+                             crs: str = "wgs84") -> None:
+    """Write :func:`feature_collection` of ``features`` atomically, each feature encoded as it
+    comes: features made one at a time (a generator) are never all held, and another thread
+    (the app's window) runs between two. The text is :func:`write_geojson`'s.
+
+    Raises
+    ------
+    OutputWriteError
+        Naming the file when it cannot be written.
+    """
+    empty = json.dumps(feature_collection([], raster, crs), allow_nan=False)  # …"features": []}
+    texts = [json.dumps(feature, allow_nan=False) for feature in features]
+    write_text_atomic(path, f"{empty[:-2]}{', '.join(texts)}]}}\n")

@@ -8,9 +8,11 @@ written in place and never replaced.
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
+import re
 import shutil
 import stat
 import sys
@@ -18,6 +20,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from itertools import chain, compress
+from json.decoder import scanstring
 
 from core.errors import BadParameter, OutputWriteError, TraceError
 
@@ -267,27 +270,133 @@ def json_number(value) -> float | None:
     return number if math.isfinite(number) else None
 
 
+#: Nesting levels of a JSON document that :func:`decode_json` decodes one member at a time: the
+#: document's own members and their members (a line of a session, a feature of a GeoJSON
+#: file); deeper values are decoded whole.
+PIECEWISE_LEVELS = 2
+#: Characters :func:`read_json` reads (and decodes from UTF-8) at a time.
+READ_CHARS = 1 << 22
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+_DECODER = json.JSONDecoder()
+
+
+def decode_json(text: str, depth_limit: int = MAX_JSON_DEPTH):
+    """The JSON document ``text`` as :func:`json.loads` reads it (same value, same errors),
+    decoded a piece at a time: down to :data:`PIECEWISE_LEVELS` levels, each member of an
+    array or object on its own. Each piece is one call that holds the interpreter lock, so
+    other threads (the app's window) run between pieces, however long the document.
+
+    Raises
+    ------
+    json.JSONDecodeError
+        Where ``text`` is not JSON.
+    RecursionError
+        Where arrays and objects nest deeper than ``depth_limit`` (as :func:`json.loads`
+        raises where they nest deeper than Python's recursion limit).
+    """
+    if text.startswith("\ufeff"):
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+    document, end = _decode_value(text, _WHITESPACE.match(text, 0).end(), PIECEWISE_LEVELS,
+                                  depth_limit)
+    end = _WHITESPACE.match(text, end).end()
+    if end != len(text):
+        raise json.JSONDecodeError("Extra data", text, end)
+    return document
+
+
+def _decode_value(text: str, start: int, levels: int, depth_limit: int) -> tuple[object, int]:
+    """The JSON value at ``text[start]`` and the index after it; an array or object member by
+    member where ``levels`` > 0. RecursionError where it nests deeper than ``depth_limit``."""
+    opening = text[start:start + 1]
+    if levels > 0 and opening in ("[", "{") and depth_limit > 0:
+        members = _decode_array if opening == "[" else _decode_object
+        return members(text, start + 1, levels - 1, depth_limit - 1)
+    value, end = _DECODER.raw_decode(text, start)
+    if json_depth_exceeds(value, depth_limit):
+        raise RecursionError(f"JSON nests deeper than {depth_limit} levels")
+    return value, end
+
+
+def _next_member(text: str, index: int, closing: str) -> tuple[bool, int]:
+    """After a member ending at ``index``: (whether another follows, the index of what
+    follows: the next member, or past ``closing``)."""
+    index = _WHITESPACE.match(text, index).end()
+    if text[index:index + 1] == closing:
+        return False, index + 1
+    if text[index:index + 1] != ",":
+        raise json.JSONDecodeError("Expecting ',' delimiter", text, index)
+    return True, _WHITESPACE.match(text, index + 1).end()
+
+
+def _decode_array(text: str, start: int, levels: int, depth_limit: int) -> tuple[list, int]:
+    """The array whose ``[`` is just before ``text[start]``, element by element."""
+    items: list = []
+    index = _WHITESPACE.match(text, start).end()
+    if text[index:index + 1] == "]":
+        return items, index + 1
+    more = True
+    while more:
+        item, index = _decode_value(text, index, levels, depth_limit)
+        items.append(item)
+        more, index = _next_member(text, index, "]")
+    return items, index
+
+
+def _decode_object(text: str, start: int, levels: int, depth_limit: int) -> tuple[dict, int]:
+    """The object whose ``{`` is just before ``text[start]``, member by member (a key given
+    twice keeps its last value, as :func:`json.loads`)."""
+    members: dict = {}
+    index = _WHITESPACE.match(text, start).end()
+    if text[index:index + 1] == "}":
+        return members, index + 1
+    more = True
+    while more:
+        if text[index:index + 1] != '"':
+            raise json.JSONDecodeError("Expecting property name enclosed in double quotes",
+                                       text, index)
+        key, index = scanstring(text, index + 1)
+        index = _WHITESPACE.match(text, index).end()
+        if text[index:index + 1] != ":":
+            raise json.JSONDecodeError("Expecting ':' delimiter", text, index)
+        index = _WHITESPACE.match(text, index + 1).end()
+        members[key], index = _decode_value(text, index, levels, depth_limit)
+        more, index = _next_member(text, index, "}")
+    return members, index
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off meanwhile (if it was on), for decoding a large
+    JSON document and reading it. Decoding makes a list per vertex, none of them garbage, and
+    every so many allocations the collector walks all of them again, holding the interpreter
+    lock (the app's window waits); once it is back on, its first collection walks all that
+    is still held. Free what was decoded before the block ends, in short steps."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def read_json(path: str | os.PathLike, what: str, error: type[TraceError] = BadParameter):
-    """The JSON document in ``path``; ``what`` names the file in the one-line ``error`` raised
-    when it cannot be read, is not JSON, or nests deeper than :data:`MAX_JSON_DEPTH`
-    (e.g. ``what="seeds file"``), or is no regular file (a FIFO or device would block or never
-    end)."""
+    """The JSON document in ``path`` (:func:`decode_json`: a piece at a time); ``what`` names
+    the file in the one-line ``error`` raised when it cannot be read, is not JSON, or nests
+    deeper than :data:`MAX_JSON_DEPTH` (e.g. ``what="seeds file"``), or is no regular file (a
+    FIFO or device would block or never end)."""
     path = os.fspath(path)
     if os.path.exists(path) and not os.path.isfile(path):
         kind = "a folder" if os.path.isdir(path) else "not a regular file"
         raise error(f"cannot read {what} {path}: it is {kind}")
     try:
         with open(path, encoding="utf-8") as stream:
-            document = json.load(stream)
+            text = "".join(iter(lambda: stream.read(READ_CHARS), ""))
+        return decode_json(text)
     except OSError as exc:
         raise error(f"cannot read {what} {path}: {exc.strerror or exc}") from None
     except RecursionError:
-        too_deep = True
+        raise error(f"{what} {path} nests arrays or objects deeper than {MAX_JSON_DEPTH} "
+                    "levels") from None
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError
         raise error(f"{what} {path} is not JSON: {exc}") from None
-    else:
-        too_deep = json_depth_exceeds(document)
-    if too_deep:
-        raise error(f"{what} {path} nests arrays or objects deeper than {MAX_JSON_DEPTH} "
-                    "levels")
-    return document

@@ -35,11 +35,9 @@ stop the reading between two features (``stop``).
 
 from __future__ import annotations
 
-import gc
 import numbers
 import os
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from itertools import chain
 
@@ -49,7 +47,7 @@ from core.errors import BadParameter
 from core.geojson import MAX_LONGITUDE
 from core.georef import parse_crs, transform_points, wgs84, world_shift
 from core.jit import numba
-from core.output import read_json, shortened
+from core.output import collector_paused, read_json, shortened
 from core.raster import Raster
 from core.tracer import LINE_KINDS
 
@@ -566,11 +564,15 @@ class ImportedLine:
         "road" or "river" as the feature's properties say (:func:`line_kind_of`), if they do.
     anchors : ndarray of shape (K, 2), K >= 2
         Pixel (x, y), inside the image, consecutive ones at least ``MIN_SEGMENT_PX`` apart.
+    stated_kind : object
+        Where ``kind`` is None, the feature's own ``kind`` property as read (a value that is
+        no line kind: the line takes the app's default), else None.
     """
 
     name: str
     kind: str | None
     anchors: np.ndarray
+    stated_kind: object = None
 
 
 def read_lines(path: str | os.PathLike, raster: Raster, image_name: str,
@@ -601,7 +603,7 @@ def read_lines(path: str | os.PathLike, raster: Raster, image_name: str,
     ReadStopped
         Once ``stop()`` returns True.
     """
-    with _collector_paused():
+    with collector_paused():
         return _lines_on_image(read_json(path, "GeoJSON file"), path, raster, image_name, stop)
 
 
@@ -640,9 +642,10 @@ def _lines_on_image(document, path, raster: Raster, image_name: str,
                 failures.append(Failure(f"no part of it longer than {MIN_SEGMENT_PX:g} px "
                                         "lies on the image", seed.id))
             name, kind = imported_name_and_kind(seed.properties, seed.id)
+            stated = seed.properties.get("kind") if kind is None else None
             for number, piece in enumerate(pieces, 1):
                 lines.append(ImportedLine(name if len(pieces) == 1 else f"{name} ({number})",
-                                          kind, piece))
+                                          kind, piece, stated))
     return lines, failures
 
 
@@ -665,22 +668,6 @@ def imported_name_and_kind(properties: dict, seed_id: str) -> tuple[str, str | N
 class ReadStopped(Exception):
     """:func:`read_lines` stopped because its ``stop()`` said so (nothing to report: no
     :class:`core.errors.TraceError`)."""
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off meanwhile (if it was on). Decoding makes a list
-    per vertex, none of them garbage, and every so many the collector walks all of them again,
-    holding the interpreter lock (the app's window waits): with 2 million vertices about 40 %
-    of the time, in steps of up to a quarter of a second. Free what was decoded before the end
-    (it is no cyclic garbage): else the first collection after it walks it all at once."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _coordinates_of(document, path) -> tuple[str, object]:

@@ -130,18 +130,58 @@ def test_status_says_when_the_corridor_was_widened(make_window, qtbot, tmp_path)
     assert "corridor widened" in window.trace_label.text()
 
 
-def test_status_says_when_a_click_lies_on_no_data(make_window, qtbot, tmp_path):
+def window_on_no_data_at_a(make_window, qtbot, tmp_path) -> MainWindow:
+    """A window on a copy of the sample that has no data (0 in every band) around A."""
     window = make_window(open_sample=False)
     pixels = iio.imread(SAMPLE_IMAGE)[..., :3].copy()
     x, y = (round(v) for v in A)
-    pixels[y - 10:y + 11, x - 10:x + 11] = 0  # no data around the first click
+    pixels[y - 10:y + 11, x - 10:x + 11] = 0
     path = tmp_path / "holes.png"
     iio.imwrite(path, pixels)
     with qtbot.waitSignal(window.image_loaded, timeout=60_000):
         window.open_image(str(path))
+    wait_idle(qtbot, window)
+    return window
+
+
+def test_status_says_when_a_click_lies_on_no_data(make_window, qtbot, tmp_path):
+    window = window_on_no_data_at_a(make_window, qtbot, tmp_path)
     click(qtbot, window, A)
     click_and_wait(qtbot, window, B)
     wait_idle(qtbot, window)
+    assert "lies on no data" in window.statusBar().currentMessage()
+
+
+@pytest.mark.parametrize("preview", ["shown", "being traced"])
+def test_a_click_that_takes_the_preview_says_its_trace_notes_too(make_window, qtbot, tmp_path,
+                                                                 monkeypatch, preview):
+    """The click lands the preview's trace as the segment (the preview shown, or the preview
+    job it waits for): the status bar says that trace's notes as after any click."""
+    import app.tracing
+
+    window = window_on_no_data_at_a(make_window, qtbot, tmp_path)
+    go = threading.Event()
+    real = app.tracing.run_requests
+    monkeypatch.setattr(app.tracing, "run_requests",
+                        lambda *args: go.wait(30) and real(*args))  # held until go
+    if preview == "shown":
+        go.set()
+    click(qtbot, window, A)
+    window.controller.hover(B)  # the mouse moved there
+    if preview == "shown":
+        qtbot.waitUntil(lambda: window.controller.preview is not None, timeout=30_000)
+        wait_idle(qtbot, window)
+    else:
+        qtbot.waitUntil(lambda: window.jobs.running is not None, timeout=10_000)
+        assert window.jobs.running.preview
+    started = []
+    window.jobs.started.connect(started.append)
+    click(qtbot, window, B)
+    go.set()
+    qtbot.waitUntil(lambda: bool(window.model.lines), timeout=30_000)
+    wait_idle(qtbot, window)
+    assert started == []  # the preview's trace is the segment: none traced for the click
+    assert window.model.lines[0].anchors == (A, B)
     assert "lies on no data" in window.statusBar().currentMessage()
 
 
@@ -432,6 +472,29 @@ def test_export_writes_valid_geojson(make_window, qtbot, tmp_path):
         with qtbot.waitSignal(window.error_shown, timeout=5_000):
             assert not write(str(fifo)), title
         assert window.last_error == f"cannot write {fifo}: it is not a regular file"
+
+
+def test_an_export_has_the_properties_of_the_command_lines_traces(make_window, qtbot,
+                                                                  tmp_path, capsys):
+    """The same trace exported by the app and written by ``roadtracer trace``: the same
+    properties with the same values, and the app's own besides."""
+    from cli import main as cli_main
+
+    window = make_window()
+    click(qtbot, window, A)
+    click_and_wait(qtbot, window, B)
+    path = tmp_path / "lines.geojson"
+    assert window.export_geojson(str(path))
+    wait_idle(qtbot, window)
+    (exported,) = json.loads(path.read_text())["features"]
+    assert cli_main(["trace", str(SAMPLE_IMAGE), "--a", f"{A[0]:g},{A[1]:g}",
+                     "--b", f"{B[0]:g},{B[1]:g}", "--backend", "cpu", "--format", "geojson"]) == 0
+    (traced,) = json.loads(capsys.readouterr().out)["features"]
+    assert exported["geometry"] == traced["geometry"]
+    properties = exported["properties"]
+    assert {key: properties[key] for key in traced["properties"]} == traced["properties"]
+    assert set(properties) - set(traced["properties"]) == {"name", "anchors", "length_px",
+                                                          "segments"}
 
 
 def test_session_save_and_load_round_trip(make_window, qtbot, tmp_path):

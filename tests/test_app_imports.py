@@ -18,8 +18,15 @@ from PySide6.QtWidgets import QMessageBox
 
 import app.imports
 import core.vectors
-from app.imports import SEGMENTS_PER_JOB, ImportRunner, job_size
+from app.imports import (
+    SEGMENTS_PER_JOB,
+    ImportRunner,
+    job_size,
+    unknown_kind_note,
+    unknown_kinds,
+)
 from app.model import LinesModel, Segment
+from app.session import shown_value
 from app.traces import TraceOutcome
 from core.tracer import TraceParams
 from core.vectors import MAX_LINE_VERTICES, ImportedLine
@@ -258,6 +265,47 @@ def test_esc_stops_a_long_line_within_one_job(make_window, qtbot, tmp_path, trac
     assert window.statusBar().currentMessage() == "import cancelled: no line added"
 
 
+def test_esc_drops_an_imports_jobs_waiting_at_once(make_window, qtbot, tmp_path,
+                                                   traced_segments):
+    window = test_app.window_with_a_line(make_window, qtbot)
+    (drawn,) = window.model.lines
+    undo = window.model.undo_label
+    path = write_lines(tmp_path, *[(zigzag(8) + [0.0, 3.0 * k], {}) for k in range(30)])
+    assert window.import_lines(path)
+    qtbot.waitUntil(lambda: len(traced_segments) >= 1, timeout=60_000)
+    assert window.jobs.pending >= 20  # the next job of every line waits
+    started = []
+    window.jobs.started.connect(started.append)
+    qtbot.keyClick(window.canvas, Qt.Key.Key_Escape)
+    assert window.jobs.pending == 0
+    wait_idle(qtbot, window)
+    assert started == []  # none ran after Esc, not even to do nothing
+    assert window.statusBar().currentMessage() == "import cancelled: no line added"
+    # No line of the import was added, those traced neither: the lines and their undo history
+    # are as before it.
+    assert window.model.lines == (drawn,)
+    assert window.model.undo_label == undo
+    window.controller.undo()
+    assert window.model.lines == ()
+
+
+def test_an_import_dropped_before_its_file_is_read_reads_nothing(make_window, qtbot, tmp_path,
+                                                                 held_reads):
+    from app.jobs import Job
+
+    window = make_window()
+    busy = threading.Event()
+    window.jobs.submit(Job(lambda: busy.wait(30), lambda _: None, lambda _: None))
+    assert window.import_lines(write_lines(tmp_path, (zigzag(12), {})))  # waits its turn
+    qtbot.keyClick(window.canvas, Qt.Key.Key_Escape)
+    held_reads.go.set()
+    busy.set()
+    wait_idle(qtbot, window)
+    assert held_reads.threads == []  # never read
+    assert window.model.lines == ()
+    assert message_boxes(window) == []
+
+
 def test_a_click_during_a_long_import_waits_for_one_job_at_most(make_window, qtbot, tmp_path,
                                                                 traced_segments):
     window = make_window()
@@ -312,6 +360,84 @@ def test_an_import_still_traces_every_segment_in_order(make_window, qtbot, tmp_p
         "imported 2 lines, 15 segments from lines.geojson")
     window.controller.undo()  # still one undo step
     assert window.model.lines == ()
+
+
+def test_the_apps_export_imports_as_drawn_with_its_kinds(make_window, qtbot, tmp_path):
+    window = make_window()
+    shift = Qt.KeyboardModifier.ShiftModifier
+    for kind, points in (("river", [(100.0, 450.0), (200.0, 380.0), (260.0, 300.0)]),
+                         ("road", [(300.0, 100.0), (350.0, 150.0)])):
+        window.controller.kind = kind
+        click(qtbot, window, points[0])
+        for point in points[1:]:
+            click(qtbot, window, point, shift)  # straight: drawn at once
+        window.controller.finish()
+    drawn = window.model.lines
+    path = tmp_path / "lines.geojson"
+    assert window.export_geojson(str(path))
+    wait_idle(qtbot, window)
+    for feature, line in zip(json.loads(path.read_text())["features"], drawn, strict=True):
+        assert feature["properties"]["anchors_px"] == [list(p) for p in line.anchors]
+    window.model.reset()
+    assert import_errors(qtbot, window, path) == []
+    assert [(line.name, line.kind, line.anchors) for line in window.model.lines] == [
+        (line.name, line.kind, line.anchors) for line in drawn]
+
+
+# --------------------------------------------------------------------- lines of unknown kind
+HOSTILE_KIND = "x" * 10_000 + "\n\x00\ud800"  # long, a line break, a NUL, a lone surrogate
+
+
+def test_lines_of_an_unknown_kind_are_said_to_take_the_new_line_kind(make_window, qtbot,
+                                                                     tmp_path):
+    window = make_window()
+    window.controller.kind = "river"  # the New line kind
+    kinds = {"a": "street", "b": "street", "c": HOSTILE_KIND, "d": ["road"],
+             "e": "road", "f": None, "g": "track"}
+    path = write_lines(tmp_path, *[
+        (zigzag(3) + [0.0, 20.0 * k], {"name": name} if kind is None else
+         {"name": name, "kind": kind} | ({"highway": "track"} if name == "g" else {}))
+        for k, (name, kind) in enumerate(kinds.items())])
+    assert import_errors(qtbot, window, path) == []
+    assert {line.name: line.kind for line in window.model.lines} == {
+        "a": "river", "b": "river", "c": "river", "d": "river",  # the New line kind
+        "e": "road",
+        "f": "river",  # no kind: the New line kind, as before (nothing said)
+        "g": "road"}  # its OpenStreetMap tag says which
+    message = window.statusBar().currentMessage()
+    assert message.startswith("imported 7 lines")
+    assert message.endswith("; 4 lines of lines.geojson have kind 'street' and 2 other "
+                            "values, not road or river: traced as river, the New line kind")
+    assert len(message) < 300  # the values, however long, are not shown whole
+
+
+def test_unknown_kinds_are_shown_cut_short_and_printable(tmp_path):
+    from core.raster import load_image
+
+    path = write_lines(tmp_path, *[(zigzag(3), {"kind": kind}) for kind in (
+        HOSTILE_KIND, {"kind": "road"}, 7, {"a": 1}, "river", None)], (zigzag(3), {}),
+        (zigzag(3) + [5000.0, 0.0], {"kind": "off the image"}))
+    lines, failures = core.vectors.read_lines(path, load_image(SAMPLE_IMAGE), "gsi_108.png")
+    assert len(lines) == 7 and len(failures) == 1  # the line off the image is not imported
+    kinds = unknown_kinds(lines)
+    assert kinds == [shown_value(HOSTILE_KIND), "dict", "7", "dict"]
+    assert len(kinds[0]) <= 40
+    note = unknown_kind_note(kinds[:1], "f.geojson", "road")
+    assert note == (f"1 line of f.geojson has kind {kinds[0]}, not road or river: traced as "
+                    "road, the New line kind")
+    assert note.isprintable()
+    assert unknown_kind_note(kinds[1:], "f.geojson", "river") == (
+        "3 lines of f.geojson have kind dict and 1 other value, not road or river: traced as "
+        "river, the New line kind")
+    assert unknown_kind_note([], "f.geojson", "road") == ""
+
+
+def test_a_line_without_a_kind_is_imported_without_a_word(make_window, qtbot, tmp_path):
+    window = make_window()
+    without = write_lines(tmp_path, (zigzag(3), {}), name="none.geojson")
+    assert import_errors(qtbot, window, without) == []
+    assert window.statusBar().currentMessage() == ("imported 1 line, 2 segments from "
+                                                   "none.geojson")
 
 
 class FakeHost:

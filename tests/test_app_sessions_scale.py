@@ -25,7 +25,9 @@ import app.files
 import app.main_window
 import app.traces
 from app.files import autosave_path
-from app.session import read_session
+from app.model import Line, Segment
+from app.session import read_session, write_session
+from core.tracer import TraceParams
 from tests import test_app
 from tests.conftest import SAMPLE_IMAGE
 from tests.test_app import A, B, click, wait_idle
@@ -175,6 +177,26 @@ def test_a_session_and_its_images_autosave_are_read_off_the_window_thread(
     assert [line.anchors for line in other.model.lines] == [LINES[0]]
     assert other.session_path == str(session)
     assert other.last_notice is None  # the autosave holds the same lines: nothing kept
+
+
+def test_showing_a_session_read_works_out_no_segment_length_again(make_window, qtbot,
+                                                                  tmp_path, monkeypatch):
+    """A segment's length is worked out where the segment is made (the worker reading the
+    session), not again on the window's thread when the lines panel shows it (at 10 000
+    lines, a second of the window's time)."""
+    lines = tuple(Line(k, f"Road {k}", "road", anchors, (Segment.straight(*anchors),))
+                  for k, anchors in enumerate(LINES, 1))
+    session = tmp_path / "work.roadtracer.json"
+    write_session(session, str(SAMPLE_IMAGE), lines, TraceParams(), "auto")
+    on_window_thread = []
+    real = Segment.link_lengths
+    monkeypatch.setattr(Segment, "link_lengths", property(lambda segment: on_window_thread.append(
+        threading.current_thread() is threading.main_thread()) or real.fget(segment)))
+    window = make_window(open_sample=False)
+    open_session_and_wait(qtbot, window, session)
+    assert [line.length for line in window.model.lines] == [line.length for line in lines]
+    assert len(on_window_thread) == len(LINES)
+    assert not any(on_window_thread)
 
 
 def test_a_session_that_cannot_be_read_is_reported_once_read(make_window, qtbot, tmp_path):

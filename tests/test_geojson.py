@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import warnings
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -81,6 +83,28 @@ def test_lonlat_document(geotiff):
     assert props["backend"] == "cpu"
     assert props["note"] == "x"
     np.testing.assert_allclose(props["pixels"], result.polyline, atol=1e-3)
+
+
+def test_a_line_with_a_leg_drawn_straight_has_the_same_properties():
+    """The app's lines may hold segments drawn straight (not traced): a leg without params,
+    score or link scores; the line's kind is its own."""
+    raster = load_image(SAMPLE_IMAGE)
+    result = trace(raster, A, B, backend=CpuBackend())
+    straight = SimpleNamespace(polyline=np.array([B, (560.0, 60.0)]), score=math.nan,
+                               link_scores=np.empty(0), params=None, backend="manual")
+    props = traced_line_feature([result, straight], raster, kind="river")["properties"]
+    score = round(float(result.score), 6)
+    assert props["kind"] == "river"
+    assert (props["score"], props["segment_scores"]) == (score, [score, None])
+    assert [len(scores) for scores in props["link_scores"]] == [len(result.link_scores), 0]
+    assert props["anchors_px"] == [list(A), list(B), [560.0, 60.0]]
+    assert props["segment_params"][1] is None
+    assert props["backend"] == "cpu"
+    only_straight = traced_line_feature([straight], raster, kind="road")["properties"]
+    assert (only_straight["score"], only_straight["segment_scores"]) == (None, [None])
+    assert only_straight["backend"] == "manual"
+    validated(feature_collection([traced_line_feature([result, straight], raster,
+                                                      kind="river")], raster))
 
 
 def test_source_crs_document(geotiff):
