@@ -163,7 +163,7 @@ def export_lines(path: str, lines: tuple[Line, ...], raster: Raster, crs: str = 
     ``score``, ``segment_scores``, ``link_scores``, ``anchors_px``, ``segment_params``,
     ``backend``, and ``params``: what its traced segments asked for, null where they asked
     for different parameters or none is traced) and the application's own: ``name``,
-    ``anchors``, ``length_px`` and ``segments`` (each segment's ``straight`` and resolved
+    ``anchors``, ``length_px`` and ``segment_details`` (each segment's ``straight`` and resolved
     ``params``). Coordinates as :func:`core.geojson.feature_collection` writes them for
     ``crs`` ("wgs84": RFC 7946 lon/lat, "source": the image's CRS; pixels for an image
     without georeferencing). Written atomically, each feature encoded as soon as it is made
@@ -183,6 +183,6 @@ def _own_properties(line: Line) -> dict:
     return {"params": requests.pop().as_dict() if len(requests) == 1 else None,
             "name": line.name, "anchors": [list(p) for p in line.anchors],
             "length_px": round(line.length, 3),
-            "segments": [{"straight": s.is_straight,
-                          "params": None if s.params is None else s.params.as_dict()}
-                         for s in line.segments]}
+            "segment_details": [{"straight": s.is_straight,
+                                 "params": None if s.params is None else s.params.as_dict()}
+                                for s in line.segments]}

@@ -494,7 +494,7 @@ def test_an_export_has_the_properties_of_the_command_lines_traces(make_window, q
     properties = exported["properties"]
     assert {key: properties[key] for key in traced["properties"]} == traced["properties"]
     assert set(properties) - set(traced["properties"]) == {"name", "anchors", "length_px",
-                                                          "segments"}
+                                                          "segment_details"}
 
 
 def test_session_save_and_load_round_trip(make_window, qtbot, tmp_path):
