@@ -418,7 +418,8 @@ def test_unknown_kinds_are_shown_cut_short_and_printable(tmp_path):
         HOSTILE_KIND, {"kind": "road"}, 7, {"a": 1}, "river", None)], (zigzag(3), {}),
         (zigzag(3) + [5000.0, 0.0], {"kind": "off the image"}))
     lines, failures = core.vectors.read_lines(path, load_image(SAMPLE_IMAGE), "gsi_108.png")
-    assert len(lines) == 7 and len(failures) == 1  # the line off the image is not imported
+    assert len(failures) == 1  # the line off the image is not imported
+    assert len(lines) == 7
     kinds = unknown_kinds(lines)
     assert kinds == [shown_value(HOSTILE_KIND), "dict", "7", "dict"]
     assert len(kinds[0]) <= 40
