@@ -8,12 +8,22 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 
 import numpy as np
 import shiboken6
-from PySide6.QtCore import QPointF, QRectF, Qt, Signal
-from PySide6.QtGui import QColor, QPainter, QPen, QPixmapCache, QPolygonF
-from PySide6.QtWidgets import QGraphicsItem, QGraphicsScene, QGraphicsView
+from PySide6.QtCore import QPointF, QRect, QRectF, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import (
+    QColor,
+    QImage,
+    QPainter,
+    QPen,
+    QPixmapCache,
+    QPolygonF,
+    QRegion,
+    QTransform,
+)
+from PySide6.QtWidgets import QGraphicsItem, QGraphicsObject, QGraphicsScene, QGraphicsView
 
 from app.display import DisplayLevel, DisplayPyramid, DisplayTile, TileWindow, read_tile
 from app.jobs import Job, JobQueue
@@ -49,15 +59,29 @@ SCORE_STEPS = 16
 STEP_COLOURS = tuple(QColor.fromHsvF(step / (SCORE_STEPS - 1) / 3.0, 0.95, 1.0)
                      for step in range(SCORE_STEPS))
 #: Vertices that add nothing at this zoom are not drawn: of consecutive vertices within one
-#: cell of a grid of this many screen px, only the first (the line moves < 0.71 px).
+#: cell of a grid of at most this many screen px, only the first (the line moves < 0.71 px).
+#: The cell is this many px at the zoom rounded up to a power of two (0.25 to 0.5 px at the
+#: zoom itself), so that a line is drawn along the same path at every zoom of one doubling.
 THIN_PX = 0.5
-#: Screen px beyond its points that an item's drawing may cover: the selection halo (7.75 px
-#: from the middle of the line) and the anchor squares, antialiased. An item's bounds pad its
+#: Screen px beyond its points that a line's drawing may cover: the selection halo (7.75 px
+#: from the middle of the line) and the anchor squares, antialiased. A line's box pads its
 #: points by 1 to 2 times this (see :meth:`Canvas._item_pad`).
 ITEM_PAD_PX = 10.0
-#: KiB of pixmaps that the line items' caches may hold together (Qt's default is 10 MiB):
-#: beyond it the least recently shown are dropped and drawn again when next shown.
-PIXMAP_CACHE_KIB = 256 * 1024
+#: Share of the view's width and height that the image of the lines (:class:`LinesLayer`)
+#: covers beyond each side of the view, so that a short pan shows them at once.
+LINES_MARGIN = 0.25
+#: Seconds of drawing lines into their image between two turns of the event loop: thousands
+#: of lines at a new zoom are drawn in many slices, the window responsive in between.
+DRAW_SLICE_S = 0.04
+#: More lines than this changed at once (a session opened, an import, an undo of many) draw
+#: the whole image of the lines again, rather than the area of each.
+AREAS_AT_ONCE = 16
+#: Qt strokes the lines of a ``drawLines`` call this many at a time, each batch as one shape
+#: (its overlaps once), the batches one over the other (``QPaintEngineEx::drawLines``).
+QT_LINES_BATCH = 16
+#: KiB of pixmaps that Qt may cache (its default, 10 MiB, is less than the image's pixmap at
+#: the view's size on a 4K screen).
+PIXMAP_CACHE_KIB = 64 * 1024
 
 
 def score_steps(segment: Segment, low: float, high: float) -> np.ndarray:
@@ -172,67 +196,48 @@ def draw_level(painter: QPainter, target: QRectF, level: DisplayLevel, row0: int
     painter.drawImage(area, level.image, source)
 
 
-class LineItem(QGraphicsItem):
-    """One traced line: its segments (score-coloured or in its kind's colour) and its anchors.
+class LineItem:
+    """One traced line's drawing: its segments (score-coloured or in its kind's colour) and its
+    anchors.
 
-    It paints from its own state only; the canvas sets it when the line, the selection, the
-    colouring or the zoom (:meth:`set_pad`) changes. Qt keeps what it painted in a pixmap at
-    the view's zoom (``DeviceCoordinateCache``) and shows that until the item or the zoom
-    changes: a change of the overlay or of another line does not paint it again. The calls that
-    draw it at a zoom are kept too (:meth:`_drawing`), for the parts of it that a pan shows.
+    It paints from its own state only (:attr:`line`, :attr:`colour_by_score` and the
+    selection), which the canvas sets; :class:`LinesLayer` paints it. The calls that draw its
+    segments are kept for the zoom's doubling (:meth:`_drawing`).
     """
 
-    def __init__(self, line: Line, colour_by_score: bool, pad: float = ITEM_PAD_PX) -> None:
-        super().__init__()
+    def __init__(self, line: Line, colour_by_score: bool) -> None:
         self.line = line
         self.colour_by_score = colour_by_score
         self.selected = False
         self.selected_segment: int | None = None  # None with ``selected``: the whole line
-        self._pad = pad
-        self._bounds = points_rect(line.bounds, pad)
         self._drawn: tuple[tuple, list] | None = None  # (the state drawn, its calls)
-        self.setZValue(1)
-        self.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
 
-    def set_line(self, line: Line) -> None:
-        self.prepareGeometryChange()
-        self.line = line
-        self._bounds = points_rect(line.bounds, self._pad)
-        self.update()
+    def set_selection(self, selected: bool, segment: int | None = None) -> bool:
+        """Show the line selected or not (its segment ``segment``, None: all); whether that
+        changes its drawing."""
+        changed = (selected, segment) != (self.selected, self.selected_segment)
+        self.selected, self.selected_segment = selected, segment
+        return changed
 
-    def set_pad(self, pad: float) -> None:
-        """Scene units beyond the line's points that its drawing may cover (the zoom changed)."""
-        if pad != self._pad:
-            self.prepareGeometryChange()
-            self._pad = pad
-            self._bounds = points_rect(self.line.bounds, pad)
-
-    def set_selection(self, selected: bool, segment: int | None = None) -> None:
-        if (selected, segment) != (self.selected, self.selected_segment):
-            self.selected, self.selected_segment = selected, segment
-            self.update()
-
-    def set_colour_by_score(self, on: bool) -> None:
-        if on != self.colour_by_score:
-            self.colour_by_score = on
-            self.update()
-
-    def boundingRect(self) -> QRectF:  # noqa: N802 (Qt override)
-        return self._bounds
-
-    def paint(self, painter: QPainter, option=None, widget=None) -> None:
+    def paint(self, painter: QPainter, area: QRectF | None = None) -> None:
         """Halo (selected), edges, then strokes, each layer over all segments so that no
-        segment's edge covers its neighbour's stroke; then the anchors."""
-        for pen, draw, shape in self._drawing(screen_scale(painter)):
+        segment's edge covers its neighbour's stroke; then the anchors. With ``area`` (scene),
+        of the segments only the parts that may show there (:func:`within`)."""
+        scale = screen_scale(painter)
+        pad = ITEM_PAD_PX * scale
+        whole = area is None or area.contains(points_rect(self.line.bounds, pad))
+        for pen, draw, shape in self._drawing(2.0 ** math.floor(math.log2(scale))):
             painter.setPen(pen)
-            draw(painter, shape)
+            part = shape if whole else within(draw, shape, area, pad)
+            if part is not None:
+                draw(painter, part)
         colour = KIND_COLOURS[self.line.kind]
         paint_anchors(painter, self.line.anchors, colour.lighter(150) if self.selected else colour)
 
     def _drawing(self, scale: float) -> list:
-        """The (pen, QPainter method, polygon) calls that draw the segments at ``scale`` scene
-        units per screen px; built again only when the line, the selection, the colouring or
-        the zoom changed."""
+        """The (pen, QPainter method, polygon) calls that draw the segments thinned for
+        ``scale`` scene units per screen px (a power of two: see :data:`THIN_PX`); built again
+        only when the line, the selection, the colouring or that scale changed."""
         state = (scale, self.selected, self.selected_segment, self.colour_by_score)
         if self._drawn is not None and self._drawn[0] == (self.line, *state):
             return self._drawn[1]
@@ -255,6 +260,34 @@ class LineItem(QGraphicsItem):
                               low_high)
         self._drawn = ((line, *state), calls)
         return calls
+
+
+def within(draw, shape: QPolygonF, area: QRectF, pad: float) -> QPolygonF | None:
+    """The part of ``shape`` that ``draw`` (``QPainter.drawPolyline`` or ``drawLines``) may
+    show in ``area`` (scene) with a pen at most ``pad`` scene units wide on each side, drawn
+    there as the whole is (``shape`` itself if all of it may show; None if none).
+
+    Of a polyline, the links from the first to the last that come within ``pad`` of ``area``:
+    its ends lie further than that from ``area``, so its caps there do not show in it, and it
+    is stroked as one, so that where it crosses itself it looks as the whole does. Of lines,
+    the batches of :data:`QT_LINES_BATCH` that have a line within ``pad`` of ``area``."""
+    points = np.frombuffer(shiboken6.VoidPtr(shape.data(), 16 * shape.size(), False),
+                           np.float64).reshape(-1, 2)
+    lines = draw is QPainter.drawLines
+    starts, ends = (points[0::2], points[1::2]) if lines else (points[:-1], points[1:])
+    low, high = np.minimum(starts, ends) - pad, np.maximum(starts, ends) + pad
+    meet = ((high[:, 0] >= area.left()) & (low[:, 0] <= area.right())
+            & (high[:, 1] >= area.top()) & (low[:, 1] <= area.bottom()))
+    if meet.all():
+        return shape
+    if not meet.any():
+        return None
+    if lines:
+        batches = np.flatnonzero(meet) // QT_LINES_BATCH
+        return polygon(points.reshape(-1, 2, 2)[np.isin(
+            np.arange(len(meet)) // QT_LINES_BATCH, batches)])
+    links = np.flatnonzero(meet)
+    return polygon(points[links[0]:links[-1] + 2])
 
 
 def round_pen(colour: QColor, width: float) -> QPen:
@@ -313,6 +346,275 @@ def paint_anchors(painter: QPainter, anchors, colour: QColor, radius_px: float =
     for x, y in anchors:
         painter.drawRect(QRectF(x - radius, y - radius, 2 * radius, 2 * radius))
     painter.setBrush(Qt.BrushStyle.NoBrush)
+
+
+class _Picture:
+    """An image of lines and the transform that takes scene points to its (logical) px."""
+
+    def __init__(self, size: QSize, transform: QTransform, ratio: float) -> None:
+        """A transparent image of ``size`` device px, at device pixel ratio ``ratio``."""
+        self.image = QImage(size.width(), size.height(),
+                            QImage.Format.Format_ARGB32_Premultiplied)
+        self.image.setDevicePixelRatio(ratio)
+        self.image.fill(Qt.GlobalColor.transparent)
+        self.transform = transform
+
+    @classmethod
+    def around(cls, view: QTransform, rect: QRect, ratio: float) -> _Picture:
+        """A picture for the transform ``view`` (scene to view px) of ``rect`` (view px) and
+        :data:`LINES_MARGIN` of its size beyond each side."""
+        pixels = device_rect(rect, ratio)
+        margin_x = math.ceil(pixels.width() * LINES_MARGIN)
+        margin_y = math.ceil(pixels.height() * LINES_MARGIN)
+        pixels.adjust(-margin_x, -margin_y, margin_x, margin_y)
+        return cls(pixels.size(), view * QTransform.fromTranslate(-pixels.x() / ratio,
+                                                                  -pixels.y() / ratio), ratio)
+
+    def part(self, pixels: QRect) -> _Picture:
+        """A picture of the part ``pixels`` (device px) of this one (see :meth:`paste`)."""
+        ratio = self.image.devicePixelRatio()
+        return _Picture(pixels.size(), self.transform * QTransform.fromTranslate(
+            -pixels.x() / ratio, -pixels.y() / ratio), ratio)
+
+    def paste(self, part: _Picture, pixels: QRect) -> None:
+        """Put ``part``, made by :meth:`part` for ``pixels``, in place of what is there."""
+        painter = QPainter(self.image)
+        painter.setCompositionMode(QPainter.CompositionMode.CompositionMode_Source)
+        painter.drawImage(QPointF(pixels.topLeft()) / self.image.devicePixelRatio(), part.image)
+        painter.end()
+
+    def scene_rect(self) -> QRectF:
+        """The scene area it shows."""
+        return self.transform.inverted()[0].mapRect(
+            QRectF(QPointF(0, 0), self.image.deviceIndependentSize()))
+
+    def to_view(self, view: QTransform) -> QTransform:
+        """The transform from its px to view px under ``view`` (scene to view px)."""
+        return self.transform.inverted()[0] * view
+
+    def place(self, view: QTransform, ratio: float) -> QRect | None:
+        """Where it lies in view device px under ``view`` at pixel ratio ``ratio``, if it
+        draws there pixel for pixel (the same zoom and ratio, moved by whole px); else None."""
+        move = self.to_view(view)
+        shift = np.array([move.dx(), move.dy()]) * ratio
+        whole = np.rint(shift)
+        if (ratio != self.image.devicePixelRatio()
+                or not np.allclose([move.m11(), move.m12(), move.m21(), move.m22()],
+                                   [1, 0, 0, 1], rtol=0, atol=1e-9)
+                or not np.allclose(shift, whole, rtol=0, atol=1e-6)):
+            return None
+        return self.image.rect().translated(int(whole[0]), int(whole[1]))
+
+    def seen(self, view: QTransform, rect: QRect, ratio: float) -> QRect | None:
+        """Its px (maybe beyond the image) that show ``rect`` (view px) under ``view``, if it
+        draws there pixel for pixel (:meth:`place`)."""
+        place = self.place(view, ratio)
+        return None if place is None else device_rect(rect, ratio).translated(-place.topLeft())
+
+    def shows(self, view: QTransform, rect: QRect, ratio: float) -> bool:
+        """Whether it shows all of ``rect`` (view px) under ``view`` pixel for pixel."""
+        seen = self.seen(view, rect, ratio)
+        return seen is not None and self.image.rect().contains(seen)
+
+
+def device_rect(rect: QRect | QRectF, ratio: float) -> QRect:
+    """The device px that ``rect`` (logical px) covers at device pixel ratio ``ratio``."""
+    rect = QRectF(rect)
+    return QRectF(rect.x() * ratio, rect.y() * ratio, rect.width() * ratio,
+                  rect.height() * ratio).toAlignedRect()
+
+
+class _Job:
+    """Lines to draw, in order, into ``picture``, what of them may show in ``area`` (scene):
+    a new picture to show, or the part ``pixels`` (device px) of the one shown, to paste in."""
+
+    def __init__(self, picture: _Picture, line_ids: list[int], area: QRectF,
+                 pixels: QRect | None = None) -> None:
+        self.picture = picture
+        self.pixels = pixels
+        self._area = area
+        self._left = line_ids[::-1]
+
+    def draw(self, items: dict[int, LineItem], deadline: float) -> bool:
+        """Draw lines until ``deadline`` (:func:`time.perf_counter`; one at least); whether all
+        are drawn. Lines whose item is gone (removed meanwhile) are left out."""
+        painter = QPainter(self.picture.image)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        painter.setWorldTransform(self.picture.transform)
+        while self._left:
+            item = items.get(self._left.pop())
+            if item is not None:
+                item.paint(painter, area=self._area)
+            if time.perf_counter() >= deadline:
+                break
+        painter.end()
+        return not self._left
+
+
+class LinesLayer(QGraphicsObject):
+    """The line items (``items``, in the order drawn), shown from a picture of them drawn at
+    the view's zoom.
+
+    Qt takes seconds to stroke a thousand lines (wide, round-joined, antialiased strokes), so
+    they are drawn into an image of the view and a margin around it (:data:`LINES_MARGIN`),
+    and repaints (an overlay change, a pan within the margin) copy from it. What is drawn is
+    the lines whose boxes meet the part being drawn, and of those their parts there
+    (:func:`within`).
+
+    A new zoom or device pixel ratio, or a change of every line (:meth:`redraw` with no
+    lines), draws a new picture: the lines in view, then the margin; until the view's part is
+    drawn the old picture shows, scaled to the zoom. A pan beyond the margin keeps what the
+    picture has there and draws the rest. A change of some lines draws again their areas,
+    every line there in order, and pastes them in. Drawing goes in slices of
+    :data:`DRAW_SLICE_S` between turns of the event loop, the first at once (a few lines show
+    without delay).
+    """
+
+    def __init__(self, items: dict[int, LineItem], pad: float) -> None:
+        super().__init__()
+        self.items = items
+        self._pad = pad  # scene units beyond a line's points that its drawing may cover
+        self._index: tuple[list[int], np.ndarray, QRectF] | None = None  # see _boxes
+        self._shown: _Picture | None = None
+        self._stale = True  # the picture shown misses changes of every line
+        self._job: _Job | None = None
+        self._areas: list[QRectF] = []  # scene areas to draw again after the job
+        self._timer = QTimer(self, singleShot=True, interval=0)
+        self._timer.timeout.connect(self._work)
+        self.setZValue(1)
+
+    def set_pad(self, pad: float) -> None:
+        """Scene units beyond a line's points that its drawing may cover (the zoom changed)."""
+        if pad != self._pad:
+            self.prepareGeometryChange()
+            self._pad = pad
+            self._index = None
+
+    def lines_changed(self, lines: list[Line]) -> None:
+        """Lines were added, changed or removed: ``lines``, their old and new versions."""
+        self.prepareGeometryChange()
+        self._index = None
+        self.redraw(lines)
+
+    def redraw(self, lines: list[Line] | None = None) -> None:
+        """Draw again where ``lines`` lie (all lines if None or many, :data:`AREAS_AT_ONCE`)."""
+        if lines is None or len(lines) > AREAS_AT_ONCE:
+            self._stale = True
+            self._job = None
+            self._areas.clear()
+            self.update()
+        elif not self._stale and lines:
+            self._areas += [points_rect(line.bounds, self._pad) for line in lines]
+            if self._job is None:
+                self._job = self._next_part()
+                self._work()
+
+    def clear(self) -> None:
+        """Show no lines until a new picture of them is drawn."""
+        self._shown = None
+        self.redraw()
+
+    def boundingRect(self) -> QRectF:  # noqa: N802 (Qt override)
+        return self._boxes()[2]
+
+    def paint(self, painter: QPainter, option, widget=None) -> None:
+        """Show the picture, after starting a new one if it does not show the view (and the
+        one being drawn does not either): the picture moved, where only the pan changed,
+        else drawn anew."""
+        view, rect = painter.worldTransform(), widget.rect()
+        ratio = painter.device().devicePixelRatioF()
+        shown = None if self._stale else self._shown
+        drawn = None if self._job is None or self._job.pixels is not None else self._job.picture
+        if not any(picture is not None and picture.shows(view, rect, ratio)
+                   for picture in (shown, drawn)):
+            if shown is not None and drawn is None and shown.place(view, ratio) is not None:
+                self._pan(view, rect, ratio)
+            else:
+                self._draw_anew(view, rect, ratio)
+            self._work(in_paint=True)
+        if self._shown is not None:  # not beyond the lines' box: gone lines may be in it
+            painter.save()
+            painter.setClipRect(self.boundingRect(), Qt.ClipOperation.IntersectClip)
+            painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform,
+                                  self._shown.place(view, ratio) is None)
+            painter.setWorldTransform(self._shown.to_view(view))
+            painter.drawImage(QPointF(0, 0), self._shown.image)
+            painter.restore()
+
+    def _draw_anew(self, view: QTransform, rect: QRect, ratio: float) -> None:
+        """Draw a new picture of ``rect``: the lines in view, then (once it shows) the
+        margin."""
+        self._stale = False
+        self._areas.clear()
+        picture = _Picture.around(view, rect, ratio)
+        seen = picture.seen(view, rect, ratio)
+        area = picture.part(seen).scene_rect()
+        self._job = _Job(picture, self._lines_in(area), area)
+        self._draw_later(picture, seen)
+
+    def _pan(self, view: QTransform, rect: QRect, ratio: float) -> None:
+        """Show a picture of ``rect`` that has the one shown where they meet, and draw the
+        rest (the area of the one shown being drawn again, first)."""
+        old, new = self._shown, _Picture.around(view, rect, ratio)
+        kept = old.place(view, ratio).translated(-new.place(view, ratio).topLeft())
+        new.paste(old, kept)
+        if self._job is not None:  # a part of the old picture
+            self._areas.insert(0, self._job.picture.scene_rect())
+        self._shown = new
+        self._draw_later(new, kept)
+        self._job = self._next_part()
+
+    def _draw_later(self, picture: _Picture, drawn: QRect) -> None:
+        """Add the parts of ``picture`` beyond ``drawn`` (its px) to the areas to draw."""
+        self._areas += [picture.part(part).scene_rect() for part in
+                        QRegion(picture.image.rect()).subtracted(QRegion(drawn))]
+
+    def _work(self, in_paint: bool = False) -> None:
+        """Draw for one slice, and again in the next turn of the event loop while some is
+        left; show what is done (``in_paint``: a new picture shows in this paint)."""
+        deadline = time.perf_counter() + DRAW_SLICE_S
+        while self._job is not None:
+            job = self._job
+            if not job.draw(self.items, deadline):
+                self._timer.start()
+                return
+            if job.pixels is not None:
+                self._shown.paste(job.picture, job.pixels)
+            else:
+                self._shown = job.picture
+            if not in_paint:
+                self.update(job.picture.scene_rect())
+            self._job = self._next_part()
+
+    def _next_part(self) -> _Job | None:
+        """The job that draws the next area left (:attr:`_areas`) in the picture shown."""
+        while self._areas:
+            pixels = device_rect(self._shown.transform.mapRect(self._areas.pop(0)),
+                                 self._shown.image.devicePixelRatio()) \
+                .intersected(self._shown.image.rect())
+            if not pixels.isEmpty():
+                part = self._shown.part(pixels)
+                area = part.scene_rect()
+                return _Job(part, self._lines_in(area), area, pixels)
+        return None
+
+    def _boxes(self) -> tuple[list[int], np.ndarray, QRectF]:
+        """The ids of the lines in the order drawn, their boxes padded, shape (lines, 2, 2),
+        and the box of them all."""
+        if self._index is None:
+            ids = list(self.items)
+            boxes = np.array([self.items[i].line.bounds for i in ids],
+                             dtype=np.float64).reshape(-1, 2, 2) + [[-self._pad], [self._pad]]
+            self._index = (ids, boxes, points_rect(boxes.reshape(-1, 2), 0.0) if ids
+                           else QRectF())
+        return self._index
+
+    def _lines_in(self, rect: QRectF) -> list[int]:
+        """Ids of the lines whose drawing may meet ``rect`` (scene), in the order drawn."""
+        ids, boxes, _ = self._boxes()
+        meet = ((boxes[:, 1, 0] >= rect.left()) & (boxes[:, 0, 0] <= rect.right())
+                & (boxes[:, 1, 1] >= rect.top()) & (boxes[:, 0, 1] <= rect.bottom()))
+        return [ids[index] for index in np.flatnonzero(meet)]
 
 
 class OverlayItem(QGraphicsItem):
@@ -403,7 +705,7 @@ class Canvas(QGraphicsView):
         self.setTransformationAnchor(QGraphicsView.ViewportAnchor.NoAnchor)
         self.setResizeAnchor(QGraphicsView.ViewportAnchor.AnchorViewCenter)
         # Only what changed is painted again: the overlay's area as the mouse moves, a line's
-        # as it changes; the lines under it are shown from their items' caches.
+        # as it changes; the lines there are copied from their image (LinesLayer).
         self.setViewportUpdateMode(QGraphicsView.ViewportUpdateMode.MinimalViewportUpdate)
         QPixmapCache.setCacheLimit(max(QPixmapCache.cacheLimit(), PIXMAP_CACHE_KIB))
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
@@ -417,13 +719,13 @@ class Canvas(QGraphicsView):
         self._tiles = JobQueue(self)  # sharp tiles, apart from the tracing worker
         #: The sharp tile being read: its window and the event that cancels it.
         self._tile_request: tuple[TileWindow, threading.Event] | None = None
-        self.line_items: dict[int, LineItem] = {}  # by line id, for the visible lines
+        #: By line id, for the visible lines, in the order drawn (the last on top).
+        self.line_items: dict[int, LineItem] = {}
         self._selected_id: int | None = None  # the line whose item shows the selection
         self._overlay = OverlayItem()
-        self._pad = self._item_pad()  # the items' pad (scene units) at this zoom
-        self._lines_cached = True  # whether line items keep their drawing (_cache_lines)
-        self._line_bounds: np.ndarray | None = None  # (lines, 2, 2) for _cache_lines
-        self._cache_checked: tuple | None = None  # the view _cache_lines last decided for
+        self._pad = self._item_pad()  # the lines' and overlay's pad (scene units) at this zoom
+        self._lines = LinesLayer(self.line_items, self._pad)
+        self.scene().addItem(self._lines)
         self.scene().addItem(self._overlay)
         self._space_held = False
         self._pan_from: QPointF | None = None
@@ -452,7 +754,8 @@ class Canvas(QGraphicsView):
         margin = max(bounds.width(), bounds.height())
         self.setSceneRect(bounds.adjusted(-margin, -margin, margin, margin))
         self.sync_lines()
-        if fit:
+        if fit:  # another image: the lines' picture is of the last one's
+            self._lines.clear()
             self.fit()
 
     def sync_lines(self, line_ids=None) -> None:
@@ -460,32 +763,34 @@ class Canvas(QGraphicsView):
         hidden and removed lines; the others stay as they are."""
         if line_ids is None:
             line_ids = {line.id for line in self.model.lines} | set(self.line_items)
+        changed = []  # the lines changed, as drawn before and as drawn now
         for line_id in line_ids:
             line, item = self.model.line(line_id), self.line_items.get(line_id)
             if line is None or not line.visible:
                 if item is not None:
-                    self.scene().removeItem(self.line_items.pop(line_id))
+                    changed.append(self.line_items.pop(line_id).line)
             elif item is None:
-                item = self.line_items[line_id] = LineItem(line, self.colour_by_score,
-                                                           self._pad)
-                if not self._lines_cached:
-                    item.setCacheMode(QGraphicsItem.CacheMode.NoCache)
-                self.scene().addItem(item)
+                self.line_items[line_id] = LineItem(line, self.colour_by_score)
+                changed.append(line)
             elif item.line is not line:
-                item.set_line(line)
-        self._line_bounds = None
+                changed += (item.line, line)
+                item.line = line
+        if changed:
+            self._lines.lines_changed(changed)
         self._selection_changed()
 
     def _selection_changed(self) -> None:
         """Show the selection on the line items (the old one and the new one)."""
         line_id, segment = self.controller.selection
+        changed = []
         old = self.line_items.get(self._selected_id)
-        if old is not None and self._selected_id != line_id:
-            old.set_selection(False)
+        if old is not None and self._selected_id != line_id and old.set_selection(False):
+            changed.append(old.line)
         self._selected_id = line_id
         new = self.line_items.get(line_id)
-        if new is not None:
-            new.set_selection(True, segment)
+        if new is not None and new.set_selection(True, segment):
+            changed.append(new.line)
+        self._lines.redraw(changed)
         self._overlay_changed()
 
     def _overlay_changed(self) -> None:
@@ -498,18 +803,18 @@ class Canvas(QGraphicsView):
 
     def _item_pad(self) -> float:
         """Scene units of :data:`ITEM_PAD_PX` to twice that many screen px at this zoom: the
-        zoom rounded down to a power of two, so that items' bounds change at most once per
-        doubling or halving of the zoom."""
+        zoom rounded down to a power of two, so that the lines' boxes and the overlay's bounds
+        change at most once per doubling or halving of the zoom."""
         scale = 2.0 ** math.floor(math.log2(max(self.transform().m11(), 1e-9)))
         return ITEM_PAD_PX / scale
 
     def _zoom_changed(self) -> None:
-        """Pad the items' bounds for the new zoom (their drawing's width is in screen px)."""
+        """Pad the lines' boxes and the overlay's bounds for the new zoom (their drawing's
+        width is in screen px)."""
         pad = self._item_pad()
         if pad != self._pad:
             self._pad = pad
-            for item in self.line_items.values():
-                item.set_pad(pad)
+            self._lines.set_pad(pad)
             self._overlay.refresh(pad)
 
     def overlay_corridor(self) -> Corridor | None:
@@ -529,9 +834,11 @@ class Canvas(QGraphicsView):
                               p.halfwidth)
 
     def set_colour_by_score(self, on: bool) -> None:
-        self.colour_by_score = on
-        for item in self.line_items.values():
-            item.set_colour_by_score(on)
+        if on != self.colour_by_score:
+            self.colour_by_score = on
+            for item in self.line_items.values():
+                item.colour_by_score = on
+            self._lines.redraw()
         self._overlay_changed()
 
     def set_show_corridor(self, on: bool) -> None:
@@ -564,40 +871,8 @@ class Canvas(QGraphicsView):
         self._zoom_changed()
 
     def paintEvent(self, event) -> None:  # noqa: N802 (Qt override)
-        self._cache_lines()
         super().paintEvent(event)
         self._request_sharp_tile()
-
-    def _cache_lines(self) -> None:
-        """Let the line items keep their drawing in pixmaps while those of the lines in view
-        fit in the pixmap cache (:data:`PIXMAP_CACHE_KIB`); beyond it they draw directly: a
-        cache too small for them all would draw each one again, and store it, every time."""
-        # The view's place too (a pan shows other lines), its zoom, its size; lines changed.
-        view = (self.viewportTransform(), self.viewport().size(), self._line_bounds is not None)
-        if view == self._cache_checked:
-            return
-        if self._line_bounds is None:
-            self._line_bounds = np.array([item.line.bounds for item in self.line_items.values()],
-                                         dtype=np.float64).reshape(-1, 2, 2)
-        self._cache_checked = (*view[:2], True)
-        seen = self.mapToScene(self.viewport().rect()).boundingRect()
-        low, high = self._line_bounds[:, 0] - self._pad, self._line_bounds[:, 1] + self._pad
-        in_view = ((high[:, 0] >= seen.left()) & (low[:, 0] <= seen.right())
-                   & (high[:, 1] >= seen.top()) & (low[:, 1] <= seen.bottom()))
-        ratio = self.devicePixelRatioF()
-        screen = np.array(view[1].toTuple(), dtype=np.float64) * ratio
-        # Qt caches the whole of an item (and 1 to 2 px around) up to 1.2 times the view's
-        # size, else the part in view.
-        pixels = np.minimum((high - low)[in_view] * self.transform().m11() * ratio + 3,
-                            1.2 * screen)
-        needed = 4 * (pixels.prod(axis=1).sum() + screen.prod()) / 1024  # KiB, and the image
-        cached = needed <= 0.8 * PIXMAP_CACHE_KIB
-        if cached != self._lines_cached:
-            self._lines_cached = cached
-            mode = (QGraphicsItem.CacheMode.DeviceCoordinateCache if cached
-                    else QGraphicsItem.CacheMode.NoCache)
-            for item in self.line_items.values():
-                item.setCacheMode(mode)
 
     def _tile_window(self, margin: float) -> TileWindow | None:
         """The pixels in view, widened by ``margin`` of the view's size on each side, at the

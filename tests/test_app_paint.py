@@ -1,7 +1,8 @@
 """What the canvas paints again, and that it paints the same picture: an overlay change or a
-selection change paints only its area, the lines there come from their items' caches, and
-what the window shows after such partial repaints is what a full repaint shows (offscreen,
-pytest-qt)."""
+selection change paints only its area (the lines there copied from their picture, or for a
+selection drawn again in that area alone), a pan draws only what it shows anew, and what the
+window shows after such partial repaints is what drawing every line directly shows
+(offscreen, pytest-qt)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,10 @@ os.environ["QT_QPA_PLATFORM"] = "offscreen"
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QEvent, QObject, QPoint, QPointF
+from PySide6.QtCore import QEvent, QObject, QPoint, QPointF, QRectF
 from PySide6.QtGui import QColor, QGuiApplication, QImage, QPainter, QPolygonF
-from PySide6.QtWidgets import QGraphicsItem
 
-from app.canvas import STEP_COLOURS, Canvas, LineItem, polygon, thinned
+from app.canvas import STEP_COLOURS, Canvas, LineItem, points_rect, polygon, thinned
 from app.display import display_pyramid
 from app.model import Line, Segment
 from core.tracer import TraceParams
@@ -43,6 +43,10 @@ def wandering_line(line_id: int, rng: np.random.Generator, start) -> Line:
 
 @pytest.fixture
 def canvas(qtbot):
+    return canvas_with_lines(qtbot)
+
+
+def canvas_with_lines(qtbot) -> Canvas:
     """A shown 800 × 600 canvas on a 400 × 300 image with 24 lines, fitted."""
     view = shown_canvas(qtbot)
     model = view.model
@@ -60,6 +64,12 @@ def settle(qtbot) -> None:
         qtbot.wait(20)
 
 
+def drawn(view: Canvas, qtbot) -> None:
+    """Let the canvas draw the lines' picture to the end."""
+    qtbot.waitUntil(lambda: view._lines._job is None and not view._lines._stale)
+    settle(qtbot)
+
+
 def shown(view: Canvas) -> QImage:
     """What the window shows now (its backing store: partial repaints included)."""
     corner = view.viewport().mapTo(view.window(), QPoint(0, 0))
@@ -69,13 +79,18 @@ def shown(view: Canvas) -> QImage:
 
 
 def painted_afresh(view: Canvas) -> QImage:
-    """The viewport painted whole, every line drawn directly (no cache)."""
-    for item in view.line_items.values():
-        item.setCacheMode(QGraphicsItem.CacheMode.NoCache)
+    """The viewport painted whole without the lines' picture, then every line drawn directly
+    over it: what the window should show (with nothing in the overlay)."""
+    view._lines.setVisible(False)
     view.viewport().repaint()
     image = shown(view)
+    view._lines.setVisible(True)
+    painter = QPainter(image)
+    painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+    painter.setWorldTransform(view.viewportTransform())
     for item in view.line_items.values():
-        item.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+        item.paint(painter)
+    painter.end()
     return image
 
 
@@ -90,6 +105,13 @@ def differing(a: QImage, b: QImage, tolerance: int = 24) -> float:
     return float((np.abs(pixels(a).astype(int) - pixels(b)) > tolerance).mean())
 
 
+def lines_meeting(view: Canvas, areas) -> set[int]:
+    """Ids of the lines whose boxes, padded as the canvas pads them, meet any of ``areas``
+    (scene rects)."""
+    return {line.id for line in view.model.lines
+            if any(points_rect(line.bounds, view._pad).intersects(area) for area in areas)}
+
+
 class Repaints(QObject):
     """Records the viewport's paint events and the line items painted."""
 
@@ -100,9 +122,9 @@ class Repaints(QObject):
         view.viewport().installEventFilter(self)
         paint = LineItem.paint
 
-        def counted(item, painter, option=None, widget=None):
+        def counted(item, painter, area=None):
             self.lines.append(item.line.id)
-            paint(item, painter, option, widget)
+            paint(item, painter, area)
 
         monkeypatch.setattr(LineItem, "paint", counted)
 
@@ -155,13 +177,13 @@ def test_an_overlay_change_paints_only_its_area_and_draws_no_line_again(canvas, 
     for region in (r for r in repaints.regions if r.width() * r.height() > 64):
         assert area[0].x() - 25 <= region.left() <= region.right() <= area[1].x() + 25
         assert area[0].y() - 25 <= region.top() <= region.bottom() <= area[1].y() + 25
-    assert repaints.lines == []  # the lines under the band came from their caches
+    assert repaints.lines == []  # the lines under the band came from their picture
     assert differing(shown(canvas), painted_afresh(canvas)) == 0.0  # no trace of the band
 
 
 @pytest.mark.parametrize("zoom", [0.4, 1.0, 5.0])
-def test_a_selection_change_paints_only_the_lines_it_changes(canvas, qtbot, monkeypatch,
-                                                             zoom):
+def test_a_selection_change_paints_only_the_area_of_the_lines_it_changes(canvas, qtbot,
+                                                                         monkeypatch, zoom):
     canvas.zoom(zoom)
     canvas.centerOn(QPointF(150, 150))
     settle(qtbot)
@@ -174,7 +196,9 @@ def test_a_selection_change_paints_only_the_lines_it_changes(canvas, qtbot, monk
     settle(qtbot)
     canvas.controller.select(second, 1)
     settle(qtbot)
-    assert set(repaints.lines) <= {first, second}
+    # Drawn again: the two lines, and the lines that may cover or be covered by them.
+    areas = [points_rect(line.bounds, canvas._pad) for line in nearest[:2]]
+    assert {first, second} <= set(repaints.lines) <= lines_meeting(canvas, areas)
     assert repaints.regions
     viewport = canvas.viewport().rect()
     assert all(region != viewport for region in repaints.regions)
@@ -182,42 +206,31 @@ def test_a_selection_change_paints_only_the_lines_it_changes(canvas, qtbot, monk
     assert differing(shown(canvas), painted_afresh(canvas)) == 0.0
 
 
-def test_lines_draw_directly_where_their_caches_would_not_fit(canvas, qtbot, monkeypatch):
-    """A cache too small for the lines in view would draw them all again at every repaint:
-    then they are drawn directly, and partial repaints still leave no trace."""
-    modes = {QGraphicsItem.CacheMode.DeviceCoordinateCache}
-    assert {item.cacheMode() for item in canvas.line_items.values()} == modes
-    monkeypatch.setattr("app.canvas.PIXMAP_CACHE_KIB", 1)
-    canvas.zoom(1.5)
-    settle(qtbot)
-    assert {item.cacheMode() for item in canvas.line_items.values()} == \
-        {QGraphicsItem.CacheMode.NoCache}
-    canvas.controller.select(canvas.model.lines[0].id)
-    settle(qtbot)
-    canvas.controller.select(canvas.model.lines[1].id)
-    settle(qtbot)
-    assert differing(shown(canvas), painted_afresh(canvas)) == 0.0
-    monkeypatch.undo()
-    canvas.zoom(1 / 1.5)
-    settle(qtbot)
-    assert {item.cacheMode() for item in canvas.line_items.values()} == modes
-
-
-def test_a_pan_decides_again_whether_the_lines_in_view_fit_the_cache(canvas, qtbot,
-                                                                     monkeypatch):
+def test_a_pan_draws_only_the_lines_of_what_it_shows_anew(canvas, qtbot, monkeypatch):
+    """Within the picture's margin a pan draws no line; beyond it, only the lines that meet
+    the part it had not drawn; lines cut by the edges of the view or of that part show
+    whole."""
     canvas.zoom(3)
-    settle(qtbot)
-    assert {item.cacheMode() for item in canvas.line_items.values()} == \
-        {QGraphicsItem.CacheMode.DeviceCoordinateCache}
-    monkeypatch.setattr("app.canvas.PIXMAP_CACHE_KIB", 1)
+    drawn(canvas, qtbot)
+    repaints = Repaints(canvas, monkeypatch)
     bar = canvas.horizontalScrollBar()
-    bar.setValue(bar.value() + 100)  # the zoom and the view's size as they were
+    bar.setValue(bar.value() + 60)  # 60 of 800 px: within the margin
     settle(qtbot)
-    assert {item.cacheMode() for item in canvas.line_items.values()} == \
-        {QGraphicsItem.CacheMode.NoCache}
+    assert repaints.lines == []
+    assert differing(shown(canvas), painted_afresh(canvas)) == 0.0
+    repaints.clear()
+    before = canvas._lines._shown.scene_rect()
+    bar.setValue(bar.value() + 300)
+    drawn(canvas, qtbot)
+    after = canvas._lines._shown.scene_rect()
+    new_part = QRectF(before.right(), after.top(), after.right() - before.right(),
+                      after.height())
+    assert set(repaints.lines) == lines_meeting(canvas, [new_part])
+    assert lines_meeting(canvas, [after]) - set(repaints.lines), "some were kept, not drawn"
+    assert differing(shown(canvas), painted_afresh(canvas)) == 0.0
 
 
-def test_lines_shown_from_their_caches_look_as_drawn_directly(canvas, qtbot):
+def test_lines_shown_from_their_picture_look_as_drawn_directly(canvas, qtbot):
     canvas.controller.select(canvas.model.lines[2].id)
     canvas.zoom(2.5)
     settle(qtbot)
