@@ -5,8 +5,17 @@ from __future__ import annotations
 import heapq
 import math
 import os
+from contextlib import contextmanager
 
-from PySide6.QtCore import QSignalBlocker, QSize, Qt, QTimer, Signal
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QModelIndex,
+    QSignalBlocker,
+    QSize,
+    Qt,
+    QTimer,
+    Signal,
+)
 from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -19,8 +28,7 @@ from PySide6.QtWidgets import (
     QPushButton,
     QSizePolicy,
     QSpinBox,
-    QTableWidget,
-    QTableWidgetItem,
+    QTableView,
     QVBoxLayout,
     QWidget,
 )
@@ -201,29 +209,21 @@ class ParamsPanel(QWidget):
         self._show_evidence(params.evidence_path)
 
 
-class NameItem(QTableWidgetItem):
-    """A line's name in the lines table; its tooltip is the whole name (long ones are cut in
-    the cell) and how to rename or hide the line."""
-
-    HINT = "Double-click to rename; untick to hide"
-
-    def data(self, role: int):
-        if role == Qt.ItemDataRole.ToolTipRole:
-            return f"{self.text()}\n{self.HINT}"
-        return super().data(role)
+def row_texts(line: Line) -> tuple[str, str, str, str]:
+    """What the lines table shows of ``line``, column by column: name, kind, length (px) and
+    mean score per px ("—" where no segment is traced)."""
+    score = line.score_per_px
+    return (line.name, line.kind, f"{line.length:.0f}",
+            "—" if math.isnan(score) else f"{score:.3f}")
 
 
-class LinesPanel(QWidget):
-    """The traced lines: name (editable; checkbox = visible), kind, length, mean score per px.
+class LinesTableModel(QAbstractTableModel):
+    """The lines as the rows of the lines table, in the order of the :class:`LinesModel`.
 
-    Double-clicking a kind switches it between road and river.
-
-    The table follows the model incrementally, so that an edit among thousands of lines costs
-    milliseconds: a change inserts the rows of new lines, removes those of deleted lines and
-    rewrites only the cells whose text differs from the changed line's; unchanged lines (the
-    same immutable :class:`~app.model.Line`) are not even looked at. The kind, length and
-    score columns are sized by the panel (widened to fit the rows it writes, measuring only
-    their longest texts), never re-measured over all rows by the header.
+    A row holds only its line: what a cell shows is read from the line when the view asks,
+    which it does for the rows in sight, so thousands of lines cost no more than those rows.
+    :meth:`follow` reports to the view only what changed; renaming and hiding (the name's tick
+    box) are edits of the lines model.
     """
 
     COLUMNS = ("Name", "Kind", "Length (px)", "Score/px")
@@ -233,6 +233,135 @@ class LinesPanel(QWidget):
         "Length of the line in pixels",
         "Mean link score per pixel of the line's traced segments (straight ones not counted): "
         "higher, that is closer to 0, is better")
+    NAME_HINT = "Double-click to rename; untick to hide"
+    KIND_HINT = "Double-click to switch between road and river"
+    FLAGS = Qt.ItemFlag.ItemIsSelectable | Qt.ItemFlag.ItemIsEnabled
+    NAME_FLAGS = FLAGS | Qt.ItemFlag.ItemIsEditable | Qt.ItemFlag.ItemIsUserCheckable
+    NUMBER_ALIGNMENT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
+
+    def __init__(self, lines_model: LinesModel, parent=None) -> None:
+        super().__init__(parent)
+        self.lines_model = lines_model
+        self._lines: list[Line] = []  # the line of every row, top to bottom
+        self._row_of: dict[int, int] = {}  # the row of every line id
+
+    def line_at(self, row: int) -> Line | None:
+        return self._lines[row] if 0 <= row < len(self._lines) else None
+
+    def row_of(self, line_id: int | None) -> int | None:
+        return self._row_of.get(line_id)
+
+    # -- what the view reads and writes ---------------------------------------------------------
+    def rowCount(self, parent=QModelIndex()) -> int:  # noqa: B008, N802 (Qt override)
+        return 0 if parent.isValid() else len(self._lines)
+
+    def columnCount(self, parent=QModelIndex()) -> int:  # noqa: B008, N802 (Qt override)
+        return 0 if parent.isValid() else len(self.COLUMNS)
+
+    def headerData(self, section: int, orientation: Qt.Orientation,  # noqa: N802 (Qt override)
+                   role: int = Qt.ItemDataRole.DisplayRole):
+        if orientation == Qt.Orientation.Horizontal:
+            if role == Qt.ItemDataRole.DisplayRole:
+                return self.COLUMNS[section]
+            if role == Qt.ItemDataRole.ToolTipRole:
+                return self.COLUMN_TIPS[section]
+        return None
+
+    def flags(self, index: QModelIndex) -> Qt.ItemFlag:
+        return self.NAME_FLAGS if index.column() == 0 else self.FLAGS
+
+    def data(self, index: QModelIndex, role: int = Qt.ItemDataRole.DisplayRole):
+        line, column = self._lines[index.row()], index.column()
+        if role in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.EditRole):
+            return row_texts(line)[column]
+        if role == Qt.ItemDataRole.ToolTipRole and column <= 1:
+            return f"{line.name}\n{self.NAME_HINT}" if column == 0 else self.KIND_HINT
+        if role == Qt.ItemDataRole.CheckStateRole and column == 0:
+            return Qt.CheckState.Checked if line.visible else Qt.CheckState.Unchecked
+        if role == Qt.ItemDataRole.TextAlignmentRole and column >= 2:
+            return self.NUMBER_ALIGNMENT
+        return None
+
+    def setData(self, index: QModelIndex, value,  # noqa: N802 (Qt override)
+                role: int = Qt.ItemDataRole.EditRole) -> bool:
+        """A tick (shows or hides the line) or a new name (stripped; an empty one, or the same,
+        is refused) in the name column, made an edit of the lines model."""
+        line = self.line_at(index.row())
+        if line is None or index.column() != 0:
+            return False
+        if role == Qt.ItemDataRole.CheckStateRole:
+            visible = Qt.CheckState(value) == Qt.CheckState.Checked
+            if visible != line.visible:
+                self.lines_model.set_visible(line.id, visible)
+            return True
+        if role != Qt.ItemDataRole.EditRole:
+            return False
+        name = str(value).strip()
+        if not name or name == line.name:
+            return False
+        self.lines_model.rename(line.id, name)
+        return True
+
+    # -- following the lines model --------------------------------------------------------------
+    def follow(self) -> list[int]:
+        """Bring the rows up to date with the lines model: rows inserted for new lines, removed
+        for deleted ones, and changed for lines an edit replaced (lines are immutable: an
+        unchanged one is the same object); the others are not touched. Returns the rows of
+        the new and replaced lines, top to bottom."""
+        lines = self.lines_model.lines
+        added = self._sync_rows(lines)
+        replaced = [row for row, (shown, line) in enumerate(zip(self._lines, lines, strict=True))
+                    if shown is not line]
+        for row in replaced:
+            self._lines[row] = lines[row]
+        for start, count in _runs(replaced):
+            self.dataChanged.emit(self.index(start, 0),
+                                  self.index(start + count - 1, len(self.COLUMNS) - 1))
+        return sorted(added + replaced)
+
+    def _sync_rows(self, lines: tuple[Line, ...]) -> list[int]:
+        """Insert and remove rows so that they stand for the lines of ``lines`` (by id), in
+        this order; returns the rows inserted."""
+        old = [line.id for line in self._lines]
+        ids = [line.id for line in lines]
+        if old == ids:
+            return []
+        keep, had = set(ids), set(old)
+        if [i for i in old if i in keep] != [i for i in ids if i in had]:  # reordered: start over
+            self.beginResetModel()
+            self._lines = list(lines)
+            self._row_of = {line_id: row for row, line_id in enumerate(ids)}
+            self.endResetModel()
+            return list(range(len(lines)))
+        root = QModelIndex()
+        for start, count in reversed(_runs([row for row, i in enumerate(old) if i not in keep])):
+            self.beginRemoveRows(root, start, start + count - 1)
+            del self._lines[start:start + count]
+            self.endRemoveRows()
+        added = [row for row, i in enumerate(ids) if i not in had]
+        for start, count in _runs(added):
+            self.beginInsertRows(root, start, start + count - 1)
+            self._lines[start:start] = lines[start:start + count]
+            self.endInsertRows()
+        self._row_of = {line_id: row for row, line_id in enumerate(ids)}
+        return added
+
+
+class LinesPanel(QWidget):
+    """The traced lines: name (editable; checkbox = visible), kind, length, mean score per px.
+
+    Double-clicking a kind switches it between road and river.
+
+    The table is a view of a :class:`LinesTableModel`, which follows the lines model
+    reporting only what changed, and whose cells are read only as they are shown: an edit
+    among thousands of lines costs milliseconds, and so does loading them but for the one
+    pass over their lengths and scores that sizes the columns. The kind, length and score
+    columns are sized by the panel (widened to fit the rows of new or changed lines, measuring
+    only their longest texts), never re-measured over all rows by the header.
+    """
+
+    COLUMNS = LinesTableModel.COLUMNS
+    COLUMN_TIPS = LinesTableModel.COLUMN_TIPS
     #: At most this many distinct texts of a column are measured when fitting its width.
     FIT_SAMPLE = 8
 
@@ -240,9 +369,7 @@ class LinesPanel(QWidget):
         super().__init__(parent)
         self.model = model
         self.controller = controller
-        self._ids: list[int] = []  # the line id of every row, top to bottom
-        self._row_of: dict[int, int] = {}  # the row of every line id
-        self._shown: dict[int, Line] = {}  # the line (immutable) each row was last written from
+        self._selecting = False  # the panel, not the user, is changing the table's selection
         self.new_kind = QComboBox()
         self.new_kind.addItems(LINE_KINDS)
         self.new_kind.setToolTip("Kind given to the next line you trace")
@@ -250,27 +377,25 @@ class LinesPanel(QWidget):
         self.delete_button = QPushButton("Delete")
         self.delete_button.setToolTip("Delete the selected line (Del)")
         self.delete_button.clicked.connect(self.delete_selected)
-        self.table = QTableWidget(0, len(self.COLUMNS))
-        self.table.setHorizontalHeaderLabels(self.COLUMNS)
-        for column, tip in enumerate(self.COLUMN_TIPS):
-            self.table.horizontalHeaderItem(column).setToolTip(tip)
+        self.table_model = LinesTableModel(model, self)
+        self.table = QTableView()
+        self.table.setModel(self.table_model)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.table.setSortingEnabled(False)  # rows keep the model's order; setItem never re-sorts
         self.table.verticalHeader().hide()
         header = self.table.horizontalHeader()
-        # Not ResizeToContents: that re-measures every row of the column at each cell written
+        # Not ResizeToContents: that re-measures every row of the column whenever rows change
         # (seconds per edit with a few hundred lines); _fit_columns sizes them instead.
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         for column in range(1, len(self.COLUMNS)):
             self.table.setColumnWidth(column, header.sectionSizeHint(column))
-        self.table.itemChanged.connect(self._item_changed)
-        self.table.cellDoubleClicked.connect(self._cell_double_clicked)
+        self.table.doubleClicked.connect(
+            lambda index: self._cell_double_clicked(index.row(), index.column()))
         # The user's choice of a row: a new row selected (mouse or keys), or a press on the
         # row already selected (which changes no selection in the table, but can turn the
         # selection of one segment of that line into the whole line).
-        self.table.itemSelectionChanged.connect(self._table_selection_changed)
+        self.table.selectionModel().selectionChanged.connect(self._table_selection_changed)
         self.table.pressed.connect(self._table_selection_changed)
         top = QHBoxLayout()
         top.addWidget(QLabel("New line:"))
@@ -287,140 +412,68 @@ class LinesPanel(QWidget):
     # -- following the model --------------------------------------------------------------------
     def refresh(self) -> None:
         """Bring the rows up to date with the model, touching only what changed."""
-        lines = self.model.lines
-        table = self.table
-        blocker = QSignalBlocker(table)
-        repaint = table.updatesEnabled()  # (left alone when an ancestor has turned them off)
-        if repaint:
-            table.setUpdatesEnabled(False)
-        try:
-            self._sync_rows([line.id for line in lines])
-            written: list[tuple[int, tuple[str, ...]]] = []
-            shown = self._shown
-            for row, line in enumerate(lines):
-                if shown.get(line.id) is not line:
-                    written.append((row, self._show_line(row, line)))
-        finally:
-            if repaint:
-                table.setUpdatesEnabled(True)
-            blocker.unblock()
-        if written or not lines:
-            self._fit_columns(written, shrink=len(written) == len(lines))
+        with self._selecting_rows():
+            written = self.table_model.follow()
+        count = self.table_model.rowCount()
+        if written or not count:
+            self._fit_columns(written, shrink=len(written) == count)
         self._show_selection()
 
-    def _sync_rows(self, ids: list[int]) -> None:
-        """Insert and remove rows so that they stand for the lines ``ids``, in this order; the
-        rows of lines still there keep their items."""
-        old = self._ids
-        if old == ids:
-            return
-        table_model = self.table.model()
-        keep, had = set(ids), set(old)
-        if [i for i in old if i in keep] != [i for i in ids if i in had]:  # reordered: start over
-            self.table.setRowCount(0)
-            self._shown.clear()
-            old, had = [], set()
-        for start, count in reversed(_runs([row for row, i in enumerate(old) if i not in keep])):
-            table_model.removeRows(start, count)
-        for start, count in _runs([row for row, i in enumerate(ids) if i not in had]):
-            table_model.insertRows(start, count)
-        for line_id in had - keep:
-            self._shown.pop(line_id, None)
-        self._ids = list(ids)
-        self._row_of = {line_id: row for row, line_id in enumerate(ids)}
-
-    def _show_line(self, row: int, line: Line) -> tuple[str, ...]:
-        """Make ``row`` show ``line``, setting only the cells whose text or check state differ
-        from what the table shows; returns the texts of the kind, length and score columns."""
-        score = line.score_per_px
-        texts = (line.kind, f"{line.length:.0f}", "—" if math.isnan(score) else f"{score:.3f}")
-        state = Qt.CheckState.Checked if line.visible else Qt.CheckState.Unchecked
-        name = self.table.item(row, 0)
-        if name is None or name.data(Qt.ItemDataRole.UserRole) != line.id:
-            name = NameItem(line.name)
-            name.setData(Qt.ItemDataRole.UserRole, line.id)
-            name.setFlags(name.flags() | Qt.ItemFlag.ItemIsUserCheckable)
-            name.setCheckState(state)
-            self.table.setItem(row, 0, name)
-        else:
-            if name.text() != line.name:
-                name.setText(line.name)
-            if name.checkState() != state:
-                name.setCheckState(state)
-        for column, text in enumerate(texts, start=1):
-            item = self.table.item(row, column)
-            if item is None:
-                item = QTableWidgetItem(text)
-                item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEditable)
-                if column == 1:
-                    item.setToolTip("Double-click to switch between road and river")
-                else:
-                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight
-                                          | Qt.AlignmentFlag.AlignVCenter)
-                self.table.setItem(row, column, item)
-            elif item.text() != text:
-                item.setText(text)
-        self._shown[line.id] = line
-        return texts
-
-    def _fit_columns(self, written: list[tuple[int, tuple[str, ...]]], shrink: bool) -> None:
-        """Widen the kind, length and score columns to fit the rows just ``written`` (row,
-        texts), or fit them exactly (narrowing too) when ``shrink``: every row was written (or
-        none is left). Only the few longest distinct texts of each column are measured."""
+    def _fit_columns(self, rows: list[int], shrink: bool) -> None:
+        """Widen the kind, length and score columns to fit ``rows``, or fit them exactly
+        (narrowing too) when ``shrink``: ``rows`` are all the rows (or none is left). Only the
+        few longest distinct texts of each column are measured."""
         header = self.table.horizontalHeader()
         grid = 1 if self.table.showGrid() else 0
-        table_model = self.table.model()
-        for offset in range(len(self.COLUMNS) - 1):
-            column = offset + 1
-            rows: dict[str, int] = {}
-            for row, texts in written:
-                rows.setdefault(texts[offset], row)
-            longest = heapq.nlargest(self.FIT_SAMPLE, rows, key=lambda text: (len(text), text))
+        table_model = self.table_model
+        texts = [(row, row_texts(table_model.line_at(row))) for row in rows]
+        for column in range(1, len(self.COLUMNS)):
+            first_row: dict[str, int] = {}  # the first row showing each text of the column
+            for row, row_text in texts:
+                first_row.setdefault(row_text[column], row)
+            longest = heapq.nlargest(self.FIT_SAMPLE, first_row,
+                                     key=lambda text: (len(text), text))
             width = max([header.sectionSizeHint(column)]
-                        + [self.table.sizeHintForIndex(table_model.index(rows[text], column))
+                        + [self.table.sizeHintForIndex(table_model.index(first_row[text], column))
                            .width() + grid for text in longest])
             if not shrink:
                 width = max(width, self.table.columnWidth(column))
             if width != self.table.columnWidth(column):
                 self.table.setColumnWidth(column, width)
 
+    @contextmanager
+    def _selecting_rows(self):
+        """Changes of the table's selection meanwhile are the panel's, following the model or
+        the controller: not the user's choice of a row."""
+        selecting, self._selecting = self._selecting, True
+        try:
+            yield
+        finally:
+            self._selecting = selecting
+
     # -- the user's actions ---------------------------------------------------------------------
-    def _line_id(self, row: int) -> int | None:
-        return self._ids[row] if 0 <= row < len(self._ids) else None
-
-    def _item_changed(self, item: QTableWidgetItem) -> None:
-        line = self.model.line(self._line_id(item.row()))
-        if line is None or item.column() != 0:
-            return
-        visible = item.checkState() == Qt.CheckState.Checked
-        name = item.text().strip()
-        if visible != line.visible:
-            self.model.set_visible(line.id, visible)
-        elif name and name != line.name:
-            self.model.rename(line.id, name)
-        else:  # an empty name, or only spaces added: show the line's name again
-            with QSignalBlocker(self.table):
-                self._show_line(item.row(), line)
-
     def _cell_double_clicked(self, row: int, column: int) -> None:
-        line = self.model.line(self._line_id(row))
+        line = self.table_model.line_at(row)
         if line is not None and column == 1:
             kinds = LINE_KINDS
             self.controller.set_line_kind(line.id,
                                           kinds[(kinds.index(line.kind) + 1) % len(kinds)])
 
-    def _table_selection_changed(self, _index=None) -> None:
+    def _table_selection_changed(self, *_args) -> None:
         """The user chose a row (or none): select its whole line, even where one segment of
         that line was selected. (The table following the controller's selection, in
-        :meth:`_show_selection` and :meth:`refresh`, has its signals blocked: it never gets
-        here, so a selected segment stays selected while the table shows its line's row.)"""
+        :meth:`_show_selection` and :meth:`refresh`, does not get here, so a selected segment
+        stays selected while the table shows its line's row.)"""
+        if self._selecting:
+            return
         rows = self.table.selectionModel().selectedRows()
-        self.controller.select(self._line_id(rows[0].row()) if rows else None)
+        line = self.table_model.line_at(rows[0].row()) if rows else None
+        self.controller.select(None if line is None else line.id)
 
     def _show_selection(self) -> None:
-        row = self._row_of.get(self.controller.selection[0])
+        row = self.table_model.row_of(self.controller.selection[0])
         self.delete_button.setEnabled(row is not None)
-        with QSignalBlocker(self.table):
+        with self._selecting_rows():
             self.table.clearSelection()
             if row is not None:
                 self.table.selectRow(row)

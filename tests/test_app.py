@@ -657,11 +657,11 @@ def test_only_the_changed_line_is_redrawn(make_window, qtbot):
 
 def test_lines_panel_rename_hide_kind_delete_with_undo(make_window, qtbot):
     window = window_with_a_line(make_window, qtbot)
-    table = window.lines_panel.table
+    table, cells = window.lines_panel.table, window.lines_panel.table_model
     line_id = window.model.lines[0].id
-    table.item(0, 0).setText("Access road")
+    cells.setData(cells.index(0, 0), "Access road", Qt.ItemDataRole.EditRole)
     assert window.model.line(line_id).name == "Access road"
-    table.item(0, 0).setCheckState(Qt.CheckState.Unchecked)
+    cells.setData(cells.index(0, 0), Qt.CheckState.Unchecked, Qt.ItemDataRole.CheckStateRole)
     assert not window.model.line(line_id).visible
     assert window.canvas.line_items == {}
     assert window.model.line(line_id).segments[0].request.line_kind == "road"
@@ -670,7 +670,7 @@ def test_lines_panel_rename_hide_kind_delete_with_undo(make_window, qtbot):
     assert window.model.line(line_id).kind == "river"
     assert window.model.line(line_id).segments[0].request.line_kind == "river"
     assert window.model.undo_label == "Change kind"
-    assert table.item(0, 1).text() == "river"
+    assert cells.index(0, 1).data() == "river"
     table.selectRow(0)
     assert window.controller.selection[0] == line_id
     window.lines_panel.delete_button.click()

@@ -301,9 +301,11 @@ def test_line_names_and_column_headers_have_tooltips(make_window, qtbot):
     (line,) = window.model.lines
     long_name = "The long road from the river crossing to the farm on the hill, north side"
     window.model.rename(line.id, long_name)
-    table = window.lines_panel.table
-    assert table.item(0, 0).toolTip() == f"{long_name}\nDouble-click to rename; untick to hide"
-    tips = [table.horizontalHeaderItem(column).toolTip() for column in range(4)]
+    cells = window.lines_panel.table_model
+    assert cells.index(0, 0).data(Qt.ItemDataRole.ToolTipRole) == (
+        f"{long_name}\nDouble-click to rename; untick to hide")
+    tips = [cells.headerData(column, Qt.Orientation.Horizontal, Qt.ItemDataRole.ToolTipRole)
+            for column in range(4)]
     assert tips == list(LinesPanel.COLUMN_TIPS)
     assert tips[3] == ("Mean link score per pixel of the line's traced segments (straight ones "
                        "not counted): higher, that is closer to 0, is better")
