@@ -105,7 +105,14 @@ class Segment:
 
 @dataclass(frozen=True)
 class Line:
-    """A named chain of anchors and the segments between them (``len(segments) + 1`` anchors)."""
+    """A named chain of anchors and the segments between them (``len(segments) + 1`` anchors).
+
+    Attributes
+    ----------
+    bounds : ndarray of shape (2, 2)
+        Its bounding box [[x_min, y_min], [x_max, y_max]]: worked out where the line is made
+        (in the worker for a session read), not when a view first shows it.
+    """
 
     id: int
     name: str
@@ -113,16 +120,16 @@ class Line:
     anchors: tuple[Point, ...]
     segments: tuple[Segment, ...]
     visible: bool = True
+    bounds: np.ndarray = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "bounds", np.array([self.polyline.min(axis=0),
+                                                     self.polyline.max(axis=0)]))
 
     @cached_property
     def polyline(self) -> np.ndarray:
         """The whole line, shape (N, 2): segments joined, shared anchors kept once."""
         return join_polylines([segment.polyline for segment in self.segments])
-
-    @cached_property
-    def bounds(self) -> np.ndarray:
-        """Its bounding box [[x_min, y_min], [x_max, y_max]], shape (2, 2)."""
-        return np.array([self.polyline.min(axis=0), self.polyline.max(axis=0)])
 
     @property
     def length(self) -> float:

@@ -348,3 +348,15 @@ def test_an_edit_re_encodes_only_the_lines_it_replaced(tmp_path, monkeypatch):
     assert encoded == [1, 2, 3, 2]
     assert same_lines(read_session(path)[1], model.lines)
 
+
+
+def test_a_lines_box_is_worked_out_where_it_is_made():
+    """A line's box (and its joined polyline) are made with the line: for a session read, in
+    the worker, not when the canvas first shows thousands of lines."""
+    line = Line(1, "L", "road", ((0.0, 0.0), (30.0, 5.0), (10.0, 40.0)),
+                (straight((0.0, 0.0), (30.0, 5.0)), straight((30.0, 5.0), (10.0, 40.0))))
+    assert "polyline" in vars(line)
+    np.testing.assert_array_equal(line.bounds, [[0.0, 0.0], [30.0, 40.0]])
+    renamed = replace(line, name="M")
+    assert renamed.bounds is not line.bounds
+    np.testing.assert_array_equal(renamed.bounds, line.bounds)
