@@ -10,6 +10,7 @@ import json
 import math
 import os
 from dataclasses import dataclass, replace
+from pathlib import PurePath
 
 import numpy as np
 
@@ -201,11 +202,12 @@ def write_session(path: str | os.PathLike, image_path: str, lines: tuple[Line, .
                   encoder: LineEncoder | None = None) -> None:
     """Write a session file atomically (raises ``OutputWriteError``): the image stored absolute
     and relative to the file's folder, with its ``image_size`` (width, height) where given, and
-    the lines last (their texts from ``encoder`` where given)."""
+    the lines last (their texts from ``encoder`` where given). The relative path has ``/``
+    separators on every system, so that a session written on Windows opens elsewhere."""
     folder = os.path.dirname(os.path.abspath(path))
     image = os.path.abspath(image_path)
     try:
-        relative = os.path.relpath(image, folder)
+        relative = PurePath(os.path.relpath(image, folder)).as_posix()
     except ValueError:  # another drive on Windows
         relative = None
     header = {"format": SESSION_FORMAT, "version": SESSION_VERSION, "image": image,
@@ -280,6 +282,17 @@ def load_session(path: str | os.PathLike) -> Session:
     return session
 
 
+def _relative_image(path: str, relative: str) -> str | None:
+    """The image at ``relative`` to the folder of the session ``path`` where it exists, else
+    None; ``\\`` separators (older sessions written on Windows) are also tried as ``/``."""
+    folder = os.path.dirname(os.path.abspath(path))
+    for name in dict.fromkeys((relative, relative.replace("\\", "/"))):
+        candidate = os.path.join(folder, name)
+        if os.path.exists(candidate):
+            return os.path.normpath(candidate)
+    return None
+
+
 def _lines_of(items: list) -> tuple[Line, ...]:
     """The lines of a session's ``lines`` list, each item dropped from the list once read (a
     large document is freed a line at a time, not all at once at the end)."""
@@ -317,7 +330,5 @@ def _session_of(document: object, path: str) -> Session:
     except (SessionReadError, BadParameter) as exc:
         raise SessionReadError(f"{path}: {exc}") from None
     if relative:
-        candidate = os.path.join(os.path.dirname(os.path.abspath(path)), relative)
-        if os.path.exists(candidate):
-            image = os.path.normpath(candidate)
+        image = _relative_image(path, relative) or image
     return Session(image, lines, params, backend, image_size)

@@ -264,6 +264,7 @@ def entry(argv: list[str] | None = None) -> int:
     """
     if sys.stderr is None:  # closed (2>&-): notes and errors go nowhere, never onto stdout
         sys.stderr = open(os.devnull, "w")
+    fit_stream_encodings()
     try:
         return dispatch(sys.argv[1:] if argv is None else argv)
     except BrokenPipeError:
@@ -275,6 +276,28 @@ def entry(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C before a command's own handling (imports, parsing)
         print("interrupted", file=sys.stderr)
         return 130
+
+
+#: Characters of the help texts and tables (σ, θ, →) that a legacy code page lacks.
+_TEXT_CHARACTERS = "σθ→"
+
+
+def fit_stream_encodings() -> None:
+    """Make stdout and stderr able to write the help texts and tables: where their encoding
+    cannot (Windows writes to a file or pipe in the ANSI code page, e.g. cp1252), a redirected
+    stream is switched to UTF-8, and a console's unencodable characters become ``?``."""
+    for stream in (sys.stdout, sys.stderr):
+        if not hasattr(stream, "reconfigure"):
+            continue
+        try:
+            _TEXT_CHARACTERS.encode(stream.encoding)
+            continue
+        except (UnicodeEncodeError, LookupError):
+            pass
+        if stream.isatty():
+            stream.reconfigure(errors="replace")
+        else:
+            stream.reconfigure(encoding="utf-8", errors="replace")
 
 
 def dispatch(argv: list[str]) -> int:

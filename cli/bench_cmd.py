@@ -13,7 +13,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import statistics
 import sys
 import time
@@ -159,16 +158,29 @@ def run(args: argparse.Namespace) -> int:
                 print(f"θ={theta:5.0f}° n={n} d={d:5d}  DP {row['dp_ms']:9.3f} ms  "
                       f"end-to-end {row['end_to_end_ms']:9.3f} ms  paper {row['paper_ms']} ms",
                       file=sys.stderr, flush=True)
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak_mb = peak_memory_mb()
     # With the JSON figures on stdout, the table goes to stderr.
     table = sys.stderr if args.json is not None and is_stdout(args.json) else sys.stdout
     print(markdown_table(rows, note), file=table)
-    print(f"\nPeak resident memory of the whole run: {peak_mb:.0f} MB.", file=table)
+    if peak_mb is not None:
+        print(f"\nPeak resident memory of the whole run: {peak_mb:.0f} MB.", file=table)
     if args.json is not None:
         write_text_or_stdout(args.json, json.dumps({"backend": note,
                                                     "machine": machine_description(),
                                                     "rows": rows}, indent=1) + "\n")
     return 0
+
+
+def peak_memory_mb() -> float | None:
+    """Peak resident memory of this process so far, MB (MiB); None where the ``resource``
+    module is missing (Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # ru_maxrss is in bytes on macOS, in KiB elsewhere.
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
 
 
 def markdown_table(rows: list[dict], note: str) -> str:

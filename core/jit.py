@@ -34,11 +34,14 @@ def _writable_folder(path: str) -> bool:
 
 def _private_cache_folder() -> str:
     """A folder of the temporary directory that only this user can write (numba loads what is
-    cached there, so a folder another user made is never used)."""
+    cached there, so a folder another user made is never used). Windows has no user ids and
+    its temporary directory is the user's own: the folder is shared by name only."""
     import stat
     import tempfile
 
-    path = os.path.join(tempfile.gettempdir(), f"roadtracer-numba-{os.getuid()}")
+    getuid = getattr(os, "getuid", None)
+    path = os.path.join(tempfile.gettempdir(),
+                        "roadtracer-numba" + ("" if getuid is None else f"-{getuid()}"))
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
@@ -46,8 +49,8 @@ def _private_cache_folder() -> str:
     except OSError:
         return tempfile.mkdtemp(prefix="roadtracer-numba-")
     status = os.lstat(path)
-    if not stat.S_ISDIR(status.st_mode) or status.st_uid != os.getuid() \
-            or status.st_mode & 0o022:
+    if not stat.S_ISDIR(status.st_mode) or getuid is not None and (
+            status.st_uid != getuid() or status.st_mode & 0o022):
         return tempfile.mkdtemp(prefix="roadtracer-numba-")
     return path
 

@@ -384,13 +384,14 @@ def read_json(path: str | os.PathLike, what: str, error: type[TraceError] = BadP
     """The JSON document in ``path`` (:func:`decode_json`: a piece at a time); ``what`` names
     the file in the one-line ``error`` raised when it cannot be read, is not JSON, or nests
     deeper than :data:`MAX_JSON_DEPTH` (e.g. ``what="seeds file"``), or is no regular file (a
-    FIFO or device would block or never end)."""
+    FIFO or device would block or never end). A leading UTF-8 byte-order mark (Notepad,
+    PowerShell 5.1) is skipped."""
     path = os.fspath(path)
     if os.path.exists(path) and not os.path.isfile(path):
         kind = "a folder" if os.path.isdir(path) else "not a regular file"
         raise error(f"cannot read {what} {path}: it is {kind}")
     try:
-        with open(path, encoding="utf-8") as stream:
+        with open(path, encoding="utf-8-sig") as stream:
             text = "".join(iter(lambda: stream.read(READ_CHARS), ""))
         return decode_json(text)
     except OSError as exc:

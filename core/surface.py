@@ -86,9 +86,8 @@ def _loaded_session(path: str, threads: int | None):
     try:
         import onnxruntime
         from onnxruntime.capi.onnxruntime_pybind11_state import InvalidProtobuf
-    except ImportError:
-        raise ModelUnavailable("the surface model needs ONNX Runtime: pip install onnxruntime "
-                               f"({NO_MODEL_HINT})") from None
+    except ImportError as exc:
+        raise ModelUnavailable(_import_problem(exc)) from None
     if not os.path.isfile(path):
         raise ModelUnavailable(f"surface model not found: {path} ({NO_MODEL_HINT})")
     options = onnxruntime.SessionOptions()
@@ -111,6 +110,17 @@ def _runtime_detail(exc: Exception, path: str) -> str:
     (``[ONNXRuntimeError] : 1 : FAIL : ``) and with the model's path left out."""
     reason = str(exc).split(" : ")[-1].replace(path, "the file")
     return textwrap.shorten(reason, MAX_DETAIL_CHARS, placeholder=" …")
+
+
+def _import_problem(exc: ImportError) -> str:
+    """Why the surface model cannot run, ``exc`` being what importing ONNX Runtime raised: it
+    is not installed, or it does not load (on Windows, mostly for want of the Microsoft Visual
+    C++ runtime: "DLL load failed")."""
+    if isinstance(exc, ModuleNotFoundError) and exc.name == "onnxruntime":
+        return f"the surface model needs ONNX Runtime: pip install onnxruntime ({NO_MODEL_HINT})"
+    reason = textwrap.shorten(str(exc), MAX_DETAIL_CHARS, placeholder=" …")
+    hint = "; install the Microsoft Visual C++ Redistributable" if os.name == "nt" else ""
+    return f"ONNX Runtime cannot be loaded: {reason}{hint} ({NO_MODEL_HINT})"
 
 
 def use_model(path: str | os.PathLike) -> Path:

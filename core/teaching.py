@@ -144,6 +144,8 @@ def training_set(lines_by_image: dict, lengths: tuple[float, float] = CASE_LENGT
     """
     rng = np.random.default_rng(seed)
     sources, cases, parts = [], [], {}
+    # Part names taken, case-folded: images/A.png and images/a.png are one file on Windows.
+    taken = set()
     for image, (raster, lines) in lines_by_image.items():
         size = np.array([raster.width, raster.height], dtype=np.float64)
         cut = [piece for line in lines
@@ -154,8 +156,9 @@ def training_set(lines_by_image: dict, lengths: tuple[float, float] = CASE_LENGT
         stem = Path(image).stem
         for suffix, group in _part_groups(cut):
             name = stem + suffix
-            while name in parts:
+            while name.casefold() in taken:
                 name += "_"
+            taken.add(name.casefold())
             parts[name], corner = image_part(raster, group)
             sources.append({"id": name, "image": f"images/{name}.png",
                             "from": os.path.abspath(image), "offset_xy": corner.tolist()})
