@@ -35,6 +35,7 @@ import argparse
 import contextlib
 import functools
 import importlib.util
+import math
 import os
 import signal
 import sys
@@ -60,8 +61,11 @@ if TYPE_CHECKING:
 
 #: Failures listed on stderr; the rest are in summary.csv.
 MAX_LISTED_FAILURES = 20
-#: Cores of this machine: the default number of local CPU workers.
+#: Cores of this machine: the default number of local CPU workers (at most
+#: ``WINDOWS_MAX_WORKERS`` on Windows).
 CORES = os.cpu_count() or 1
+#: The most local worker processes on Windows, where ``ProcessPoolExecutor`` refuses more.
+WINDOWS_MAX_WORKERS = 61
 #: Default local worker processes per GPU, at most one per two cores (measured:
 #: docs/BENCHMARKS.md, "Batch on the GPU").
 GPU_WORKERS_PER_DEVICE = 8
@@ -83,6 +87,21 @@ def positive_int(text: str) -> int:
     return value
 
 
+def most_workers() -> float:
+    """The most local worker processes this system allows: ``WINDOWS_MAX_WORKERS`` on
+    Windows, else no limit (``math.inf``)."""
+    return WINDOWS_MAX_WORKERS if sys.platform == "win32" else math.inf
+
+
+def worker_count(text: str) -> int:
+    """Parse ``--workers``: a positive integer, at most :func:`most_workers`."""
+    value = positive_int(text)
+    if value > most_workers():
+        raise argparse.ArgumentTypeError(f"at most {WINDOWS_MAX_WORKERS} local worker "
+                                         f"processes on Windows, got {value}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     set_examples(parser, "tiles/ --seeds roads.geojson -o traced/",
                  "tiles/ --seeds roads.geojson -o traced/ --crs source --workers 1",
@@ -95,8 +114,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="folder for <image stem>.geojson, summary.json and summary.csv")
     parser.add_argument("--overwrite", action="store_true",
                         help="trace images again whose output exists (default: skip them)")
-    parser.add_argument("--workers", type=positive_int,
-                        help=f"local worker processes (default: one per core, {CORES} here; "
+    parser.add_argument("--workers", type=worker_count,
+                        help="local worker processes (default: one per core, "
+                             f"{min(CORES, most_workers())} here; "
                              f"with the GPU backend {GPU_WORKERS_PER_DEVICE} per GPU, at most "
                              "one per two cores, or 1 for a batch of at most "
                              f"{GPU_POOL_MIN_SEGMENTS} segments; 1 runs in this process)")
@@ -169,7 +189,8 @@ def local_workers(requested: int | None, tasks: int, gpus: int,
     """Local worker processes for ``tasks`` images of at most ``segments`` segments:
     ``requested`` (None: one per core, or with ``gpus`` > 0 GPUs ``GPU_WORKERS_PER_DEVICE`` per
     GPU, at most one per two cores, and one when ``segments`` is at most
-    ``GPU_POOL_MIN_SEGMENTS``), never more than the images."""
+    ``GPU_POOL_MIN_SEGMENTS``; never more than :func:`most_workers`), never more than the
+    images."""
     if requested is None:
         if not gpus:
             requested = CORES
@@ -177,6 +198,7 @@ def local_workers(requested: int | None, tasks: int, gpus: int,
             requested = 1
         else:
             requested = min(GPU_WORKERS_PER_DEVICE * gpus, CORES // 2)
+        requested = min(requested, most_workers())
     return max(min(requested, tasks), 1)
 
 

@@ -39,6 +39,7 @@ callable returning a :class:`core.backend.TracerBackend` in the worker process.
 from __future__ import annotations
 
 import csv
+import errno
 import hashlib
 import io
 import json
@@ -137,8 +138,12 @@ CSV_COLUMNS = ("image", "status", "coordinate_space", "lines", "segments", "fail
 NO_SEED_REASON = "no seed crosses it"
 #: First characters that make a spreadsheet read a CSV cell as a formula.
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
-#: Lock file of an output folder, held (``flock``) by the one batch run that owns the folder.
+#: Lock file of an output folder, held (``flock``; Windows: ``msvcrt.locking``) by the one
+#: batch run that owns the folder.
 LOCK_FILE = ".roadtracer-batch.lock"
+#: The byte of :data:`LOCK_FILE` that is locked on Windows (``msvcrt.locking``), whose locks
+#: are mandatory: well past the owner line, which must stay readable to a refused run.
+WINDOWS_LOCK_BYTE = 1 << 16
 #: Modules every local worker needs, imported once by the server workers are forked from
 #: (:func:`local_executor`; callers add those of their backend).
 WORKER_MODULES = ("core.batch",)
@@ -466,6 +471,21 @@ def output_names(images: list[Path]) -> dict[str, str]:
     return {image.name: names[image.name] for image in images}
 
 
+def image_named(name: str, names: list[str]) -> str | None:
+    """The image of ``names`` that a seed's ``properties.image`` ``name`` means.
+
+    The one named exactly so; else, on Windows and macOS, whose file systems ignore case by
+    default, the only one named so but for case (``A.PNG`` for ``a.png``); else None (never
+    two images for one seed).
+    """
+    if name in names:
+        return name
+    if sys.platform not in ("win32", "darwin"):
+        return None
+    same = [other for other in names if other.casefold() == name.casefold()]
+    return same[0] if len(same) == 1 else None
+
+
 def passed_over(folder: Path) -> tuple[int, int]:
     """How many subfolders, and links to nothing named like an image, ``folder`` holds:
     entries that a batch of it does not read (only the images directly in it); none where
@@ -525,15 +545,16 @@ def _check_writable(out_dir: Path) -> None:
 
 @contextmanager
 def lock_output_folder(out_dir: str | os.PathLike, inputs=()) -> Iterator[Path]:
-    """Own ``out_dir`` for one batch run (created if missing): hold an exclusive ``flock`` on
-    its :data:`LOCK_FILE` (which names the owner's process id and host), and remove the
-    temporary files that a run killed while writing left there; neither may be one of the
-    files ``inputs`` (e.g. the seeds file), which are left as they are.
+    """Own ``out_dir`` for one batch run (created if missing): hold an exclusive lock
+    (:func:`_try_lock`) on its :data:`LOCK_FILE` (which names the owner's process id and
+    host), and remove the temporary files that a run killed while writing left there;
+    neither may be one of the files ``inputs`` (e.g. the seeds file), which are left as they
+    are.
 
-    The kernel releases the lock when its holder exits, however it ends, so a lock file left
+    The system releases the lock when its holder exits, however it ends, so a lock file left
     by a killed run is stale and taken over. The folders this call created (``out_dir`` and
     any missing parents) are removed again, deepest first, if nothing but the lock file is in
-    them at the end (a run refused for a usage error leaves no trace).
+    them at the end (a run refused for a usage error leaves no trace; :func:`_close_lock`).
 
     Yields
     ------
@@ -548,8 +569,6 @@ def lock_output_folder(out_dir: str | os.PathLike, inputs=()) -> Iterator[Path]:
     OutputWriteError
         If the folder cannot be created or written to.
     """
-    import fcntl
-
     refuse_empty_path(out_dir, "output")
     out_dir = Path(out_dir)
     refuse_clobbering_inputs([out_dir / LOCK_FILE, *_leftovers(out_dir)], inputs)
@@ -561,24 +580,89 @@ def lock_output_folder(out_dir: str | os.PathLike, inputs=()) -> Iterator[Path]:
     except OSError as exc:
         raise OutputWriteError(f"cannot write {path}: {exc.strerror or exc}") from None
     try:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            owner = os.pread(handle, 200, 0).decode("utf-8", "replace").strip()
+        if not _try_lock(handle):
+            owner = _read_start(handle, 200).decode("utf-8", "replace").strip()
             owner = owner.splitlines()[0] if owner else "unknown"
             raise BadParameter(f"output folder {out_dir} is in use by another batch run "
-                               f"({owner}); wait for it to end or choose another folder") \
-                from None
+                               f"({owner}); wait for it to end or choose another folder")
         os.ftruncate(handle, 0)
-        os.pwrite(handle, f"process {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        _write_start(handle, f"process {os.getpid()} on {socket.gethostname()}\n".encode())
         for leftover in _leftovers(out_dir):
             leftover.unlink(missing_ok=True)
         yield out_dir
     finally:
-        if created and [entry.name for entry in out_dir.iterdir()] == [LOCK_FILE]:
-            path.unlink()
+        remove = bool(created) and [entry.name for entry in out_dir.iterdir()] == [LOCK_FILE]
+        _close_lock(handle, path, remove)
+        if remove:
             _remove_empty(created)
-        os.close(handle)  # releases the lock; the file stays (removing it would race)
+
+
+def _try_lock(handle: int) -> bool:
+    """Take the exclusive lock of the open lock file ``handle`` without waiting.
+
+    ``flock`` on Linux and macOS; on Windows, ``msvcrt.locking`` of the byte
+    :data:`WINDOWS_LOCK_BYTE`. Closing ``handle`` releases it.
+
+    Returns
+    -------
+    bool
+        False if another process holds it.
+    """
+    if sys.platform == "win32":
+        import msvcrt
+
+        os.lseek(handle, WINDOWS_LOCK_BYTE, os.SEEK_SET)
+        try:
+            msvcrt.locking(handle, msvcrt.LK_NBLCK, 1)
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.EDEADLK):
+                return False
+            raise
+        return True
+    import fcntl
+
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _read_start(handle: int, size: int) -> bytes:
+    """Up to ``size`` bytes from the start of the open file ``handle`` (``os.pread``, else
+    seek and read where there is none: Windows)."""
+    if hasattr(os, "pread"):
+        return os.pread(handle, size, 0)
+    os.lseek(handle, 0, os.SEEK_SET)
+    return os.read(handle, size)
+
+
+def _write_start(handle: int, data: bytes) -> None:
+    """Write ``data`` at the start of the open file ``handle`` (``os.pwrite``, else seek and
+    write where there is none: Windows)."""
+    if hasattr(os, "pwrite"):
+        os.pwrite(handle, data, 0)
+    else:
+        os.lseek(handle, 0, os.SEEK_SET)
+        os.write(handle, data)
+
+
+def _close_lock(handle: int, path: Path, remove: bool) -> None:
+    """Close the lock file ``handle`` at ``path``, releasing the lock, and with ``remove``
+    delete the file (else it stays: removing it would race with a run about to lock it).
+
+    It is deleted while still locked, so that no other run takes it meanwhile; on Windows,
+    which deletes no open file, once closed, unless another run opened it since.
+    """
+    if sys.platform != "win32":
+        if remove:
+            path.unlink()
+        os.close(handle)
+        return
+    os.close(handle)
+    if remove:
+        with suppress(OSError):
+            path.unlink()
 
 
 def _leftovers(out_dir: Path) -> list[Path]:
@@ -800,11 +884,16 @@ def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
         evidence_dir = evidence_folder(evidence_dir)
     seeds, seed_failures = read_seeds(seeds_path)
     _check_writable(out_dir)
-    names = {image.name for image in images}
-    for seed in seeds:
-        if seed.image is not None and seed.image not in names:
+    names = [image.name for image in images]
+    for index, seed in enumerate(seeds):
+        if seed.image is None:
+            continue
+        name = image_named(seed.image, names)
+        if name is None:
             seed_failures.append(Failure(f"properties.image={seed.image!r} is not an image in "
                                          f"{images_dir}", seed.id))
+        else:
+            seeds[index] = replace(seed, image=name)
     by_image = seed_candidates(seeds, images, image_crs)
     candidates = {seed.id: set() for seed in seeds if seed.image is None}
     for image, found in by_image.items():
@@ -1038,8 +1127,10 @@ def run_tasks(tasks: list[ImageTask], backend_factory: Callable[[], TracerBacken
         yield from _run_here(tasks, backend_factory, progress)
         return
     images = max(images, 1)
-    with (tempfile.TemporaryDirectory(prefix="roadtracer-calls-") if here is not None
-          else nullcontext()) as marks:
+    # A worker may still hold its mark file open when an interrupt removes the folder: Windows
+    # refuses to delete it, and that error must not replace the KeyboardInterrupt.
+    with (tempfile.TemporaryDirectory(prefix="roadtracer-calls-", ignore_cleanup_errors=True)
+          if here is not None else nullcontext()) as marks:
         for attempt in count():
             folder = None if marks is None else Path(marks, str(attempt))
             lost = yield from _run_calls(tasks, backend_factory, executor, images, here,
