@@ -146,21 +146,23 @@ def test_onnxruntime_not_loading_says_why(monkeypatch, fresh_sessions):
 
 # 6. Sessions' relative image path: '/' written, '\' (older Windows sessions) read.
 
-def test_session_relative_image_path_is_written_with_slashes(tmp_path):
+def session_of_an_image_below(tmp_path):
+    """(the image imgs/a.png, a session of it saved beside imgs/)."""
     image = tmp_path / "imgs" / "a.png"
     image.parent.mkdir()
     image.write_bytes(SAMPLE_IMAGE.read_bytes())
     session = tmp_path / "work.roadtracer.json"
     write_session(session, str(image), (), TraceParams(), "auto")
+    return image, session
+
+
+def test_session_relative_image_path_is_written_with_slashes(tmp_path):
+    _, session = session_of_an_image_below(tmp_path)
     assert json.loads(session.read_text(encoding="utf-8"))["image_relative"] == "imgs/a.png"
 
 
 def test_session_written_on_windows_finds_its_image(tmp_path):
-    image = tmp_path / "imgs" / "a.png"
-    image.parent.mkdir()
-    image.write_bytes(SAMPLE_IMAGE.read_bytes())
-    session = tmp_path / "work.roadtracer.json"
-    write_session(session, str(image), (), TraceParams(), "auto")
+    image, session = session_of_an_image_below(tmp_path)
     document = json.loads(session.read_text(encoding="utf-8"))
     document.update(image="C:\\Users\\gis\\proj\\imgs\\a.png", image_relative="imgs\\a.png")
     session.write_text(json.dumps(document), encoding="utf-8")
