@@ -81,21 +81,28 @@ def parse_size(text: str, what: str = BUDGET_VARIABLE) -> int:
 
 
 def available_memory() -> int | None:
-    """Bytes of memory available to new allocations now: Linux's ``MemAvailable`` (else free
-    physical pages), or less where this process's control group has less room
-    (:func:`cgroup_room`); None where the system does not say."""
+    """Bytes of memory available to new allocations now: Linux's ``MemAvailable`` (Windows and
+    macOS: psutil's ``available``; else free physical pages), or less where this process's
+    control group has less room (:func:`cgroup_room`); None where the system does not say."""
     found = [room for room in (_meminfo_available(), cgroup_room()) if room is not None]
     return min(found, default=None)
 
 
 def _meminfo_available() -> int | None:
-    """Linux's ``MemAvailable`` in bytes, else the free physical pages; None if unknown."""
+    """Linux's ``MemAvailable`` in bytes, else psutil's ``available`` (Windows, macOS), else
+    the free physical pages; None if unknown."""
     try:
         with open(MEMINFO, encoding="ascii") as stream:
             for line in stream:
                 if line.startswith("MemAvailable:"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except (ImportError, OSError, AttributeError):
         pass
     try:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")

@@ -213,3 +213,17 @@ def test_image_parts_differing_in_case_only_get_other_names(tmp_path):
                                       str(tmp_path / "road.png"): (raster, lines)})
     assert [source["id"] for source in sources] == ["Road", "road_"]
     assert len({name.casefold() for name in parts}) == 2
+
+
+# The memory budget where /proc/meminfo is missing (Windows, macOS).
+
+def test_available_memory_comes_from_psutil_without_proc_meminfo(monkeypatch, tmp_path):
+    import types
+
+    from core import resources
+
+    monkeypatch.setattr(resources, "MEMINFO", str(tmp_path / "no-meminfo"))
+    monkeypatch.setattr(resources, "cgroup_room", lambda: None)
+    fake = types.SimpleNamespace(virtual_memory=lambda: types.SimpleNamespace(available=123e6))
+    monkeypatch.setitem(sys.modules, "psutil", fake)
+    assert resources.available_memory() == 123_000_000
