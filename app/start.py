@@ -32,6 +32,16 @@ def display_problem(environ: Mapping[str, str] = os.environ,
     return "no display to open a window on (neither DISPLAY nor WAYLAND_DISPLAY is set)"
 
 
+def plugin_hint(platform: str = sys.platform) -> str:
+    """What to do where Qt cannot load its platform plugin: on Linux, the system libraries and
+    the display; elsewhere (Windows, macOS: the window system is always there) PySide6's own
+    files."""
+    if platform.startswith("linux"):
+        return ("install the system libraries Qt names (the README lists them) and check that "
+                "DISPLAY or WAYLAND_DISPLAY names a running display")
+    return 'reinstall PySide6 (pip install --force-reinstall -e ".[app]" in the project folder)'
+
+
 def fail(problem: str, what_to_do: str) -> int:
     """Print the one error line; return :data:`EXIT_NO_DISPLAY`."""
     print(f"error: cannot start the application: {problem}; {what_to_do}, {HEADLESS}",
@@ -56,9 +66,7 @@ def create_application():
             held.append(message)
             return
         reason = held[0] if held else message.splitlines()[0]
-        fail(f"Qt cannot open its platform plugin ({' '.join(reason.split())})",
-             "install the system libraries Qt names (the README lists them) and check that "
-             "DISPLAY or WAYLAND_DISPLAY names a running display")
+        fail(f"Qt cannot open its platform plugin ({' '.join(reason.split())})", plugin_hint())
         sys.stderr.flush()
         os._exit(EXIT_NO_DISPLAY)  # Qt would abort() when this handler returns
 

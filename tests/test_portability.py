@@ -227,3 +227,12 @@ def test_available_memory_comes_from_psutil_without_proc_meminfo(monkeypatch, tm
     fake = types.SimpleNamespace(virtual_memory=lambda: types.SimpleNamespace(available=123e6))
     monkeypatch.setitem(sys.modules, "psutil", fake)
     assert resources.available_memory() == 123_000_000
+
+
+def test_a_qt_plugin_failure_names_the_display_on_linux_only():
+    from app.start import plugin_hint
+
+    assert "DISPLAY" in plugin_hint("linux")
+    for platform in ("win32", "darwin"):
+        assert "DISPLAY" not in plugin_hint(platform)
+        assert "PySide6" in plugin_hint(platform)
