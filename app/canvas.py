@@ -84,6 +84,12 @@ QT_LINES_BATCH = 16
 PIXMAP_CACHE_KIB = 64 * 1024
 
 
+def power_of_two_at_most(value: float) -> float:
+    """The largest power of two not above ``value`` (> 0): drawing state that depends on the
+    zoom is kept per doubling of it."""
+    return 2.0 ** math.floor(math.log2(value))
+
+
 def score_steps(segment: Segment, low: float, high: float) -> np.ndarray:
     """Colour of each link from its score per pixel, as an index into :data:`STEP_COLOURS`:
     red (``low``) → yellow → green (``high``).
@@ -226,7 +232,7 @@ class LineItem:
         scale = screen_scale(painter)
         pad = ITEM_PAD_PX * scale
         whole = area is None or area.contains(points_rect(self.line.bounds, pad))
-        for pen, draw, shape in self._drawing(2.0 ** math.floor(math.log2(scale))):
+        for pen, draw, shape in self._drawing(power_of_two_at_most(scale)):
             painter.setPen(pen)
             part = shape if whole else within(draw, shape, area, pad)
             if part is not None:
@@ -805,7 +811,7 @@ class Canvas(QGraphicsView):
         """Scene units of :data:`ITEM_PAD_PX` to twice that many screen px at this zoom: the
         zoom rounded down to a power of two, so that the lines' boxes and the overlay's bounds
         change at most once per doubling or halving of the zoom."""
-        scale = 2.0 ** math.floor(math.log2(max(self.transform().m11(), 1e-9)))
+        scale = power_of_two_at_most(max(self.transform().m11(), 1e-9))
         return ITEM_PAD_PX / scale
 
     def _zoom_changed(self) -> None:
