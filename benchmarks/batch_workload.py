@@ -25,7 +25,7 @@ CASES = ROOT / "resources" / "sample" / "gsi_108_cases.json"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", type=Path, metavar="FOLDER",
                         help="where to write images/ and seeds.geojson (made if missing)")
     parser.add_argument("count", type=int, metavar="N",

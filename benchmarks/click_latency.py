@@ -58,7 +58,7 @@ def settings() -> dict[str, tuple[list, TraceParams]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", default="cpu", choices=BACKEND_CHOICES)
     parser.add_argument("--calls", type=int, default=15, help="timed calls per setting and round")
     parser.add_argument("--rounds", type=int, default=2, help="rounds over the settings")

@@ -83,13 +83,17 @@ def logit_error(raster, case, backend) -> float:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("cases", nargs="+")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args(argv)
     cpu = CpuBackend()
-    gpu64 = GpuBackend.create(precision="float64")
-    gpu32 = GpuBackend.create(precision="float32")
+    try:
+        gpu64 = GpuBackend.create(precision="float64")
+        gpu32 = GpuBackend.create(precision="float32")
+    except TraceError as exc:  # no pycuda, no GPU
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if gpu64.model_note:
         print(f"warning: {gpu64.model_note}", file=sys.stderr)
     report = {"device": gpu64.description, "sets": []}

@@ -231,7 +231,7 @@ def _interactive_lines(live: dict) -> list[str]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--angles", default="180,30")
     parser.add_argument("--divisions", default="5,6,7,8")

@@ -19,7 +19,7 @@ from affine import Affine
 
 SAMPLE = Path(__file__).resolve().parent.parent / "resources" / "sample"
 
-parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 parser.add_argument("folder", type=Path, help="where images/ and seeds.geojson are written")
 parser.add_argument("tiles", type=int, help="number of GeoTIFF copies of the sample")
 args = parser.parse_args()

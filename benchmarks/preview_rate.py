@@ -30,7 +30,7 @@ CURSOR_PATH = [(379.0 + 1.5 * k, 284.0 - 1.0 * k) for k in range(60)]
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", default="auto", choices=BACKEND_CHOICES)
     args = parser.parse_args()
     backend, note = choose_backend(args.backend)

@@ -177,8 +177,11 @@ def closest_command(word: str) -> str | None:
 def not_a_command(word: str) -> str:
     """The problem with ``word``, neither a command nor an existing file, and a likely fix."""
     closest = closest_command(word)
+    named_file = "." in word or os.sep in word
     if len(word) > MAX_ECHOED_CHARS:
         word = word[:MAX_ECHOED_CHARS] + "…"
+    if named_file:
+        return f"no such image, folder or session file: {word!r}"
     return (f"{word!r} is neither a command ({', '.join(COMMANDS)}) nor an existing image, "
             "folder or session file" + (f"; did you mean {closest!r}?" if closest else ""))
 
@@ -190,6 +193,11 @@ def main(argv: list[str]) -> int:
         if len(argv) > 2 or argv[1:] == ["help"]:
             print(f"error: help takes one command at most ({', '.join(COMMANDS)}), got "
                   f"{one_line(' '.join(argv[1:]))}", file=sys.stderr)
+            return 2
+        if argv[1:] and argv[1] not in COMMANDS:
+            closest = closest_command(argv[1])
+            print(f"error: no command {one_line(argv[1])!r} ({', '.join(COMMANDS)})"
+                  + (f"; did you mean {closest!r}?" if closest else ""), file=sys.stderr)
             return 2
         argv = [*argv[1:2], "--help"]
     if not argv or argv[0] in ("-h", "--help"):

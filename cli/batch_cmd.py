@@ -107,7 +107,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                  "tiles/ --seeds roads.geojson -o traced/ --crs source --workers 1",
                  "scans/ --seeds rivers.geojson -o traced/ --line-kind river --overwrite")
     parser.add_argument("images_dir", metavar="IMAGES_DIR",
-                        help="folder of images (PNG, JPEG, TIFF, GeoTIFF; world files beside)")
+                        help="folder of images (PNG, JPEG, TIFF/GeoTIFF, JPEG 2000; world "
+                        "files beside)")
     parser.add_argument("--seeds", required=True, metavar="SEEDS",
                         help="GeoJSON LineStrings: lon/lat, or pixels with properties.image")
     parser.add_argument("-o", "--output", required=True, metavar="OUT_DIR",

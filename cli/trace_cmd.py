@@ -192,7 +192,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                  "resources/sample/gsi_108.png --a 430,241 --via 455,215 --b 486,172 "
                  "-o line.geojson",
                  "resources/sample/gsi_108.png --a 430,241 --b 486,172 --format geojson -o -")
-    parser.add_argument("image", help="image file (PNG, JPEG, TIFF, GeoTIFF)")
+    parser.add_argument("image", help="image file (PNG, JPEG, TIFF/GeoTIFF, JPEG 2000, ERDAS .img)")
     parser.add_argument("--a", required=True, type=point, metavar="X,Y", help="start point (px)")
     parser.add_argument("--b", required=True, type=point, metavar="X,Y", help="end point (px)")
     parser.add_argument("--via", action="append", type=point, metavar="X,Y", default=[],

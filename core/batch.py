@@ -534,6 +534,8 @@ def refuse_clobbering_inputs(outputs, inputs) -> None:
 
 
 def _check_writable(out_dir: Path) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise OutputWriteError(f"output folder {out_dir} is a file, not a folder")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=out_dir):

@@ -402,6 +402,26 @@ def _detail(exc: BaseException, path: str) -> str:
     return textwrap.shorten(reason, MAX_DETAIL_CHARS, placeholder=" …")
 
 
+#: The first bytes of the formats read (GDAL driver names) and a suffix to name each by.
+MAGIC_BYTES = {b"\x89PNG\r\n\x1a\n": "PNG", b"\xff\xd8\xff": "JPEG", b"II*\x00": "GTiff",
+               b"MM\x00*": "GTiff", b"II+\x00": "GTiff", b"MM\x00+": "GTiff",
+               b"\x00\x00\x00\x0cjP  \r\n\x87\n": "JP2OpenJPEG", b"\xffO\xffQ": "JP2OpenJPEG"}
+CONTENT_SUFFIXES = {"PNG": ".png", "JPEG": ".jpg", "GTiff": ".tif", "JP2OpenJPEG": ".jp2"}
+
+
+def _content_format(path: str) -> str | None:
+    """The format (a GDAL driver name) of the file ``path`` as its first bytes show it (PNG,
+    JPEG, TIFF, JPEG 2000), or None (another format, or not a regular file, or not read)."""
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, "rb") as file:
+            head = file.read(12)
+    except OSError:
+        return None
+    return next((name for magic, name in MAGIC_BYTES.items() if head.startswith(magic)), None)
+
+
 def _open_dataset(path: str):
     """``path`` opened by rasterio, its georeferencing read from the file and its ``.aux.xml``
     only (world files and ``.prj`` are read by :mod:`core.georef`, the same way for every
@@ -433,6 +453,12 @@ def _open_dataset(path: str):
             warnings.simplefilter("ignore", NotGeoreferencedWarning)
             return rasterio.open(path, driver=driver)
     except RasterioError as exc:
+        content = _content_format(path)
+        if content is not None and content != GDAL_DRIVERS[os.path.splitext(path)[1].lower()]:
+            raise ImageReadError(
+                f"{path} holds a {content} image under a {os.path.splitext(path)[1]} name, "
+                "and a file is read only as the format its suffix names: rename it to "
+                f"{CONTENT_SUFFIXES[content]}") from None
         raise ImageReadError(f"{path} is not an image this program can read "
                              f"({READABLE_FORMATS}; GDAL: {_detail(exc, path)})") from None
     except UnicodeEncodeError:  # bytes of the name that are not UTF-8 (lone surrogates)

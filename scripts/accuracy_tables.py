@@ -23,7 +23,7 @@ from core.evaluate import read_report, report_cases  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("report", help="the JSON written by eval --json")
     parser.add_argument("cases", help="the cases file it measured (for the tags)")
     args = parser.parse_args(argv)

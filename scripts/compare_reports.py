@@ -151,7 +151,7 @@ def split_sides(parser, reports: list[str], after: list[str] | None
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("reports", nargs="+", metavar="REPORT",
                         help="reports (eval --json) of the program before the change, and, "
                              "without --after, the one after it, on the same cases")

@@ -76,7 +76,7 @@ def model_for(image: str, folds: dict[str, Path] | None,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("cases", nargs="+")
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--folds", metavar="DIR", help="folder with folds.json and fold<k>.onnx")

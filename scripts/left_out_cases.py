@@ -109,7 +109,7 @@ def choose(cases: list[dict], prefixes: tuple[str, ...], nontrivial: int, straig
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("cases", nargs="+", help="the generator's cases files (several draws)")
     parser.add_argument("--out", required=True, metavar="DIR")
     parser.add_argument("--images-from", metavar="DIR",

@@ -197,7 +197,7 @@ def make_cases(folder: str, out: str, per_image: int, nontrivial_share: float,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", help="folder with sources.json, images and road masks")
     parser.add_argument("--out", required=True, help="cases file to write (JSON)")
     parser.add_argument("--per-image", type=int, default=10, help="cases per image (default 10)")

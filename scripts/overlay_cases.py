@@ -152,7 +152,7 @@ def case_picture(case, frame: tuple, methods: dict, peer: str, fixed: dict | Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("report")
     parser.add_argument("cases")
     parser.add_argument("out")

@@ -73,7 +73,7 @@ def main(output: str) -> int:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("output", nargs="?", default=str(ROOT / "docs" / "screenshot.png"),
                         help="PNG file to write (default: docs/screenshot.png)")
     sys.exit(main(parser.parse_args().output))

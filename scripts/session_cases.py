@@ -57,7 +57,7 @@ def session_lines(sessions: list[str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("sessions", nargs="+", help="session files saved by the app")
     parser.add_argument("--out", required=True, help="a new or empty folder")
     add_case_options(parser)

@@ -132,7 +132,7 @@ def _write_cases(path: str, cases, names: dict[str, str], scale: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("cases", help="a cases file (the format of resources/eval/*/cases.json)")
     parser.add_argument("out", help="an empty or new folder")
     parser.add_argument("--scale", type=float, default=1.0,

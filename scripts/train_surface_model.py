@@ -1199,7 +1199,7 @@ def check_counts(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--roads", action="append", default=[], metavar="FOLDER",
                         help="road images: a folder with sources.json ({id, image, gt} records; "
                              "an image without gt teaches the path output alone, through its "

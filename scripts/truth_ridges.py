@@ -86,7 +86,7 @@ def write_ridges(cases_path: str, out: str, sigma: float = 1.5) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("cases", help="a cases file (the format of resources/eval/*/cases.json)")
     parser.add_argument("out", help="an empty or new folder")
     parser.add_argument("--sigma", type=float, default=1.5,

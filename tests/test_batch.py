@@ -403,6 +403,10 @@ def test_write_failures(tmp_path, capsys):
     blocker.write_text("")
     code, err = batch(capsys, images, seeds, blocker, "--workers", "1")
     assert code == 2
+    assert err.startswith(f"error: output folder {blocker} is a file, not a folder")
+    assert blocker.read_text() == ""
+    code, err = batch(capsys, images, seeds, blocker / "out", "--workers", "1")
+    assert code == 2
     assert err.startswith("error: cannot write to output folder")
 
 

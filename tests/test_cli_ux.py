@@ -208,12 +208,25 @@ def test_help_prints_the_usage(capsys):
 
 @pytest.mark.parametrize(("word", "suggestion"), [("trac", "; did you mean 'trace'?"),
                                                    ("evl", "; did you mean 'eval'?"),
-                                                   ("trace.png", "")])
+                                                   ("road", "")])
 def test_a_misspelt_command_is_answered_with_the_closest(capsys, word, suggestion):
     assert entry([word]) == 2
     assert capsys.readouterr().err.splitlines() == [
         f"error: '{word}' is neither a command (trace, bench, batch, eval) nor an existing "
         f"image, folder or session file{suggestion}"]
+
+
+@pytest.mark.parametrize("name", ["trace.png", os.path.join("maps", "area")])
+def test_a_missing_file_is_named_as_one(capsys, name):
+    assert entry([name]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: no such image, folder or session file: {name!r}"]
+
+
+def test_help_for_an_unknown_command_names_the_commands(capsys):
+    assert cli_main(["help", "evl"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: no command 'evl' (trace, bench, batch, eval); did you mean 'eval'?"]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"),

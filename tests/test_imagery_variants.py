@@ -411,6 +411,26 @@ def test_a_file_of_other_content_under_a_tiff_name_is_refused_not_read_as_that(t
         load_image(image)
 
 
+@pytest.mark.parametrize(("suffix", "content", "rename"), [
+    (".tif", "PNG", ".png"), (".jp2", "PNG", ".png"), (".img", "GTiff", ".tif")])
+def test_an_image_under_another_formats_name_says_to_rename_it(tmp_path, suffix, content,
+                                                               rename):
+    image = tmp_path / f"ortho{suffix}"
+    if content == "PNG":
+        image.write_bytes(SAMPLE_IMAGE.read_bytes())
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", NotGeoreferencedWarning)
+            with rasterio.open(image, "w", driver=content, width=8, height=8, count=1,
+                               dtype="uint8") as dataset:
+                dataset.write(np.zeros((1, 8, 8), np.uint8))
+    with pytest.raises(ImageReadError) as error:
+        load_image(image)
+    assert str(error.value) == (
+        f"{image} holds a {content} image under a {suffix} name, and a file is read only as "
+        f"the format its suffix names: rename it to {rename}")
+
+
 def test_a_damaged_tile_names_gdals_reason(tmp_path):
     image = tmp_path / "cut.tif"
     with rasterio.open(image, "w", driver="GTiff", width=256, height=256, count=3,
