@@ -12,12 +12,19 @@ import time
 
 import numpy as np
 import shiboken6
-from PySide6.QtCore import QPointF, QRect, QRectF, QSize, Qt, QTimer, Signal
+from PySide6.QtCore import (
+    QPointF,
+    QRect,
+    QRectF,
+    QSize,
+    Qt,
+    QTimer,
+    Signal,
+)
 from PySide6.QtGui import (
     QColor,
     QImage,
     QPainter,
-    QPen,
     QPixmapCache,
     QPolygonF,
     QRegion,
@@ -27,6 +34,18 @@ from PySide6.QtWidgets import QGraphicsItem, QGraphicsObject, QGraphicsScene, QG
 
 from app.display import DisplayLevel, DisplayPyramid, DisplayTile, TileWindow, read_tile
 from app.jobs import Job, JobQueue
+from app.line_strokes import (
+    SELECTED_WIDTH,
+    LineStyle,
+    Strokes,
+    apart_layers,
+    build_strokes,
+    cosmetic_pen,
+    painter_path,
+    stroke_pen,
+    within,
+    z_order,
+)
 from app.model import Line, LinesModel, Segment
 from app.tracing import TracingController
 from core.guides import Corridor, build_corridor
@@ -35,13 +54,8 @@ KIND_COLOURS = {"road": QColor(255, 140, 0), "river": QColor(110, 205, 255)}
 #: Edge drawn along both sides of a line's stroke, by kind: rivers stand apart from roads
 #: also when lines are coloured by score.
 KIND_EDGES = {"road": QColor(0, 0, 0), "river": QColor(0, 80, 255)}
-#: Screen px of the edge on each side of a line's stroke.
-EDGE_WIDTH = 1.5
-#: Stroke widths (screen px) of a line, and of a selected line or segment.
-LINE_WIDTH, SELECTED_WIDTH = 2.5, 3.5
-#: The halo under a selected line or segment, drawn in this order: (colour, screen px it
-#: adds to each side of the stroke); a white band in a black rim shows on any imagery.
-SELECTION_HALO = ((QColor(0, 0, 0), 6.0), (QColor(255, 255, 255), 5.0))
+#: Stroke width (screen px) of a line (:data:`SELECTED_WIDTH`: of a selected line or segment).
+LINE_WIDTH = 2.5
 PREVIEW_COLOUR = QColor(255, 255, 0)
 CORRIDOR_COLOUR = QColor(255, 255, 255, 150)
 ZOOM_LIMITS = (1 / 64, 64.0)
@@ -53,16 +67,6 @@ DRAG_START = 4
 #: Share of the view's width and height that a sharp tile reads beyond each side of the view,
 #: so that a short pan shows sharp pixels at once.
 TILE_MARGIN = 0.25
-#: Links coloured by score are drawn in this many colours from red to green (hue steps of
-#: 8°), all the links of one colour in one call.
-SCORE_STEPS = 16
-STEP_COLOURS = tuple(QColor.fromHsvF(step / (SCORE_STEPS - 1) / 3.0, 0.95, 1.0)
-                     for step in range(SCORE_STEPS))
-#: Vertices that add nothing at this zoom are not drawn: of consecutive vertices within one
-#: cell of a grid of at most this many screen px, only the first (the line moves < 0.71 px).
-#: The cell is this many px at the zoom rounded up to a power of two (0.25 to 0.5 px at the
-#: zoom itself), so that a line is drawn along the same path at every zoom of one doubling.
-THIN_PX = 0.5
 #: Screen px beyond its points that a line's drawing may cover: the selection halo (7.75 px
 #: from the middle of the line) and the anchor squares, antialiased. A line's box pads its
 #: points by 1 to 2 times this (see :meth:`Canvas._item_pad`).
@@ -76,9 +80,18 @@ DRAW_SLICE_S = 0.04
 #: More lines than this changed at once (a session opened, an import, an undo of many) draw
 #: the whole image of the lines again, rather than the area of each.
 AREAS_AT_ONCE = 16
-#: Qt strokes the lines of a ``drawLines`` call this many at a time, each batch as one shape
-#: (its overlaps once), the batches one over the other (``QPaintEngineEx::drawLines``).
-QT_LINES_BATCH = 16
+#: Lines drawn as one (:func:`paint_lines`) are at most this many, with at most
+#: :data:`ELEMENTS_AT_ONCE` path elements in all, so that one call does not hold up the
+#: event loop much beyond :data:`DRAW_SLICE_S`.
+LINES_AT_ONCE = 8
+ELEMENTS_AT_ONCE = 20000
+#: The strokes of the lines to draw are built for about this many of their vertices at a
+#: time (:func:`build_strokes`): enough to spread numpy's overhead per call, few enough that
+#: a build at a high zoom (all vertices left to simplify) takes some tens of ms.
+BUILT_VERTICES = 50000
+#: Lines of fewer path elements than this are drawn whole where only a part of them may show
+#: in the area drawn: cutting them (:func:`within`) would take longer than drawing the rest.
+CUT_ELEMENTS = 512
 #: KiB of pixmaps that Qt may cache (its default, 10 MiB, is less than the image's pixmap at
 #: the view's size on a 4K screen).
 PIXMAP_CACHE_KIB = 64 * 1024
@@ -88,24 +101,6 @@ def power_of_two_at_most(value: float) -> float:
     """The largest power of two not above ``value`` (> 0): drawing state that depends on the
     zoom is kept per doubling of it."""
     return 2.0 ** math.floor(math.log2(value))
-
-
-def score_steps(segment: Segment, low: float, high: float) -> np.ndarray:
-    """Colour of each link from its score per pixel, as an index into :data:`STEP_COLOURS`:
-    red (``low``) → yellow → green (``high``).
-
-    Lines are coloured on their own range (:func:`score_range` of their segments): scores are
-    not comparable across images and score kinds, so the colours show where a line is weakest
-    (where to look for a wrong turn), not how good it is against other lines.
-    """
-    quality = np.clip((segment.link_scores_per_px - low) / max(high - low, 1e-12), 0, 1)
-    return np.rint(quality * (SCORE_STEPS - 1)).astype(np.intp)
-
-
-def score_range(segments) -> tuple[float, float]:
-    """Lowest and highest link score per pixel over traced segments (for :func:`score_steps`)."""
-    values = np.concatenate([np.empty(0)] + [s.link_scores_per_px for s in segments])
-    return (float(values.min()), float(values.max())) if values.size else (0.0, 1.0)
 
 
 def polygon(points: np.ndarray) -> QPolygonF:
@@ -119,29 +114,9 @@ def polygon(points: np.ndarray) -> QPolygonF:
     return result
 
 
-def thinned(points: np.ndarray, cell: float) -> np.ndarray:
-    """Indices of the vertices of ``points`` (N, 2) worth drawing where ``cell`` scene units
-    are :data:`THIN_PX` screen px: the first of each run of consecutive vertices within one
-    cell of a grid of that size, and the last vertex."""
-    if len(points) <= 2 or not cell > 0:
-        return np.arange(len(points))
-    cells = np.floor(points / cell)
-    keep = np.empty(len(points), dtype=bool)
-    keep[0] = keep[-1] = True
-    np.any(cells[1:-1] != cells[:-2], axis=1, out=keep[1:-1])
-    return np.flatnonzero(keep)
-
-
 def points_rect(points: np.ndarray, pad: float) -> QRectF:
     low, high = points.min(axis=0) - pad, points.max(axis=0) + pad
     return QRectF(float(low[0]), float(low[1]), float(high[0] - low[0]), float(high[1] - low[1]))
-
-
-def cosmetic_pen(colour, width: float, style=Qt.PenStyle.SolidLine) -> QPen:
-    """A pen whose width is in screen pixels whatever the zoom."""
-    pen = QPen(colour, width, style)
-    pen.setCosmetic(True)
-    return pen
 
 
 def _straight(event) -> bool:
@@ -207,8 +182,8 @@ class LineItem:
     anchors.
 
     It paints from its own state only (:attr:`line`, :attr:`colour_by_score` and the
-    selection), which the canvas sets; :class:`LinesLayer` paints it. The calls that draw its
-    segments are kept for the zoom's doubling (:meth:`_drawing`).
+    selection), which the canvas sets; :class:`LinesLayer` paints it, with others, through
+    :func:`paint_lines`. Its strokes are kept for the zoom's doubling (:meth:`strokes`).
     """
 
     def __init__(self, line: Line, colour_by_score: bool) -> None:
@@ -216,7 +191,12 @@ class LineItem:
         self.colour_by_score = colour_by_score
         self.selected = False
         self.selected_segment: int | None = None  # None with ``selected``: the whole line
-        self._drawn: tuple[tuple, list] | None = None  # (the state drawn, its calls)
+        # The strokes built and what for: the line, and (scale, selection, colouring). Tuples
+        # of numbers and arrays, which the garbage collector stops tracking: thousands of
+        # lines add little to its work.
+        self._strokes: Strokes | None = None
+        self._built_line: Line | None = None
+        self._built_for: tuple | None = None
 
     def set_selection(self, selected: bool, segment: int | None = None) -> bool:
         """Show the line selected or not (its segment ``segment``, None: all); whether that
@@ -226,131 +206,95 @@ class LineItem:
         return changed
 
     def paint(self, painter: QPainter, area: QRectF | None = None) -> None:
-        """Halo (selected), edges, then strokes, each layer over all segments so that no
-        segment's edge covers its neighbour's stroke; then the anchors. With ``area`` (scene),
-        of the segments only the parts that may show there (:func:`within`)."""
-        scale = screen_scale(painter)
-        pad = ITEM_PAD_PX * scale
-        whole = area is None or area.contains(points_rect(self.line.bounds, pad))
-        for pen, draw, shape in self._drawing(power_of_two_at_most(scale)):
-            painter.setPen(pen)
-            part = shape if whole else within(draw, shape, area, pad)
-            if part is not None:
-                draw(painter, part)
+        """Paint the line alone (:func:`paint_lines`)."""
+        paint_lines(painter, [self], area)
+
+    @property
+    def anchor_colour(self) -> QColor:
+        """The fill of its anchors: its kind's colour, lighter where it is selected."""
         colour = KIND_COLOURS[self.line.kind]
-        paint_anchors(painter, self.line.anchors, colour.lighter(150) if self.selected else colour)
+        return colour.lighter(150) if self.selected else colour
 
-    def _drawing(self, scale: float) -> list:
-        """The (pen, QPainter method, polygon) calls that draw the segments thinned for
-        ``scale`` scene units per screen px (a power of two: see :data:`THIN_PX`); built again
-        only when the line, the selection, the colouring or that scale changed."""
-        state = (scale, self.selected, self.selected_segment, self.colour_by_score)
-        if self._drawn is not None and self._drawn[0] == (self.line, *state):
-            return self._drawn[1]
+    def style(self) -> LineStyle:
+        """How its segments are drawn: in its kind's colours, the selected ones wider."""
         line = self.line
-        widths = [SELECTED_WIDTH if self.selected and self.selected_segment in (None, index)
-                  else LINE_WIDTH for index in range(len(line.segments))]
-        kept = [thinned(segment.polyline, THIN_PX * scale) for segment in line.segments]
-        shapes = [polygon(segment.polyline[index])
-                  for segment, index in zip(line.segments, kept, strict=True)]
-        calls = []
-        for halo_colour, extra in SELECTION_HALO:
-            calls += [(round_pen(halo_colour, width + 2 * extra), QPainter.drawPolyline, shape)
-                      for shape, width in zip(shapes, widths, strict=True)
-                      if width == SELECTED_WIDTH]
-        calls += [(round_pen(KIND_EDGES[line.kind], width + 2 * EDGE_WIDTH),
-                   QPainter.drawPolyline, shape)
-                  for shape, width in zip(shapes, widths, strict=True)]
-        low_high = score_range(line.segments) if self.colour_by_score else None
-        calls += stroke_calls(line.segments, kept, shapes, widths, KIND_COLOURS[line.kind],
-                              low_high)
-        self._drawn = ((line, *state), calls)
-        return calls
+        widths = tuple(SELECTED_WIDTH if self.selected and self.selected_segment in (None, index)
+                       else LINE_WIDTH for index in range(len(line.segments)))
+        return LineStyle(line.segments, widths, KIND_COLOURS[line.kind], KIND_EDGES[line.kind],
+                         self.colour_by_score)
+
+    def strokes(self, scale: float) -> Strokes:
+        """The strokes of its segments (:func:`build_strokes`) for ``scale`` scene units per
+        screen px (a power of two)."""
+        LineItem.prepare([self], scale)
+        return self._strokes
+
+    @staticmethod
+    def prepare(items: list[LineItem], scale: float) -> None:
+        """Build the strokes at ``scale`` of those of ``items`` whose line, selection, colouring
+        or scale changed since theirs were built, all in one (:func:`build_strokes`)."""
+        stale = [item for item in items if item._built_line is not item.line or item._built_for
+                 != (scale, item.selected, item.selected_segment, item.colour_by_score)]
+        if stale:
+            for item, strokes in zip(stale, build_strokes([item.style() for item in stale],
+                                                          scale), strict=True):
+                item._strokes = strokes
+                item._built_line = item.line
+                item._built_for = (scale, item.selected, item.selected_segment,
+                                   item.colour_by_score)
 
 
-def within(draw, shape: QPolygonF, area: QRectF, pad: float) -> QPolygonF | None:
-    """The part of ``shape`` that ``draw`` (``QPainter.drawPolyline`` or ``drawLines``) may
-    show in ``area`` (scene) with a pen at most ``pad`` scene units wide on each side, drawn
-    there as the whole is (``shape`` itself if all of it may show; None if none).
-
-    Of a polyline, the links from the first to the last that come within ``pad`` of ``area``:
-    its ends lie further than that from ``area``, so its caps there do not show in it, and it
-    is stroked as one, so that where it crosses itself it looks as the whole does. Of lines,
-    the batches of :data:`QT_LINES_BATCH` that have a line within ``pad`` of ``area``."""
-    points = np.frombuffer(shiboken6.VoidPtr(shape.data(), 16 * shape.size(), False),
-                           np.float64).reshape(-1, 2)
-    lines = draw is QPainter.drawLines
-    starts, ends = (points[0::2], points[1::2]) if lines else (points[:-1], points[1:])
-    low, high = np.minimum(starts, ends) - pad, np.maximum(starts, ends) + pad
-    meet = ((high[:, 0] >= area.left()) & (low[:, 0] <= area.right())
-            & (high[:, 1] >= area.top()) & (low[:, 1] <= area.bottom()))
-    if meet.all():
-        return shape
-    if not meet.any():
-        return None
-    if lines:
-        batches = np.flatnonzero(meet) // QT_LINES_BATCH
-        return polygon(points.reshape(-1, 2, 2)[np.isin(
-            np.arange(len(meet)) // QT_LINES_BATCH, batches)])
-    links = np.flatnonzero(meet)
-    return polygon(points[links[0]:links[-1] + 2])
-
-
-def round_pen(colour: QColor, width: float) -> QPen:
-    """A cosmetic pen with round caps and joins."""
-    pen = cosmetic_pen(colour, width)
-    pen.setCapStyle(Qt.PenCapStyle.RoundCap)
-    pen.setJoinStyle(Qt.PenJoinStyle.RoundJoin)
-    return pen
-
-
-def stroke_calls(segments, kept, shapes, widths, colour: QColor,
-                 low_high: tuple[float, float] | None, dashed: bool = False) -> list:
-    """The (pen, QPainter method, polygon) calls that stroke ``segments``: each one's polyline
-    (``shapes``, of its vertices ``kept``) ``widths`` screen px wide in ``colour``, dashed if
-    ``dashed`` or straight; where ``low_high`` is given, the links of traced segments in their
-    score's colour (:func:`score_steps`), all the links of one width and colour in one call,
-    from red to green (where a line crosses itself, the stronger link is on top). A link drawn
-    for several (:func:`thinned`) takes the colour of the last of them."""
-    style = Qt.PenStyle.DashLine if dashed else Qt.PenStyle.SolidLine
-    calls, links = [], {}  # links by width: [(starts, ends, colour steps)]
-    for segment, index, shape, width in zip(segments, kept, shapes, widths, strict=True):
-        if low_high is None or segment.is_straight or len(index) < 2:
-            pen = cosmetic_pen(colour, width, Qt.PenStyle.DashLine if segment.is_straight
-                               else style)
-            pen.setCapStyle(Qt.PenCapStyle.RoundCap)
-            calls.append((pen, QPainter.drawPolyline, shape))
-        else:
-            points = segment.polyline[index]
-            steps = score_steps(segment, *low_high)[index[1:] - 1]
-            links.setdefault(width, []).append((points[:-1], points[1:], steps))
-    for width, parts in links.items():
-        starts, ends, steps = (np.concatenate(column) for column in zip(*parts, strict=True))
-        pairs = np.stack([starts, ends], axis=1)  # (links, 2, 2): point pairs for drawLines
-        order = np.argsort(steps, kind="stable")
-        for chunk in np.split(order, np.flatnonzero(np.diff(steps[order])) + 1):
-            pen = cosmetic_pen(STEP_COLOURS[steps[chunk[0]]], width, style)
-            pen.setCapStyle(Qt.PenCapStyle.RoundCap)
-            calls.append((pen, QPainter.drawLines, polygon(pairs[chunk])))
-    return calls
+def paint_lines(painter: QPainter, items: list[LineItem], area: QRectF | None = None) -> None:
+    """Paint ``items`` as painting each in turn would where their drawings meet none of each
+    other's (:func:`apart_layers`): each stroke of theirs with one key as one path, the
+    strokes in order of key (their halos, edges, then strokes: :data:`STROKE_ORDER`), then
+    their anchors. With ``area`` (scene), of a line of :data:`CUT_ELEMENTS` or more that
+    reaches beyond it only the parts that may show there (:func:`within`)."""
+    scale = screen_scale(painter)
+    pad = ITEM_PAD_PX * scale
+    level = power_of_two_at_most(scale)
+    LineItem.prepare(items, level)
+    strokes: dict[tuple, list[np.ndarray]] = {}
+    anchors: dict[int, list] = {}
+    for item in items:
+        keys, parts, size = item.strokes(level)
+        if (area is not None and size >= CUT_ELEMENTS
+                and not area.contains(points_rect(item.line.bounds, pad))):
+            parts = [within(elements, area, pad) for elements in parts]
+        for key, elements in zip(keys, parts, strict=True):
+            if elements is not None:
+                strokes.setdefault(key, []).append(elements)
+        anchors.setdefault(item.anchor_colour.rgba(), []).extend(item.line.anchors)
+    painter.setBrush(Qt.BrushStyle.NoBrush)
+    for key in sorted(strokes):
+        painter.setPen(stroke_pen(*key[2:]))
+        painter.drawPath(painter_path(strokes[key]))
+    for colour, points in anchors.items():
+        paint_anchors(painter, points, QColor.fromRgba(colour))
 
 
 def paint_segment(painter: QPainter, segment: Segment, colour: QColor, width: float,
-                  low_high: tuple[float, float] | None, dashed: bool = False) -> None:
-    """A segment as a polyline; per-link colours when ``low_high`` is given and it was traced."""
-    kept = thinned(segment.polyline, THIN_PX * screen_scale(painter))
-    for pen, draw, shape in stroke_calls([segment], [kept], [polygon(segment.polyline[kept])],
-                                         [width], colour, low_high, dashed):
-        painter.setPen(pen)
-        draw(painter, shape)
+                  colour_by_score: bool, dashed: bool = False) -> None:
+    """A segment as a polyline at the painter's zoom, in ``colour`` or where
+    ``colour_by_score`` and it was traced, its links in their score's colour
+    (:func:`build_strokes`)."""
+    ((keys, parts, _),) = build_strokes([LineStyle((segment,), (width,), colour, None,
+                                                   colour_by_score, dashed)],
+                                        screen_scale(painter))
+    painter.setBrush(Qt.BrushStyle.NoBrush)
+    for key, elements in zip(keys, parts, strict=True):
+        painter.setPen(stroke_pen(*key[2:]))
+        painter.drawPath(painter_path([elements]))
 
 
 def paint_anchors(painter: QPainter, anchors, colour: QColor, radius_px: float = 3.5) -> None:
+    """Squares ``radius_px`` screen px from their middle to their sides at ``anchors``, each
+    drawn over the ones before (one call: :meth:`QPainter.drawRects` draws them in turn)."""
     radius = radius_px * screen_scale(painter)
     painter.setPen(cosmetic_pen(Qt.GlobalColor.black, 1.0))
     painter.setBrush(colour)
-    for x, y in anchors:
-        painter.drawRect(QRectF(x - radius, y - radius, 2 * radius, 2 * radius))
+    painter.drawRects([QRectF(x - radius, y - radius, 2 * radius, 2 * radius)
+                       for x, y in anchors])
     painter.setBrush(Qt.BrushStyle.NoBrush)
 
 
@@ -431,41 +375,79 @@ def device_rect(rect: QRect | QRectF, ratio: float) -> QRect:
 
 
 class _Job:
-    """Lines to draw, in order, into ``picture``, what of them may show in ``area`` (scene):
-    a new picture to show, or the part ``pixels`` (device px) of the one shown, to paste in."""
+    """Lines to draw, layer by layer, into ``picture``, what of them may show in ``area``
+    (scene): a new picture to show, or the part ``pixels`` (device px) of the one shown, to
+    paste in."""
 
-    def __init__(self, picture: _Picture, line_ids: list[int], area: QRectF,
+    def __init__(self, picture: _Picture, layers: list[list[int]], area: QRectF,
                  pixels: QRect | None = None) -> None:
+        """``layers``: the ids of lines apart from each other (:func:`apart_layers`), in the
+        order drawn."""
         self.picture = picture
         self.pixels = pixels
         self._area = area
-        self._left = line_ids[::-1]
+        self._left = [line_id for line_ids in layers[::-1] for line_id in line_ids[::-1]]
+        self._left_layers = [layer for layer in range(len(layers) - 1, -1, -1)
+                             for _ in layers[layer]]
+        self._built = 0  # of the lines left, the last ones whose strokes were built at once
 
     def draw(self, items: dict[int, LineItem], deadline: float) -> bool:
-        """Draw lines until ``deadline`` (:func:`time.perf_counter`; one at least); whether all
-        are drawn. Lines whose item is gone (removed meanwhile) are left out."""
+        """Draw lines until ``deadline`` (:func:`time.perf_counter`; one call of
+        :func:`paint_lines` at least), lines of one layer as one (:data:`LINES_AT_ONCE`),
+        their strokes built some at a time (:data:`BUILT_VERTICES`); whether all are drawn.
+        Lines whose item is gone (removed meanwhile) are left out."""
         painter = QPainter(self.picture.image)
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         painter.setWorldTransform(self.picture.transform)
+        scale = power_of_two_at_most(screen_scale(painter))
         while self._left:
-            item = items.get(self._left.pop())
-            if item is not None:
-                item.paint(painter, area=self._area)
+            if not self._built:
+                self._build_next(items, scale)
+            layer, batch, size = self._left_layers[-1], [], 0
+            while (self._built and self._left_layers[-1] == layer
+                   and len(batch) < LINES_AT_ONCE and size < ELEMENTS_AT_ONCE):
+                self._left_layers.pop()
+                self._built -= 1
+                item = items.get(self._left.pop())
+                if item is not None:
+                    batch.append(item)
+                    size += item.strokes(scale).size
+                if not self._left:
+                    break
+            paint_lines(painter, batch, self._area)
             if time.perf_counter() >= deadline:
                 break
         painter.end()
         return not self._left
+
+    def _build_next(self, items: dict[int, LineItem], scale: float) -> None:
+        """Build the strokes of the next lines to draw at once: of :data:`BUILT_VERTICES`
+        vertices in all (one line at least)."""
+        batch, vertices = [], 0
+        for line_id in reversed(self._left):
+            if vertices >= BUILT_VERTICES:
+                break
+            self._built += 1
+            item = items.get(line_id)
+            if item is not None:
+                batch.append(item)
+                vertices += len(item.line.polyline)
+        LineItem.prepare(batch, scale)
 
 
 class LinesLayer(QGraphicsObject):
     """The line items (``items``, in the order drawn), shown from a picture of them drawn at
     the view's zoom.
 
-    Qt takes seconds to stroke a thousand lines (wide, round-joined, antialiased strokes), so
-    they are drawn into an image of the view and a margin around it (:data:`LINES_MARGIN`),
-    and repaints (an overlay change, a pan within the margin) copy from it. What is drawn is
-    the lines whose boxes meet the part being drawn, and of those their parts there
-    (:func:`within`).
+    Qt takes seconds to stroke thousands of lines (wide, round-joined, antialiased strokes),
+    so they are drawn into an image of the view and a margin around it
+    (:data:`LINES_MARGIN`), and repaints (an overlay change, a pan within the margin) copy
+    from it. What is drawn is the lines whose boxes meet the part being drawn, and of long
+    ones their parts there (:func:`within`); each through the vertices that show at the zoom
+    (:func:`build_strokes`, kept per doubling of the zoom). Lines are drawn in layers of lines
+    apart from each other (:func:`apart_layers`), which keep the order of lines that may
+    overlap; a few lines of a layer close together are drawn as one (:func:`paint_lines`),
+    as they look drawn one by one.
 
     A new zoom or device pixel ratio, or a change of every line (:meth:`redraw` with no
     lines), draws a new picture: the lines in view, then the margin; until the view's part is
@@ -533,11 +515,12 @@ class LinesLayer(QGraphicsObject):
         drawn = None if self._job is None or self._job.pixels is not None else self._job.picture
         if not any(picture is not None and picture.shows(view, rect, ratio)
                    for picture in (shown, drawn)):
+            started = time.perf_counter()
             if shown is not None and drawn is None and shown.place(view, ratio) is not None:
                 self._pan(view, rect, ratio)
             else:
                 self._draw_anew(view, rect, ratio)
-            self._work(in_paint=True)
+            self._work(in_paint=True, started=started)
         if self._shown is not None:  # not beyond the lines' box: gone lines may be in it
             painter.save()
             painter.setClipRect(self.boundingRect(), Qt.ClipOperation.IntersectClip)
@@ -555,7 +538,7 @@ class LinesLayer(QGraphicsObject):
         picture = _Picture.around(view, rect, ratio)
         seen = picture.seen(view, rect, ratio)
         area = picture.part(seen).scene_rect()
-        self._job = _Job(picture, self._lines_in(area), area)
+        self._job = _Job(picture, self._layers_in(area), area)
         self._draw_later(picture, seen)
 
     def _pan(self, view: QTransform, rect: QRect, ratio: float) -> None:
@@ -575,10 +558,11 @@ class LinesLayer(QGraphicsObject):
         self._areas += [picture.part(part).scene_rect() for part in
                         QRegion(picture.image.rect()).subtracted(QRegion(drawn))]
 
-    def _work(self, in_paint: bool = False) -> None:
+    def _work(self, in_paint: bool = False, started: float | None = None) -> None:
         """Draw for one slice, and again in the next turn of the event loop while some is
-        left; show what is done (``in_paint``: a new picture shows in this paint)."""
-        deadline = time.perf_counter() + DRAW_SLICE_S
+        left; show what is done (``in_paint``: a new picture shows in this paint). The slice
+        began at ``started`` (:func:`time.perf_counter`; None: now)."""
+        deadline = (time.perf_counter() if started is None else started) + DRAW_SLICE_S
         while self._job is not None:
             job = self._job
             if not job.draw(self.items, deadline):
@@ -601,7 +585,7 @@ class LinesLayer(QGraphicsObject):
             if not pixels.isEmpty():
                 part = self._shown.part(pixels)
                 area = part.scene_rect()
-                return _Job(part, self._lines_in(area), area, pixels)
+                return _Job(part, self._layers_in(area), area, pixels)
         return None
 
     def _boxes(self) -> tuple[list[int], np.ndarray, QRectF]:
@@ -615,12 +599,19 @@ class LinesLayer(QGraphicsObject):
                            else QRectF())
         return self._index
 
-    def _lines_in(self, rect: QRectF) -> list[int]:
-        """Ids of the lines whose drawing may meet ``rect`` (scene), in the order drawn."""
+    def _layers_in(self, rect: QRectF) -> list[list[int]]:
+        """Ids of the lines whose drawing may meet ``rect`` (scene), in layers of lines apart
+        from each other (:func:`apart_layers` of their boxes), in the order to draw; those of
+        a layer along a Z-order curve (:func:`z_order`), so that the lines drawn as one
+        (:func:`paint_lines`) lie close together."""
         ids, boxes, _ = self._boxes()
-        meet = ((boxes[:, 1, 0] >= rect.left()) & (boxes[:, 0, 0] <= rect.right())
-                & (boxes[:, 1, 1] >= rect.top()) & (boxes[:, 0, 1] <= rect.bottom()))
-        return [ids[index] for index in np.flatnonzero(meet)]
+        meet = np.flatnonzero((boxes[:, 1, 0] >= rect.left()) & (boxes[:, 0, 0] <= rect.right())
+                              & (boxes[:, 1, 1] >= rect.top()) & (boxes[:, 0, 1] <= rect.bottom()))
+        layers = apart_layers(boxes[meet])
+        order = np.lexsort((z_order(boxes[meet].mean(axis=1)), layers))
+        return [[ids[index] for index in meet[part].tolist()]
+                for part in np.split(order, np.flatnonzero(np.diff(layers[order])) + 1)
+                if len(part)]
 
 
 class OverlayItem(QGraphicsItem):
@@ -661,8 +652,8 @@ class OverlayItem(QGraphicsItem):
         if self.corridor is not None:
             paint_corridor(painter, self.corridor)
         if self.preview is not None:
-            low_high = score_range([self.preview]) if self.colour_by_score else None
-            paint_segment(painter, self.preview, PREVIEW_COLOUR, 2.0, low_high, dashed=True)
+            paint_segment(painter, self.preview, PREVIEW_COLOUR, 2.0, self.colour_by_score,
+                          dashed=True)
         if self.tail is not None:
             paint_anchors(painter, [self.tail], PREVIEW_COLOUR, 4.5)
         if self.drag_lines is not None:

@@ -101,6 +101,7 @@ def make_window(qtbot, tmp_path, monkeypatch):
     yield make
     for window in windows:
         window.close()
+        assert not window.isVisible(), "the window refused to close (a question answered Cancel?)"
         assert window.jobs.running is None
         assert window.jobs.shutdown(0), "worker thread still running after close"
     assert python_threads() == threads_before, threading.enumerate()

@@ -15,8 +15,10 @@ import pytest
 from PySide6.QtCore import QEvent, QObject, QPoint, QPointF, QRectF
 from PySide6.QtGui import QColor, QGuiApplication, QImage, QPainter, QPolygonF
 
-from app.canvas import STEP_COLOURS, Canvas, LineItem, points_rect, polygon, thinned
+import app.canvas as canvas_module
+from app.canvas import Canvas, LineItem, points_rect, polygon
 from app.display import display_pyramid
+from app.line_strokes import STEP_COLOURS, first_in_cells
 from app.model import Line, Segment
 from core.tracer import TraceParams
 from tests.conftest import shown_canvas
@@ -65,8 +67,16 @@ def settle(qtbot) -> None:
 
 
 def drawn(view: Canvas, qtbot) -> None:
-    """Let the canvas draw the lines' picture to the end."""
-    qtbot.waitUntil(lambda: view._lines._job is None and not view._lines._stale)
+    """Let the canvas draw the lines' picture of the view to the end (right after a zoom,
+    before the paint that starts it, no picture is being drawn either)."""
+    layer, viewport = view._lines, view.viewport()
+
+    def done() -> bool:
+        return (layer._job is None and not layer._stale and layer._shown is not None
+                and layer._shown.shows(view.viewportTransform(), viewport.rect(),
+                                       viewport.devicePixelRatioF()))
+
+    qtbot.waitUntil(done)
     settle(qtbot)
 
 
@@ -113,20 +123,21 @@ def lines_meeting(view: Canvas, areas) -> set[int]:
 
 
 class Repaints(QObject):
-    """Records the viewport's paint events and the line items painted."""
+    """Records the viewport's paint events and the lines painted (by
+    :func:`app.canvas.paint_lines`, which the lines' picture draws them with)."""
 
     def __init__(self, view: Canvas, monkeypatch) -> None:
         super().__init__()
         self.regions: list = []
         self.lines: list[int] = []
         view.viewport().installEventFilter(self)
-        paint = LineItem.paint
+        paint = canvas_module.paint_lines
 
-        def counted(item, painter, area=None):
-            self.lines.append(item.line.id)
-            paint(item, painter, area)
+        def counted(painter, items, area=None):
+            self.lines += [item.line.id for item in items]
+            paint(painter, items, area)
 
-        monkeypatch.setattr(LineItem, "paint", counted)
+        monkeypatch.setattr(canvas_module, "paint_lines", counted)
 
     def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt override)
         if event.type() == QEvent.Type.Paint:
@@ -146,18 +157,21 @@ def test_polygon_copies_the_points_in_one_block():
 
 
 def test_thinning_drops_only_vertices_within_a_cell_of_the_one_before():
+    """Of polylines one after the other, each one's ends are kept, and of its other vertices
+    those in another cell of the grid than the vertex before."""
     rng = np.random.default_rng(0)
-    points = np.cumsum(rng.normal(0, 0.2, (500, 2)), axis=0)
-    kept = thinned(points, 0.5)
-    assert kept[0] == 0
-    assert kept[-1] == len(points) - 1
-    assert 50 < len(kept) < 400
-    # Each vertex left out lies in the grid cell of the last vertex kept before it.
+    walks = [np.cumsum(rng.normal(0, 0.2, (count, 2)), axis=0) for count in (500, 300)]
+    points, firsts = np.vstack(walks), np.array([0, 500])
+    kept = np.flatnonzero(first_in_cells(points, firsts, 0.5))
+    assert {0, 499, 500, 799} <= set(kept.tolist())
+    assert 80 < len(kept) < 640
+    # Each vertex left out lies in the grid cell of the last vertex kept before it, in its own
+    # polyline.
     owner = kept[np.searchsorted(kept, np.arange(len(points)), side="right") - 1]
+    assert np.all((owner < 500) == (np.arange(len(points)) < 500))
     assert np.all(np.floor(points / 0.5) == np.floor(points[owner] / 0.5))
     spaced = np.column_stack([np.arange(50.0), np.zeros(50)])  # 1 apart: cells of 0.5
-    np.testing.assert_array_equal(thinned(spaced, 0.5), np.arange(50))
-    np.testing.assert_array_equal(thinned(spaced, 0.0), np.arange(50))
+    assert first_in_cells(spaced, np.array([0]), 0.5).all()
 
 
 def test_an_overlay_change_paints_only_its_area_and_draws_no_line_again(canvas, qtbot,

@@ -321,6 +321,8 @@ def test_the_unsaved_lines_question_agrees_in_number(make_window, qtbot, monkeyp
                         asked.append(text) or QMessageBox.StandardButton.Cancel)
     assert not window.confirm_discard()
     assert asked == ["1 traced line is not saved in a session. Save it first?"]
+    monkeypatch.setattr(QMessageBox, "question",  # the window closes at the end
+                        lambda *args: QMessageBox.StandardButton.Discard)
 
 
 def test_ctrl_equals_zooms_in_like_ctrl_plus(make_window, qtbot):
