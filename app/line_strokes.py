@@ -42,6 +42,10 @@ THIN_PX = 0.5
 #: (:func:`simplified`); where links are coloured by score, each run of one colour is
 #: simplified on its own, so every link keeps its colour.
 SIMPLIFY_PX = 0.125
+#: :func:`simplified` starts from spans of at most this many links: a span takes a round per
+#: bend where the vertex furthest from its chord lies next to an end (a meandering river's,
+#: bend after bend), each round over all its vertices.
+SIMPLIFY_SPAN = 128
 #: What a line draws, in this order, each over the one before: the halo of a selected line
 #: (:data:`SELECTION_HALO`, two strokes), its edges, its strokes in one colour (its kind's;
 #: dashed for straight segments), then its links coloured by score. A stroke's key is (the
@@ -87,9 +91,9 @@ def first_in_cells(points: np.ndarray, firsts: np.ndarray, cell: float) -> np.nd
 
 def simplified(points: np.ndarray, firsts: np.ndarray, tolerance: float) -> np.ndarray:
     """Which vertices of polylines to keep so that each strays at most ``tolerance`` from
-    its vertices (Ramer–Douglas–Peucker, all polylines at once): from its ends, each span
-    whose vertex furthest from the segment between its ends lies further than ``tolerance``
-    is split at that vertex, round by round.
+    its vertices (Ramer–Douglas–Peucker, all polylines at once): from its ends and every
+    :data:`SIMPLIFY_SPAN`-th vertex, each span whose vertex furthest from the segment between
+    its ends lies further than ``tolerance`` is split at that vertex, round by round.
 
     Parameters
     ----------
@@ -103,10 +107,12 @@ def simplified(points: np.ndarray, firsts: np.ndarray, tolerance: float) -> np.n
     -------
     ndarray of bool, shape (N,)
     """
-    keep = np.zeros(len(points), dtype=bool)
     lasts = np.append(firsts[1:], len(points)) - 1
-    keep[firsts] = keep[lasts] = True
-    low, high = firsts[lasts - firsts > 1], lasts[lasts - firsts > 1]
+    keep = (np.arange(len(points)) - np.repeat(firsts, lasts - firsts + 1)) % SIMPLIFY_SPAN == 0
+    keep[lasts] = True
+    ends = np.flatnonzero(keep)
+    spans = np.diff(ends) > 1  # with vertices between their ends
+    low, high = ends[:-1][spans], ends[1:][spans]
     while len(low):
         inner = high - low - 1  # vertices between the ends of each span
         starts = np.cumsum(inner) - inner
@@ -179,9 +185,10 @@ def build_strokes(styles: list[LineStyle], scale: float) -> list[Strokes]:
     stronger link is on top).
 
     Colours: each link's score per pixel on the line's own range of them, red (lowest) →
-    yellow → green (highest), in :data:`SCORE_STEPS` steps. Scores are not comparable across
-    images and score kinds, so the colours show where a line is weakest (where to look for a
-    wrong turn), not how good it is against other lines.
+    yellow → green (highest), in :data:`SCORE_STEPS` steps; all red where they are equal
+    (within a billionth: their rounding). Scores are not comparable across images and score
+    kinds, so the colours show where a line is weakest (where to look for a wrong turn), not
+    how good it is against other lines.
 
     Vertices: those worth drawing at ``scale`` (:func:`first_in_cells`); a link drawn for
     several takes the colour of the last of them. Of these, the polylines of the halo, edges
@@ -356,8 +363,11 @@ def score_runs(segments, points, firsts, segment_line, by_score, kept, kept_firs
                            & by_score[kept_segment[:-1]])
     segment = kept_segment[drawn]
     line = segment_line[segment]
-    quality = np.clip((per_px[kept[drawn + 1] - 1 - segment] - low[line])
-                      / np.maximum(high - low, 1e-12)[line], 0.0, 1.0)
+    # A range within a billionth of the scores' size is their rounding (score / length of
+    # links that score alike per px): the line's links are all of the lowest colour.
+    spread = np.maximum(high - low, np.maximum(1e-12, 1e-9 * np.maximum(abs(low), abs(high))))
+    quality = np.clip((per_px[kept[drawn + 1] - 1 - segment] - low[line]) / spread[line],
+                      0.0, 1.0)
     step = np.rint(quality * (SCORE_STEPS - 1)).astype(np.intp)
     run_starts = np.ones(len(drawn), dtype=bool)
     run_starts[1:] = (segment[1:] != segment[:-1]) | (step[1:] != step[:-1])
