@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 import app.main_window
 from app.files import autosave_path, load_autosave
-from app.session import line_to_dict, read_session
+from app.session import LineEncoder, read_session
 from tests import test_app
 from tests.conftest import SAMPLE_IMAGE
 from tests.test_app import A, B, C, click, wait_idle
@@ -281,8 +281,7 @@ def test_reopening_the_session_worked_on_and_saving_shows_what_it_holds(
     assert len(answers.asked) == 1
     on_disk = read_session(session)[1]
     assert anchors(on_disk) == [(A, B), (B, C)]
-    assert [line_to_dict(line) for line in window.model.lines] == \
-        [line_to_dict(line) for line in on_disk]
+    assert LineEncoder().texts(window.model.lines) == LineEncoder().texts(on_disk)
     assert not window.model.dirty
     assert window.session_path == str(session)
     # Nothing was set aside as "kept": the autosave holds the same two lines.

@@ -141,8 +141,14 @@ def test_the_writer_writes_straight_scores_as_null_and_traced_ones_as_numbers(tm
     Line(1, "Road 1", "road", ((0.0, 0.0), (math.inf, 5.0)),
          (Segment.straight((0.0, 0.0), (math.inf, 5.0)),)),
     Line(1, "Road 1", "road", ((0.0, 0.0), (10.0, 5.0)),
-         (dataclasses.replace(traced((0.0, 0.0), (10.0, 5.0)), score=math.inf),))],
-    ids=["anchor", "traced score"])
+         (dataclasses.replace(traced((0.0, 0.0), (10.0, 5.0)), score=math.inf),)),
+    Line(1, "Road 1", "road", ((0.0, 0.0), (10.0, 5.0)),
+         (dataclasses.replace(traced((0.0, 0.0), (10.0, 5.0)),
+                              polyline=np.array([[0.0, 0.0], [np.nan, 3.0], [10.0, 5.0]])),)),
+    Line(1, "Road 1", "road", ((0.0, 0.0), (10.0, 5.0)),
+         (dataclasses.replace(traced((0.0, 0.0), (10.0, 5.0)),
+                              link_scores=np.array([-1.0, -math.inf])),))],
+    ids=["anchor", "traced score", "polyline point", "link score"])
 def test_a_line_that_is_not_finite_is_not_written_over_a_session(tmp_path, bad):
     """No bare NaN or Infinity token (which no JSON reader accepts) is ever written."""
     path = tmp_path / "work.json"
@@ -150,6 +156,24 @@ def test_a_line_that_is_not_finite_is_not_written_over_a_session(tmp_path, bad):
     with pytest.raises(OutputWriteError, match="not a finite number"):
         write_session(path, str(tmp_path / "image.png"), (bad,), TraceParams(), "cpu")
     assert path.read_text() == "the session before"
+
+
+def test_a_session_keeps_every_number_to_the_last_bit(tmp_path):
+    """Lines read back from a session are the lines written: every float64 of the polylines
+    and link scores (written in their fewest digits) comes back the same."""
+    rng = np.random.default_rng(0)
+    polyline = np.cumsum(rng.normal(0, 1, (500, 2)), axis=0) * np.array([1e-3, 1e5])
+    segment = Segment(polyline, rng.normal(0, 1, 499) * 10.0 ** rng.integers(-300, 300, 499),
+                      -1e-308, TraceParams(), TraceParams(guides=3, points=5, halfwidth=2.0),
+                      "cpu")
+    line = Line(7, "Road 7", "road", (tuple(polyline[0]), tuple(polyline[-1])), (segment,))
+    path = tmp_path / "work.json"
+    write_session(path, str(tmp_path / "image.png"), (line,), TraceParams(), "cpu")
+    (back,) = read_session(path)[1]
+    np.testing.assert_array_equal(back.segments[0].polyline, polyline)
+    np.testing.assert_array_equal(back.segments[0].link_scores, segment.link_scores)
+    assert back.segments[0].score == -1e-308
+    assert back.anchors == line.anchors
 
 
 @pytest.mark.parametrize(("line_id", "accepted"), [(0, True), (2 ** 31 - 1, True),
