@@ -165,25 +165,38 @@ def note_compiling(args: argparse.Namespace, backend) -> None:
         note(args, COMPILING_NOTE)
 
 
+def looks_like_a_file_name(word: str) -> bool:
+    """Whether ``word`` names a file rather than a command: a dot or a slash in it."""
+    return "." in word or os.sep in word
+
+
 def closest_command(word: str) -> str | None:
     """The command (or ``help``) ``word`` is likely a misspelling of, or None; words that look
-    like file names (a dot or a slash in them) are none."""
-    if "." in word or os.sep in word:
+    like file names are none."""
+    if looks_like_a_file_name(word):
         return None
     matches = difflib.get_close_matches(word, [*COMMANDS, "help"], n=1)
     return matches[0] if matches else None
 
 
+def echoed(word: str) -> str:
+    """``word`` as a message shows it: quoted (control characters escaped), at most
+    ``MAX_ECHOED_CHARS``."""
+    return repr(word if len(word) <= MAX_ECHOED_CHARS else word[:MAX_ECHOED_CHARS] + "…")
+
+
+def did_you_mean(word: str) -> str:
+    """"; did you mean 'eval'?" for a ``word`` that likely misspells a command, else ""."""
+    closest = closest_command(word)
+    return f"; did you mean {closest!r}?" if closest else ""
+
+
 def not_a_command(word: str) -> str:
     """The problem with ``word``, neither a command nor an existing file, and a likely fix."""
-    closest = closest_command(word)
-    named_file = "." in word or os.sep in word
-    if len(word) > MAX_ECHOED_CHARS:
-        word = word[:MAX_ECHOED_CHARS] + "…"
-    if named_file:
-        return f"no such image, folder or session file: {word!r}"
-    return (f"{word!r} is neither a command ({', '.join(COMMANDS)}) nor an existing image, "
-            "folder or session file" + (f"; did you mean {closest!r}?" if closest else ""))
+    if looks_like_a_file_name(word):
+        return f"no such image, folder or session file: {echoed(word)}"
+    return (f"{echoed(word)} is neither a command ({', '.join(COMMANDS)}) nor an existing "
+            f"image, folder or session file{did_you_mean(word)}")
 
 
 def main(argv: list[str]) -> int:
@@ -195,9 +208,8 @@ def main(argv: list[str]) -> int:
                   f"{one_line(' '.join(argv[1:]))}", file=sys.stderr)
             return 2
         if argv[1:] and argv[1] not in COMMANDS:
-            closest = closest_command(argv[1])
-            print(f"error: no command {one_line(argv[1])!r} ({', '.join(COMMANDS)})"
-                  + (f"; did you mean {closest!r}?" if closest else ""), file=sys.stderr)
+            print(f"error: no command {echoed(argv[1])} ({', '.join(COMMANDS)})"
+                  f"{did_you_mean(argv[1])}", file=sys.stderr)
             return 2
         argv = [*argv[1:2], "--help"]
     if not argv or argv[0] in ("-h", "--help"):

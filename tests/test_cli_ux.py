@@ -227,6 +227,9 @@ def test_help_for_an_unknown_command_names_the_commands(capsys):
     assert cli_main(["help", "evl"]) == 2
     assert capsys.readouterr().err.splitlines() == [
         "error: no command 'evl' (trace, bench, batch, eval); did you mean 'eval'?"]
+    assert cli_main(["help", "x" * 100_000]) == 2
+    assert capsys.readouterr().err == (f"error: no command '{'x' * 80}…' (trace, bench, batch, "
+                                       "eval)\n")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"),
