@@ -386,9 +386,9 @@ class _Job:
         self.picture = picture
         self.pixels = pixels
         self._area = area
-        self._left = [line_id for line_ids in layers[::-1] for line_id in line_ids[::-1]]
-        self._left_layers = [layer for layer in range(len(layers) - 1, -1, -1)
-                             for _ in layers[layer]]
+        # The lines left to draw, (layer, id), the next last.
+        self._left = [(layer, line_id) for layer in range(len(layers) - 1, -1, -1)
+                      for line_id in layers[layer][::-1]]
         self._built = 0  # of the lines left, the last ones whose strokes were built at once
 
     def draw(self, items: dict[int, LineItem], deadline: float) -> bool:
@@ -403,17 +403,15 @@ class _Job:
         while self._left:
             if not self._built:
                 self._build_next(items, scale)
-            layer, batch, size = self._left_layers[-1], [], 0
-            while (self._built and self._left_layers[-1] == layer
+            layer, batch, size = self._left[-1][0], [], 0
+            # Lines built are lines left: while some are built, one is left.
+            while (self._built and self._left[-1][0] == layer
                    and len(batch) < LINES_AT_ONCE and size < ELEMENTS_AT_ONCE):
-                self._left_layers.pop()
                 self._built -= 1
-                item = items.get(self._left.pop())
+                item = items.get(self._left.pop()[1])
                 if item is not None:
                     batch.append(item)
                     size += item.strokes(scale).size
-                if not self._left:
-                    break
             paint_lines(painter, batch, self._area)
             if time.perf_counter() >= deadline:
                 break
@@ -424,7 +422,7 @@ class _Job:
         """Build the strokes of the next lines to draw at once: of :data:`BUILT_VERTICES`
         vertices in all (one line at least)."""
         batch, vertices = [], 0
-        for line_id in reversed(self._left):
+        for _, line_id in reversed(self._left):
             if vertices >= BUILT_VERTICES:
                 break
             self._built += 1

@@ -219,7 +219,7 @@ def build_strokes(styles: list[LineStyle], scale: float) -> list[Strokes]:
         runs.firsts + len(shapes), runs.ends + len(shapes))  # their points after the shapes'
     segments_subpaths = segment_subpaths(styles, segments, segment_line, widths, by_score,
                                          shape_firsts, np.append(shape_firsts[1:], len(shapes)))
-    return line_strokes(Subpaths.join([*segments_subpaths, run_subpaths]),
+    return strokes_per_line(Subpaths.join([*segments_subpaths, run_subpaths]),
                         np.concatenate([shapes, runs.points]), len(styles))
 
 
@@ -276,7 +276,7 @@ def segment_subpaths(styles: list[LineStyle], segments: list[Segment],
     return parts
 
 
-def line_strokes(subpaths: Subpaths, points: np.ndarray, lines: int) -> list[Strokes]:
+def strokes_per_line(subpaths: Subpaths, points: np.ndarray, lines: int) -> list[Strokes]:
     """The strokes of each of ``lines`` lines from their ``subpaths`` through ``points``:
     the subpaths of one key a stroke, in order of key and then of place."""
     sort = np.lexsort(subpaths[6::-1])  # by line, key, place
