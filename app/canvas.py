@@ -33,6 +33,7 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QGraphicsItem, QGraphicsObject, QGraphicsScene, QGraphicsView
 
 from app.display import DisplayLevel, DisplayPyramid, DisplayTile, TileWindow, read_tile
+from app.edits import Edit
 from app.jobs import Job, JobQueue
 from app.line_strokes import (
     SELECTED_WIDTH,
@@ -64,6 +65,12 @@ GRAB_RADIUS = 7.0
 #: Screen px the mouse moves with the button held on a vertex or a line before the press is a
 #: drag (less is a click, whatever the hand's jitter between press and release).
 DRAG_START = 4
+#: What the status bar says where the vertex or segment held with the mouse is gone (its line
+#: changed meanwhile: a Backspace, an undo, the line deleted).
+GONE = {"move": "the vertex dragged is gone (its line changed meanwhile): not moved",
+        "split": "the segment dragged is gone (its line changed meanwhile): no vertex added"}
+#: What the status bar says where a vertex is dragged while a line is being drawn.
+NOT_WHILE_DRAWING = "a vertex is not moved while a line is being drawn: finish it first (Enter)"
 #: Share of the view's width and height that a sharp tile reads beyond each side of the view,
 #: so that a short pan shows sharp pixels at once.
 TILE_MARGIN = 0.25
@@ -117,6 +124,16 @@ def polygon(points: np.ndarray) -> QPolygonF:
 def points_rect(points: np.ndarray, pad: float) -> QRectF:
     low, high = points.min(axis=0) - pad, points.max(axis=0) + pad
     return QRectF(float(low[0]), float(low[1]), float(high[0] - low[0]), float(high[1] - low[1]))
+
+
+def rubber_band(grab: Edit, line: Line, index: int, point) -> np.ndarray:
+    """The dashed lines shown while ``grab`` is dragged to ``point``: from the neighbours of
+    vertex ``index`` of ``line`` (a "move"), or from the ends of its segment ``index``."""
+    if grab.action == "split":
+        band = [line.anchors[index], point, line.anchors[index + 1]]
+    else:
+        band = [*line.anchors[max(index - 1, 0):index], point, *line.anchors[index + 1:index + 2]]
+    return np.array(band, dtype=np.float64)
 
 
 def _straight(event) -> bool:
@@ -677,10 +694,11 @@ class Canvas(QGraphicsView):
     """Zoom (wheel, around the cursor), pan (middle drag or Space + drag), click to trace.
 
     Left click traces (Shift or Ctrl held: straight segment), double-click finishes, a drag on a
-    vertex moves it, a drag on a line (not drawing) adds a vertex there, Alt + click selects a
-    segment. A resize keeps the image fitted while the user has not zoomed or panned since the
-    last fit, else keeps the point at the view's centre. Where the pyramid is coarser than the
-    zoom needs, the part in view is read sharper in a worker (:meth:`_request_sharp_tile`).
+    vertex moves it and a drag on a line adds a vertex there (neither while drawing), Alt +
+    click selects a segment. A resize keeps the image fitted while the user has not zoomed or
+    panned since the last fit, else keeps the point at the view's centre. Where the pyramid is
+    coarser than the zoom needs, the part in view is read sharper in a worker
+    (:meth:`_request_sharp_tile`).
 
     Signals
     -------
@@ -724,12 +742,11 @@ class Canvas(QGraphicsView):
         self.scene().addItem(self._overlay)
         self._space_held = False
         self._pan_from: QPointF | None = None
-        #: A press on a vertex: (line id, anchor index); a drag from it moves the vertex, a
-        #: click on it starts a line there.
-        self._drag: tuple[int, int] | None = None
-        #: A press on a line: (line id, segment index, scene point); a drag from it adds a
-        #: vertex to that segment, a click there starts a line on it.
-        self._split: tuple[int, int, tuple[float, float]] | None = None
+        #: A press on a vertex or a line, held (the controller follows it through the edits
+        #: that land meanwhile): the edit a drag from there makes, at the scene point pressed.
+        #: A drag from a vertex moves it, one from a line adds a vertex to that segment; a
+        #: click there starts a line on it (or draws on to it).
+        self._grab: Edit | None = None
         #: The view position of the press on a vertex or a line, for :meth:`_dragging`.
         self._pressed_at: QPointF | None = None
         model.subscribe(lambda change: self.sync_lines(change.line_ids))
@@ -978,19 +995,40 @@ class Canvas(QGraphicsView):
         if modifiers & Qt.KeyboardModifier.AltModifier:
             self.controller.select_at((x, y), self._grab_radius())
             return
-        if not self.controller.drawing:
-            # A click or the start of a drag, on a vertex or a line: see _dragging.
-            self._drag = self._anchor_at(x, y)
-            if self._drag is not None:
-                self._pressed_at = event.position()
-                self.controller.select(self._drag[0])
-                return
-            found = self.model.segment_at((x, y), self._grab_radius())
-            if found is not None:
-                self._split = (*found[:2], (x, y))
-                self._pressed_at = event.position()
-                return
+        # A click or the start of a drag, on a vertex (or, not drawing, a line): see _dragging.
+        anchor = self._anchor_at(x, y)
+        if anchor is not None:
+            self._hold("move", *anchor, (x, y), event)
+            if not self.controller.drawing:
+                self.controller.select(anchor[0])
+            return
+        found = None if self.controller.drawing else self.model.segment_at(
+            (x, y), self._grab_radius())
+        if found is not None:
+            self._hold("split", *found[:2], (x, y), event)
+            return
         self._press(x, y, event)
+
+    def _hold(self, action: str, line_id: int, index: int, point, event) -> None:
+        """Hold vertex ``index`` (``action`` "move") or segment ``index`` ("split") of a line,
+        pressed at ``point`` (scene)."""
+        self._grab = Edit(action, self.model.line(line_id), index, point)
+        self._pressed_at = event.position()
+        self.controller.hold(self._grab)
+
+    def _held(self) -> tuple[Line, int] | None:
+        """The line held and the index there of the vertex or segment held, as they are now;
+        where that is gone, it is let go, and the status bar says so."""
+        held = self.controller.grabbed(self._grab)
+        if held is None:
+            self.controller.tell(GONE[self._grab.action])
+            self._let_go()
+        return held
+
+    def _let_go(self) -> None:
+        self._grab = self._pressed_at = self._overlay.drag_lines = None
+        self.controller.hold(None)
+        self._overlay_changed()
 
     def _dragging(self, event) -> bool:
         """Whether the press on a vertex or a line is a drag: once the mouse has gone
@@ -1023,21 +1061,10 @@ class Canvas(QGraphicsView):
             return
         x, y = self._scene_xy(event)
         self.cursor_moved.emit(x, y)
-        if self._split is not None:
-            line = self.model.line(self._split[0])
-            if line is not None and self._dragging(event):
-                index = self._split[1]
-                self._overlay.drag_lines = np.array(
-                    [line.anchors[index], (x, y), line.anchors[index + 1]], dtype=np.float64)
-                self._overlay_changed()
-            return
-        if self._drag is not None:
-            line = self.model.line(self._drag[0])
-            if line is not None and self._dragging(event):
-                index = self._drag[1]
-                band = [*line.anchors[max(index - 1, 0):index], (x, y),
-                        *line.anchors[index + 1:index + 2]]
-                self._overlay.drag_lines = np.array(band, dtype=np.float64)
+        if self._grab is not None:
+            held = self._held()
+            if held is not None and not self.controller.drawing and self._dragging(event):
+                self._overlay.drag_lines = rubber_band(self._grab, *held, (x, y))
                 self._overlay_changed()
             return
         target = self._snap_target(x, y) if self.controller.drawing else None
@@ -1058,32 +1085,26 @@ class Canvas(QGraphicsView):
             self.viewport().setCursor(Qt.CursorShape.OpenHandCursor if self._space_held
                                       else Qt.CursorShape.ArrowCursor)
             return
-        if self._split is not None and event.button() == Qt.MouseButton.LeftButton:
-            line_id, index, pressed = self._split
-            dragged = self._dragging(event)
-            self._split = self._pressed_at = self._overlay.drag_lines = None
-            if dragged:  # dropped on another line: exactly on it
-                x, y = self._scene_xy(event)
-                target = self._snap_target(x, y, exclude=line_id)
-                self.controller.split_segment(line_id, index, target or (x, y),
-                                              exact=target is not None)
-            else:  # a click on a line starts a new line on it (a junction)
-                self._press(*pressed, event)
-            self._overlay_changed()
+        if self._grab is None or event.button() != Qt.MouseButton.LeftButton:
             return
-        if self._drag is not None and event.button() == Qt.MouseButton.LeftButton:
-            line_id, index = self._drag
-            moved = self._dragging(event)
-            self._drag = self._pressed_at = self._overlay.drag_lines = None
-            line = self.model.line(line_id)
-            if line is not None and moved:  # dropped on another line: exactly on it
-                x, y = self._scene_xy(event)
-                target = self._snap_target(x, y, exclude=line_id)
-                self.controller.move_anchor(line_id, index, target or (x, y),
-                                            exact=target is not None)
-            elif line is not None:  # a click on a vertex starts a new line there (a junction)
-                self.controller.press(line.anchors[index], _straight(event), exact=True)
-            self._overlay_changed()
+        grab, dragged = self._grab, self._dragging(event)
+        held = self._held()
+        if held is None:
+            return
+        self._let_go()
+        line, index = held
+        if not dragged and grab.action == "split":  # a click on a line: a junction there
+            self._press(*grab.point, event)
+        elif not dragged:  # a click on a vertex: a line starts there, or goes on to it
+            self.controller.press(line.anchors[index], _straight(event), exact=True)
+        elif self.controller.drawing:
+            self.controller.tell(NOT_WHILE_DRAWING)
+        else:  # dropped on another line: exactly on it
+            x, y = self._scene_xy(event)
+            target = self._snap_target(x, y, exclude=line.id)
+            edit = (self.controller.split_segment if grab.action == "split"
+                    else self.controller.move_anchor)
+            edit(line.id, index, target or (x, y), exact=target is not None)
 
     def mouseDoubleClickEvent(self, event) -> None:  # noqa: N802 (Qt override)
         """The double-click's point ends the line (platforms that skip its press included)."""

@@ -7,7 +7,9 @@ Where a click becomes a polyline::
         (a straight segment, or the one the preview shows, is added at once: stays DRAWING)
     TRACING --segment lands--> DRAWING  added to the model; the click is the new tail
     TRACING --press--> TRACING          the click waits, traced when the segment lands
-    TRACING --finish--> TRACING         ... and IDLE once the segment lands
+    TRACING --finish--> TRACING         ... and IDLE once the segment lands (and the clicks
+                                        made before the finish); a click made after it
+                                        waits too, and then starts the next line
     TRACING --backspace--> DRAWING      the segment in flight is dropped
     TRACING --undo or redo--> DRAWING   dropped too, with the clicks waiting; the tail
                                         follows the line's new end
@@ -25,11 +27,15 @@ from __future__ import annotations
 
 import enum
 import time
+from collections import deque
 from typing import Protocol
 
 from app.model import LinesModel, ModelChange, Point, Segment
 from app.traces import TraceOutcome, TraceRequest, error_text
 from core.tracer import TraceParams
+
+#: A finish (Enter, double-click) waiting among the clicks for the segment in flight.
+FINISH = "finish"
 
 
 class DrawState(enum.Enum):
@@ -69,7 +75,8 @@ class DrawingHost(Protocol):
 class LineDrawing:
     """The line being drawn: its state, tail anchor and line id, and the clicks still to trace.
 
-    ``kind`` is the kind of the next new line; a line already started keeps its own.
+    ``kind`` is the kind of the next new line; a line keeps the kind its first segment was
+    traced as.
     """
 
     def __init__(self, model: LinesModel, host: DrawingHost) -> None:
@@ -82,16 +89,20 @@ class LineDrawing:
         self.last_latency_ms: float | None = None  # click to segment in the model
         self._ticket: object | None = None  # of the segment in flight
         self._in_flight: TraceRequest | None = None  # the segment in flight
-        self._queued: list[tuple[Point, bool]] = []  # clicks made while tracing
-        self._finish_after = False  # finish once the segment in flight lands
+        # Clicks (point, straight) and finishes made while tracing, in the order made.
+        self._waiting: deque[tuple[Point, bool] | str] = deque()
         self._press_time = 0.0
         model.subscribe(self._model_changed)
 
-    def request(self, a: Point, b: Point, straight: bool) -> TraceRequest:
-        """A segment of the line being drawn (its kind, or the one chosen for a new line)."""
+    def line_kind(self) -> str:
+        """The kind of the line being drawn: its own, or where it has no segment yet, the one
+        chosen for a new line."""
         line = self.model.line(self.line_id)
-        kind = line.kind if line is not None else self.kind
-        return TraceRequest(a, b, None if straight else self.host.line_params(kind))
+        return self.kind if line is None else line.kind
+
+    def request(self, a: Point, b: Point, straight: bool) -> TraceRequest:
+        """A segment of the line being drawn, traced as its kind (:meth:`line_kind`)."""
+        return TraceRequest(a, b, None if straight else self.host.line_params(self.line_kind()))
 
     # -- events ---------------------------------------------------------------------------------
     def press(self, point: Point, straight: bool = False) -> None:
@@ -99,17 +110,16 @@ class LineDrawing:
         from the tail to it."""
         self._press_time = time.perf_counter()
         if self.state is DrawState.IDLE:
-            self.state, self.tail, self.line_id = DrawState.DRAWING, point, None
-            self.host.drawing_changed()
+            self._start(point)
         elif self.state is DrawState.TRACING:
-            self._queued.append((point, straight))
+            self._waiting.append((point, straight))
         elif point != self.tail:
             self._add_segment_to(point, straight)
 
     def finish(self) -> None:
         """Enter or double-click: the line is done (after the segment in flight lands)."""
         if self.state is DrawState.TRACING:
-            self._finish_after = True
+            self._waiting.append(FINISH)
         else:
             self.stop()
 
@@ -143,8 +153,17 @@ class LineDrawing:
         return True
 
     def stop(self) -> None:
-        """Stop drawing (a segment in flight is dropped)."""
+        """Stop drawing (a segment in flight is dropped, and the clicks waiting)."""
         self._back_to_drawing()
+        self._end()
+
+    def _start(self, point: Point) -> None:
+        """A new line, from ``point``."""
+        self.state, self.tail, self.line_id = DrawState.DRAWING, point, None
+        self.host.drawing_changed()
+
+    def _end(self) -> None:
+        """The line is done."""
         self.state, self.tail, self.line_id = DrawState.IDLE, None, None
         self.host.clear_preview()
         self.host.drawing_changed()
@@ -153,13 +172,14 @@ class LineDrawing:
     def _add_segment_to(self, b: Point, straight: bool, at_once: bool = True) -> None:
         """Trace the segment from the tail to ``b``; a straight one, or the preview's, is
         added at once unless not ``at_once`` (in the middle of a change of the model)."""
-        request = self.request(self.tail, b, straight)
+        kind, request = self.line_kind(), self.request(self.tail, b, straight)
         if straight and at_once:
-            self._segment_landed(request, TraceOutcome((Segment.straight(request.a, b),), 0.0))
+            self._segment_landed(request, TraceOutcome((Segment.straight(request.a, b),), 0.0),
+                                 kind)
             return
         preview = self.host.take_preview(request) if at_once else None
         if preview is not None:
-            self._segment_landed(request, TraceOutcome((preview,), 0.0))
+            self._segment_landed(request, TraceOutcome((preview,), 0.0), kind)
             return
         self.state = DrawState.TRACING
         ticket = self._ticket = object()
@@ -167,7 +187,7 @@ class LineDrawing:
 
         def done(outcome: TraceOutcome) -> None:
             if ticket is self._ticket:
-                self._segment_landed(request, outcome)
+                self._segment_landed(request, outcome, kind)
 
         def failed(exc: BaseException) -> None:
             if ticket is self._ticket:
@@ -176,13 +196,15 @@ class LineDrawing:
         if not self.host.follow((request,), done, failed):
             self.host.submit((request,), done, failed)
 
-    def _segment_landed(self, request: TraceRequest, outcome: TraceOutcome) -> None:
+    def _segment_landed(self, request: TraceRequest, outcome: TraceOutcome, kind: str) -> None:
+        """The segment ``request`` landed; the first of a line makes it a line of ``kind``
+        (the kind it was traced as)."""
         self._ticket, self._in_flight, self.state = None, None, DrawState.DRAWING
         segment = outcome.segments[0]
         # Another's edit of the line would have dropped the ticket unless the segment still
         # starts at the line's end and is traced as the line's kind.
         if self.line_id is None:
-            line = self.model.add_line(request.a, request.b, segment, self.kind, origin=self)
+            line = self.model.add_line(request.a, request.b, segment, kind, origin=self)
         else:
             line = self.model.append_segment(self.line_id, request.b, segment, origin=self)
         self.line_id, self.tail = line.id, request.b
@@ -190,27 +212,37 @@ class LineDrawing:
         self.host.clear_preview()
         self.host.segment_added(outcome)
         self.host.select(line.id, len(line.segments) - 1)
-        # Clicks that waited go first (a double-click's end point among them), then the finish.
-        while self._queued and self.state is DrawState.DRAWING:
-            point, straight = self._queued.pop(0)
-            if point != self.tail:
-                self._add_segment_to(point, straight)
-        if self._finish_after and self.state is DrawState.DRAWING:
-            self.stop()
+        self._go_on()
         self.host.drawing_changed()
 
     def _segment_failed(self, exc: BaseException) -> None:
-        finish = self._finish_after
-        self._back_to_drawing()
+        """The segment in flight could not be traced: the clicks waiting to go on from it are
+        dropped; a finish waiting, and the clicks after it, are not."""
+        self._ticket, self._in_flight, self.state = None, None, DrawState.DRAWING
+        while self._waiting and self._waiting[0] != FINISH:
+            self._waiting.popleft()
         self.host.tell(error_text(exc))
-        if finish:
-            self.stop()
+        self._go_on()
         self.host.drawing_changed()
 
+    def _go_on(self, at_once: bool = True) -> None:
+        """Take the clicks and finishes that waited, in the order made, until a segment is in
+        flight again: the clicks made before a finish draw on (a double-click's end point
+        among them), a click made after it starts the next line. ``at_once``:
+        :meth:`_add_segment_to`'s."""
+        while self._waiting and self.state is not DrawState.TRACING:
+            waited = self._waiting.popleft()
+            if waited == FINISH:
+                self._end()
+            elif self.state is DrawState.IDLE:
+                self._start(waited[0])
+            elif waited[0] != self.tail:
+                self._add_segment_to(*waited, at_once=at_once)
+
     def _back_to_drawing(self) -> None:
-        """Forget the segment in flight and the clicks waiting for it."""
-        self._ticket, self._in_flight, self._finish_after = None, None, False
-        self._queued.clear()
+        """Forget the segment in flight, and the clicks and finish waiting for it."""
+        self._ticket, self._in_flight = None, None
+        self._waiting.clear()
         if self.state is DrawState.TRACING:
             self.state = DrawState.DRAWING
 
@@ -253,11 +285,6 @@ class LineDrawing:
         self._ticket, self._in_flight, self.state = None, None, DrawState.DRAWING
         self.tail = tail
         self.host.clear_preview()
-        self._queued.insert(0, (request.b, request.params is None))
-        while self._queued and self.state is DrawState.DRAWING:
-            point, straight = self._queued.pop(0)
-            if point != self.tail:
-                self._add_segment_to(point, straight, at_once=False)
-        if self._finish_after and self.state is DrawState.DRAWING:
-            self.stop()
+        self._waiting.appendleft((request.b, request.params is None))
+        self._go_on(at_once=False)
         self.host.drawing_changed()

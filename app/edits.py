@@ -178,26 +178,29 @@ class Edit:
                 k for i in self.segments for k in ((i, i + 1) if i == split else (shifted(i),))))
         return self
 
+    def fits(self, line: Line) -> bool:
+        """Whether ``line`` (the edit's line as it is now) has the vertex or the segments
+        that the edit names."""
+        if self.action == "move":
+            return 0 <= self.index < len(line.anchors)
+        if self.action == "split":
+            return 0 <= self.index < len(line.segments)
+        return self.segments is None or all(0 <= i < len(line.segments) for i in self.segments)
+
     def command(self, line: Line) -> Retrace | str | None:
         """The command that makes this edit to ``line`` (the edit's line as it is now); None
         when there is nothing to do, or why it cannot be made (a message)."""
-        stale = f"{line.name} changed while re-tracing; result dropped"
+        if not self.fits(line):
+            return f"{line.name} changed while re-tracing; result dropped"
         if self.action == "move":
-            if not 0 <= self.index < len(line.anchors):
-                return stale
             if too_close(self.point, neighbours(line, self.index)):
                 return "a vertex must stay at least 2 px from the next one: not moved"
             return Retrace.move_anchor(line, self.index, self.point)
         if self.action == "split":
-            if not 0 <= self.index < len(line.segments):
-                return stale
             if too_close(self.point, line.anchors[self.index:self.index + 2]):
                 return None  # dropped on an end of the segment: nothing to split
             return Retrace.split_segment(line, self.index, self.point)
         if self.action == "params":
-            if self.segments is not None and not all(0 <= i < len(line.segments)
-                                                     for i in self.segments):
-                return stale
             command = Retrace.with_params(line, self.segments,
                                           replace(self.params, line_kind=line.kind))
             return command if command.params else None

@@ -113,8 +113,8 @@ KEYS = {
         ("Ctrl+Z; Ctrl+Shift+Z or Ctrl+Y", "undo; redo: every edit (segments, moves, "
                                            "re-traces, renames, hide, delete); the Edit menu "
                                            "names the step"),
-        ("Drag a vertex (square)", "move it; the one or two segments beside it are traced "
-                                   "again"),
+        ("Drag a vertex (square; not drawing)", "move it; the one or two segments beside it "
+                                                "are traced again"),
         ("Drag any other point of a line (not drawing)", "add a vertex there: the segment is "
                                                          "traced again as two, through it"),
         ("Click a vertex (not drawing)", "start a new line exactly there (junctions)"),
@@ -1078,18 +1078,19 @@ class MainWindow(QMainWindow):
         return None
 
     def confirm_discard(self, discard_now: bool = True) -> bool | str:
-        """Before the lines are replaced: True to go on (after saving if asked), False to stay.
-        Where the user discards them, they are dropped now, or with ``discard_now`` False
-        left as they are and :data:`DISCARD` returned: the caller drops them
-        (:meth:`_discard_lines`) once their replacement is there (an image that fails to
-        open then changes nothing)."""
-        if not self.model.dirty or not self.model.lines:
+        """Before the lines are replaced: where they have unsaved changes (as the title says),
+        True to go on (after saving if asked), False to stay. Where the user discards them,
+        they are dropped now, or with ``discard_now`` False left as they are and
+        :data:`DISCARD` returned: the caller drops them (:meth:`_discard_lines`) once their
+        replacement is there (an image that fails to open then changes nothing)."""
+        if not self.model.dirty:
             return True
-        unsaved = ("1 traced line is not saved in a session. Save it first?"
-                   if len(self.model.lines) == 1 else f"{len(self.model.lines)} traced lines are "
-                   "not saved in a session. Save them first?")
+        count = len(self.model.lines)
+        unsaved = ("1 traced line is not saved in a session. Save it first?" if count == 1
+                   else f"{count} traced lines are not saved in a session. Save them first?"
+                   if count else "All lines were deleted: save the session without them first?")
         answer = QMessageBox.question(
-            self, "Unsaved lines", unsaved, QMessageBox.StandardButton.Save
+            self, "Unsaved changes", unsaved, QMessageBox.StandardButton.Save
             | QMessageBox.StandardButton.Discard | QMessageBox.StandardButton.Cancel,
             QMessageBox.StandardButton.Save)
         if answer == QMessageBox.StandardButton.Save:
@@ -1179,7 +1180,10 @@ class MainWindow(QMainWindow):
         self.controller.imports.start(lines, name, kind, "; ".join(filter(None, notes)))
 
     def choose_export(self) -> None:
-        if self.raster is None or not self.model.lines:
+        if self.raster is None:
+            self.show_status("open an image first")
+            return
+        if not self.model.lines:
             self.show_status("nothing to export: trace a line first")
             return
         suggestion = os.path.splitext(self.image_path)[0] + ".geojson"

@@ -82,6 +82,7 @@ class TracingController(QObject):
         self._lineage: list[tuple[Line, Line, int | None]] = []
         self._lines_seen: dict[int, Line] = {line.id: line for line in model.lines}
         self._splitting: int | None = None  # the segment split by the edit being applied
+        self._held: Edit | None = None  # the vertex or segment held with the mouse (hold)
         # A click on the tail anchor is said so once the event is handled, unless it finished
         # the line meanwhile (a double-click's second press).
         self._same_point = QTimer(self, singleShot=True, interval=0)
@@ -330,7 +331,7 @@ class TracingController(QObject):
             before, after = self._lines_seen.pop(changed_id, None), self.model.line(changed_id)
             if after is not None:
                 self._lines_seen[changed_id] = after
-            if (self.edits_pending and not change.is_history and before is not None
+            if (self._following and not change.is_history and before is not None
                     and after is not None):
                 self._lineage.append((before, after, self._splitting if change.origin is self
                                       else None))
@@ -393,6 +394,27 @@ class TracingController(QObject):
             self.lines_stale.emit()  # dropped on an end of the segment: nothing to split
             return
         self._edit(Edit("split", line, index, p))
+
+    def hold(self, grab: Edit | None) -> None:
+        """A press on a line, held: ``grab`` is the edit a drag from there makes (a "move" of
+        its vertex ``index``, or a "split" of its segment ``index`` at the ``point`` pressed);
+        None: let go. Edits that land meanwhile may add vertices before it: :meth:`grabbed`
+        finds it on the line as it is."""
+        self._held = grab
+        if not self._following:
+            self._lineage.clear()
+
+    def grabbed(self, grab: Edit) -> tuple[Line, int] | None:
+        """The line of ``grab`` (held) as it is now, and the index there of the vertex or
+        segment grabbed; None where that is gone (the line deleted, the vertex or segment
+        removed, an undo back before the grab, the lines replaced)."""
+        line = self.model.line(grab.line_id)
+        splits = (None if line is None or grab is not self._held
+                  else self._splits_since(grab.base, line))
+        if splits is None:
+            return None
+        now = grab.through(splits)
+        return (line, now.index) if now.fits(line) else None
 
     def retrace_selection(self) -> None:
         """Re-trace the selected segment (or every traced segment of the selected line)."""
@@ -458,10 +480,18 @@ class TracingController(QObject):
         self._next_edit()
 
     def _drop_edits(self) -> None:
-        """Forget the edits waiting and the one in flight (new image, lines replaced)."""
+        """Forget the edits waiting, the one in flight and the grab held (new image, lines
+        replaced)."""
         self._edits.clear()
         self._edit_running = None
+        self._held = None
         self._lineage.clear()
+
+    @property
+    def _following(self) -> bool:
+        """Whether the lines' changes are kept (:attr:`_lineage`): for the edits pending, or
+        for a grab held."""
+        return self.edits_pending or self._held is not None
 
     def _next_edit(self) -> None:
         """Start the edits waiting, up to the first that needs tracing."""
@@ -475,7 +505,7 @@ class TracingController(QObject):
                     self.message.emit("nothing to redo")
             else:
                 self._start(edit)
-        if not self.edits_pending:
+        if not self._following:
             self._lineage.clear()
         self.edits_changed.emit()
 
