@@ -174,7 +174,7 @@ class ImportRunner:
         job = _Import(self, source, note)
         self._running.add(job)
         job.start([(line.name, line.kind or default_kind,
-                    np.asarray(line.anchors, dtype=np.float64)) for line in lines])
+                    np.asarray(line.anchors, dtype=np.float64), line.straight) for line in lines])
 
     def is_live(self, job: _Import | Reading) -> bool:
         """Whether ``job`` is still in progress (not cancelled, nor finished); the worker asks
@@ -224,13 +224,14 @@ class _Import:
         self.done = 0  # segments traced, of every line
         self.told = time.monotonic()
 
-    def start(self, lines: list[tuple[str, str, np.ndarray]]) -> None:
-        """Submit the first job of every line ``(name, kind, anchors (K, 2))``."""
+    def start(self, lines: list[tuple[str, str, np.ndarray, tuple[bool, ...]]]) -> None:
+        """Submit the first job of every line ``(name, kind, anchors (K, 2), straight)``
+        (``straight``: :attr:`core.vectors.ImportedLine.straight`)."""
         self.lines = len(lines)
-        self.total = sum(len(anchors) - 1 for _, _, anchors in lines)
+        self.total = sum(len(anchors) - 1 for _, _, anchors, _ in lines)
         self.tell_progress()
-        for name, kind, anchors in lines:
-            _LineTrace(self, name, kind, anchors).submit_next()
+        for name, kind, anchors, straight in lines:
+            _LineTrace(self, name, kind, anchors, straight).submit_next()
 
     def live(self) -> bool:
         """Whether the import still runs (not cancelled, nor finished)."""
@@ -262,22 +263,33 @@ class _Import:
 class _LineTrace:
     """One line of an import, traced one job after the other (:func:`job_size`); its anchors
     become points a job at a time, so that no step holds the window for long however many
-    vertices the line has."""
+    vertices the line has. Segments the file says were drawn straight stay straight."""
 
-    def __init__(self, owner: _Import, name: str, kind: str, anchors: np.ndarray) -> None:
+    def __init__(self, owner: _Import, name: str, kind: str, anchors: np.ndarray,
+                 straight: tuple[bool, ...] = ()) -> None:
         self.owner = owner
         self.name = name
         self.kind = kind
         self.anchors = anchors
         self.lengths = np.hypot(*np.diff(anchors, axis=0).T)
+        self.straight = np.zeros(len(self.lengths), dtype=bool)
+        self.straight[:len(straight)] = straight
         self.points: list[Point] = []  # the anchors traced so far
         self.segments: list[Segment] = []
         self.job: tuple[Point, ...] = ()  # the anchors being traced
 
     def submit_next(self) -> None:
-        """Trace the line's next segments in the worker."""
+        """Trace the line's next segments in the worker (those up to the next straight one;
+        straight ones are added at once)."""
         first = len(self.segments)
-        count = job_size(self.lengths[first:])
+        kind_changes = np.flatnonzero(self.straight[first:] != self.straight[first])
+        run = int(kind_changes[0]) if kind_changes.size else len(self.lengths) - first
+        if self.straight[first]:
+            self.job = tuple(map(tuple, self.anchors[first:first + run + 1].tolist()))
+            self._add(tuple(Segment.straight(a, b) for a, b in zip(self.job[:-1], self.job[1:],
+                                                                    strict=True)), [])
+            return
+        count = min(job_size(self.lengths[first:]), run)
         self.job = tuple(map(tuple, self.anchors[first:first + count + 1].tolist()))
         host = self.owner.host
         host.submit_anchors(self.job, host.line_params(self.kind), self._traced, self._failed,

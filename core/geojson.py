@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -159,7 +159,9 @@ def coordinates(pixels: np.ndarray, raster: Raster, crs: str = "wgs84") -> list[
                 f"probably wrong; {GIVE_THE_CRS}")
     decimals = coordinate_decimals(raster, space)
     rounded = np.round(out, decimals)
-    return antimeridian_parts(rounded, decimals) if space == "lonlat" else [rounded.tolist()]
+    if space == "source":
+        return [rounded.tolist()]
+    return antimeridian_parts(rounded, points, georef.pixel_to_lonlat, decimals)
 
 
 def _point(xy: np.ndarray) -> str:
@@ -240,7 +242,9 @@ def traced_line_feature(legs: list, raster: Raster, properties: dict | None = No
     return line_feature(polyline, raster, props, crs)
 
 
-def antimeridian_parts(lonlat: np.ndarray, decimals: int = LONLAT_DECIMALS) -> list[list]:
+def antimeridian_parts(lonlat: np.ndarray, pixels: np.ndarray,
+                       pixel_to_lonlat: Callable[[np.ndarray], np.ndarray],
+                       decimals: int = LONLAT_DECIMALS) -> list[list]:
     """A line in longitude/latitude cut where it crosses the antimeridian (RFC 7946, 3.1.9).
 
     Parameters
@@ -248,6 +252,10 @@ def antimeridian_parts(lonlat: np.ndarray, decimals: int = LONLAT_DECIMALS) -> l
     lonlat : ndarray of shape (N, 2)
         The line's vertices, consecutive ones less than 180° of longitude apart the short way
         round (longitudes may lie beyond ±180°, as an image across the antimeridian gives).
+    pixels : ndarray of shape (N, 2)
+        The same vertices in the image's pixels, where the line is straight between them.
+    pixel_to_lonlat : callable
+        Longitude/latitude (K, 2) of pixel points (K, 2): the image's georeferencing's.
     decimals : int
         Decimals of the longitudes moved by 360° and of the crossing points' latitudes.
 
@@ -255,22 +263,29 @@ def antimeridian_parts(lonlat: np.ndarray, decimals: int = LONLAT_DECIMALS) -> l
     -------
     list of lists of [lon, lat]
         One part, or one more per crossing; longitudes in [-180, 180], each part ending at
-        ±180° where the next begins at ∓180°.
+        ±180° where the next begins at ∓180°, at the point of the segment in pixels that
+        lies on the antimeridian (:func:`_antimeridian_latitudes`: near a pole a straight
+        segment is no straight line in longitude/latitude).
     """
     lon = np.unwrap(lonlat[:, 0], period=360.0)
     lat = lonlat[:, 1]
     cell = np.floor((lon + 180.0) / 360.0)  # which copy of [-180, 180) each vertex is in
     wrapped = np.round(lon - 360.0 * cell, decimals)
+    crossed = np.flatnonzero(cell[1:] != cell[:-1]) + 1  # segments i - 1 .. i that cross
+    crossings = {}  # i → the latitude where segment i - 1 .. i crosses
+    if crossed.size:
+        latitudes = _antimeridian_latitudes(
+            pixels[crossed - 1], pixels[crossed], lon[crossed - 1], lon[crossed],
+            -180.0 + 360.0 * np.maximum(cell[crossed], cell[crossed - 1]), pixel_to_lonlat)
+        crossings = dict(zip(crossed.tolist(), np.round(latitudes, decimals).tolist(),
+                             strict=True))
     parts, current = [], [[float(wrapped[0]), float(lat[0])]]
     for i in range(1, len(lon)):
-        if cell[i] != cell[i - 1]:
+        if i in crossings:
             east = lon[i] > lon[i - 1]
-            boundary = -180.0 + 360.0 * max(cell[i], cell[i - 1])
-            share = (boundary - lon[i - 1]) / (lon[i] - lon[i - 1])
-            crossing = round(float(lat[i - 1] + share * (lat[i] - lat[i - 1])), decimals)
-            current.append([180.0 if east else -180.0, crossing])
+            current.append([180.0 if east else -180.0, crossings[i]])
             parts.append(current)
-            current = [[-180.0 if east else 180.0, crossing]]
+            current = [[-180.0 if east else 180.0, crossings[i]]]
         current.append([float(wrapped[i]), float(lat[i])])
     parts.append(current)
     # A vertex on ±180° itself repeats the crossing point: keep each point once, and no part
@@ -278,6 +293,37 @@ def antimeridian_parts(lonlat: np.ndarray, decimals: int = LONLAT_DECIMALS) -> l
     parts = [[point for k, point in enumerate(part) if k == 0 or point != part[k - 1]]
              for part in parts]
     return [part for part in parts if len(part) >= 2] or parts[:1]
+
+
+#: The pixel step (px) below which :func:`_antimeridian_latitudes` interpolates the longitude
+#: along a segment instead of halving it further.
+CROSSING_STEP_PX = 1e-3
+
+
+def _antimeridian_latitudes(start: np.ndarray, end: np.ndarray, start_lon: np.ndarray,
+                            end_lon: np.ndarray, boundary: np.ndarray,
+                            pixel_to_lonlat: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """The latitudes where pixel segments ``start``–``end`` (K, 2) cross the meridians
+    ``boundary`` (K,) (±180°, or a turn further), between their ends' longitudes ``start_lon``
+    and ``end_lon`` (K,) (unwrapped): found on each segment by halving it, its points taken
+    to longitude/latitude, down to :data:`CROSSING_STEP_PX`, then within that step by linear
+    interpolation of the longitude. Shape (K,)."""
+    low, high = np.zeros(len(start)), np.ones(len(start))
+    low_lon, high_lon = start_lon, end_lon
+    length = np.hypot(*(end - start).T)
+    west_first = low_lon < boundary
+    for _ in range(int(np.ceil(np.log2(max(length.max(), CROSSING_STEP_PX)
+                                       / CROSSING_STEP_PX)))):
+        middle = (low + high) / 2
+        lon = pixel_to_lonlat(start + middle[:, None] * (end - start))[:, 0]
+        lon += 360.0 * np.round((low_lon - lon) / 360.0)  # the turn of the step's start
+        before = (lon < boundary) == west_first
+        low, low_lon = np.where(before, middle, low), np.where(before, lon, low_lon)
+        high, high_lon = np.where(before, high, middle), np.where(before, high_lon, lon)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.nan_to_num((boundary - low_lon) / (high_lon - low_lon))
+    at = low + np.clip(share, 0.0, 1.0) * (high - low)
+    return pixel_to_lonlat(start + at[:, None] * (end - start))[:, 1]
 
 
 def feature_collection(features: list[dict], raster: Raster, crs: str = "wgs84") -> dict:

@@ -137,7 +137,8 @@ class Georef:
                                 d * xy[:, 0] + e * xy[:, 1] + f - 0.5])
 
     def pixel_to_lonlat(self, points) -> np.ndarray:
-        """WGS84 (longitude, latitude) in degrees of pixel points.
+        """WGS84 (longitude, latitude) in degrees of pixel points (in a geographic CRS, their
+        longitudes as the map has them, past ±180° too: :func:`transform_points`).
 
         Parameters
         ----------
@@ -167,8 +168,9 @@ class Georef:
         longitude past 180° lands one map's width further east per turn of 360° than the
         longitude that many turns back within ±180° (past -180°, further west): in EPSG:3857,
         180.01° lands just east of 180°, past the map's east edge, where an image across it
-        has its pixels, not at the map's west edge as -179.99° does. In any other CRS, PROJ
-        places it as that longitude within ±180°.
+        has its pixels, not at the map's west edge as -179.99° does. In a geographic CRS it
+        keeps its turn (:func:`transform_points`): 180.01° lies at 180.01° in NAD83 as in
+        WGS84. In any other CRS, PROJ places it as that longitude within ±180°.
         """
         crs = self._require_crs()
         shift = world_shift(crs)
@@ -317,17 +319,50 @@ def transform_points(points, source: pyproj.CRS, target: pyproj.CRS) -> np.ndarr
     GeorefError
         Naming both CRSs when PROJ has no transformation between them at all (e.g. from a
         local engineering CRS to a map projection).
+
+    Notes
+    -----
+    Between two geographic CRSs a longitude keeps its turn, as it does from WGS84 to itself:
+    PROJ's longitude is moved by whole turns of 360° to lie within half a turn of the one
+    given (compared in degrees east of Greenwich, :func:`_longitude_axis`). 180.0013° in NAD83
+    is so 180.0013° in WGS84, where PROJ gives -179.9987°, and 204.2° stays 204.2°: an image
+    across the antimeridian, or in 0..360° longitudes, keeps its longitudes both ways.
     """
     xy = as_points(points)
     if source == target:
         return xy.copy()
+    source_wkt, target_wkt = source.to_wkt(), target.to_wkt()
     try:
-        transformer = _transformer(source.to_wkt(), target.to_wkt())
+        transformer = _transformer(source_wkt, target_wkt)
     except _pyproj().exceptions.ProjError:
         raise GeorefError(f"PROJ cannot transform coordinates from {source.name!r} to "
                           f"{target.name!r}") from None
     x, y = transformer.transform(xy[:, 0], xy[:, 1], errcheck=False)
-    return np.column_stack([np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)])
+    x = np.asarray(x, dtype=np.float64)
+    given, found = _longitude_axis(source_wkt), _longitude_axis(target_wkt)
+    if given is not None and found is not None:
+        with np.errstate(invalid="ignore"):  # points PROJ cannot place: NaN, kept
+            east = (xy[:, 0] * given[0] + given[1] - x * found[0] - found[1]) / 360.0
+            x = x + np.round(east) * 360.0 / found[0]
+    return np.column_stack([x, np.asarray(y, dtype=np.float64)])
+
+
+@lru_cache(maxsize=64)
+def _longitude_axis(crs_wkt: str) -> tuple[float, float] | None:
+    """(degrees per unit of its longitudes, longitude of its prime meridian in degrees east of
+    Greenwich) of a geographic CRS: a longitude x in it lies ``x · unit + meridian`` degrees
+    east of Greenwich. None for any other CRS: projected, or derived (a rotated pole's
+    longitudes are not the Earth's), or without an east axis."""
+    crs = _pyproj().CRS.from_wkt(crs_wkt)
+    if not crs.is_geographic or crs.is_derived:
+        return None
+    geodetic = crs.geodetic_crs
+    east = next((axis for axis in geodetic.axis_info if axis.direction == "east"), None)
+    if east is None:
+        return None
+    meridian = geodetic.prime_meridian
+    return (float(np.degrees(east.unit_conversion_factor)),
+            float(np.degrees(meridian.longitude * meridian.unit_conversion_factor)))
 
 
 def _turns_past_180(lon: np.ndarray) -> np.ndarray:

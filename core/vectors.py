@@ -10,20 +10,25 @@ says:
 * ``"coordinate_space": "pixel"`` (roadtracer's export of an image without georeferencing):
   pixel (x, y) of this image;
 * a ``"crs"`` member naming a projected CRS (roadtracer's ``--crs source`` export, or older
-  GeoJSON: type ``"name"``, or ``"EPSG"`` with a code): map coordinates in that CRS; any other
-  ``"crs"`` member (type ``"link"``, …) is an error naming it;
+  GeoJSON: type ``"name"``, or ``"EPSG"`` with a code): map coordinates in that CRS, those of
+  another CRS than the image's read as the lon/lat they stand for and placed as lon/lat lines
+  are (below); any other ``"crs"`` member (type ``"link"``, …) is an error naming it;
 * otherwise WGS84 longitude/latitude, projected through the image's georeferencing (the
   parts of a MultiLineString cut at the antimeridian read as one line again); a feature whose
   ``properties.image`` names this image is in its pixels and one naming another image is
-  skipped.
+  skipped. Lines are placed near the image (:func:`seeds_near_image`, :func:`near_centre`):
+  on an image across the antimeridian, from either side of it.
 
 A line exported by roadtracer carries its anchors in pixels (``anchors`` from the app,
 ``anchors_px`` from batch): vertices of its geometry, in order, from its first vertex to its
 last. Where their two ends agree with the geometry's (within :data:`ANCHOR_TOLERANCE_PX`) they
 become the imported line's anchors, so the line comes back as it was drawn; every one of them
 must then be a pair of finite numbers inside the image on the geometry (at most
-:data:`MAX_LINE_VERTICES`), else the feature is skipped with the reason. Otherwise (anchors of
-another image, or none) every vertex of the geometry is an anchor. Lines are clipped to the
+:data:`MAX_LINE_VERTICES`), else the feature is skipped with the reason. The app's export also
+says which segments between its anchors were drawn straight (``segment_details[k].straight``,
+:attr:`ImportedLine.straight`): a ``segment_details`` that is not one such object per segment
+skips the feature too. Otherwise (anchors of another image, or none) every vertex of the
+geometry is an anchor, and no segment is straight. Lines are clipped to the
 image, and anchors closer than :data:`MIN_SEGMENT_PX` to the previous one are dropped, as for
 seeds.
 
@@ -39,7 +44,7 @@ import numbers
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from itertools import chain
+from itertools import chain, repeat
 
 import numpy as np
 
@@ -271,15 +276,11 @@ def read_seeds(path: str | os.PathLike) -> tuple[list[Seed], list[Failure]]:
     space, crs = _coordinates_of(document, path)
     for index, feature in enumerate(geojson_features(document, path)):
         found, bad = feature_lines(feature, index, lonlat=space != "source")
+        if space == "source":
+            found, unplaced = seeds_in_lonlat(found, crs)
+            bad += unplaced
         failures += bad
         for seed in found:
-            if space == "source" and seed.image is None:
-                lonlat = transform_points(seed.vertices, crs, wgs84())
-                if not np.all(np.isfinite(lonlat)):
-                    failures.append(Failure(f"a vertex cannot be placed on the globe from "
-                                            f"{crs.name}", seed.id))
-                    continue
-                seed = replace(seed, vertices=lonlat)
             kind = seed.properties.get("kind")
             if kind is None or line_kind_of(seed.properties) is not None:
                 seeds.append(seed)
@@ -288,6 +289,29 @@ def read_seeds(path: str | os.PathLike) -> tuple[list[Seed], list[Failure]]:
                                         f"({' or '.join(LINE_KINDS)}), nor does a highway or "
                                         "waterway tag say one", seed.id))
     return seeds, failures
+
+
+def seeds_in_lonlat(seeds, crs) -> tuple[list[Seed], list[Failure]]:
+    """``seeds`` whose vertices are map coordinates in ``crs`` (those naming no image) as the
+    WGS84 longitude/latitude they stand for, and a failure for each with a vertex PROJ cannot
+    place on the globe.
+
+    Raises
+    ------
+    GeorefError
+        If PROJ cannot transform from ``crs`` to WGS84 at all.
+    """
+    placed, failures = [], []
+    for seed in seeds:
+        if seed.image is None:
+            lonlat = transform_points(seed.vertices, crs, wgs84())
+            if not np.all(np.isfinite(lonlat)):
+                failures.append(Failure(f"a vertex cannot be placed on the globe from "
+                                        f"{crs.name}", seed.id))
+                continue
+            seed = replace(seed, vertices=lonlat)
+        placed.append(seed)
+    return placed, failures
 
 
 def geojson_features(document, path) -> list:
@@ -316,7 +340,8 @@ def geojson_features(document, path) -> list:
 def clip_segments(p: np.ndarray, q: np.ndarray, width: int, height: int) -> tuple[
         np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Clip segments p[i]–q[i] to the pixel-centre box ``[0, width-1] × [0, height-1]``, all
-    at once (Liang–Barsky).
+    at once (Liang–Barsky): where the tracer's ends may lie (:func:`core.tracer.check_point`),
+    half a pixel inside the image's edge.
 
     Parameters
     ----------
@@ -352,7 +377,25 @@ def clip_segments(p: np.ndarray, q: np.ndarray, width: int, height: int) -> tupl
 
 
 def lines_in_image(vertices_px: np.ndarray, width: int, height: int) -> list[np.ndarray]:
-    """Pieces of a polyline inside an image, each segment clipped to it.
+    """Pieces of a polyline inside an image, each segment clipped to it
+    (:func:`pieces_in_image`'s pieces).
+
+    Parameters
+    ----------
+    vertices_px : ndarray of shape (N, 2)
+        Pixel (x, y); may lie outside the image or be non-finite.
+
+    Returns
+    -------
+    list of ndarray of shape (K, 2), K >= 2
+    """
+    return [piece for piece, _ in pieces_in_image(vertices_px, width, height)]
+
+
+def pieces_in_image(vertices_px: np.ndarray, width: int, height: int) -> list[
+        tuple[np.ndarray, np.ndarray]]:
+    """Pieces of a polyline inside an image, each segment clipped to it, with the segment of
+    the polyline each of their segments is (or is a clipped part of).
 
     Consecutive segments that stay inside join into one piece; clipped pieces shorter
     than 2 px (a corner grazing the border) are dropped. All segments are clipped at once
@@ -365,7 +408,9 @@ def lines_in_image(vertices_px: np.ndarray, width: int, height: int) -> list[np.
 
     Returns
     -------
-    list of ndarray of shape (K, 2), K >= 2
+    list of (ndarray of shape (K, 2), ndarray of shape (K - 1,) int), K >= 2
+        Each piece's vertices, and per segment of it the index i of the segment
+        ``vertices_px[i]``–``vertices_px[i + 1]`` it lies on.
     """
     vertices = np.asarray(vertices_px, dtype=np.float64).reshape(-1, 2)
     if len(vertices) < 2:
@@ -386,7 +431,8 @@ def lines_in_image(vertices_px: np.ndarray, width: int, height: int) -> list[np.
     points = np.empty((ends_at[-1] + 1, 2))
     points[ends_at] = end[kept]
     points[starts_at] = start[kept][first]
-    return np.split(points, starts_at[1:])
+    return list(zip(np.split(points, starts_at[1:]),
+                    np.split(np.flatnonzero(kept), np.flatnonzero(first)[1:]), strict=True))
 
 
 def centre_longitude(raster: Raster) -> float | None:
@@ -567,12 +613,19 @@ class ImportedLine:
     stated_kind : object
         Where ``kind`` is None, the feature's own ``kind`` property as read (a value that is
         no line kind: the line takes the app's default), else None.
+    straight : tuple of bool
+        One per segment ``anchors[k]``–``anchors[k + 1]`` (K - 1 of them in
+        :func:`read_lines`' lines): whether the app's export drew it straight, not traced
+        (its ``segment_details[k].straight``; a segment standing for several exported ones,
+        the anchors between them dropped, where all of them were); all False for a line of
+        any other file. Empty (the default): none is straight.
     """
 
     name: str
     kind: str | None
     anchors: np.ndarray
     stated_kind: object = None
+    straight: tuple[bool, ...] = ()
 
 
 def read_lines(path: str | os.PathLike, raster: Raster, image_name: str,
@@ -591,7 +644,8 @@ def read_lines(path: str | os.PathLike, raster: Raster, image_name: str,
     failures : list of Failure
         Features that are not lines, name another image, cannot be projected, miss it, or
         whose exported anchors are bad (:func:`line_vertices`; outside the image or off the
-        geometry).
+        geometry) or whose ``segment_details`` do not say which of their segments are
+        straight (:func:`_straight_segments`).
 
     Raises
     ------
@@ -599,7 +653,7 @@ def read_lines(path: str | os.PathLike, raster: Raster, image_name: str,
         If the file cannot be read, is not GeoJSON, or its ``crs`` member is not read
         (:func:`crs_member_name`) or names a CRS PROJ does not know.
     GeorefError
-        If PROJ cannot transform from the CRS it names to the image's.
+        If PROJ cannot transform from the CRS it names to WGS84.
     ReadStopped
         Once ``stop()`` returns True.
     """
@@ -615,38 +669,58 @@ def _lines_on_image(document, path, raster: Raster, image_name: str,
     features = geojson_features(document, path)
     space, crs = _coordinates_of(document, path)
     georef = raster.georef
-    centre = centre_longitude(raster) if space == "lonlat" and georef is not None \
-        and georef.crs is not None else None
+    placed = georef is not None and georef.crs is not None
+    # Map coordinates of another CRS than the image's are read as the lon/lat they stand
+    # for, and placed near the image as lon/lat lines are.
+    in_lonlat = space == "source" and placed and crs != georef.crs
+    reading = "lonlat" if in_lonlat else space
+    centre = centre_longitude(raster) if reading == "lonlat" and placed else None
     lines, failures = [], []
     for index in range(len(features)):
         if stop is not None and stop():
             raise ReadStopped(f"stopped reading {os.fspath(path)}")
         feature, features[index] = features[index], None
         seeds, bad = feature_lines(feature, index, lonlat=space == "lonlat")
+        if in_lonlat:
+            seeds, unplaced = seeds_in_lonlat(seeds, crs)
+            bad += unplaced
         failures += bad
-        for seed in seeds_near_image(seeds, raster) if space == "lonlat" else seeds:
+        for seed in seeds_near_image(seeds, raster) if reading == "lonlat" else seeds:
             if seed.image is not None and seed.image != image_name:
                 failures.append(Failure(f"properties.image names another image "
                                         f"({seed.image})", seed.id))
                 continue
             try:
-                pixels = _to_pixels(seed, space, crs, raster, centre)
-                anchors = _anchors(seed.properties, pixels, raster.width, raster.height)
+                pixels = _to_pixels(seed, reading, raster, centre)
+                anchors, straight = _anchors(seed.properties, pixels, raster.width,
+                                             raster.height)
             except BadParameter as exc:
                 failures.append(Failure(str(exc), seed.id))
                 continue
-            pieces = [without_close_vertices(piece)
-                      for piece in lines_in_image(anchors, raster.width, raster.height)]
-            pieces = [piece for piece in pieces if len(piece) >= 2]
+            pieces = [_without_close_anchors(piece, straight[segments]) for piece, segments
+                      in pieces_in_image(anchors, raster.width, raster.height)]
+            pieces = [(piece, flags) for piece, flags in pieces if len(piece) >= 2]
             if not pieces:
                 failures.append(Failure(f"no part of it longer than {MIN_SEGMENT_PX:g} px "
                                         "lies on the image", seed.id))
             name, kind = imported_name_and_kind(seed.properties, seed.id)
             stated = seed.properties.get("kind") if kind is None else None
-            for number, piece in enumerate(pieces, 1):
+            for number, (piece, flags) in enumerate(pieces, 1):
                 lines.append(ImportedLine(name if len(pieces) == 1 else f"{name} ({number})",
-                                          kind, piece, stated))
+                                          kind, piece, stated, flags))
     return lines, failures
+
+
+def _without_close_anchors(anchors: np.ndarray, straight: np.ndarray) -> tuple[
+        np.ndarray, tuple[bool, ...]]:
+    """``anchors`` (K, 2) without those closer than :data:`MIN_SEGMENT_PX` to the last one
+    kept (as :func:`without_close_vertices`), and which segments between those kept are
+    straight: one that stands for several segments of ``straight`` (K - 1,) bool is where they
+    all are (a dropped last anchor's segment counts with the one before it)."""
+    kept = np.flatnonzero(_far_from_the_last_kept(anchors, MIN_SEGMENT_PX))
+    if len(kept) < 2:
+        return anchors[kept], ()
+    return anchors[kept], tuple(np.logical_and.reduceat(straight, kept[:-1]).tolist())
 
 
 def imported_name_and_kind(properties: dict, seed_id: str) -> tuple[str, str | None]:
@@ -715,9 +789,10 @@ def crs_member_name(member, path) -> str | None:
                        'with properties.code), or no "crs" for longitude/latitude')
 
 
-def _to_pixels(seed: Seed, space: str, crs, raster: Raster, centre: float | None) -> np.ndarray:
-    """Pixel (x, y) of a seed's vertices, shape (N, 2), lon/lat read near the image's centre
-    longitude ``centre`` (:func:`near_centre`); BadParameter if they cannot be."""
+def _to_pixels(seed: Seed, space: str, raster: Raster, centre: float | None) -> np.ndarray:
+    """Pixel (x, y) of a seed's vertices, shape (N, 2), in pixels, lon/lat (read near the
+    image's centre longitude ``centre``, :func:`near_centre`) or map coordinates of the
+    image's own CRS (``space`` "source"); BadParameter if they cannot be."""
     if seed.image is not None or space == "pixel":
         return seed.vertices
     georef = raster.georef
@@ -726,17 +801,26 @@ def _to_pixels(seed: Seed, space: str, crs, raster: Raster, centre: float | None
                            "(lines in pixels come from an image without one)")
     if space == "lonlat":
         return georef.lonlat_to_pixel(near_centre(seed.vertices, centre))
-    return georef.map_to_pixel(transform_points(seed.vertices, crs, georef.crs))
+    return georef.map_to_pixel(seed.vertices)
 
 
-def _anchors(properties: dict, pixels: np.ndarray, width: int, height: int) -> np.ndarray:
+def _anchors(properties: dict, pixels: np.ndarray, width: int, height: int) -> tuple[
+        np.ndarray, np.ndarray]:
     """The exported pixel anchors of a roadtracer line (``anchors``, else ``anchors_px``) when
     their two ends are the geometry's (within :data:`ANCHOR_TOLERANCE_PX`), else the
-    geometry's vertices ``pixels`` (N, 2) (anchors of another image, or no export's).
+    geometry's vertices ``pixels`` (N, 2) (anchors of another image, or no export's); and
+    which segments between them are straight.
 
     Anchors whose ends match are checked whole: at most :data:`MAX_LINE_VERTICES` pairs of
     finite numbers (:func:`line_vertices`), each inside the ``width`` × ``height`` image and a
     vertex of the geometry, in order, as an export writes them.
+
+    Returns
+    -------
+    anchors : ndarray of shape (K, 2)
+    straight : ndarray of shape (K - 1,), bool
+        The exported anchors' :func:`_straight_segments`; all False for the geometry's
+        vertices.
 
     Raises
     ------
@@ -767,8 +851,32 @@ def _anchors(properties: dict, pixels: np.ndarray, width: int, height: int) -> n
                                f"properties.{key} is not on the line's geometry (an export's "
                                f"anchors are vertices of it, in order, within "
                                f"{ANCHOR_TOLERANCE_PX:g} px)")
-        return anchors
-    return pixels
+        return anchors, _straight_segments(properties, len(anchors) - 1)
+    return pixels, np.zeros(len(pixels) - 1, dtype=bool)
+
+
+def _straight_segments(properties: dict, count: int) -> np.ndarray:
+    """Which of the ``count`` segments between an exported line's anchors the app drew
+    straight: its ``segment_details[k].straight``, shape (count,) bool, checked at once (as
+    :func:`_positions` checks positions); none without ``segment_details`` (batch output).
+
+    Raises
+    ------
+    BadParameter
+        Naming the property when it is not a list of ``count`` objects, each with
+        ``"straight"`` true or false.
+    """
+    details = properties.get("segment_details")
+    if details is None:
+        return np.zeros(count, dtype=bool)
+    straight = (list(map(dict.get, details, repeat("straight")))
+                if isinstance(details, list) and len(details) == count
+                and set(map(type, details)) <= {dict} else [None])
+    if not set(map(type, straight)) <= {bool}:
+        raise BadParameter(f"properties.segment_details {shortened(details)} is not one object "
+                           f"per segment between the anchors ({count}), each with "
+                           '"straight": true or false')
+    return np.array(straight, dtype=bool)
 
 
 @numba.njit(cache=True)

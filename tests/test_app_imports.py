@@ -384,6 +384,34 @@ def test_the_apps_export_imports_as_drawn_with_its_kinds(make_window, qtbot, tmp
         (line.name, line.kind, line.anchors) for line in drawn]
 
 
+def test_the_apps_export_imports_its_straight_segments_straight(make_window, qtbot, tmp_path):
+    """Segments drawn straight (Shift) come back straight and exactly as drawn, traced ones
+    traced, in the order of the line: traced, straight, straight, traced."""
+    window = make_window()
+    shift = Qt.KeyboardModifier.ShiftModifier
+    points = [(100.0, 450.0), (200.0, 380.0), (260.0, 300.0), (330.0, 260.0), (420.0, 250.0)]
+    click(qtbot, window, points[0])
+    click_and_wait(qtbot, window, points[1])
+    click(qtbot, window, points[2], shift)
+    click(qtbot, window, points[3], shift)
+    click_and_wait(qtbot, window, points[4])
+    window.controller.finish()
+    (drawn,) = window.model.lines
+    assert [segment.is_straight for segment in drawn.segments] == [False, True, True, False]
+    path = tmp_path / "lines.geojson"
+    assert window.export_geojson(str(path))
+    wait_idle(qtbot, window)
+    window.model.reset()
+    assert import_errors(qtbot, window, path) == []
+    (back,) = window.model.lines
+    assert back.anchors == drawn.anchors
+    assert [segment.is_straight for segment in back.segments] == [False, True, True, False]
+    for segment in back.segments[1:3]:
+        np.testing.assert_array_equal(segment.polyline, [segment.polyline[0],
+                                                         segment.polyline[-1]])
+    assert all(len(segment.polyline) > 2 for segment in (back.segments[0], back.segments[3]))
+
+
 # --------------------------------------------------------------------- lines of unknown kind
 HOSTILE_KIND = "x" * 10_000 + "\n\x00\ud800"  # long, a line break, a NUL, a lone surrogate
 

@@ -358,7 +358,13 @@ def test_a_line_across_the_antimeridian_is_cut_there(tmp_path):
 
 
 def test_antimeridian_parts_wrap_longitudes_and_keep_other_lines_whole():
-    from core.geojson import antimeridian_parts
+    from core.geojson import antimeridian_parts as cut
+
+    def antimeridian_parts(lonlat):
+        """``cut`` of a line on a plate carrée of 1° pixels whose x is the unwrapped
+        longitude: straight in pixels is straight in lon/lat."""
+        pixels = np.column_stack([np.unwrap(lonlat[:, 0], period=360.0), lonlat[:, 1]])
+        return cut(lonlat, pixels, lambda points: points)
 
     assert antimeridian_parts(np.array([[10.0, 1.0], [11.0, 2.0]])) == [[[10.0, 1.0],
                                                                           [11.0, 2.0]]]
