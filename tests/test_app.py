@@ -862,9 +862,10 @@ def test_exported_lines_import_as_drawn(make_window, qtbot, tmp_path):
     (imported,) = window.model.lines
     assert (imported.name, imported.kind, imported.anchors) == ("Ridge road", "road",
                                                                 drawn.anchors)
-    # Traced again with the same parameters: the same line (the straight one traced too).
+    # Traced again with the same parameters: the same line (the straight one straight).
     np.testing.assert_allclose(imported.segments[0].polyline, drawn.segments[0].polyline)
-    assert not imported.segments[1].is_straight
+    assert imported.segments[1].is_straight
+    np.testing.assert_array_equal(imported.segments[1].polyline, drawn.segments[1].polyline)
     assert "imported 1 line, 2 segments from lines.geojson" in (
         window.statusBar().currentMessage())
     window.controller.undo()  # one undo step takes the whole import back

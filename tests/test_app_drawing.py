@@ -20,6 +20,7 @@ from app.previews import PreviewScheduler
 from app.traces import TraceOutcome, TraceRequest
 from core.errors import NoAdmissiblePath
 from core.tracer import TraceParams
+from core.vectors import ImportedLine
 
 
 def bent(a, b) -> Segment:
@@ -292,8 +293,8 @@ def test_segment_at_finds_the_nearest_visible_segment():
 def test_an_import_joins_the_model_as_one_step_or_not_at_all():
     model, host = LinesModel(), FakeHost()
     runner = ImportRunner(model, host)
-    lines = [SimpleNamespace(name="A", kind=None, anchors=[(0, 0), (10, 0), (20, 0)]),
-             SimpleNamespace(name="B", kind="river", anchors=[(0, 5), (10, 5)])]
+    lines = [ImportedLine("A", None, np.array([(0, 0), (10, 0), (20, 0)], float)),
+             ImportedLine("B", "river", np.array([(0, 5), (10, 5)], float))]
     runner.start(lines, "roads.geojson", "road")
     assert runner.running
     assert [job.params.line_kind for job in host.jobs] == ["road", "river"]
