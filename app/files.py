@@ -25,9 +25,10 @@ AUTOSAVE_SUFFIX = ".roadtracer.json"
 
 def autosave_path(folder: str, image_path: str) -> str:
     """The autosave file of an image: one per image, named by a hash of its absolute path
-    (:func:`os.path.normcase`: on Windows ``c:/data/A.png`` and ``C:\\data\\a.png`` share one)."""
+    (:func:`os.path.normcase`: on Windows ``c:/data/A.png`` and ``C:\\data\\a.png`` share one;
+    a name's bytes that are not UTF-8, kept by Python as lone surrogates, are hashed too)."""
     key = os.path.normcase(os.path.abspath(image_path))
-    digest = hashlib.sha1(key.encode("utf-8")).hexdigest()[:16]
+    digest = hashlib.sha1(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     return os.path.join(folder, f"{Path(image_path).stem}-{digest}{AUTOSAVE_SUFFIX}")
 
 

@@ -169,6 +169,17 @@ def backend_name(note: str) -> str:
     return note.split(": ", 1)[0]
 
 
+def unusable_evidence(raster: Raster, params: TraceParams) -> str | None:
+    """Why the evidence raster of ``params`` cannot serve ``raster``; None if it can (or there
+    is none). One of the image's size, a PNG, JPEG, … decoded whole, is read: in the worker
+    when a session names it."""
+    try:
+        evidence_source(raster, params)
+    except TraceError as exc:
+        return error_text(exc)
+    return None
+
+
 def keys_html() -> str:
     """:data:`KEYS` as rich text: a two-column table (input, what it does) per section."""
     sections = []
@@ -241,7 +252,8 @@ class _SessionFile:
 @dataclass(frozen=True)
 class _Loaded:
     """What the worker read for an open: the image (``raster`` None where it is a session's
-    image that is not found: ``missing`` says so), the session, and the image's autosave
+    image that is not found: ``missing`` says so), the session (``lost_evidence``: why its
+    evidence raster cannot serve the image, if it cannot), and the image's autosave
     (``autosave_error`` where it cannot be read; neither where the image is the one open)."""
 
     image: str
@@ -251,6 +263,7 @@ class _Loaded:
     autosave: Session | None = None
     autosave_error: SessionReadError | None = None
     missing: ImageReadError | None = None
+    lost_evidence: str | None = None
 
 
 class MainWindow(QMainWindow):
@@ -666,12 +679,15 @@ class MainWindow(QMainWindow):
                 if read is None or os.path.exists(path):
                     raise
                 return _Loaded(path, None, None, read, missing=exc)
+            lost = None if read is None else unusable_evidence(raster, read.session.params)
             if path == shown:  # its lines are the window's
-                return _Loaded(path, raster, levels, read)
+                return _Loaded(path, raster, levels, read, lost_evidence=lost)
             try:
-                return _Loaded(path, raster, levels, read, load_autosave(autosave_dir, path))
+                return _Loaded(path, raster, levels, read, load_autosave(autosave_dir, path),
+                               lost_evidence=lost)
             except SessionReadError as exc:
-                return _Loaded(path, raster, levels, read, autosave_error=exc)
+                return _Loaded(path, raster, levels, read, autosave_error=exc,
+                               lost_evidence=lost)
 
         def current() -> bool:
             """True (once) if this open is still the latest: it now ends."""
@@ -734,9 +750,9 @@ class MainWindow(QMainWindow):
             self.session_path, self._session_stamp = session.path, session.stamp
             params = session.session.params
             self.params_panel.backend.setCurrentText(session.session.backend)
-            lost = self._unusable_evidence(params)
-            if lost:
-                self.show_error(f"{lost}; tracing on the image itself", "Evidence raster")
+            if result.lost_evidence:
+                self.show_error(f"{result.lost_evidence}; tracing on the image itself",
+                                "Evidence raster")
                 params = replace(params, evidence_path=None)
             self.params_panel.set_params(params)
             self.controller.set_params(self.params_panel.params())  # what it shows
@@ -783,15 +799,6 @@ class MainWindow(QMainWindow):
             f"{restored})" + "".join(f"; {note}" for note in notes),
             f"without it, {UNKNOWN_GROUND_NOTE}; {path}" if unknown else path)
 
-    def _unusable_evidence(self, params: TraceParams) -> str | None:
-        """Why the evidence raster of ``params`` cannot serve the open image; None if it can
-        (or there is none)."""
-        try:
-            evidence_source(self.raster, params)
-        except TraceError as exc:
-            return error_text(exc)
-        return None
-
     def _evidence_changed(self, path: str | None) -> None:
         """Drop the old evidence display; build the new one in the worker."""
         self._evidence_levels = None
@@ -832,7 +839,7 @@ class MainWindow(QMainWindow):
             self.show_error("open an image first, then its evidence raster", "Evidence raster")
             return False
         path = os.path.abspath(path)
-        reason = self._unusable_evidence(TraceParams(evidence_path=path))
+        reason = unusable_evidence(self.raster, TraceParams(evidence_path=path))
         if reason:
             self.show_error(reason, "Evidence raster")
             return False

@@ -13,14 +13,28 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from itertools import count, filterfalse, islice
 
 import numpy as np
 
+from core.output import printable, shortened
 from core.tracer import LINE_KINDS, TraceParams, TraceResult, join_polylines
 
 Point = tuple[float, float]
 #: Undo steps kept (each holds a tuple of all the lines): older ones are forgotten.
 MAX_UNDO = 500
+#: Line ids are below this, far within what Qt's item data holds.
+LINE_ID_LIMIT = 2 ** 31
+#: Longest line name (a longer one, pasted or imported, is cut short).
+MAX_NAME_CHARS = 1000
+
+
+def line_name(name: str) -> str:
+    r"""``name`` as a line's name, as a session holds it: at most :data:`MAX_NAME_CHARS`
+    characters (a longer one cut short, ``…``), and lone surrogates (an imported file's
+    ``"\udc80"``) written out (:func:`core.output.printable`)."""
+    name = printable(name)
+    return name if len(name) <= MAX_NAME_CHARS else name[:MAX_NAME_CHARS - 1] + "…"
 
 
 @dataclass(frozen=True, eq=False)
@@ -306,6 +320,17 @@ class LinesModel:
         self._saved = tuple(lines)
         self._set(self._saved, "Reset")
 
+    def _new_ids(self, number: int) -> list[int]:
+        """Ids for ``number`` new lines: counted on from the last one, or, where that would
+        reach :data:`LINE_ID_LIMIT` (a session's ids are near it), the least that no line has
+        or had in the undo history."""
+        if self._next_id + number <= LINE_ID_LIMIT:
+            self._next_id += number
+            return list(range(self._next_id - number, self._next_id))
+        used = {line.id for lines in (self._lines, *(state for state, _ in self._undo),
+                                      *(state for state, _ in self._redo)) for line in lines}
+        return list(islice(filterfalse(used.__contains__, count(1)), number))
+
     def mark_saved(self) -> None:
         self._saved = self._lines
 
@@ -326,23 +351,23 @@ class LinesModel:
                  origin: object = None) -> Line:
         """A new line of one segment a → b, named after its kind ("Road 3")."""
         _check_kind(kind)
-        line = Line(self._next_id, f"{kind.capitalize()} {self._next_id}", kind, (a, b),
-                    (segment,))
-        self._next_id += 1
+        (line_id,) = self._new_ids(1)
+        line = Line(line_id, f"{kind.capitalize()} {line_id}", kind, (a, b), (segment,))
         self._append((line,), "Add line", origin)
         return line
 
     def add_lines(self, lines: list[tuple[str, str, tuple[Point, ...], tuple[Segment, ...]]],
                   label: str = "Import lines", origin: object = None) -> tuple[Line, ...]:
-        """New lines from (name, kind, anchors, segments), added as one undo step."""
-        added = []
+        """New lines from (name, kind, anchors, segments), added as one undo step (each name
+        as :func:`line_name` makes it)."""
         for name, kind, anchors, segments in lines:
             _check_kind(kind)
             if len(anchors) != len(segments) + 1 or not segments:
-                raise ValueError(f"line {name!r}: {len(anchors)} anchors for "
+                raise ValueError(f"line {shortened(name)}: {len(anchors)} anchors for "
                                  f"{len(segments)} segments")
-            added.append(Line(self._next_id, name, kind, tuple(anchors), tuple(segments)))
-            self._next_id += 1
+        added = [Line(line_id, line_name(name), kind, tuple(anchors), tuple(segments))
+                 for line_id, (name, kind, anchors, segments)
+                 in zip(self._new_ids(len(lines)), lines, strict=True)]
         self._append(tuple(added), label, origin)
         return tuple(added)
 
@@ -399,8 +424,9 @@ class LinesModel:
                                   origin)
 
     def rename(self, line_id: int, name: str, origin: object = None) -> Line:
-        return self._replace_line(replace(self._require(line_id), name=name), "Rename line",
-                                  origin)
+        """The line named ``name`` (as :func:`line_name` makes it)."""
+        return self._replace_line(replace(self._require(line_id), name=line_name(name)),
+                                  "Rename line", origin)
 
     def set_kind(self, line_id: int, kind: str, origin: object = None) -> Line:
         _check_kind(kind)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 
 from core.errors import BadParameter
 from core.gradient import MIN_SIGMA
+from core.output import is_unicode_text, shown_items, shown_value
 from core.scores import SCORE_KINDS
 from core.tracer import GROUND_RESOLUTION_RANGE, LINE_KINDS, POINT_SPACING, TraceParams
 
@@ -66,13 +67,15 @@ def _check_number(value: object, limits: ParamRange, where: str,
     checks_decimals = rounded or limits.decimals == 0
     if not is_number or not limits.low <= value <= limits.upper(rounded) \
             or (checks_decimals and round(value, limits.decimals) != value):
-        raise BadParameter(f"{where} must be {limits.describe(rounded)}, got {value!r}")
+        raise BadParameter(f"{where} must be {limits.describe(rounded)}, got "
+                           f"{shown_value(value)}")
     return float(value) if limits.decimals else int(value)
 
 
 def _check_choice(value: object, choices, where: str) -> str:
     if not isinstance(value, str) or value not in choices:
-        raise BadParameter(f"{where} must be one of {', '.join(choices)}, got {value!r}")
+        raise BadParameter(f"{where} must be one of {', '.join(choices)}, got "
+                           f"{shown_value(value)}")
     return value
 
 
@@ -101,18 +104,23 @@ def params_from_dict(data: object, where: str = "params", rounded: bool = True) 
         raise BadParameter(f"{where} must be an object, got {type(data).__name__}")
     unknown = set(data) - {f.name for f in fields(TraceParams)}
     if unknown:
-        raise BadParameter(f"{where} has unknown tracing parameters {sorted(unknown)}")
+        raise BadParameter(f"{where} has unknown tracing parameters "
+                           f"{shown_items(sorted(unknown))}")
     values = {name: _check_number(data[name], limits, f"{where}.{name}", rounded)
               for name, limits in PARAM_RANGES.items() if name in data}
     if "score" in data:
         values["score"] = _check_choice(data["score"], tuple(SCORE_KINDS), f"{where}.score")
     if "line_kind" in data:
         values["line_kind"] = _check_choice(data["line_kind"], LINE_KINDS, f"{where}.line_kind")
-    if data.get("evidence_path") is not None:
-        if not isinstance(data["evidence_path"], str) or not data["evidence_path"]:
+    path = data.get("evidence_path")
+    if path is not None:
+        if not isinstance(path, str) or not path:
             raise BadParameter(f"{where}.evidence_path must be a file path or null, got "
-                               f"{data['evidence_path']!r}")
-        values["evidence_path"] = data["evidence_path"]
+                               f"{shown_value(path)}")
+        if not is_unicode_text(path):
+            raise BadParameter(f"{where}.evidence_path must be valid Unicode text (no lone "
+                               f"surrogate), got {shown_value(path)}")
+        values["evidence_path"] = path
     return TraceParams(**values)
 
 

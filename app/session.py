@@ -9,15 +9,27 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import PurePath
 
 import numpy as np
 
-from app.model import LINE_KINDS, Line, Segment
+from app.model import LINE_ID_LIMIT, LINE_KINDS, MAX_NAME_CHARS, Line, Point, Segment
 from app.params import check_backend, params_from_dict
 from core.errors import BadParameter, OutputWriteError, TraceError
-from core.output import collector_paused, json_number, read_json, shortened, write_text_atomic
+from core.output import (
+    JsonLimits,
+    collector_paused,
+    is_unicode_text,
+    json_number,
+    read_json,
+    shortened,
+    shown_items,
+    shown_value,
+    write_text_atomic,
+)
+from core.resources import format_size
 from core.tracer import TraceParams
 
 SESSION_FORMAT = "roadtracer-session"
@@ -30,17 +42,6 @@ class SessionReadError(TraceError, ValueError):
 
 def params_to_dict(params: TraceParams | None) -> dict | None:
     return None if params is None else params.as_dict()
-
-
-#: Longest shown value in a message (a number of hundreds of digits is cut short).
-MAX_SHOWN = 40
-
-
-def shown_value(value: object) -> str:
-    """``value`` (read from a JSON file) for a message: a scalar as Python writes it, cut
-    short, else its type's name ("list", "dict")."""
-    return shortened(value, MAX_SHOWN) if isinstance(value, str | int | float | bool | None) \
-        else type(value).__name__
 
 
 def _fail(where: str, expected: str, value: object) -> SessionReadError:
@@ -58,7 +59,8 @@ def _finite(value: object, where: str, expected: str) -> float:
 
 def _get(data: dict, key: str, where: str, types: tuple[type, ...], expected: str,
          default: object = ...) -> object:
-    """``data[key]`` if it is of one of ``types`` (a bool only if ``bool`` is named), else a
+    """``data[key]`` if it is of one of ``types`` (a bool only if ``bool`` is named; a string
+    only if it is valid Unicode text: :func:`core.output.is_unicode_text`), else a
     SessionReadError naming ``where.key`` (``key`` alone at the top level, ``where=""``); a
     missing key gives ``default`` if one is given."""
     name = f"{where}.{key}" if where else key
@@ -69,6 +71,8 @@ def _get(data: dict, key: str, where: str, types: tuple[type, ...], expected: st
     value = data[key]
     if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
         raise _fail(name, expected, value)
+    if isinstance(value, str) and not is_unicode_text(value):
+        raise _fail(name, "valid Unicode text (no lone surrogate)", value)
     return value
 
 
@@ -77,6 +81,19 @@ MAX_COORDINATE = 1e7
 #: Most points of one list (anchors, polyline) in a session: a trace has tens; a million
 #: would hold the window for seconds at every repaint.
 MAX_POINTS = 100_000
+#: Largest session file read: 2.5 times a session of 10 000 traced lines of 100–600 px
+#: (7 million vertices at full precision: 430 MB, read in 20–25 s on 2 cores with 2 GB of
+#: memory). A larger file is refused from its size, before it is read; a larger session is
+#: not written (it could not be opened).
+MAX_SESSION_BYTES = 1024 ** 3
+#: Most characters of one value of a segment, decoded in one piece (its polyline, its link
+#: scores): a list of :data:`MAX_POINTS` points takes at most 5 MB as sessions are written,
+#: 10 MB pretty-printed with an indent of 2. A longer value is refused before it is decoded:
+#: decoding it would hold the window for seconds.
+MAX_VALUE_CHARS = 128 * MAX_POINTS
+#: How a session is read (:func:`core.output.read_json`): a member at a time down to its
+#: segments' members, each of which is at most MAX_VALUE_CHARS long.
+SESSION_LIMITS = JsonLimits(MAX_SESSION_BYTES, levels=5, value_chars=MAX_VALUE_CHARS)
 
 
 def _points(value: object, where: str) -> np.ndarray:
@@ -121,17 +138,23 @@ def _all_finite(line: Line) -> bool:
                     for segment in line.segments))
 
 
-def _segment_from_dict(data: object, where: str, kind: str) -> Segment:
-    """A segment of a line of ``kind``; its request is traced as that kind (sessions older
-    than river mode stored none).
+def _segment_from_dict(data: object, where: str, kind: str, ends: tuple[Point, Point]
+                       ) -> Segment:
+    """A segment of a line of ``kind`` between the anchors ``ends``; its request is traced as
+    that kind (sessions older than river mode stored none).
 
-    A traced segment (one with a request) has a finite score and one finite score per link of
-    its polyline; a straight one (``"request": null``) has no link scores and no score (null,
-    or a finite number that is not kept: its score is NaN).
+    Its polyline runs from its start anchor to its end anchor, exactly (a session holds every
+    number as written). A traced segment (one with a request) has a finite score and one
+    finite score per link of its polyline; a straight one (``"request": null``) has no link
+    scores and no score (null, or a finite number that is not kept: its score is NaN).
     """
     if not isinstance(data, dict):
         raise _fail(where, "an object", data)
     polyline = _points(data.get("polyline"), f"{where}.polyline")
+    runs = tuple(polyline[0].tolist()), tuple(polyline[-1].tolist())
+    if runs != ends:
+        raise SessionReadError(f"{where}.polyline must run from its anchors {ends[0]} to "
+                               f"{ends[1]}, got {runs[0]} to {runs[1]}")
     request = _params(data.get("request"), f"{where}.request", rounded=True)
     params = _params(data.get("params"), f"{where}.params", rounded=False)
     if request is not None and params is None:
@@ -161,10 +184,6 @@ def line_to_dict(line: Line) -> dict:
             "segments": [_segment_to_dict(s) for s in line.segments]}
 
 
-#: Line ids are below this, far within what Qt's item data holds (new lines count up from them).
-LINE_ID_LIMIT = 2 ** 31
-
-
 def line_from_dict(data: object, where: str = "line") -> Line:
     """A line from its JSON object; :class:`SessionReadError` names the first bad field."""
     if not isinstance(data, dict):
@@ -173,16 +192,18 @@ def line_from_dict(data: object, where: str = "line") -> Line:
     if not 0 <= line_id < LINE_ID_LIMIT:
         raise _fail(f"{where}.id", f"a whole number in [0, {LINE_ID_LIMIT - 1}]", line_id)
     name = _get(data, "name", where, (str,), "a string")
+    if len(name) > MAX_NAME_CHARS:
+        raise _fail(f"{where}.name", f"at most {MAX_NAME_CHARS} characters", name)
     kind = _get(data, "kind", where, (str,), f"one of {', '.join(LINE_KINDS)}")
     if kind not in LINE_KINDS:
         raise _fail(f"{where}.kind", f"one of {', '.join(LINE_KINDS)}", kind)
-    anchors = _points(data.get("anchors"), f"{where}.anchors")
+    anchors = tuple(map(tuple, _points(data.get("anchors"), f"{where}.anchors").tolist()))
     items = _get(data, "segments", where, (list,), "a list of segments")
     if len(items) != len(anchors) - 1:
         raise SessionReadError(f"{where}: {len(anchors)} anchors for {len(items)} segments")
-    segments = tuple(_segment_from_dict(item, f"{where}.segments[{i}]", kind)
+    segments = tuple(_segment_from_dict(item, f"{where}.segments[{i}]", kind, anchors[i:i + 2])
                      for i, item in enumerate(items))
-    return Line(line_id, name, kind, tuple((float(x), float(y)) for x, y in anchors), segments,
+    return Line(line_id, name, kind, anchors, segments,
                 _get(data, "visible", where, (bool,), "true or false", True))
 
 
@@ -197,7 +218,8 @@ class LineEncoder:
         self._texts: dict[int, tuple[Line, str]] = {}  # line id -> (line, its text)
 
     def texts(self, lines: tuple[Line, ...]) -> list[str]:
-        """The JSON text of every line (``ValueError`` for a number that is not finite).
+        """The JSON text of every line (``ValueError`` naming the line for a number that is
+        not finite or text that is not valid Unicode).
 
         Written by orjson, arrays and all, many times faster than the standard library: a
         session of thousands of traced lines holds millions of numbers. Each number is written
@@ -209,9 +231,14 @@ class LineEncoder:
             cached = known.get(line.id)
             if cached is None or cached[0] is not line:
                 if not _all_finite(line):
-                    raise ValueError(f"line {line.id} holds a number that is not finite")
-                cached = line, orjson.dumps(line_to_dict(line),
-                                            option=orjson.OPT_SERIALIZE_NUMPY).decode()
+                    raise ValueError(f"line {line.id} holds a coordinate or score that is not "
+                                     "a finite number")
+                try:
+                    text = orjson.dumps(line_to_dict(line), option=orjson.OPT_SERIALIZE_NUMPY)
+                except orjson.JSONEncodeError as exc:  # a lone surrogate in its name, say
+                    raise ValueError(f"line {line.id} {shortened(line.name)} cannot be "
+                                     f"written: {exc}") from None
+                cached = line, text.decode()
             cache[line.id] = cached
             texts.append(cached[1])
         self._texts = cache
@@ -224,7 +251,10 @@ def write_session(path: str | os.PathLike, image_path: str, lines: tuple[Line, .
     """Write a session file atomically (raises ``OutputWriteError``): the image stored absolute
     and relative to the file's folder, with its ``image_size`` (width, height) where given, and
     the lines last (their texts from ``encoder`` where given). The relative path has ``/``
-    separators on every system, so that a session written on Windows opens elsewhere."""
+    separators on every system, so that a session written on Windows opens elsewhere.
+
+    Neither a number that is not finite, nor text that is not valid Unicode, nor a file over
+    :data:`MAX_SESSION_BYTES` is written: :func:`load_session` would refuse it."""
     folder = os.path.dirname(os.path.abspath(path))
     image = os.path.abspath(image_path)
     try:
@@ -237,11 +267,19 @@ def write_session(path: str | os.PathLike, image_path: str, lines: tuple[Line, .
               "params": params.as_dict(), "backend": backend}
     try:
         texts = (encoder or LineEncoder()).texts(lines)
-        text = json.dumps(header, separators=(",", ":"), allow_nan=False)
-    except ValueError:  # a coordinate or link score that is NaN or infinite
-        raise OutputWriteError(f"cannot write session {path}: a line holds a coordinate or "
-                               "score that is not a finite number") from None
-    write_text_atomic(path, f'{text[:-1]},"lines":[{",".join(texts)}]}}\n')
+        text = json.dumps(header, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+    except ValueError as exc:  # a number that is not finite, text that is not Unicode
+        raise OutputWriteError(f"cannot write session {path}: {exc}") from None
+    if not is_unicode_text(text):
+        raise OutputWriteError(f"cannot write session {path}: its image path or parameters "
+                               "are not valid Unicode text (a lone surrogate)")
+    document = f'{text[:-1]},"lines":[{",".join(texts)}]}}\n'
+    size = len(document) if document.isascii() else len(document.encode())
+    if size > MAX_SESSION_BYTES:
+        raise OutputWriteError(f"cannot write session {path}: it would be {format_size(size)}, "
+                               f"over the limit of {format_size(MAX_SESSION_BYTES)} for a "
+                               "session; export the lines as GeoJSON instead")
+    write_text_atomic(path, document)
 
 
 @dataclass(frozen=True)
@@ -295,21 +333,27 @@ def load_session(path: str | os.PathLike) -> Session:
 
     The image path is the relative one resolved against the session's folder when that file
     exists, else the absolute one. Every field is checked (parameters as the panel accepts
-    them); :class:`SessionReadError` names the file and the first bad field.
+    them, strings as valid Unicode text, names of at most :data:`MAX_NAME_CHARS` characters,
+    each segment's polyline from its start anchor to its end anchor);
+    :class:`SessionReadError` names the file and the first bad field. A file over
+    :data:`MAX_SESSION_BYTES` is refused before it is read, a value of a segment over
+    :data:`MAX_VALUE_CHARS` characters before it is decoded.
     """
     path = os.fspath(path)
     with collector_paused():  # also while its lines are read: see collector_paused
-        session = _session_of(read_json(path, "session", SessionReadError), path)
+        session = _session_of(read_json(path, "session", SessionReadError, SESSION_LIMITS),
+                              path)
     return session
 
 
 def _relative_image(path: str, relative: str) -> str | None:
-    """The image at ``relative`` to the folder of the session ``path`` where it exists, else
-    None; ``\\`` separators (older sessions written on Windows) are also tried as ``/``."""
+    """The file at ``relative`` to the folder of the session ``path`` where there is one (a
+    folder there is not the image), else None; ``\\`` separators (older sessions written on
+    Windows) are also tried as ``/``."""
     folder = os.path.dirname(os.path.abspath(path))
     for name in dict.fromkeys((relative, relative.replace("\\", "/"))):
         candidate = os.path.join(folder, name)
-        if os.path.exists(candidate):
+        if os.path.isfile(candidate):
             return os.path.normpath(candidate)
     return None
 
@@ -343,7 +387,9 @@ def _session_of(document: object, path: str) -> Session:
         lines = _lines_of(_get(document, "lines", "", (list,), "a list of lines"))
         ids = [line.id for line in lines]
         if len(set(ids)) != len(ids):
-            raise SessionReadError(f"lines: line ids repeat ({ids})")
+            counts = Counter(ids)
+            repeated = [line_id for line_id in ids if counts[line_id] > 1]
+            raise SessionReadError(f"lines: line ids repeat ({shown_items(repeated)})")
         params = _params(_get(document, "params", "", (dict,), "an object"), "params",
                          rounded=True)
         backend = _get(document, "backend", "", (str,), "a string", "auto")

@@ -74,6 +74,17 @@ GPU_WORKERS_PER_DEVICE = 8
 GPU_POOL_MIN_SEGMENTS = 2500
 #: Seconds between the lines that tell how many images are done where stderr is no terminal.
 PROGRESS_LINE_SECONDS = 30.0
+#: Names listed in a note about many images or files; the others are counted.
+MAX_LISTED_NAMES = 5
+#: What ``help batch`` says after the command's summary (the details: docs/GEO.md, "Batch
+#: mode").
+ABOUT = """\
+Resuming: the same command continues an interrupted batch, skipping the images
+whose output records the same seeds, parameters and files (and no failure that
+a rerun may not repeat, such as one over the memory budget). One run at a time
+owns OUT_DIR (its lock file: OUT_DIR/.roadtracer-batch.lock). Exit code: 0 all
+traced, 1 something failed (see OUT_DIR/summary.csv), 2 usage error, 130
+interrupted (the summary of what is done is written)."""
 
 
 def positive_int(text: str) -> int:
@@ -103,6 +114,7 @@ def worker_count(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = f"{parser.description}\n\n{ABOUT}"
     set_examples(parser, "tiles/ --seeds roads.geojson -o traced/",
                  "tiles/ --seeds roads.geojson -o traced/ --crs source --workers 1",
                  "scans/ --seeds rivers.geojson -o traced/ --line-kind river --overwrite")
@@ -270,6 +282,13 @@ class SegmentProgress:
             self.line_time = time.monotonic()
 
 
+def listed(names: list[str]) -> str:
+    """``names`` for a note: the first ``MAX_LISTED_NAMES``, then how many more."""
+    more = len(names) - MAX_LISTED_NAMES
+    return ", ".join(map(printable, names[:MAX_LISTED_NAMES])) + (
+        f" and {more} more" if more > 0 else "")
+
+
 def seed_failure_line(failure: Failure) -> str:
     """The stderr line of a seed that was not traced."""
     where = "" if failure.seed is None else f" {failure.seed}"
@@ -291,6 +310,7 @@ def run(args: argparse.Namespace) -> int:
     (:func:`_interrupt`), and stderr closing (``2>&1 | head -1``) does not stop it."""
     from core.batch import lock_output_folder
     from core.output import PipeTolerantStream
+    from core.surface import model_files
 
     use_process_options(args)
     if args.scheduler:
@@ -299,7 +319,8 @@ def run(args: argparse.Namespace) -> int:
                 for number in (signal.SIGINT, signal.SIGTERM)}
     try:
         with contextlib.redirect_stderr(PipeTolerantStream(sys.stderr)), \
-                lock_output_folder(args.output, inputs=(args.seeds,)):
+                lock_output_folder(args.output,
+                                   inputs=(args.seeds, *model_files(args.surface_model))):
             return run_batch(args)
     finally:
         for number, handler in previous.items():
@@ -339,6 +360,7 @@ def _run_planned(args: argparse.Namespace, plan, segments: int, pool: bool, shar
         SUMMARY_CSV,
         SUMMARY_JSON,
         batch_failed,
+        check_batch_params,
         images_per_call,
         run_tasks,
         start_worker_server,
@@ -379,9 +401,22 @@ def _run_planned(args: argparse.Namespace, plan, segments: int, pool: bool, shar
         if plan.changed:
             note(args, f"tracing {len(plan.changed)} image(s) again: their seeds, parameters "
                  f"or files changed since the earlier run, or their output has no record of "
-                 f"them ({', '.join(map(printable, plan.changed))})")
+                 f"them ({listed(plan.changed)})")
+        if plan.retried:
+            note(args, f"tracing {len(plan.retried)} image(s) again whose output records "
+                 "failures a rerun may not repeat (over the memory budget, pixels that could "
+                 f"not be read, …): {listed(plan.retried)}")
+        if plan.orphans:
+            note(args, f"{len(plan.orphans)} output(s) in {printable(args.output)} belong to "
+                 "no image of IMAGES_DIR (an earlier batch wrote them for an image since "
+                 "removed or renamed, or now written under another name); they are kept, "
+                 f"delete them if they are stale: {listed(plan.orphans)}")
         executor, close, workers = open_executor(args, len(plan.tasks), backend.name == "gpu",
                                                  segments, modules)
+        if workers and workers > 1:
+            # The local workers and this process each trace with a share of the memory
+            # budget (the plan was checked with all of it): over it, a usage error, now.
+            check_batch_params(params_from_args(args))
         # Workers make that backend once each; in this process, the one made above traces
         # (all the images, or those it takes back from local workers while they start).
         here = functools.partial(_same, backend)
@@ -398,7 +433,8 @@ def _run_planned(args: argparse.Namespace, plan, segments: int, pool: bool, shar
             # into short runs (a GPU traces fewer segments at once).
             for report, document in run_tasks(tasks, factory, executor, images,
                                               here if workers else None,
-                                              None if bar.disable else progress.traced):
+                                              None if bar.disable else progress.traced,
+                                              plan.out_dir):
                 reports.append(write_output(plan, report, document))
                 progress.finished(report.image, report.status)
     except KeyboardInterrupt:
@@ -423,15 +459,14 @@ def _run_planned(args: argparse.Namespace, plan, segments: int, pool: bool, shar
         print(f"stopped after {len(reports)} of {len(tasks)} image(s); {resume}",
               file=sys.stderr)
         raise KeyboardInterrupt
-    pixel = [printable(report.image) for report in reports if report.coordinate_space == "pixel"]
+    pixel = [report.image for report in reports if report.coordinate_space == "pixel"]
     if pixel:
         params = params_from_args(args)
         unscaled = (f"; their ground resolution is unknown too: {UNKNOWN_GROUND_NOTE} "
                     "(give --ground-resolution M to run it once)" if reads_ground_resolution(params)
                     and params.ground_resolution is None else "")
         note(args, f"{len(pixel)} image(s) have no usable georeferencing; their GeoJSON "
-             f"coordinates are pixels (x = column, y = row){unscaled}: {', '.join(pixel[:5])}"
-             + (" …" if len(pixel) > 5 else ""))
+             f"coordinates are pixels (x = column, y = row){unscaled}: {listed(pixel)}")
     report_failures(reports + plan.skipped)
     seed_failures = [Failure(**failure) for failure in summary["seed_failures"]]
     for failure in seed_failures[len(plan.seed_failures):]:  # those before were told already

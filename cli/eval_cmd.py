@@ -77,13 +77,14 @@ def run(args: argparse.Namespace) -> int:
     from core.output import is_stdout, refuse_overwriting_input, write_text_or_stdout
     from core.peers import PEERS, check_libraries
     from core.surface import UNKNOWN_GROUND_NOTE
-    from core.tracer import evidence_folder, ground_resolution_unknown
+    from core.tracer import check_params, evidence_folder, ground_resolution_unknown
     from gpu.select import choose_backend
 
     methods = [OURS, *PEERS] if args.method == "all" else [args.method]
     check_libraries(methods)
     # --stability moves the clicks of our tracer, whichever the methods.
-    runs_model = use_process_options(args, traces=OURS in methods or args.stability is not None)
+    ours = OURS in methods or args.stability is not None
+    runs_model = use_process_options(args, traces=ours)
     if args.limit is not None and args.limit < 1:
         raise BadParameter(f"--limit must be >= 1, got {args.limit}")
     if args.corrections is not None and not 0 <= args.corrections <= MOST_CORRECTIONS:
@@ -92,11 +93,14 @@ def run(args: argparse.Namespace) -> int:
     if args.evidence_dir is not None:
         evidence_folder(args.evidence_dir)
     params = params_from_args(args)
+    if ours:  # parameters every case would refuse: a usage error, as in batch
+        check_params(params)
     cases = load_cases(args.cases, args.limit)
     rasters = RasterCache()
     inputs = check_cases(cases, rasters, params, args.evidence_dir)
     sources = os.path.join(os.path.dirname(os.path.abspath(args.cases)), SOURCES_FILE)
-    refuse_overwriting_input(args.json, (args.cases, sources, *inputs), "--json")
+    refuse_overwriting_input(args.json, (args.cases, sources, *inputs,
+                                         *surface.model_files(args.surface_model)), "--json")
     backend = None
     if OURS in methods:
         backend, backend_note = choose_backend(args.backend,

@@ -144,8 +144,8 @@ def add_crs_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bands", type=band_numbers, metavar="R,G,B",
                         help="bands to trace, counted from 1: three read as red, green, blue "
                              "(e.g. 8,4,3: a false-colour composite) or one grey band "
-                             "(default: the bands tagged red, green, blue, else the first "
-                             "three)")
+                             "(default: the bands tagged red, green, blue, else those whose "
+                             "descriptions name the colours, else the first three)")
 
 
 def use_process_options(args: argparse.Namespace, traces: bool = True) -> bool:
@@ -157,12 +157,11 @@ def use_process_options(args: argparse.Namespace, traces: bool = True) -> bool:
     BadParameter if the budget is not a size, ModelUnavailable if the model is not one this
     program can run. Returns whether the traces run the surface model."""
     from core import surface
-    from core.resources import BUDGET_VARIABLE, parse_size
+    from core.resources import set_memory_budget
     from core.tracer import runs_surface_model
 
     if args.memory_budget is not None:
-        parse_size(args.memory_budget, "--memory-budget")
-        os.environ[BUDGET_VARIABLE] = args.memory_budget
+        set_memory_budget(args.memory_budget, "--memory-budget")
     # An evidence folder (batch, eval) puts every trace on an evidence raster too.
     evidence = getattr(args, "evidence", None) or getattr(args, "evidence_dir", None)
     if not (traces and runs_surface_model(replace(params_from_args(args),
@@ -282,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
     from core.georef import sidecar_files
     from core.output import printable, refuse_overwriting_input, write_text_or_stdout
     from core.raster import load_image
-    from core.surface import UNKNOWN_GROUND_NOTE
+    from core.surface import UNKNOWN_GROUND_NOTE, model_files
     from core.tracer import (
         ground_resolution_unknown,
         no_ground_resolution_reason,
@@ -291,7 +290,7 @@ def run(args: argparse.Namespace) -> int:
     from gpu.select import choose_backend
 
     start = time.perf_counter()
-    inputs = [args.image, args.evidence, args.surface_model]
+    inputs = [args.image, args.evidence, *model_files(args.surface_model)]
     for raster in (args.image, args.evidence):  # and what georeferences them
         inputs += sidecar_files(raster) if raster else []
     refuse_overwriting_input(args.output, inputs, "-o")

@@ -22,7 +22,8 @@ the others are traced by a new pool. Workers return the GeoJSON document; the ca
 it atomically to ``OUT_DIR/<image stem>.geojson`` (``<image name>.geojson`` when two images
 share a stem, and never one file for two images: :func:`output_names`), then
 ``summary.json`` and ``summary.csv``. Images whose output exists are skipped unless
-``overwrite`` or their seeds, parameters or files changed since: every output carries the
+``overwrite``, or their seeds, parameters or files changed since, or the output records
+failures that a rerun may not repeat (:data:`TRANSIENT_ERRORS`): every output carries the
 fingerprint of what made it (:data:`RECORD_MEMBER`), so resuming needs no summary. One run
 at a time owns an output folder (:func:`lock_output_folder`).
 
@@ -46,6 +47,7 @@ import json
 import math
 import multiprocessing.connection
 import os
+import shutil
 import signal
 import socket
 import stat
@@ -74,7 +76,14 @@ import numpy as np
 
 from core import surface
 from core.backend import TracerBackend
-from core.errors import BadParameter, OutputWriteError, TraceError
+from core.errors import (
+    BackendUnavailable,
+    BadParameter,
+    ImageReadError,
+    ModelUnavailable,
+    OutputWriteError,
+    TraceError,
+)
 from core.geojson import (
     check_crs,
     coordinate_space,
@@ -83,8 +92,6 @@ from core.geojson import (
     write_geojson,
 )
 from core.georef import parse_crs, sidecar_files
-from core.gradient import gradient_margin
-from core.guides import build_corridor
 from core.jit import numba
 from core.output import (
     TEMPORARY_PREFIX,
@@ -105,16 +112,15 @@ from core.raster import (
     read_image_georef,
 )
 from core.resources import (
+    OverMemoryBudget,
     available_memory,
-    check_trace_plan,
     decode_memory,
     share_memory,
-    window_pixels,
 )
-from core.scores import trace_window_memory
 from core.tracer import (
     TraceParams,
     TraceResult,
+    check_params,
     evidence_folder,
     evidence_source,
     trace_many,
@@ -144,6 +150,12 @@ LOCK_FILE = ".roadtracer-batch.lock"
 #: The byte of :data:`LOCK_FILE` that is locked on Windows (``msvcrt.locking``), whose locks
 #: are mandatory: well past the owner line, which must stay readable to a refused run.
 WINDOWS_LOCK_BYTE = 1 << 16
+#: Times a run opens an output folder's lock file that its holder removes meanwhile before
+#: it holds the one it opened last (:func:`_locked`).
+LOCK_ATTEMPTS = 8
+#: Start of the name of a run's folder of call marks (:func:`run_tasks`) in its output
+#: folder: the next run removes one that a killed run left (:func:`lock_output_folder`).
+CALLS_PREFIX = f"{TEMPORARY_PREFIX}calls-"
 #: Modules every local worker needs, imported once by the server workers are forked from
 #: (:func:`local_executor`; callers add those of their backend).
 WORKER_MODULES = ("core.batch",)
@@ -164,6 +176,17 @@ WORKER_IMAGES = 4
 #: seconds between later reports (:func:`run_tasks`' ``progress``).
 PROGRESS_SEGMENTS = 16
 PROGRESS_SECONDS = 0.5
+#: Errors that come from the machine a trace ran on, not from its inputs (the seeds, the
+#: image, the parameters: what :meth:`ImageTask.fingerprint` records, which a rerun of the
+#: same inputs fails on again): a plan over the memory budget (which depends on
+#: ``--memory-budget``, the processes sharing it and the memory available), memory running
+#: out, pixels that could not be read (storage, a network share), the compute backend or the
+#: surface model unavailable. A resumed run traces again an output that records one.
+TRANSIENT_ERRORS = (OverMemoryBudget, MemoryError, ImageReadError, BackendUnavailable,
+                    ModelUnavailable)
+#: How a batch traces a segment in shorter legs, in the advice of a failure over the memory
+#: budget (:func:`failure_reason`).
+BATCH_LEGS = "seeds with more vertices, closer together"
 
 
 @dataclass
@@ -175,7 +198,8 @@ class ImageReport:
     ``"skipped"`` (output from an earlier run kept: ``output_status`` is the status it
     records, and the counts and failures are those it records). ``inputs`` is the
     :meth:`ImageTask.fingerprint` of what produced the output; ``notes``, what a user should
-    know of how the image was read (the bands traced, an EXIF orientation, …).
+    know of how the image was read (the bands traced, an EXIF orientation, …);
+    ``transient_failures``, how many of ``failures`` came from :data:`TRANSIENT_ERRORS`.
     """
 
     image: str
@@ -190,6 +214,7 @@ class ImageReport:
     inputs: str | None = None
     notes: list[str] = field(default_factory=list)
     output_status: str | None = None
+    transient_failures: int = 0
 
     def as_dict(self) -> dict:
         r"""The summary's record (file names that are not UTF-8 shown with ``\xNN``)."""
@@ -271,8 +296,11 @@ class BatchPlan:
     ``candidates`` maps every lon/lat seed to the images whose footprint box its box
     meets (the images it may cross; the worker decides exactly). ``changed`` names the
     images traced again because their output's record names other inputs
-    (:meth:`ImageTask.fingerprint`) or none. ``subfolders`` and ``broken_links`` count what
-    the images folder holds that is not read (:func:`passed_over`).
+    (:meth:`ImageTask.fingerprint`) or none; ``retried``, those traced again because it
+    records failures that a rerun may not repeat (:data:`TRANSIENT_ERRORS`).
+    ``subfolders`` and ``broken_links`` count what the images folder holds that is not read
+    (:func:`passed_over`); ``orphans`` names the outputs of an earlier batch in the output
+    folder that belong to no image of this one (:func:`orphan_outputs`).
     """
 
     images_dir: Path
@@ -283,8 +311,10 @@ class BatchPlan:
     seed_failures: list[Failure]
     candidates: dict[str, set[str]]
     changed: list[str] = field(default_factory=list)
+    retried: list[str] = field(default_factory=list)
     subfolders: int = 0
     broken_links: int = 0
+    orphans: list[str] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------- tracing
@@ -357,7 +387,7 @@ def _line_features(raster: Raster, seed: Seed, vertices: np.ndarray, params: Tra
     failures = []
     for k, outcome in enumerate(outcomes):
         if isinstance(outcome, TraceError):
-            failures.append(Failure(str(outcome), seed.id, k))
+            failures.append(Failure(failure_reason(outcome), seed.id, k))
             runs.append([])
         else:
             runs[-1].append((k, outcome))
@@ -368,6 +398,12 @@ def _line_features(raster: Raster, seed: Seed, vertices: np.ndarray, params: Tra
                                      "params": params.as_dict()}, crs)
                 for run in runs if run]
     return features, sum(len(run) for run in runs), failures
+
+
+def failure_reason(error: TraceError) -> str:
+    """The reason a batch records for ``error``: its message, advising a plan over the memory
+    budget to be traced in shorter legs as a batch can (:data:`BATCH_LEGS`)."""
+    return error.advising(BATCH_LEGS) if isinstance(error, OverMemoryBudget) else str(error)
 
 
 def json_compliant(value):
@@ -434,6 +470,8 @@ def process_image(task: ImageTask, backend_factory: Callable[[], TracerBackend],
                 features += found
                 report.segments += segments
                 report.failures += failures
+                report.transient_failures += sum(isinstance(outcome, TRANSIENT_ERRORS)
+                                                 for outcome in outcomes)
                 report.notes += [f"seed {seed.id}, segment {k}: {note}"
                                  for k, outcome in enumerate(outcomes)
                                  if not isinstance(outcome, TraceError) for note in outcome.notes]
@@ -442,8 +480,9 @@ def process_image(task: ImageTask, backend_factory: Callable[[], TracerBackend],
             document = feature_collection(features, raster, task.crs)
     except (TraceError, MemoryError) as exc:
         report.status = "failed"
-        report.failures.append(Failure(str(exc) if isinstance(exc, TraceError) else
+        report.failures.append(Failure(failure_reason(exc) if isinstance(exc, TraceError) else
                                        "out of memory while tracing this image"))
+        report.transient_failures += isinstance(exc, TRANSIENT_ERRORS)
         report.seconds = time.perf_counter() - start
         return report, None
     report.lines = len(features)
@@ -533,30 +572,51 @@ def refuse_clobbering_inputs(outputs, inputs) -> None:
             refuse_overwriting_input(output, (source,), "output")
 
 
-def _check_writable(out_dir: Path) -> None:
+def _check_writable(out_dir: Path) -> list[Path]:
+    """Make ``out_dir`` (and its missing parents) and check that a file can be made in it.
+
+    Returns
+    -------
+    list of Path
+        The folders this call made, deepest first: not one that another process made
+        meanwhile.
+
+    Raises
+    ------
+    OutputWriteError
+        If ``out_dir`` is a file, or cannot be made or written to.
+    """
     if out_dir.exists() and not out_dir.is_dir():
         raise OutputWriteError(f"output folder {out_dir} is a file, not a folder")
+    made = []
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
+        for folder in reversed([out_dir, *out_dir.parents]):
+            if not folder.exists():
+                with suppress(FileExistsError):
+                    folder.mkdir()
+                    made.insert(0, folder)
         with tempfile.TemporaryFile(dir=out_dir):
             pass
     except OSError as exc:
         raise OutputWriteError(f"cannot write to output folder {out_dir}: "
                                f"{exc.strerror or exc}") from None
+    return made
 
 
 @contextmanager
 def lock_output_folder(out_dir: str | os.PathLike, inputs=()) -> Iterator[Path]:
     """Own ``out_dir`` for one batch run (created if missing): hold an exclusive lock
     (:func:`_try_lock`) on its :data:`LOCK_FILE` (which names the owner's process id and
-    host), and remove the temporary files that a run killed while writing left there;
-    neither may be one of the files ``inputs`` (e.g. the seeds file), which are left as they
-    are.
+    host), and remove what a run killed there left: its calls folders (:func:`run_tasks`)
+    and the temporary files of its writes, none of which may be one of the files ``inputs``
+    (e.g. the seeds file), which are left as they are.
 
     The system releases the lock when its holder exits, however it ends, so a lock file left
-    by a killed run is stale and taken over. The folders this call created (``out_dir`` and
-    any missing parents) are removed again, deepest first, if nothing but the lock file is in
-    them at the end (a run refused for a usage error leaves no trace; :func:`_close_lock`).
+    by a killed run is stale and taken over. Only the holder cleans up: it removes the
+    folders it created (``out_dir`` and any missing parents, deepest first), and its lock
+    file, if nothing but that file is in them at the end (a run refused for a usage error
+    leaves no trace; :func:`_close_lock`), and it ends normally if the folder was removed
+    meanwhile. A run refused because another holds the lock changes nothing.
 
     Yields
     ------
@@ -574,29 +634,65 @@ def lock_output_folder(out_dir: str | os.PathLike, inputs=()) -> Iterator[Path]:
     refuse_empty_path(out_dir, "output")
     out_dir = Path(out_dir)
     refuse_clobbering_inputs([out_dir / LOCK_FILE, *_leftovers(out_dir)], inputs)
-    created = [folder for folder in (out_dir, *out_dir.parents) if not folder.exists()]
-    _check_writable(out_dir)
+    handle, created = _locked(out_dir)
     path = out_dir / LOCK_FILE
     try:
-        handle = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise OutputWriteError(f"cannot write {path}: {exc.strerror or exc}") from None
-    try:
-        if not _try_lock(handle):
-            owner = _read_start(handle, 200).decode("utf-8", "replace").strip()
-            owner = owner.splitlines()[0] if owner else "unknown"
-            raise BadParameter(f"output folder {out_dir} is in use by another batch run "
-                               f"({owner}); wait for it to end or choose another folder")
         os.ftruncate(handle, 0)
         _write_start(handle, f"process {os.getpid()} on {socket.gethostname()}\n".encode())
         for leftover in _leftovers(out_dir):
             leftover.unlink(missing_ok=True)
+        for folder in _leftover_folders(out_dir):
+            shutil.rmtree(folder, ignore_errors=True)
         yield out_dir
     finally:
-        remove = bool(created) and [entry.name for entry in out_dir.iterdir()] == [LOCK_FILE]
+        remove = bool(created) and _holds_only(out_dir, LOCK_FILE)
         _close_lock(handle, path, remove)
         if remove:
             _remove_empty(created)
+
+
+def _locked(out_dir: Path) -> tuple[int, list[Path]]:
+    """Make ``out_dir`` if missing and take the lock of its :data:`LOCK_FILE`.
+
+    A lock file that its holder removed (:func:`_close_lock`) after this process opened it
+    and before it locked it is no longer the folder's: it is opened again, up to
+    :data:`LOCK_ATTEMPTS` times (Windows removes no open file: there, the first is the
+    folder's).
+
+    Returns
+    -------
+    handle : int
+        The lock file, open and locked.
+    created : list of Path
+        The folders this process made for it, deepest first (:func:`_check_writable`).
+
+    Raises
+    ------
+    BadParameter
+        If another run holds the lock (naming its process).
+    OutputWriteError
+        If the folder or the lock file cannot be made.
+    """
+    path = out_dir / LOCK_FILE
+    created: list[Path] = []
+    for attempt in count(1):
+        created = _check_writable(out_dir) + created
+        try:
+            handle = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise OutputWriteError(f"cannot write {path}: {exc.strerror or exc}") from None
+        try:
+            if not _try_lock(handle):
+                owner = _read_start(handle, 200).decode("utf-8", "replace").strip()
+                raise BadParameter(f"output folder {out_dir} is in use by another batch run "
+                                   f"({owner.splitlines()[0] if owner else 'unknown'}); wait "
+                                   "for it to end or choose another folder")
+        except BaseException:
+            os.close(handle)
+            raise
+        if attempt == LOCK_ATTEMPTS or sys.platform == "win32" or _names(path, handle):
+            return handle, created
+        os.close(handle)
 
 
 def _try_lock(handle: int) -> bool:
@@ -649,20 +745,39 @@ def _write_start(handle: int, data: bytes) -> None:
         os.write(handle, data)
 
 
+def _names(path: Path, handle: int) -> bool:
+    """Whether ``path`` is the open file ``handle`` (not removed, nor replaced, since)."""
+    try:
+        named = os.stat(path)
+    except OSError:
+        return False
+    opened = os.fstat(handle)
+    return (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino)
+
+
+def _holds_only(folder: Path, name: str) -> bool:
+    """Whether ``folder`` holds the entry ``name`` and nothing else (False where it cannot
+    be listed: removed, say)."""
+    try:
+        return [entry.name for entry in folder.iterdir()] == [name]
+    except OSError:
+        return False
+
+
 def _close_lock(handle: int, path: Path, remove: bool) -> None:
     """Close the lock file ``handle`` at ``path``, releasing the lock, and with ``remove``
     delete the file (else it stays: removing it would race with a run about to lock it).
 
-    It is deleted while still locked, so that no other run takes it meanwhile; on Windows,
-    which deletes no open file, once closed, unless another run opened it since.
+    It is deleted while still locked, so that no other run takes it meanwhile (a run that
+    opened it before and locks it after opens it again: :func:`_locked`); on Windows, which
+    deletes no open file, once closed, unless another run opened it since. A file already
+    gone is no error.
     """
-    if sys.platform != "win32":
-        if remove:
+    if remove and sys.platform != "win32":
+        with suppress(OSError):
             path.unlink()
-        os.close(handle)
-        return
     os.close(handle)
-    if remove:
+    if remove and sys.platform == "win32":
         with suppress(OSError):
             path.unlink()
 
@@ -671,6 +786,14 @@ def _leftovers(out_dir: Path) -> list[Path]:
     """The temporary files of atomic writes in ``out_dir`` (none where it is no folder)."""
     try:
         return list(out_dir.glob(f"{TEMPORARY_PREFIX}*.part"))
+    except OSError:
+        return []
+
+
+def _leftover_folders(out_dir: Path) -> list[Path]:
+    """The calls folders (:data:`CALLS_PREFIX`, :func:`run_tasks`) in ``out_dir``."""
+    try:
+        return [path for path in out_dir.glob(f"{CALLS_PREFIX}*") if path.is_dir()]
     except OSError:
         return []
 
@@ -691,10 +814,12 @@ MAX_RECORD_COUNT = 1_000_000
 def earlier_record(output: Path) -> dict | None:
     """What made an existing output file: its :data:`RECORD_MEMBER` (``inputs``, the
     fingerprint, and the report's ``status``, ``coordinate_space``, ``lines``, ``segments``,
-    ``matched_seeds`` and ``failures``, these as :class:`~core.vectors.Failure`); None when
-    the file is unreadable or holds no valid record (not ours, from an older version, or
-    not what the file holds: as many lines as features, counts and segment numbers within
-    :data:`MAX_RECORD_COUNT`), so that its image is traced again."""
+    ``matched_seeds``, ``failures``, these as :class:`~core.vectors.Failure`, and
+    ``transient_failures``, 0 in a record written before it was kept); None when the file is
+    unreadable or holds no valid record (not ours, from an older version, or not what the
+    file holds: as many lines as features, counts and segment numbers within
+    :data:`MAX_RECORD_COUNT`, no more transient failures than failures), so that its image
+    is traced again."""
     try:
         document = read_json(output, "output")
     except TraceError:
@@ -702,6 +827,7 @@ def earlier_record(output: Path) -> dict | None:
     record = document.get(RECORD_MEMBER) if isinstance(document, dict) else None
     if not isinstance(record, dict):
         return None
+    record = {"transient_failures": 0, **record}
     valid = (isinstance(record.get("inputs"), str)
              and record.get("status") in ("ok", "partial")
              and record.get("coordinate_space") in ("lonlat", "source", "pixel")
@@ -714,7 +840,9 @@ def earlier_record(output: Path) -> dict | None:
              and isinstance(record.get("failures"), list)
              and len(record["failures"]) <= MAX_RECORD_COUNT
              and all(_is_failure(failure) for failure in record["failures"])
-             and (record["status"] == "partial") == bool(record["failures"]))
+             and (record["status"] == "partial") == bool(record["failures"])
+             and type(record["transient_failures"]) is int
+             and 0 <= record["transient_failures"] <= len(record["failures"]))
     if not valid:
         return None
     return {**record, "failures": [Failure(**failure) for failure in record["failures"]]}
@@ -823,25 +951,6 @@ def boxes_meet(boxes: np.ndarray, box: np.ndarray) -> np.ndarray:
     return lon & (boxes[:, 3] >= box[1]) & (boxes[:, 1] <= box[3])
 
 
-def check_params(params: TraceParams) -> None:
-    """Raise :class:`BadParameter` for parameters that every trace would reject.
-
-    The checks are the tracer's own (:func:`core.tracer.trace`, its resource plan included,
-    for a 100 px segment: its score kind's memory at ``params.ground_resolution``, unknown
-    where not given), run once before any work so that a bad option is a usage error rather
-    than a failure of every segment.
-    """
-    params.check()
-    resolved = params.resolve(100.0)
-    chord, margin = (100.0, 0.0), gradient_margin(params.sigma)
-    window_px = window_pixels(chord, resolved.halfwidth, margin)
-    check_trace_plan(params, resolved, margin,
-                     (window_px, trace_window_memory(resolved, window_px,
-                                                     params.ground_resolution)))
-    build_corridor((0.0, 0.0), (100.0, 0.0), resolved.guides, resolved.points,
-                   resolved.halfwidth)
-
-
 def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
                out_dir: str | os.PathLike, params: TraceParams | None = None, *,
                overwrite: bool = False, crs: str = "wgs84",
@@ -861,7 +970,7 @@ def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
         is unknown, ``bands`` is not 1 or 3 band numbers, a tracing parameter is out of
         range, or a file the run would write (an image's output, ``summary.json``,
         ``summary.csv``) is one it reads (the seeds file, an image, its georeferencing
-        sidecars, an evidence raster).
+        sidecars, an evidence raster, the surface model: :func:`core.surface.model_files`).
     OutputWriteError
         If ``out_dir`` cannot be created or written to.
     """
@@ -870,7 +979,7 @@ def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
         refuse_empty_path(path, what)
     images_dir, out_dir = Path(images_dir), Path(out_dir)
     params = params or TraceParams()
-    check_params(params)
+    check_batch_params(params)
     check_crs(crs)
     if image_crs is not None:
         parse_crs(image_crs)
@@ -901,8 +1010,9 @@ def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
     for image, found in by_image.items():
         for seed_id in found:
             candidates[seed_id].add(image)
-    outputs, tasks, skipped, changed_images = {}, [], [], []
-    read = [seeds_path]  # every file the run reads: none may be replaced by an output
+    outputs, tasks, skipped, changed_images, retried = {}, [], [], [], []
+    # Every file the run reads (the surface model too): none may be replaced by an output.
+    read = [seeds_path, *surface.model_files()]
     for image, output in output_names(images).items():
         outputs[image] = out_dir / output
         mine = tuple(seed for seed in seeds
@@ -912,22 +1022,59 @@ def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
                          bands)
         read += [task.image, *sidecar_files(task.image), task.params.evidence_path]
         # An output is kept unless --overwrite, or the record it carries shows that it came
-        # from other inputs (or it carries none: not ours, or an older version's).
+        # from other inputs (or it carries none: not ours, or an older version's), or that
+        # some of its failures may not happen again.
         if not overwrite and outputs[image].exists():
             earlier = earlier_record(outputs[image])
-            if earlier is not None and earlier["inputs"] == task.fingerprint():
+            if earlier is None or earlier["inputs"] != task.fingerprint():
+                changed_images.append(image)
+            elif earlier["transient_failures"]:
+                retried.append(image)
+            else:
                 skipped.append(ImageReport(
                     image, "skipped", earlier["coordinate_space"], earlier["lines"],
                     earlier["segments"], earlier["failures"],
                     matched_seeds=earlier["matched_seeds"], output=output,
                     inputs=earlier["inputs"], output_status=earlier["status"]))
                 continue
-            changed_images.append(image)
         tasks.append(task)
-    refuse_clobbering_inputs([out_dir / SUMMARY_JSON, out_dir / SUMMARY_CSV,
-                              *outputs.values()], read)
+    written = [out_dir / SUMMARY_JSON, out_dir / SUMMARY_CSV, *outputs.values()]
+    refuse_clobbering_inputs(written, read)
     return BatchPlan(images_dir, out_dir, tasks, outputs, skipped, seed_failures, candidates,
-                     changed_images, *passed_over(images_dir))
+                     changed_images, retried, *passed_over(images_dir),
+                     orphan_outputs(out_dir, written))
+
+
+def check_batch_params(params: TraceParams) -> None:
+    """:func:`core.tracer.check_params` with the memory budget that every trace of the batch
+    gets: this process's share (while a :func:`local_executor` is open, each of its
+    processes has as much: :func:`core.resources.share_memory`); a plan over it is advised
+    as a batch can follow (:func:`failure_reason`).
+
+    Raises
+    ------
+    BadParameter
+        As :func:`core.tracer.check_params`.
+    """
+    try:
+        check_params(params)
+    except OverMemoryBudget as exc:
+        raise OverMemoryBudget(failure_reason(exc)) from None
+
+
+def orphan_outputs(out_dir: Path, written: list[Path]) -> list[str]:
+    """Names of the outputs of an earlier batch in ``out_dir`` (``*.geojson`` files holding
+    a valid record: :func:`earlier_record`) that are none of the files ``written`` (under any
+    name or link): those of images since removed from the images folder or renamed, or of an
+    image whose output is named otherwise now (its stem is shared since). They are left as
+    they are."""
+    ours = {_file_identity(path) for path in written}
+    try:
+        found = sorted(out_dir.glob("*.geojson"))
+    except OSError:
+        return []
+    return [path.name for path in found
+            if _file_identity(path) not in ours and earlier_record(path) is not None]
 
 
 # ------------------------------------------------------------------------------- execution
@@ -1089,7 +1236,8 @@ def images_per_call(tasks: int, workers: int) -> int:
 def run_tasks(tasks: list[ImageTask], backend_factory: Callable[[], TracerBackend],
               executor: Executor | None = None, images: int = 1,
               here: Callable[[], TracerBackend] | None = None,
-              progress: Callable[[int], None] | None = None
+              progress: Callable[[int], None] | None = None,
+              work_dir: Path | None = None
               ) -> Iterator[tuple[ImageReport, dict | None]]:
     """Run :func:`process_image` on every task; yield results as they complete.
 
@@ -1118,6 +1266,11 @@ def run_tasks(tasks: list[ImageTask], backend_factory: Callable[[], TracerBacken
         Called with the number of segments traced, as the images traced in this process
         advance (:func:`process_image`), before each of them is yielded; an executor's images
         are not followed.
+    work_dir : Path, optional
+        Where to make the folder of the calls' mark files (with ``here``; named
+        :data:`CALLS_PREFIX`…, removed at the end): the output folder, so that the next run
+        removes one that a killed run left (:func:`lock_output_folder`); default the
+        system's temporary folder.
 
     Yields
     ------
@@ -1131,7 +1284,8 @@ def run_tasks(tasks: list[ImageTask], backend_factory: Callable[[], TracerBacken
     images = max(images, 1)
     # A worker may still hold its mark file open when an interrupt removes the folder: Windows
     # refuses to delete it, and that error must not replace the KeyboardInterrupt.
-    with (tempfile.TemporaryDirectory(prefix="roadtracer-calls-", ignore_cleanup_errors=True)
+    with (tempfile.TemporaryDirectory(prefix=CALLS_PREFIX, dir=work_dir,
+                                      ignore_cleanup_errors=True)
           if here is not None else nullcontext()) as marks:
         for attempt in count():
             folder = None if marks is None else Path(marks, str(attempt))
@@ -1426,9 +1580,11 @@ def summarize(plan: BatchPlan, reports: list[ImageReport], seconds: float,
     ``lines``, ``segments`` and ``failures``), but ``segments_traced`` and
     ``segments_per_second`` only this run's work. ``not_done`` names the images of the plan
     that this run did not finish (interrupted): an output of theirs, if any, is from other
-    inputs and the next run traces them. A lon/lat seed is reported as crossing no image
-    when no footprint box meets its box, or when every image it may cross has an output
-    (traced in this run or kept) and none matched it (a failed image may have).
+    inputs and the next run traces them; ``orphan_outputs``, the outputs of an earlier
+    batch in the output folder that belong to no image (:func:`orphan_outputs`). A lon/lat
+    seed is reported as crossing no image when no footprint box meets its box, or when
+    every image it may cross has an output (traced in this run or kept) and none matched it
+    (a failed image may have).
     """
     everything = sorted(reports + plan.skipped, key=lambda report: report.image)
     seed_failures = list(plan.seed_failures)
@@ -1458,6 +1614,7 @@ def summarize(plan: BatchPlan, reports: list[ImageReport], seconds: float,
         "images": [report.as_dict() for report in everything],
         "not_done": sorted(printable(os.path.basename(task.image)) for task in plan.tasks
                            if os.path.basename(task.image) not in done),
+        "orphan_outputs": [printable(name) for name in plan.orphans],
     }
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core.errors import BadParameter, TraceError
+from core.errors import BadParameter, PointOutsideImage, TraceError
 from core.metrics import (
     FAILED,
     PathMetrics,
@@ -52,6 +52,9 @@ GOOD_COMPLETENESS_5 = 0.9
 #: ``"image"`` (relative to its folder) and ``"gsd_m"`` (metres per pixel) give a case's
 #: ground resolution when the case does not.
 SOURCES_FILE = "sources.json"
+#: How far (px) a case's true line may reach beyond the outer edges of its image's pixels (half
+#: a pixel beyond the outermost centres): a line drawn to the image's edge, rounded.
+GT_TOLERANCE = 1.0
 
 
 @dataclass(frozen=True)
@@ -272,17 +275,31 @@ class RasterCache:
         return self._rasters[path]
 
 
+def check_truth(raster: Raster, gt: np.ndarray) -> None:
+    """Raise :class:`PointOutsideImage` naming the first point of the true line ``gt`` (g, 2)
+    that lies more than :data:`GT_TOLERANCE` px beyond the edges of ``raster``'s pixels (the
+    metrics would densify a line to a far point into millions of points, or overflow)."""
+    low = -0.5 - GT_TOLERANCE
+    high = np.array([raster.width, raster.height]) - 0.5 + GT_TOLERANCE
+    outside = np.flatnonzero(np.any((gt < low) | (gt > high), axis=1))
+    if outside.size:
+        x, y = gt[outside[0]]
+        raise PointOutsideImage(f"point gt[{outside[0]}]=({x:g}, {y:g}) lies outside the "
+                                f"{raster.width}×{raster.height} image (more than "
+                                f"{GT_TOLERANCE:g} px beyond its edge)")
+
+
 def check_cases(cases: list[Case], rasters: RasterCache, params: TraceParams | None = None,
                 evidence_dir: str | os.PathLike | None = None) -> list[str]:
-    """Check that every case's image can be read and holds its endpoints, and that its
-    evidence raster (with ``evidence_dir``) exists; return every file the cases read (the
-    images and evidence rasters).
+    """Check that every case's image can be read and holds its endpoints and its true line
+    (:func:`check_truth`), and that its evidence raster (with ``evidence_dir``) exists; return
+    every file the cases read (the images and evidence rasters).
 
     Raises
     ------
-    BadParameter, ImageReadError
-        Naming the first case whose image cannot be read, whose a or b lies outside its
-        image, or whose evidence raster is missing.
+    BadParameter, ImageReadError, PointOutsideImage
+        Naming the first case whose image cannot be read, whose a, b or true line lies
+        outside its image, or whose evidence raster is missing.
     """
     files = []
     for case in cases:
@@ -290,6 +307,7 @@ def check_cases(cases: list[Case], rasters: RasterCache, params: TraceParams | N
             raster = rasters.get(case.image)
             for name, point in (("a", case.a), ("b", case.b)):
                 check_point(raster, point, name)
+            check_truth(raster, case.gt)
         except TraceError as exc:
             raise type(exc)(f"case {case.id!r}: {exc}") from None
         files.append(case.image)

@@ -23,6 +23,12 @@ TRUNCATE = 4.0
 #: with less than half of the continuous Gaussian derivative (3 % at 0.3 px, nothing below
 #: 0.125 px, where the kernel is [0]).
 MIN_SIGMA = 0.5
+#: Longest side of an image (px): GDAL's raster sizes are 32-bit signed integers.
+MAX_IMAGE_SIDE = 2**31 - 1
+#: Largest gradient scale σ (px): the Gaussian's reach (``TRUNCATE``·σ) spans the longest image
+#: side. Any σ of use is far smaller (the resource plan refuses σ whose window does not fit in
+#: memory), but beyond this one the window's size is no longer a finite number.
+MAX_SIGMA = MAX_IMAGE_SIDE / TRUNCATE
 
 
 def gradient_margin(sigma: float) -> int:

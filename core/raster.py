@@ -51,7 +51,7 @@ from core.georef import (
     read_georef,
     world_file_candidates,
 )
-from core.output import printable
+from core.output import printable, shortened
 from core.resources import check_decode_memory
 
 #: TIFF file suffixes (lower case).
@@ -395,10 +395,11 @@ READABLE_FORMATS = "PNG, JPEG, TIFF/GeoTIFF, …"
 
 def _detail(exc: BaseException, path: str) -> str:
     """A library's reason in ``exc`` for a message's end: its first line, without the file's
-    quoted path (the message names it) and the closing full stop, shortened to
-    :data:`MAX_DETAIL_CHARS`."""
+    quoted path or GDAL's leading "<file name>, " (the message names it) and the closing full
+    stop, shortened to :data:`MAX_DETAIL_CHARS`."""
     lines = str(exc).strip().splitlines() or [type(exc).__name__]
-    reason = lines[0].replace(f"'{path}'", "").replace(path, "the file").strip(" .")
+    reason = lines[0].replace(f"'{path}'", "").removeprefix(f"{os.path.basename(path)}, ")
+    reason = reason.replace(path, "the file").strip(" .")
     return textwrap.shorten(reason, MAX_DETAIL_CHARS, placeholder=" …")
 
 
@@ -523,9 +524,11 @@ MAX_CHECKED_AUX_BYTES = 16 * 1024 * 1024
 
 
 def _check_aux_xml(aux: str) -> None:
-    """Raise :class:`GeorefError` where the GDAL ``.aux.xml`` ``aux`` is not one (GDAL would
-    ignore it silently, and the image would seem to have no georeferencing) or declares
-    entities (a document type: GDAL writes none, and expanding them can exhaust memory)."""
+    """Raise :class:`GeorefError` where the GDAL ``.aux.xml`` ``aux`` is not one, or its
+    ``<GeoTransform>`` is not six numbers (GDAL would ignore either silently, and the image
+    would seem to have no georeferencing), or it declares entities (a document type: GDAL
+    writes none, and expanding them can exhaust memory). A degenerate geotransform is refused
+    where the georeferencing is read (:func:`core.georef.read_georef`)."""
     from xml.etree import ElementTree
 
     with open(aux, "rb") as file:
@@ -543,6 +546,20 @@ def _check_aux_xml(aux: str) -> None:
     if root.tag != "PAMDataset":
         raise GeorefError(f"{aux} is not a GDAL .aux.xml (its root is <{root.tag}>, not "
                           "<PAMDataset>): fix or remove it")
+    transform = root.find("GeoTransform")
+    if transform is not None and not _six_numbers(transform.text or ""):
+        raise GeorefError(f"{aux} is not a usable GDAL .aux.xml (its <GeoTransform> "
+                          f"{shortened(transform.text or '')} is not six numbers separated by "
+                          "commas, and GDAL would ignore it): fix or remove it")
+
+
+def _six_numbers(text: str) -> bool:
+    """Whether ``text`` is six numbers separated by commas, as GDAL reads a geotransform
+    (NaN or infinite ones too: :func:`core.georef.read_georef` refuses those)."""
+    try:
+        return len([float(term) for term in text.split(",")]) == 6
+    except ValueError:
+        return False
 
 
 class WindowedRaster(Raster):
@@ -936,7 +953,8 @@ def _decode(path: str) -> tuple[np.ndarray, list[str]]:
     Raises
     ------
     ImageReadError
-        If the file is no image Pillow knows, or cannot be decoded.
+        If the file is no image Pillow knows, or cannot be decoded (a JPEG also where libjpeg
+        finds its compressed data corrupt: :func:`_check_jpeg_data`).
     BadParameter
         If decoding it would need more than the memory budget.
     """
@@ -964,6 +982,8 @@ def _decode(path: str) -> tuple[np.ndarray, list[str]]:
                 # A CMYK JPEG would otherwise come as 4 bands whose last (K) reads as alpha.
                 cmyk = metadata.get("mode") == "CMYK"
                 array = np.asarray(file.read(mode="RGB") if cmyk else file.read())
+            if kind == "JPEG":
+                _check_jpeg_data(path)
     except UnidentifiedImageError:
         raise ImageReadError(f"{path} is not an image this program can read "
                              f"({READABLE_FORMATS})") from None
@@ -977,6 +997,45 @@ def _decode(path: str) -> tuple[np.ndarray, list[str]]:
                      f"{metadata['Orientation']}); it is shown and traced as stored, as GIS "
                      "software does")
     return array, notes
+
+
+#: Scale divisor at which :func:`_check_jpeg_data` decodes a JPEG (libjpeg's smallest DCT
+#: scaling: it still reads every coefficient, but transforms only one per block).
+JPEG_CHECK_SCALE = 8
+#: How libjpeg's warning on compressed data it cannot decode reads in a GDAL error (not its
+#: "N extraneous bytes before marker", which many cameras' files give, the image whole).
+LIBJPEG_CORRUPT = re.compile(r"libjpeg: (Corrupt JPEG data(?!: \d+ extraneous)[^\n]*)")
+
+
+def _check_jpeg_data(path: str) -> None:
+    """Raise the :func:`_damaged` error where libjpeg finds the compressed data of the JPEG
+    ``path`` corrupt (a bad Huffman code, a marker amid the data, data left over): Pillow
+    decodes such a file without a word, the image garbled from there on.
+
+    Where rasterio is installed, GDAL reads the file again at 1/:data:`JPEG_CHECK_SCALE`
+    scale (a fraction of a decoding's time) with libjpeg's warnings made errors, looking at
+    no file beside it. Corruption that libjpeg decodes without noticing stays unseen.
+    """
+    if not _rasterio_installed():
+        return
+    import rasterio
+    from rasterio.errors import RasterioError
+
+    try:
+        with rasterio.Env(GDAL_ERROR_ON_LIBJPEG_WARNING="YES", GDAL_PAM_ENABLED="NO",
+                          GDAL_DISABLE_READDIR_ON_OPEN="EMPTY_DIR"), \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # no georeferencing: not asked for
+            with rasterio.open(path, driver="JPEG") as dataset:
+                dataset.read(out_shape=(dataset.count,
+                                        -(-dataset.height // JPEG_CHECK_SCALE),
+                                        -(-dataset.width // JPEG_CHECK_SCALE)))
+    except RasterioError as exc:  # else another warning, or a JPEG GDAL reads not: Pillow's
+        corrupt = LIBJPEG_CORRUPT.search(f"{exc} {exc.__cause__}")  # decoding stands
+        if corrupt:
+            raise _damaged(path, corrupt[1]) from None
+    except UnicodeEncodeError:  # a name GDAL cannot be given (not UTF-8): Pillow's word holds
+        pass
 
 
 def image_size(path: str | os.PathLike) -> tuple[int, int]:

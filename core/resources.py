@@ -13,7 +13,8 @@ that trace at once (its local workers and the process that runs them) each plan 
 part of it (:func:`share_memory`). It runs inside
 :func:`core.tracer.trace`, so the command line, batch workers and the app refuse alike.
 :func:`check_decode_memory` holds images decoded whole (PNG, JPEG, …) to the same budget,
-from their header, before :func:`core.raster.load_image` decodes them.
+from their header, before :func:`core.raster.load_image` decodes them. Both raise
+:class:`OverMemoryBudget`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from core.errors import BadParameter
 
 #: Environment variable holding the memory budget of one trace.
 BUDGET_VARIABLE = "ROADTRACER_MEMORY_BUDGET"
+#: Environment variable naming the command-line option that set ``BUDGET_VARIABLE``, with the
+#: value given (``--memory-budget=4G``: :func:`set_memory_budget`), for messages to name it.
+BUDGET_OPTION_VARIABLE = "ROADTRACER_MEMORY_BUDGET_OPTION"
 #: Share of the available memory one trace may plan to use when no budget is set.
 AVAILABLE_FRACTION = 0.5
 #: Bytes per DP state: a float64 link score and an int32 argmax entry, plus working copies.
@@ -44,6 +48,9 @@ DECODE_FACTOR = 1.6
 DECODE_AVAILABLE_FRACTION = 0.9
 #: Plans up to this size pass the default budget without asking how much memory is available.
 ALWAYS_AFFORDABLE = 256 * 2**20
+#: How a trace too long for the memory budget is split into shorter legs, as its message
+#: advises by default (:meth:`OverMemoryBudget.advising`): in the app and with ``trace``.
+CLICK_LEGS = "click a point in between; --via X,Y on the command line"
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 #: Where Linux says how much memory is available, which control groups this process is in,
 #: and where their files are.
@@ -62,6 +69,35 @@ NO_CGROUP_LIMIT = 2**62
 _sharing: tuple[int, int | None] = (1, None)
 
 
+class OverMemoryBudget(BadParameter):
+    """A trace or an image's decoding planned to need more memory than the budget: a rerun
+    with more memory available, a larger budget or fewer processes sharing it may pass.
+
+    Parameters
+    ----------
+    plan : str
+        What needs how much memory, over which budget; made from one message (as
+        ``type(exc)(message)`` does), the error is that message.
+    advice : str
+        What to change.
+    shorter_legs : bool
+        Whether tracing in shorter legs helps too (the segment's length sets the half-width).
+    """
+
+    def __init__(self, plan: str, advice: str = "", shorter_legs: bool = False):
+        super().__init__(plan, advice, shorter_legs)
+
+    def advising(self, legs: str) -> str:
+        """The message, ``legs`` saying how to trace in shorter legs where that helps."""
+        plan, advice, shorter_legs = self.args
+        if shorter_legs:
+            advice = f"trace it in shorter legs ({legs}) or {advice}"
+        return f"{plan}: {advice}" if advice else plan
+
+    def __str__(self) -> str:
+        return self.advising(CLICK_LEGS)
+
+
 @lru_cache(maxsize=8)
 def parse_size(text: str, what: str = BUDGET_VARIABLE) -> int:
     """Bytes of a size written ``123``, ``512M``, ``2G``, ``1.5T`` (K/M/G/T: binary units,
@@ -78,6 +114,28 @@ def parse_size(text: str, what: str = BUDGET_VARIABLE) -> int:
     if not math.isfinite(size) or size < 1:
         raise BadParameter(f"{what} must be a size in bytes such as 4G or 512M, got {text!r}")
     return int(size)
+
+
+def set_memory_budget(size: str, option: str) -> None:
+    """Make ``size`` (e.g. ``4G``) the budget of every trace of this process and of the
+    processes it starts, as given by the command-line ``option``, which messages then name.
+
+    Raises
+    ------
+    BadParameter
+        Naming ``option`` when ``size`` is not a size (:func:`parse_size`).
+    """
+    parse_size(size, option)
+    os.environ[BUDGET_VARIABLE] = size
+    os.environ[BUDGET_OPTION_VARIABLE] = f"{option}={size}"
+
+
+def _budget_setting(setting: str) -> str:
+    """Where the budget ``setting`` of ``BUDGET_VARIABLE`` comes from, for a message: the
+    option that set it (:func:`set_memory_budget`), else the variable; ``--memory-budget=1K``
+    or ``ROADTRACER_MEMORY_BUDGET=1K``."""
+    given = os.environ.get(BUDGET_OPTION_VARIABLE, "")
+    return given if given.partition("=")[2] == setting else f"{BUDGET_VARIABLE}={setting}"
 
 
 def available_memory() -> int | None:
@@ -152,13 +210,14 @@ def _cgroup_rooms(path: str, hierarchy: str, limit_file: str, usage_file: str,
 
 def memory_budget(share: float = AVAILABLE_FRACTION) -> tuple[int | None, str]:
     """The budget of one trace in bytes (None: no limit known) and where it comes from:
-    ``ROADTRACER_MEMORY_BUDGET`` when set, else ``share`` of the memory available now; in
-    one of the processes that share memory (:func:`share_memory`), its part of either."""
+    ``ROADTRACER_MEMORY_BUDGET`` when set (named as the option that set it, if one did:
+    :func:`set_memory_budget`), else ``share`` of the memory available now; in one of the
+    processes that share memory (:func:`share_memory`), its part of either."""
     processes, available_then = _sharing
     setting = os.environ.get(BUDGET_VARIABLE)
     if setting:
         shared = f" shared by {processes} processes" if processes > 1 else ""
-        return parse_size(setting) // processes, f"{BUDGET_VARIABLE}={setting}{shared}"
+        return parse_size(setting) // processes, f"{_budget_setting(setting)}{shared}"
     known = [size for size in (available_memory(),
                                None if available_then is None else available_then // processes)
              if size is not None]
@@ -231,14 +290,16 @@ def check_trace_plan(requested, resolved, margin: int, window: tuple[float, floa
     Raises
     ------
     BadParameter
-        Naming the parameter to change: a corridor too narrow for two points per guide,
-        or a plan over the budget.
+        Naming the parameter to change: a corridor too narrow for two points per guide, or
+        (:class:`OverMemoryBudget`) a plan over the budget.
     """
     if requested.points is None and resolved.points < 2:
         raise BadParameter(f"halfwidth {resolved.halfwidth:g} px is too narrow: a guide needs "
                            "two points, so give --points or a halfwidth of at least 0.75 px")
     window_px, window_bytes = window
-    search = float(BYTES_PER_STATE) * (resolved.guides + 1) * float(resolved.points) ** 2
+    # Products, not powers: beyond a float's range they are infinite (refused), not errors.
+    search = float(BYTES_PER_STATE) * (resolved.guides + 1) * float(resolved.points) \
+        * float(resolved.points)
     if not _checked(search + window_bytes):
         return
     budget, source = memory_budget()
@@ -254,12 +315,11 @@ def check_trace_plan(requested, resolved, margin: int, window: tuple[float, floa
         what = (f"a corridor window of {window_px:.3g} px (halfwidth {resolved.halfwidth:g}, "
                 f"sigma {resolved.sigma:g}, score {resolved.score}) needs "
                 f"{format_size(window_bytes)}")
-    advice = f"lower {culprit}"
-    if culprit == "halfwidth" and requested.halfwidth is None:  # the click distance sets it
-        advice = ("trace it in shorter legs (click a point in between; --via X,Y on the command "
-                  f"line) or {advice}")
-    raise BadParameter(f"{what} ({format_size(search + window_bytes)} in all), over the memory "
-                       f"budget of {format_size(budget)} ({source}): {advice}")
+    raise OverMemoryBudget(f"{what} ({format_size(search + window_bytes)} in all), over the "
+                           f"memory budget of {format_size(budget)} ({source})",
+                           f"lower {culprit}",
+                           # the click distance sets the halfwidth
+                           culprit == "halfwidth" and requested.halfwidth is None)
 
 
 def decode_memory(width: int, height: int, values_per_pixel: int) -> float:
@@ -283,7 +343,7 @@ def check_decode_memory(path: str, width: int, height: int, values_per_pixel: in
 
     Raises
     ------
-    BadParameter
+    OverMemoryBudget
         Naming the memory needed and the budget, when the first exceeds the second.
     """
     needed = decode_memory(width, height, values_per_pixel)
@@ -293,7 +353,7 @@ def check_decode_memory(path: str, width: int, height: int, values_per_pixel: in
     budget, source = memory_budget(DECODE_AVAILABLE_FRACTION)
     if budget is None or needed <= budget:
         return
-    raise BadParameter(f"{path}: decoding its {width}×{height} px needs about "
-                       f"{format_size(needed)}, over the {format_size(budget)} it may use "
-                       f"({source}): convert it to a tiled GeoTIFF (read window by window), "
-                       "or free memory, or give a larger --memory-budget")
+    raise OverMemoryBudget(f"{path}: decoding its {width}×{height} px needs about "
+                           f"{format_size(needed)}, over the {format_size(budget)} it may use "
+                           f"({source})", "convert it to a tiled GeoTIFF (read window by "
+                           "window), or free memory, or give a larger --memory-budget")

@@ -155,6 +155,14 @@ def use_model(path: str | os.PathLike) -> Path:
     return model
 
 
+def model_files(chosen: str | os.PathLike | None = None) -> list[Path]:
+    """The surface model files a command may read, which none of its outputs may replace: the
+    one the ``surface`` kind runs (:data:`MODEL_PATH`: the bundled model,
+    ``$ROADTRACER_SURFACE_MODEL`` or the one :func:`use_model` chose) and ``chosen`` (a
+    ``--surface-model`` given, whether or not its score kind runs it)."""
+    return [MODEL_PATH, *([Path(chosen)] if chosen else [])]
+
+
 def _try_model(session, model_file: str) -> None:
     """Run the model on two small random windows of different sizes; raise
     :class:`ModelUnavailable` unless it takes them and returns finite maps of their size."""
@@ -272,7 +280,10 @@ def model_steps(rows: int, cols: int, half_resolution: bool = False,
 def model_memory(window_px: float, half_resolution: bool = False,
                  ground_resolution: float | None = None) -> float:
     """Estimated peak bytes of :func:`surface_model` on a window of ``window_px`` pixels:
-    ``MODEL_BYTES_PER_PX`` per model pixel at each of its :func:`model_steps`."""
+    ``MODEL_BYTES_PER_PX`` per model pixel at each of its :func:`model_steps` (infinite for a
+    window too large to count as a float, which a resource plan then refuses)."""
+    if math.isinf(window_px):
+        return math.inf
     steps = model_steps(int(window_px), 1, half_resolution, ground_resolution)
     return MODEL_BYTES_PER_PX * sum(window_px / (step * step) for step in steps)
 

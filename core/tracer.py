@@ -53,7 +53,7 @@ from core.errors import (
     PointOutsideImage,
     TraceError,
 )
-from core.gradient import MIN_SIGMA, gradient_margin
+from core.gradient import MAX_IMAGE_SIDE, MAX_SIGMA, MIN_SIGMA, TRUNCATE, gradient_margin
 from core.guides import (
     Corridor,
     admissible_windows,
@@ -65,11 +65,14 @@ from core.guides import (
 )
 from core.raster import (
     IMAGE_SUFFIXES,
+    WINDOWED_SUFFIXES,
     Raster,
     finite_float32,
     has_grid,
+    image_size,
     load_image,
     on_same_grid,
+    read_image_georef,
 )
 from core.resources import check_trace_plan, window_pixels
 from core.scores import (
@@ -155,7 +158,7 @@ class TraceParams:
     def check(self) -> None:
         """Raise :class:`BadParameter` naming the first field of the wrong type or out of its
         range (guides >= 1 and points >= 2 whole numbers, halfwidth > 0 px, max angle in
-        (0, 180]°, σ >= ``MIN_SIGMA`` px, a registered score kind, a line kind of
+        (0, 180]°, σ from ``MIN_SIGMA`` to ``MAX_SIGMA`` px, a registered score kind, a line kind of
         :data:`LINE_KINDS`, a ground resolution in :data:`GROUND_RESOLUTION_RANGE`, an
         evidence path)."""
         if self.guides is not None:
@@ -229,13 +232,37 @@ def check_ground_resolution(value: float, what: str = "ground resolution") -> fl
 
 
 def check_sigma(value) -> float:
-    """The gradient scale σ ``value`` (px) as a float if it is a number of at least
-    :data:`core.gradient.MIN_SIGMA`, else :class:`BadParameter`."""
+    """The gradient scale σ ``value`` (px) as a float if it is a number from
+    :data:`core.gradient.MIN_SIGMA` to :data:`core.gradient.MAX_SIGMA`, else
+    :class:`BadParameter`."""
     sigma = real_number(value, "sigma")
     if not (math.isfinite(sigma) and sigma >= MIN_SIGMA):
         raise BadParameter(f"sigma must be at least {MIN_SIGMA:g} px (finer, the Gaussian "
                            f"derivative no longer sees edges), got {value}")
+    if sigma > MAX_SIGMA:
+        raise BadParameter(f"sigma must be at most {MAX_SIGMA:.3g} px (coarser, its Gaussian "
+                           f"reaches, at {TRUNCATE:g}σ, beyond the {MAX_IMAGE_SIDE} px side of "
+                           f"the largest image), got {sigma:g}")
     return sigma
+
+
+def check_params(params: TraceParams) -> None:
+    """Raise :class:`BadParameter` for parameters that every trace would reject.
+
+    The checks are the tracer's own (:func:`trace`, its resource plan included, for a 100 px
+    segment: its score kind's memory at ``params.ground_resolution``, unknown where not
+    given), run once before any work (``batch``, ``eval``) so that a bad option is a usage
+    error rather than a failure of every segment or case.
+    """
+    params.check()
+    resolved = params.resolve(100.0)
+    chord, margin = (100.0, 0.0), gradient_margin(params.sigma)
+    window_px = window_pixels(chord, resolved.halfwidth, margin)
+    check_trace_plan(params, resolved, margin,
+                     (window_px, trace_window_memory(resolved, window_px,
+                                                     params.ground_resolution)))
+    build_corridor((0.0, 0.0), (100.0, 0.0), resolved.guides, resolved.points,
+                   resolved.halfwidth)
 
 
 def check_point(raster: Raster, point, name: str) -> np.ndarray:
@@ -263,6 +290,7 @@ def evidence_source(raster: Raster, params: TraceParams) -> Raster:
     An evidence raster of the image's size is read as it is, unless both are georeferenced
     (transform and CRS) on different grids; then, and when the sizes differ, it is resampled
     onto the image's grid through both georeferencings (bilinear; 0 where it has no data).
+    A PNG, JPEG, … that cannot be resampled is refused from its header, before it is decoded.
 
     Raises
     ------
@@ -278,17 +306,40 @@ def evidence_source(raster: Raster, params: TraceParams) -> Raster:
     if not os.path.isfile(path):
         raise ImageReadError(f"evidence raster not found: {path}")
     stamp = os.stat(path).st_mtime_ns
+    header = _evidence_header(path, stamp)
+    if header is not None:
+        _check_alignable(path, *header, raster)
     evidence = _load_evidence(path, stamp)
-    same_size = (evidence.width, evidence.height) == (raster.width, raster.height)
-    if same_size and on_same_grid(evidence.georef, raster.georef):
+    if (evidence.width, evidence.height) == (raster.width, raster.height) \
+            and on_same_grid(evidence.georef, raster.georef):
         return evidence
-    if not (has_grid(evidence.georef) and has_grid(raster.georef)):
-        lacking = "the evidence raster" if has_grid(raster.georef) else "the image"
-        raise BadParameter(f"evidence raster {path} is {evidence.width}×{evidence.height} px; "
-                           f"the image is {raster.width}×{raster.height} (to resample it onto "
-                           f"the image's grid, both need georeferencing with a CRS: "
-                           f"{lacking} has none)")
+    _check_alignable(path, (evidence.width, evidence.height), evidence.georef, raster)
     return _load_evidence(path, stamp, (raster.georef, raster.width, raster.height))
+
+
+@lru_cache(maxsize=4)
+def _evidence_header(path: str, modified_ns: int) -> tuple[tuple[int, int], object] | None:
+    """The size (width, height) and georeferencing of the evidence raster ``path`` from its
+    header and the files beside it, where it is decoded whole (a PNG, JPEG, …) and they can be
+    read (else :func:`load_image` says why); None for a (Geo)TIFF, read as needed."""
+    if os.path.splitext(path)[1].lower() in WINDOWED_SUFFIXES:
+        return None
+    try:
+        return image_size(path), read_image_georef(path)
+    except TraceError:
+        return None
+
+
+def _check_alignable(path: str, size: tuple[int, int], georef, raster: Raster) -> None:
+    """Raise :class:`BadParameter` where the evidence raster ``path``, of ``size`` (width,
+    height) px placed by ``georef``, cannot serve ``raster``: the sizes differ and either
+    lacks georeferencing with a CRS to resample it through."""
+    if size == (raster.width, raster.height) or (has_grid(georef) and has_grid(raster.georef)):
+        return
+    lacking = "the evidence raster" if has_grid(raster.georef) else "the image"
+    raise BadParameter(f"evidence raster {path} is {size[0]}×{size[1]} px; the image is "
+                       f"{raster.width}×{raster.height} (to resample it onto the image's "
+                       f"grid, both need georeferencing with a CRS: {lacking} has none)")
 
 
 def evidence_folder(path: str | os.PathLike) -> Path:

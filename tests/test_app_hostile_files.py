@@ -265,7 +265,7 @@ def test_a_polyline_of_too_many_points_is_refused_at_once(tmp_path):
     with pytest.raises(SessionReadError, match=rf"segments\[1\].polyline must be a list of 2 "
                                                rf"to {MAX_POINTS}"):
         read_document(tmp_path, document)
-    put(document, "lines.0.segments.1.polyline", points[:MAX_POINTS])
+    put(document, "lines.0.segments.1.polyline", points[:MAX_POINTS - 1] + points[-1:])
     (line,) = read_document(tmp_path, document)[1]
     assert len(line.segments[1].polyline) == MAX_POINTS
 
