@@ -4,8 +4,6 @@ line spanning two tiles; and the straight segments of the app's export read back
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pyproj
 import pytest
@@ -22,6 +20,7 @@ from core.vectors import (
     read_lines,
     seeds_in_image,
 )
+from tests.test_vectors import collection, write
 
 SIZE = 300
 #: Seed vertices (px) across the image.
@@ -51,18 +50,6 @@ def placed_by_proj(lonlat: np.ndarray, transform: Affine, crs: str) -> np.ndarra
     lon = np.asarray(lon) + 360.0 * np.round((centre - np.asarray(lon)) / 360.0)
     col, row = ~transform @ (lon, np.asarray(lat))
     return np.column_stack([col - 0.5, row - 0.5])
-
-
-def write(tmp_path, document) -> str:
-    path = tmp_path / "lines.geojson"
-    path.write_text(json.dumps(document))
-    return str(path)
-
-
-def collection(coordinates, properties=None, **members) -> dict:
-    return {"type": "FeatureCollection", **members, "features": [
-        {"type": "Feature", "properties": properties or {},
-         "geometry": {"type": "LineString", "coordinates": np.asarray(coordinates).tolist()}}]}
 
 
 # ------------------------------------------------- geographic CRSs other than WGS84 (bug 1)
