@@ -9,7 +9,8 @@ footprint box, read from headers and sidecar files; the worker then decides exac
 vertices are transformed to the image's CRS and then to pixels, and each segment is
 clipped to the image (a segment leaving the image ends at its border; reading and matching:
 :mod:`core.vectors`). Each consecutive vertex pair is traced; consecutive traced segments of
-one seed form one LineString feature.
+one seed form one LineString feature, which goes on straight from an end so clipped to where
+the seed leaves the image's outer edge (:func:`_line_features`: adjacent tiles' lines meet).
 
 The work is one task per image (:func:`process_image`), run in this process, in a pool of
 local processes (:func:`local_executor`) or on a Dask distributed cluster (through its
@@ -132,7 +133,7 @@ from core.vectors import (
     Seed,
     line_kind_of,
     read_seeds,
-    seeds_in_image,
+    seed_pieces_in_image,
     without_close_vertices,
 )
 
@@ -377,10 +378,19 @@ def _trace_reporting(raster: Raster, pairs: list, params: TraceParams,
 
 
 def _line_features(raster: Raster, seed: Seed, vertices: np.ndarray, params: TraceParams,
-                   outcomes: list, crs: str) -> tuple[list[dict], int, list[Failure]]:
+                   outcomes: list, crs: str,
+                   edges: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
+                   ) -> tuple[list[dict], int, list[Failure]]:
     """The features of one seed line's traced segments (``outcomes``: per segment a
     TraceResult or TraceError, from :func:`_trace_lines`): runs of traced segments become
-    features; failures name their segment."""
+    features; failures name their segment.
+
+    ``edges`` are the edge points of the line's ends (:func:`core.vectors.seed_pieces_in_image`:
+    where the seed was clipped to the image's pixel centres and goes on beyond it, the point
+    where it leaves the image's outer edge; else None): a run that starts (ends) at a clipped
+    end gets a straight leg (:class:`EdgeLeg`) from that point to its traced start (from its
+    traced end to that point), so that the lines of adjacent tiles meet on their shared edge;
+    the feature's ``extended_to_edge`` names those ends (``"start"``, ``"end"``)."""
     if len(vertices) < 2:
         return [], 0, [Failure(f"seed line shorter than {MIN_SEGMENT_PX:g} px", seed.id)]
     runs: list[list[tuple[int, TraceResult]]] = [[]]
@@ -391,13 +401,53 @@ def _line_features(raster: Raster, seed: Seed, vertices: np.ndarray, params: Tra
             runs.append([])
         else:
             runs[-1].append((k, outcome))
-    features = [traced_line_feature([result for _, result in run], raster,
-                                    {"seed": seed.id,
-                                     "seed_properties": json_compliant(seed.properties),
-                                     "segments": [k for k, _ in run],
-                                     "params": params.as_dict()}, crs)
-                for run in runs if run]
+    features = []
+    for run in runs:
+        if not run:
+            continue
+        legs: list = [result for _, result in run]
+        segments = [k for k, _ in run]
+        extended = []
+        start_edge, end_edge = edges
+        if start_edge is not None and segments[0] == 0 and _off(start_edge, legs[0]
+                                                                   .polyline[0]):
+            legs.insert(0, EdgeLeg(np.array([start_edge, legs[0].polyline[0]]),
+                                   legs[0].backend))
+            segments.insert(0, 0)
+            extended.append("start")
+        if end_edge is not None and segments[-1] == len(vertices) - 2 and _off(
+                end_edge, legs[-1].polyline[-1]):
+            legs.append(EdgeLeg(np.array([legs[-1].polyline[-1], end_edge]), legs[-1].backend))
+            segments.append(len(vertices) - 2)
+            extended.append("end")
+        properties = {"seed": seed.id, "seed_properties": json_compliant(seed.properties),
+                      "segments": segments, "params": params.as_dict(),
+                      "segment_details": [{"straight": leg.params is None} for leg in legs]}
+        if extended:
+            properties["extended_to_edge"] = extended
+        features.append(traced_line_feature(legs, raster, properties, crs,
+                                            run[0][1].params.line_kind))
     return features, sum(len(run) for run in runs), failures
+
+
+@dataclass(frozen=True)
+class EdgeLeg:
+    """A batch line's straight leg between a traced end clipped to the image's pixel centres
+    and the image's outer edge (:func:`_line_features`), as
+    :func:`core.geojson.traced_line_feature` writes a leg drawn straight: no params, no
+    score, no link scores."""
+
+    polyline: np.ndarray
+    backend: str
+    score: float = 0.0
+    link_scores: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    params: None = None
+
+
+def _off(edge: np.ndarray, end: np.ndarray) -> bool:
+    """Whether the edge point ``edge`` lies off a traced end (by more than float rounding): a
+    leg between them is then written."""
+    return bool(np.hypot(*(np.asarray(edge) - end)) > 1e-9)
 
 
 def failure_reason(error: TraceError) -> str:
@@ -462,11 +512,13 @@ def process_image(task: ImageTask, backend_factory: Callable[[], TracerBackend],
             backend = backend_factory()
             features = []
             report.coordinate_space = coordinate_space(raster, task.crs)
-            lines = list(seeds_in_image(task.seeds, name, raster))
-            traced = _trace_lines(raster, lines, task.params, backend, progress)
-            for (seed, _), (vertices, params, outcomes) in zip(lines, traced, strict=True):
+            lines = seed_pieces_in_image(task.seeds, name, raster)
+            traced = _trace_lines(raster, [(seed, piece) for seed, piece, _ in lines],
+                                  task.params, backend, progress)
+            for (seed, _, edges), (vertices, params, outcomes) in zip(lines, traced,
+                                                                      strict=True):
                 found, segments, failures = _line_features(raster, seed, vertices, params,
-                                                           outcomes, task.crs)
+                                                           outcomes, task.crs, edges)
                 features += found
                 report.segments += segments
                 report.failures += failures

@@ -23,14 +23,16 @@ A line exported by roadtracer carries its anchors in pixels (``anchors`` from th
 ``anchors_px`` from batch): vertices of its geometry, in order, from its first vertex to its
 last. Where their two ends agree with the geometry's (within :data:`ANCHOR_TOLERANCE_PX`) they
 become the imported line's anchors, so the line comes back as it was drawn; every one of them
-must then be a pair of finite numbers inside the image on the geometry (at most
+must then be a pair of finite numbers inside the image (its pixels' area, to its outer edge:
+a batch line's straight leg to the edge ends there) on the geometry (at most
 :data:`MAX_LINE_VERTICES`), else the feature is skipped with the reason. The app's export also
 says which segments between its anchors were drawn straight (``segment_details[k].straight``,
 :attr:`ImportedLine.straight`): a ``segment_details`` that is not one such object per segment
 skips the feature too. Otherwise (anchors of another image, or none) every vertex of the
 geometry is an anchor, and no segment is straight. Lines are clipped to the
-image, and anchors closer than :data:`MIN_SEGMENT_PX` to the previous one are dropped, as for
-seeds.
+image's pixel centres (where the app's anchors may lie: a batch line's leg to the image's
+edge, under 2 px, is dropped there), and anchors closer than :data:`MIN_SEGMENT_PX` to the
+previous one are dropped, as for seeds.
 
 Every check and conversion of a line's vertices runs on the whole line at once (numpy, or a
 compiled loop where each vertex depends on the one kept before it), so that reading a file of
@@ -98,6 +100,10 @@ class Failure:
 #: Most vertices a line of a GeoJSON file may have (an OpenStreetMap way has hundreds; a
 #: million would hold the application's window for many seconds).
 MAX_LINE_VERTICES = 100_000
+#: How far (px) the image's outer edge lies beyond the centres of its edge pixels: the
+#: pixel-area box ``[-0.5, W-0.5] × [-0.5, H-0.5]``, which a batch line's straight leg to the
+#: edge reaches (:func:`pieces_with_edges`) and an exported anchor may lie in (:func:`_anchors`).
+PIXEL_AREA_MARGIN = 0.5
 
 
 def feature_lines(feature, index: int, lonlat: bool = True) -> tuple[list[Seed], list[Failure]]:
@@ -340,8 +346,8 @@ def geojson_features(document, path) -> list:
 def clip_segments(p: np.ndarray, q: np.ndarray, width: int, height: int) -> tuple[
         np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Clip segments p[i]–q[i] to the pixel-centre box ``[0, width-1] × [0, height-1]``, all
-    at once (Liang–Barsky): where the tracer's ends may lie (:func:`core.tracer.check_point`),
-    half a pixel inside the image's edge.
+    at once (Liang–Barsky, :func:`clip_to_box`): where the tracer's ends may lie
+    (:func:`core.tracer.check_point`), half a pixel inside the image's edge.
 
     Parameters
     ----------
@@ -357,21 +363,31 @@ def clip_segments(p: np.ndarray, q: np.ndarray, width: int, height: int) -> tupl
     inside : ndarray of shape (M,), bool
         Whether each segment meets the box.
     """
+    return clip_to_box(p, q, (0.0, 0.0), (width - 1.0, height - 1.0))
+
+
+def clip_to_box(p: np.ndarray, q: np.ndarray, low, high) -> tuple[
+        np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Clip segments p[i]–q[i] to the box ``[low[0], high[0]] × [low[1], high[1]]``, all at
+    once (Liang–Barsky): :func:`clip_segments`' box of pixel centres, or the image's outer
+    edge (:data:`PIXEL_AREA_MARGIN` beyond it, :func:`pieces_with_edges`). Returns as
+    :func:`clip_segments` does."""
     p = np.asarray(p, dtype=np.float64).reshape(-1, 2)
     q = np.asarray(q, dtype=np.float64).reshape(-1, 2)
+    low = np.asarray(low, dtype=np.float64)
+    high = np.asarray(high, dtype=np.float64)
     inside = np.all(np.isfinite(p), axis=1) & np.all(np.isfinite(q), axis=1)
     t0, t1 = np.zeros(len(p)), np.ones(len(p))
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         d = q - p
-        for pk, qk in ((-d[:, 0], p[:, 0]), (d[:, 0], width - 1 - p[:, 0]),
-                       (-d[:, 1], p[:, 1]), (d[:, 1], height - 1 - p[:, 1])):
+        for pk, qk in ((-d[:, 0], p[:, 0] - low[0]), (d[:, 0], high[0] - p[:, 0]),
+                       (-d[:, 1], p[:, 1] - low[1]), (d[:, 1], high[1] - p[:, 1])):
             inside &= (pk != 0) | (qk >= 0)  # parallel to this border and beyond it: missed
             t = qk / np.where(pk == 0, 1.0, pk)
             t0 = np.where(pk < 0, np.maximum(t0, t), t0)
             t1 = np.where(pk > 0, np.minimum(t1, t), t1)
-        upper = np.array([width - 1, height - 1], dtype=np.float64)
-        start = np.clip(p + t0[:, None] * d, 0, upper)
-        end = np.clip(p + t1[:, None] * d, 0, upper)
+        start = np.clip(p + t0[:, None] * d, low, high)
+        end = np.clip(p + t1[:, None] * d, low, high)
     inside &= (t0 <= t1) & np.all(np.isfinite(start), axis=1) & np.all(np.isfinite(end), axis=1)
     return start, end, t0 > 0, t1 < 1, inside
 
@@ -412,6 +428,30 @@ def pieces_in_image(vertices_px: np.ndarray, width: int, height: int) -> list[
         Each piece's vertices, and per segment of it the index i of the segment
         ``vertices_px[i]``–``vertices_px[i + 1]`` it lies on.
     """
+    return [(piece, segments) for piece, segments, _ in _pieces(vertices_px, width, height,
+                                                                 edges=False)]
+
+
+def pieces_with_edges(vertices_px: np.ndarray, width: int, height: int) -> list[
+        tuple[np.ndarray, np.ndarray, tuple[np.ndarray | None, np.ndarray | None]]]:
+    """:func:`pieces_in_image`'s pieces, each with its edge points: per end (start, end),
+    where that end was clipped (the polyline goes on beyond the image), the point where the
+    segment it lies on leaves the image's outer edge, the pixel-area box
+    ``[-0.5, width-0.5] × [-0.5, height-0.5]`` (that segment clipped to it by
+    :func:`clip_to_box`: half a pixel beyond the clipped end, in the segment's direction, or
+    the segment's own end vertex where it lies within that half pixel); else None.
+
+    Returns
+    -------
+    list of (piece (K, 2), segments (K - 1,) int, (start edge (2,) or None, end edge (2,) or
+    None))
+    """
+    return _pieces(vertices_px, width, height, edges=True)
+
+
+def _pieces(vertices_px: np.ndarray, width: int, height: int, edges: bool) -> list[
+        tuple[np.ndarray, np.ndarray, tuple[np.ndarray | None, np.ndarray | None]]]:
+    """:func:`pieces_with_edges` (edge points all None unless ``edges``)."""
     vertices = np.asarray(vertices_px, dtype=np.float64).reshape(-1, 2)
     if len(vertices) < 2:
         return []
@@ -431,8 +471,17 @@ def pieces_in_image(vertices_px: np.ndarray, width: int, height: int) -> list[
     points = np.empty((ends_at[-1] + 1, 2))
     points[ends_at] = end[kept]
     points[starts_at] = start[kept][first]
-    return list(zip(np.split(points, starts_at[1:]),
-                    np.split(np.flatnonzero(kept), np.flatnonzero(first)[1:]), strict=True))
+    pieces = list(zip(np.split(points, starts_at[1:]),
+                      np.split(np.flatnonzero(kept), np.flatnonzero(first)[1:]), strict=True))
+    if not edges:
+        return [(piece, segments, (None, None)) for piece, segments in pieces]
+    margin = PIXEL_AREA_MARGIN
+    edge_start, edge_end, *_ = clip_to_box(vertices[:-1], vertices[1:], (-margin, -margin),
+                                           (width - 1 + margin, height - 1 + margin))
+    return [(piece, segments,
+             (edge_start[segments[0]] if start_clipped[segments[0]] else None,
+              edge_end[segments[-1]] if end_clipped[segments[-1]] else None))
+            for piece, segments in pieces]
 
 
 def centre_longitude(raster: Raster) -> float | None:
@@ -470,9 +519,24 @@ def seeds_in_image(seeds, image_name: str, raster: Raster) -> list[tuple[Seed, n
     -------
     list of (Seed, ndarray of shape (K, 2) pixel vertices)
     """
+    return [(seed, vertices) for seed, vertices, _ in seed_pieces_in_image(seeds, image_name,
+                                                                           raster)]
+
+
+def seed_pieces_in_image(seeds, image_name: str, raster: Raster) -> list[
+        tuple[Seed, np.ndarray, tuple[np.ndarray | None, np.ndarray | None]]]:
+    """:func:`seeds_in_image`'s lines, each with the edge points of its ends
+    (:func:`pieces_with_edges`: where a lon/lat seed's piece was clipped, the point where the
+    seed leaves the image's outer edge; None for an end not clipped and for seeds in pixels).
+
+    Returns
+    -------
+    list of (Seed, ndarray of shape (K, 2) pixel vertices, (start edge or None, end edge or
+    None))
+    """
     georef = raster.georef
     seeds = seeds_near_image(seeds, raster)
-    lines = [(seed, seed.vertices) for seed in seeds if seed.image == image_name]
+    lines = [(seed, seed.vertices, (None, None)) for seed in seeds if seed.image == image_name]
     lonlat = [seed for seed in seeds if seed.image is None]
     if not lonlat or georef is None or georef.crs is None:
         return lines
@@ -486,8 +550,8 @@ def seeds_in_image(seeds, image_name: str, raster: Raster) -> list[tuple[Seed, n
         finite = vertices[np.all(np.isfinite(vertices), axis=1)]
         if not finite.size or np.any(finite.max(0) < 0) or np.any(finite.min(0) > upper):
             continue  # the seed's bounding box misses the image
-        lines += [(seed, piece) for piece in lines_in_image(vertices, raster.width,
-                                                            raster.height)]
+        lines += [(seed, piece, edges) for piece, _, edges
+                  in pieces_with_edges(vertices, raster.width, raster.height)]
     return lines
 
 
@@ -812,7 +876,9 @@ def _anchors(properties: dict, pixels: np.ndarray, width: int, height: int) -> t
     which segments between them are straight.
 
     Anchors whose ends match are checked whole: at most :data:`MAX_LINE_VERTICES` pairs of
-    finite numbers (:func:`line_vertices`), each inside the ``width`` × ``height`` image and a
+    finite numbers (:func:`line_vertices`), each inside the ``width`` × ``height`` image (the
+    pixel-area box ``[-0.5, width-0.5] × [-0.5, height-0.5]``, where a batch line's leg to
+    the image's edge ends; the pieces read are then clipped to the pixel centres) and a
     vertex of the geometry, in order, as an export writes them.
 
     Returns
@@ -839,7 +905,9 @@ def _anchors(properties: dict, pixels: np.ndarray, width: int, height: int) -> t
                 and np.hypot(*(ends - pixels[[0, -1]]).T).max() <= ANCHOR_TOLERANCE_PX):
             continue
         anchors = line_vertices(value, key)
-        outside = np.flatnonzero(np.any((anchors < 0) | (anchors > [width - 1, height - 1]),
+        margin = PIXEL_AREA_MARGIN  # a batch line's leg to the image's edge ends there
+        outside = np.flatnonzero(np.any((anchors < -margin)
+                                        | (anchors > [width - 1 + margin, height - 1 + margin]),
                                         axis=1))
         if outside.size:
             raise BadParameter(f"anchor {outside[0]} {shortened(anchors[outside[0]].tolist())} "
@@ -858,7 +926,8 @@ def _anchors(properties: dict, pixels: np.ndarray, width: int, height: int) -> t
 def _straight_segments(properties: dict, count: int) -> np.ndarray:
     """Which of the ``count`` segments between an exported line's anchors the app drew
     straight: its ``segment_details[k].straight``, shape (count,) bool, checked at once (as
-    :func:`_positions` checks positions); none without ``segment_details`` (batch output).
+    :func:`_positions` checks positions); none without ``segment_details``
+    (an older batch output, another program's).
 
     Raises
     ------

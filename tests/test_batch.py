@@ -497,8 +497,12 @@ def test_lonlat_seed_clipped_to_footprint(tmp_path):
                                      CpuBackend)
     assert report.status == "ok"
     assert report.matched_seeds == ["#0"]
-    np.testing.assert_allclose(document["features"][0]["properties"]["anchors_px"],
-                               [inside, [571, 300]], atol=0.01)
+    properties = document["features"][0]["properties"]
+    # Traced to the last pixel centre, then straight on to the image's edge.
+    np.testing.assert_allclose(properties["anchors_px"], [inside, [571, 300], [571.5, 300]],
+                               atol=0.01)
+    assert properties["extended_to_edge"] == ["end"]
+    assert properties["segment_details"] == [{"straight": False}, {"straight": True}]
 
 
 def test_output_names_on_stem_collision(tmp_path):

@@ -1,6 +1,7 @@
 """Lines on images across the antimeridian and near the poles: geographic CRSs other than
 WGS84, documents in another projected CRS, where a line is cut at ±180°; and the pieces of a
-line spanning two tiles; and the straight segments of the app's export read back."""
+line spanning two tiles (and their edge points); and the straight segments of the app's export
+read back."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from core.vectors import (
     near_centre,
     pieces_in_image,
     read_lines,
+    seed_pieces_in_image,
     seeds_in_image,
 )
 from tests.test_vectors import collection, write
@@ -168,20 +170,30 @@ def test_a_line_that_crosses_no_antimeridian_is_one_part():
 # ---------------------------------------------------- a line spanning two tiles (bug 4: docs)
 def test_a_line_over_two_tiles_is_clipped_to_each_tile_s_pixel_centres():
     """As docs/GEO.md says: each tile's piece ends on the centre line of its edge pixels
-    (where the tracer's ends may lie), half a pixel short of the shared edge: one pixel apart
-    on the map."""
+    (where the tracer's ends may lie), half a pixel short of the shared edge, and its edge
+    point (where batch's straight leg ends) lies on that edge, the same map point from both
+    tiles."""
     tiles = [Affine(0.5, 0.0, 388000.0 + 150.0 * k, 0.0, -0.5, 3950000.0) for k in (0, 1)]
     lonlat = lonlat_of(np.array([[20.0, 150.0], [200.0, 150.0], [580.0, 150.0]]), tiles[0],
                        "EPSG:32654")
-    ends = []
+    ends, edges = [], []
     for k, transform in enumerate(tiles):
         raster = blank_raster(transform, "EPSG:32654", f"{k}.tif")
         (_, pixels), = seeds_in_image([Seed("road", lonlat)], f"{k}.tif", raster)
+        (_, same, (start, end)), = seed_pieces_in_image([Seed("road", lonlat)], f"{k}.tif",
+                                                         raster)
+        np.testing.assert_array_equal(same, pixels)
         ends.append(pixels[-1] if k == 0 else pixels[0])
+        edges.append(end if k == 0 else start)
+        assert (start if k == 0 else end) is None  # the seed's own ends lie inside
         np.testing.assert_allclose(ends[-1], [SIZE - 1.0 if k == 0 else 0.0, 150.0],
+                                   atol=0.01)
+        np.testing.assert_allclose(edges[-1], [SIZE - 0.5 if k == 0 else -0.5, 150.0],
                                    atol=0.01)
     gap = np.array(tiles[1] @ (ends[1] + 0.5)) - np.array(tiles[0] @ (ends[0] + 0.5))
     np.testing.assert_allclose(gap, [0.5, 0.0], atol=1e-6)  # one 0.5 m pixel
+    met = np.array(tiles[1] @ (edges[1] + 0.5)) - np.array(tiles[0] @ (edges[0] + 0.5))
+    np.testing.assert_allclose(met, [0.0, 0.0], atol=1e-6)
 
 
 # ----------------------------------------------- straight segments of the app's export (bug 5)
