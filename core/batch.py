@@ -133,7 +133,7 @@ from core.vectors import (
     Seed,
     line_kind_of,
     read_seeds,
-    seed_pieces_in_image,
+    seeds_in_image,
     without_close_vertices,
 )
 
@@ -385,7 +385,7 @@ def _line_features(raster: Raster, seed: Seed, vertices: np.ndarray, params: Tra
     TraceResult or TraceError, from :func:`_trace_lines`): runs of traced segments become
     features; failures name their segment.
 
-    ``edges`` are the edge points of the line's ends (:func:`core.vectors.seed_pieces_in_image`:
+    ``edges`` are the edge points of the line's ends (:func:`core.vectors.seeds_in_image`:
     where the seed was clipped to the image's pixel centres and goes on beyond it, the point
     where it leaves the image's outer edge; else None): a run that starts (ends) at a clipped
     end gets a straight leg (:class:`EdgeLeg`) from that point to its traced start (from its
@@ -512,7 +512,7 @@ def process_image(task: ImageTask, backend_factory: Callable[[], TracerBackend],
             backend = backend_factory()
             features = []
             report.coordinate_space = coordinate_space(raster, task.crs)
-            lines = seed_pieces_in_image(task.seeds, name, raster)
+            lines = seeds_in_image(task.seeds, name, raster)
             traced = _trace_lines(raster, [(seed, piece) for seed, piece, _ in lines],
                                   task.params, backend, progress)
             for (seed, _, edges), (vertices, params, outcomes) in zip(lines, traced,

@@ -2,7 +2,7 @@
 
 Seeds (:func:`read_seeds`, batch mode) are LineStrings or MultiLineStrings in RFC 7946
 longitude/latitude, or in an image's pixel coordinates when ``properties.image`` names it;
-:func:`seeds_in_image` puts them on one image's grid, clipped to it (:func:`lines_in_image`).
+:func:`seeds_in_image` puts them on one image's grid, clipped to it (:func:`pieces_in_image`).
 
 Imported lines (:func:`read_lines`, the app's File ▸ Import lines) are read as their document
 says:
@@ -102,7 +102,7 @@ class Failure:
 MAX_LINE_VERTICES = 100_000
 #: How far (px) the image's outer edge lies beyond the centres of its edge pixels: the
 #: pixel-area box ``[-0.5, W-0.5] × [-0.5, H-0.5]``, which a batch line's straight leg to the
-#: edge reaches (:func:`pieces_with_edges`) and an exported anchor may lie in (:func:`_anchors`).
+#: edge reaches (:func:`pieces_in_image`) and an exported anchor may lie in (:func:`_anchors`).
 PIXEL_AREA_MARGIN = 0.5
 
 
@@ -370,7 +370,7 @@ def clip_to_box(p: np.ndarray, q: np.ndarray, low, high) -> tuple[
         np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Clip segments p[i]–q[i] to the box ``[low[0], high[0]] × [low[1], high[1]]``, all at
     once (Liang–Barsky): :func:`clip_segments`' box of pixel centres, or the image's outer
-    edge (:data:`PIXEL_AREA_MARGIN` beyond it, :func:`pieces_with_edges`). Returns as
+    edge (:data:`PIXEL_AREA_MARGIN` beyond it, :func:`pieces_in_image`). Returns as
     :func:`clip_segments` does."""
     p = np.asarray(p, dtype=np.float64).reshape(-1, 2)
     q = np.asarray(q, dtype=np.float64).reshape(-1, 2)
@@ -392,66 +392,31 @@ def clip_to_box(p: np.ndarray, q: np.ndarray, low, high) -> tuple[
     return start, end, t0 > 0, t1 < 1, inside
 
 
-def lines_in_image(vertices_px: np.ndarray, width: int, height: int) -> list[np.ndarray]:
-    """Pieces of a polyline inside an image, each segment clipped to it
-    (:func:`pieces_in_image`'s pieces).
-
-    Parameters
-    ----------
-    vertices_px : ndarray of shape (N, 2)
-        Pixel (x, y); may lie outside the image or be non-finite.
-
-    Returns
-    -------
-    list of ndarray of shape (K, 2), K >= 2
-    """
-    return [piece for piece, _ in pieces_in_image(vertices_px, width, height)]
-
-
 def pieces_in_image(vertices_px: np.ndarray, width: int, height: int) -> list[
-        tuple[np.ndarray, np.ndarray]]:
+        tuple[np.ndarray, np.ndarray, tuple[np.ndarray | None, np.ndarray | None]]]:
     """Pieces of a polyline inside an image, each segment clipped to it, with the segment of
-    the polyline each of their segments is (or is a clipped part of).
+    the polyline each of their segments is (or is a clipped part of), and their edge points.
 
     Consecutive segments that stay inside join into one piece; clipped pieces shorter
     than 2 px (a corner grazing the border) are dropped. All segments are clipped at once
-    (:func:`clip_segments`).
+    (:func:`clip_segments`). A piece's edge point at an end that was clipped (the polyline
+    goes on beyond the image) is where the segment it lies on leaves the image's outer edge,
+    the pixel-area box ``[-0.5, width-0.5] × [-0.5, height-0.5]`` (:func:`clip_to_box`: half
+    a pixel beyond the clipped end, in the segment's direction, or the segment's own end
+    vertex where it lies within that half pixel); None at an end not clipped.
 
     Parameters
     ----------
     vertices_px : ndarray of shape (N, 2)
         Pixel (x, y); may lie outside the image or be non-finite.
-
-    Returns
-    -------
-    list of (ndarray of shape (K, 2), ndarray of shape (K - 1,) int), K >= 2
-        Each piece's vertices, and per segment of it the index i of the segment
-        ``vertices_px[i]``–``vertices_px[i + 1]`` it lies on.
-    """
-    return [(piece, segments) for piece, segments, _ in _pieces(vertices_px, width, height,
-                                                                 edges=False)]
-
-
-def pieces_with_edges(vertices_px: np.ndarray, width: int, height: int) -> list[
-        tuple[np.ndarray, np.ndarray, tuple[np.ndarray | None, np.ndarray | None]]]:
-    """:func:`pieces_in_image`'s pieces, each with its edge points: per end (start, end),
-    where that end was clipped (the polyline goes on beyond the image), the point where the
-    segment it lies on leaves the image's outer edge, the pixel-area box
-    ``[-0.5, width-0.5] × [-0.5, height-0.5]`` (that segment clipped to it by
-    :func:`clip_to_box`: half a pixel beyond the clipped end, in the segment's direction, or
-    the segment's own end vertex where it lies within that half pixel); else None.
 
     Returns
     -------
     list of (piece (K, 2), segments (K - 1,) int, (start edge (2,) or None, end edge (2,) or
-    None))
+    None)), K >= 2
+        Each piece's vertices; per segment of it the index i of the segment
+        ``vertices_px[i]``–``vertices_px[i + 1]`` it lies on; its edge points.
     """
-    return _pieces(vertices_px, width, height, edges=True)
-
-
-def _pieces(vertices_px: np.ndarray, width: int, height: int, edges: bool) -> list[
-        tuple[np.ndarray, np.ndarray, tuple[np.ndarray | None, np.ndarray | None]]]:
-    """:func:`pieces_with_edges` (edge points all None unless ``edges``)."""
     vertices = np.asarray(vertices_px, dtype=np.float64).reshape(-1, 2)
     if len(vertices) < 2:
         return []
@@ -473,8 +438,6 @@ def _pieces(vertices_px: np.ndarray, width: int, height: int, edges: bool) -> li
     points[starts_at] = start[kept][first]
     pieces = list(zip(np.split(points, starts_at[1:]),
                       np.split(np.flatnonzero(kept), np.flatnonzero(first)[1:]), strict=True))
-    if not edges:
-        return [(piece, segments, (None, None)) for piece, segments in pieces]
     margin = PIXEL_AREA_MARGIN
     edge_start, edge_end, *_ = clip_to_box(vertices[:-1], vertices[1:], (-margin, -margin),
                                            (width - 1 + margin, height - 1 + margin))
@@ -509,25 +472,16 @@ def near_centre(line: np.ndarray, centre: float | None) -> np.ndarray:
     return line
 
 
-def seeds_in_image(seeds, image_name: str, raster: Raster) -> list[tuple[Seed, np.ndarray]]:
-    """The seed lines to trace on one image, in its pixel coordinates.
+def seeds_in_image(seeds, image_name: str, raster: Raster) -> list[
+        tuple[Seed, np.ndarray, tuple[np.ndarray | None, np.ndarray | None]]]:
+    """The seed lines to trace on one image, in its pixel coordinates, with the edge points of
+    their ends.
 
     Seeds naming ``image_name`` are taken as they are; lon/lat seeds are projected through
-    the raster's georeferencing and clipped to it (none when it has no CRS).
-
-    Returns
-    -------
-    list of (Seed, ndarray of shape (K, 2) pixel vertices)
-    """
-    return [(seed, vertices) for seed, vertices, _ in seed_pieces_in_image(seeds, image_name,
-                                                                           raster)]
-
-
-def seed_pieces_in_image(seeds, image_name: str, raster: Raster) -> list[
-        tuple[Seed, np.ndarray, tuple[np.ndarray | None, np.ndarray | None]]]:
-    """:func:`seeds_in_image`'s lines, each with the edge points of its ends
-    (:func:`pieces_with_edges`: where a lon/lat seed's piece was clipped, the point where the
-    seed leaves the image's outer edge; None for an end not clipped and for seeds in pixels).
+    the raster's georeferencing and clipped to it (none when it has no CRS), their pieces'
+    edge points those of :func:`pieces_in_image` (where a piece was clipped, the point where
+    the seed leaves the image's outer edge; None for an end not clipped and for seeds in
+    pixels).
 
     Returns
     -------
@@ -551,7 +505,7 @@ def seed_pieces_in_image(seeds, image_name: str, raster: Raster) -> list[
         if not finite.size or np.any(finite.max(0) < 0) or np.any(finite.min(0) > upper):
             continue  # the seed's bounding box misses the image
         lines += [(seed, piece, edges) for piece, _, edges
-                  in pieces_with_edges(vertices, raster.width, raster.height)]
+                  in pieces_in_image(vertices, raster.width, raster.height)]
     return lines
 
 
@@ -761,7 +715,7 @@ def _lines_on_image(document, path, raster: Raster, image_name: str,
             except BadParameter as exc:
                 failures.append(Failure(str(exc), seed.id))
                 continue
-            pieces = [_without_close_anchors(piece, straight[segments]) for piece, segments
+            pieces = [_without_close_anchors(piece, straight[segments]) for piece, segments, _
                       in pieces_in_image(anchors, raster.width, raster.height)]
             pieces = [(piece, flags) for piece, flags in pieces if len(piece) >= 2]
             if not pieces:

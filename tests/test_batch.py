@@ -38,7 +38,7 @@ from core.vectors import (
     Failure,
     Seed,
     clip_segments,
-    lines_in_image,
+    pieces_in_image,
     read_seeds,
     without_close_vertices,
 )
@@ -478,12 +478,12 @@ def test_clip_segments_and_pieces():
     assert inside.tolist() == [True, False, False]
     # In, in, out, in: two pieces; the one leaving ends on the border at x = 99.
     vertices = np.array([[10.0, 10], [50, 10], [150, 10], [60, 20]])
-    pieces = lines_in_image(vertices, 100, 50)
+    pieces = [piece for piece, _, _ in pieces_in_image(vertices, 100, 50)]
     assert len(pieces) == 2
     np.testing.assert_allclose(pieces[0], [[10, 10], [50, 10], [99, 10]])
     np.testing.assert_allclose(pieces[1], [[99, 10 + 10 * 51 / 90], [60, 20]])
     # A corner grazed by less than 2 px is dropped.
-    assert lines_in_image(np.array([[-1.0, 1.0], [1.0, -1.0]]), 100, 50) == []
+    assert pieces_in_image(np.array([[-1.0, 1.0], [1.0, -1.0]]), 100, 50) == []
 
 
 def test_lonlat_seed_clipped_to_footprint(tmp_path):
@@ -836,7 +836,7 @@ def test_lonlat_seeds_find_images_across_the_antimeridian(tmp_path):
 
     for name in ("degrees.tif", "utm1.tif"):
         with load_image(images / name) as raster:
-            traced = {seed.id: pixels for seed, pixels in seeds_in_image(seeds, name, raster)}
+            traced = {seed.id: pixels for seed, pixels, _ in seeds_in_image(seeds, name, raster)}
             assert set(traced) == {"west", "across"}, name
             for pixels in traced.values():
                 assert np.all(pixels >= -0.5), name

@@ -16,7 +16,7 @@ from core.backend import CpuBackend
 from core.batch import ImageTask, process_image
 from core.raster import load_image
 from core.tracer import TraceParams
-from core.vectors import pieces_in_image, pieces_with_edges, read_lines, read_seeds
+from core.vectors import pieces_in_image, read_lines, read_seeds
 from tests.synthetic import road_image
 from tests.test_georef import write_geotiff
 
@@ -173,17 +173,11 @@ def test_a_seed_leaving_through_a_corner_reaches_the_corner(tmp_path):
     np.testing.assert_allclose(line["geometry"]["coordinates"][-1], lonlat, atol=1e-7)
 
 
-def test_pieces_with_edges_clip_the_clipped_ends_segments_to_the_pixel_area():
+def test_pieces_edge_points_clip_the_clipped_ends_segments_to_the_pixel_area():
     vertices = np.array([[-20.0, 10.0], [50.0, 10.0], [150.0, 60.0], [60.0, 30.0],
                          [60.0, 45.0], [99.3, 45.0]])
-    pieces = pieces_with_edges(vertices, 100, 50)
-    # The same pieces as pieces_in_image (clip_segments unchanged) ...
-    for (piece, segments, _), (same, same_segments) in zip(
-            pieces, pieces_in_image(vertices, 100, 50), strict=True):
-        np.testing.assert_array_equal(piece, same)
-        np.testing.assert_array_equal(segments, same_segments)
-    (first, _, (start, end)), (second, _, (start_2, end_2)) = pieces
-    # ... entering through x = -0.5, leaving through x = 99.5 (in the segment's direction)
+    (first, _, (start, end)), (second, _, (start_2, end_2)) = pieces_in_image(vertices, 100, 50)
+    # Pieces entering through x = -0.5, leaving through x = 99.5 (in the segment's direction)
     # and re-entering there ...
     np.testing.assert_allclose(first, [[0, 10], [50, 10], [99, 34.5]])
     np.testing.assert_allclose([start, end], [[-0.5, 10], [99.5, 34.75]])
@@ -193,5 +187,5 @@ def test_pieces_with_edges_clip_the_clipped_ends_segments_to_the_pixel_area():
     np.testing.assert_allclose(second[-1], [99, 45])
     np.testing.assert_allclose(end_2, [99.3, 45])
     # An end that is not clipped has no edge point.
-    [(_, _, edges)] = pieces_with_edges(np.array([[10.0, 10.0], [90.0, 40.0]]), 100, 50)
+    [(_, _, edges)] = pieces_in_image(np.array([[10.0, 10.0], [90.0, 40.0]]), 100, 50)
     assert edges == (None, None)

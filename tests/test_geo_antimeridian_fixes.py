@@ -19,7 +19,6 @@ from core.vectors import (
     near_centre,
     pieces_in_image,
     read_lines,
-    seed_pieces_in_image,
     seeds_in_image,
 )
 from tests.test_vectors import collection, write
@@ -72,7 +71,7 @@ def test_lonlat_lines_reach_an_image_in_degrees_past_180(tmp_path, crs, west, no
     np.testing.assert_allclose(expected, SEED_PIXELS, atol=0.1)
     near = near_centre(lonlat, centre_longitude(raster))
     np.testing.assert_allclose(raster.georef.lonlat_to_pixel(near), expected, atol=0.01)
-    (_, pixels), = seeds_in_image([Seed("road", lonlat)], "tile.tif", raster)
+    (_, pixels, _), = seeds_in_image([Seed("road", lonlat)], "tile.tif", raster)
     np.testing.assert_allclose(pixels, expected, atol=0.01)
     (line,), failures = read_lines(write(tmp_path, collection(lonlat)), raster, "tile.tif")
     assert failures == []
@@ -179,10 +178,7 @@ def test_a_line_over_two_tiles_is_clipped_to_each_tile_s_pixel_centres():
     ends, edges = [], []
     for k, transform in enumerate(tiles):
         raster = blank_raster(transform, "EPSG:32654", f"{k}.tif")
-        (_, pixels), = seeds_in_image([Seed("road", lonlat)], f"{k}.tif", raster)
-        (_, same, (start, end)), = seed_pieces_in_image([Seed("road", lonlat)], f"{k}.tif",
-                                                         raster)
-        np.testing.assert_array_equal(same, pixels)
+        (_, pixels, (start, end)), = seeds_in_image([Seed("road", lonlat)], f"{k}.tif", raster)
         ends.append(pixels[-1] if k == 0 else pixels[0])
         edges.append(end if k == 0 else start)
         assert (start if k == 0 else end) is None  # the seed's own ends lie inside
@@ -263,7 +259,8 @@ def test_segment_details_that_are_not_one_flag_per_segment_skip_the_line(tmp_pat
 def test_pieces_in_image_name_the_segment_of_each_of_theirs():
     """In, in, out, in: two pieces, of segments 0 and 1 (the second clipped), and 2."""
     vertices = np.array([[10.0, 10], [50, 10], [150, 10], [60, 20]])
-    (first, first_segments), (second, second_segments) = pieces_in_image(vertices, 100, 50)
+    (first, first_segments, _), (second, second_segments, _) = pieces_in_image(vertices, 100,
+                                                                               50)
     np.testing.assert_allclose(first, [[10, 10], [50, 10], [99, 10]])
     np.testing.assert_allclose(second, [[99, 10 + 10 * 51 / 90], [60, 20]])
     assert first_segments.tolist() == [0, 1]
