@@ -20,8 +20,8 @@ from typing import Protocol
 import numpy as np
 
 from app.model import LinesModel, Point, Segment
-from app.session import shown_value
 from app.traces import TraceOutcome, error_text
+from core.output import shown_value
 from core.tracer import LINE_KINDS, TraceParams
 
 #: Most segments one background job of an import traces.
@@ -71,7 +71,7 @@ def skipped_feature(failure, image_name: str) -> str:
 def unknown_kinds(lines) -> list[str]:
     """The ``kind`` property of every imported line (:class:`core.vectors.ImportedLine`) whose
     feature names a kind but no line kind, nothing else in its properties saying which: such
-    lines take the New line kind. As a message shows them (:func:`app.session.shown_value`:
+    lines take the New line kind. As a message shows them (:func:`core.output.shown_value`:
     cut short), in order, one per line."""
     return [shown_value(line.stated_kind) for line in lines if line.stated_kind is not None]
 

@@ -26,8 +26,8 @@ from app.imports import (
     unknown_kinds,
 )
 from app.model import LinesModel, Segment
-from app.session import shown_value
 from app.traces import TraceOutcome
+from core.output import shown_value
 from core.tracer import TraceParams
 from core.vectors import MAX_LINE_VERTICES, ImportedLine
 from tests import test_app
