@@ -47,8 +47,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "the printed report then going to stderr)")
 
 
-#: Most vertices ``--corrections`` adds to a line.
-MOST_CORRECTIONS = 5
 #: Rows printed by default.
 HEADLINE_GROUPS = ("all", "nontrivial", "curved", "through_junction", "occluded")
 
@@ -65,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
         RasterCache,
         case_params,
         check_cases,
+        check_corrections,
         corrections,
         corrections_report,
         evaluate,
@@ -87,9 +86,7 @@ def run(args: argparse.Namespace) -> int:
     runs_model = use_process_options(args, traces=ours)
     if args.limit is not None and args.limit < 1:
         raise BadParameter(f"--limit must be >= 1, got {args.limit}")
-    if args.corrections is not None and not 0 <= args.corrections <= MOST_CORRECTIONS:
-        raise BadParameter(f"--corrections must be 0 to {MOST_CORRECTIONS}, "
-                           f"got {args.corrections}")
+    check_corrections(args.corrections)
     if args.evidence_dir is not None:
         evidence_folder(args.evidence_dir)
     params = params_from_args(args)

@@ -375,6 +375,10 @@ def run_case(function: Callable, method: str, case: Case, raster: Raster) -> Cas
         latency = 1e3 * (time.perf_counter() - start)
         return CaseResult(case, method, FAILED, latency, None, f"{type(exc).__name__}: {exc}")
     latency = 1e3 * (time.perf_counter() - start)
+    if polyline.ndim != 2 or polyline.shape[1:] != (2,) or len(polyline) == 0 \
+            or not np.isfinite(polyline).all():
+        return CaseResult(case, method, FAILED, latency, None,
+                          f"the method returned no finite polyline (shape {polyline.shape})")
     return CaseResult(case, method, path_metrics(polyline, case.gt), latency, polyline)
 
 
@@ -444,6 +448,17 @@ def corrections_needed(function: Callable, case: Case, raster: Raster, most: int
             worst = int(np.argmax(point_to_polyline(truth, polyline)))
             stops = sorted([*stops, (worst, truth[worst])], key=lambda stop: stop[0])
     return Correction(None, polyline, vertices)
+
+
+#: Most vertices ``--corrections`` adds to a line.
+MOST_CORRECTIONS = 5
+
+
+def check_corrections(most: int | None) -> None:
+    """BadParameter unless ``most`` (``--corrections``; None: not asked for) is 0 to
+    :data:`MOST_CORRECTIONS`."""
+    if most is not None and not 0 <= most <= MOST_CORRECTIONS:
+        raise BadParameter(f"--corrections must be 0 to {MOST_CORRECTIONS}, got {most}")
 
 
 def corrections(cases: list[Case], method: str, most: int, params: TraceParams | None = None,
@@ -575,15 +590,15 @@ def _cell(value: float, digits: int) -> str:
 
 def format_summary(method: str, summary: dict, groups: Iterable[str] | None = None) -> str:
     """A fixed-width text table: one row per group, medians (and mean completeness)."""
-    header = (f"{method:<22} {'n':>4} {'fail':>4} {'c@3 med':>7} {'c@3 avg':>7} {'c@5 med':>7} "
-              f"{'c@5 avg':>7} {'t→gt':>6} {'gt→t':>6} {'hausd':>6} {'ms med':>7}")
+    shown = [group for group in (groups if groups is not None else summary) if group in summary]
+    width = max([20, *map(len, shown)])
+    header = (f"{method:<{width + 2}} {'n':>4} {'fail':>4} {'c@3 med':>7} {'c@3 avg':>7} "
+              f"{'c@5 med':>7} {'c@5 avg':>7} {'t→gt':>6} {'gt→t':>6} {'hausd':>6} {'ms med':>7}")
     lines = [header]
-    for group in groups if groups is not None else summary:
-        if group not in summary:
-            continue
+    for group in shown:
         entry = summary[group]
         lines.append(
-            f"  {group:<20} {entry['n']:>4} {entry['failures']:>4} "
+            f"  {group:<{width}} {entry['n']:>4} {entry['failures']:>4} "
             f"{_cell(entry['completeness_3']['median'], 3):>7} "
             f"{_cell(entry['completeness_3']['mean'], 3):>7} "
             f"{_cell(entry['completeness_5']['median'], 3):>7} "

@@ -3,7 +3,10 @@
 Both polylines are densified to points at most :data:`SPACING` px apart; every point carries
 the length of path it stands for (trapezoid weights: half a piece at each end), so metrics are
 length-weighted and do not depend on how densely either input was sampled. Distances are
-exact point-to-polyline distances (to the other polyline's segments, not to its samples).
+exact point-to-polyline distances (to the other polyline's segments, not to its samples as the
+data set's reference metric measures them: the distance to the nearest sample is longer by at
+most half the spacing, so one case's completeness can read a few hundredths lower there;
+medians and means over hundreds of cases agree to 0.001).
 
 * completeness@N: length fraction of the ground truth within N px of the trace;
 * mean distance trace→GT and GT→trace (px), length-weighted;
@@ -22,6 +25,8 @@ import numpy as np
 SPACING = 0.5
 #: Radii (px) of the completeness figures.
 RADII = (3, 5)
+#: Point–segment pairs :func:`point_to_polyline` measures at once (about 100 MB of work arrays).
+PAIRS_PER_BLOCK = 1 << 21
 
 
 @dataclass(frozen=True)
@@ -87,17 +92,26 @@ def densify(points, spacing: float = SPACING) -> tuple[np.ndarray, np.ndarray]:
 
 
 def point_to_polyline(points: np.ndarray, line: np.ndarray) -> np.ndarray:
-    """Distance from each point (k, 2) to the polyline ``line`` (n, 2): shape (k,)."""
+    """Distance from each point (k, 2) to the polyline ``line`` (n, 2): shape (k,).
+
+    Points are taken :data:`PAIRS_PER_BLOCK` point–segment pairs at a time, so that long
+    lines need little memory."""
     line = as_polyline(line)
     if len(line) == 1:
         return np.hypot(*(points - line[0]).T)
     p, q = line[:-1], line[1:]
     d = q - p
     length2 = (d * d).sum(axis=1)
-    rel = points[:, None, :] - p[None, :, :]
-    f = np.clip((rel * d[None]).sum(axis=2) / length2[None], 0.0, 1.0)
-    nearest = p[None] + f[..., None] * d[None]
-    return np.sqrt(((points[:, None, :] - nearest) ** 2).sum(axis=2)).min(axis=1)
+    block = max(1, PAIRS_PER_BLOCK // len(p))
+    distances = np.empty(len(points))
+    for start in range(0, len(points), block):
+        chunk = points[start:start + block]
+        rel = chunk[:, None, :] - p[None, :, :]
+        f = np.clip((rel * d[None]).sum(axis=2) / length2[None], 0.0, 1.0)
+        nearest = p[None] + f[..., None] * d[None]
+        distances[start:start + block] = np.sqrt(
+            ((chunk[:, None, :] - nearest) ** 2).sum(axis=2)).min(axis=1)
+    return distances
 
 
 def path_metrics(trace, gt) -> PathMetrics:

@@ -90,7 +90,7 @@ def livewire(raster: Raster, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     tool.applyImage(np.ascontiguousarray(image))
     tool.buildMap(_local(a, origin))
     contour = tool.getContour(_local(b, origin))
-    return contour.reshape(-1, 2).astype(np.float64)[::-1] + origin
+    return contour.reshape(-1, 2).astype(np.float64) + origin
 
 
 def straight(raster: Raster, a: np.ndarray, b: np.ndarray) -> np.ndarray:

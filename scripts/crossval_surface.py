@@ -27,10 +27,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import core.surface  # noqa: E402
-from core.errors import BadParameter  # noqa: E402
+from core.errors import BadParameter, TraceError  # noqa: E402
 from core.evaluate import (  # noqa: E402
     OURS,
     RasterCache,
+    check_cases,
+    check_corrections,
     corrections,
     corrections_report,
     evaluate,
@@ -93,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--json takes one cases file")
     params = TraceParams(score="surface", line_kind=args.line_kind)
     try:
+        check_corrections(args.corrections)
         folds = fold_models(args.folds) if args.folds else None
         prefixes = prefix_models(args.model or [])
         for path in args.cases:
@@ -108,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
                 if not model.is_file():
                     raise BadParameter(f"model {model} not found")
             rasters, results, traced, needed = RasterCache(), [], [], []
+            for cases in by_model.values():
+                check_cases(cases, rasters, params)
             for model, cases in by_model.items():
                 core.surface.MODEL_PATH = model
                 results += evaluate(cases, OURS, params, rasters=rasters)
@@ -128,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.json:
                 with open(args.json, "w", encoding="utf-8") as handle:
                     json.dump(document, handle)
-    except BadParameter as exc:
+    except TraceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0

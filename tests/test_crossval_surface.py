@@ -63,7 +63,7 @@ def test_corrections_are_counted_with_each_images_model(crossval, tmp_path, caps
     assert counts == {case.id: each.added for case, each in zip(cases, expected, strict=True)}
     assert crossval.main([str(CASES), "--model", f"gsi_,dubai={model}", "--corrections",
                           "-1"]) == 2
-    assert "must be >= 0" in capsys.readouterr().err
+    assert "--corrections must be 0 to 5, got -1" in capsys.readouterr().err
 
 
 def test_images_without_a_model_are_skipped_and_counted(crossval, capsys):
@@ -94,3 +94,15 @@ def test_folds_map_each_image_to_its_fold_model(crossval, tmp_path, capsys):
 def test_bad_models_are_one_message(crossval, capsys, args, message):
     assert crossval.main([str(CASES), *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_cases_are_checked_before_tracing(crossval, tmp_path, capsys):
+    cases = json.loads(CASES.read_text())
+    for case in cases:
+        case["image"] = str((CASES.parent / case["image"]).resolve())
+    cases[-1]["gt"][0] = [99999.0, 5.0]
+    broken = tmp_path / "cases.json"
+    broken.write_text(json.dumps(cases))
+    assert crossval.main([str(broken), "--model", f"dubai={MODEL}"]) == 2
+    error = capsys.readouterr().err
+    assert f"case {cases[-1]['id']!r}" in error and "outside" in error

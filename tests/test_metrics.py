@@ -81,3 +81,13 @@ def test_line_shift_is_symmetric():
     moved = GT + [0.0, 1.5]
     assert line_shift(GT, moved) == pytest.approx(1.5)
     assert line_shift(moved, GT) == pytest.approx(1.5)
+
+
+def test_point_to_polyline_in_blocks_equals_all_at_once(monkeypatch):
+    # Long lines are measured a block of points at a time; the distances do not change.
+    rng = np.random.default_rng(3)
+    line = np.cumsum(rng.normal(size=(300, 2)), axis=0)
+    points = rng.uniform(-20, 20, size=(1000, 2))
+    whole = point_to_polyline(points, line)
+    monkeypatch.setattr("core.metrics.PAIRS_PER_BLOCK", 299 * 7)
+    np.testing.assert_array_equal(point_to_polyline(points, line), whole)
