@@ -9,9 +9,14 @@ piece, and pieces that leave the image, are left out). Each piece is a click cas
 the clicks, tagged ``nontrivial`` where the straight line between them has less than 80 % of
 the piece within 3 px, as the evaluation cases are. A training set is a folder:
 ``images/ID.png`` (each image's part around its lines, 64 px beyond them, 8-bit RGB stretched
-linearly to 0..255; one part per piece where the lines spread wider than
+linearly to 0..255 (:func:`byte_range`); one part per piece where the lines spread wider than
 ``MAX_PART_PIXELS``), ``cases.json`` on those parts and ``sources.json`` listing them without
-masks (the trainer then learns the clicked road's course alone from them).
+masks (the trainer then learns the clicked road's course alone from them), each with the
+image's ground resolution (``gsd_m`` in sources.json, ``ground_resolution`` in the cases) where
+its georeferencing gives one.
+
+It also holds what the scripts that teach the model share: the reading of road masks
+(:func:`read_mask`) and the check that image ids are unique (:func:`check_unique_ids`).
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ import numpy as np
 from core.errors import BadParameter, OutputWriteError
 from core.metrics import path_metrics
 from core.output import refuse_empty_path, write_text_atomic
+from core.raster import load_image
+from core.tracer import GROUND_RESOLUTION_RANGE
 
 #: Shortest and longest click case (px along its road), as the evaluation cases.
 CASE_LENGTHS = (60.0, 400.0)
@@ -39,6 +46,60 @@ NONTRIVIAL_BELOW = 0.8
 MAX_PART_PIXELS = 2048 * 2048
 #: Percentiles of an image part's values stretched to 0 and 255.
 STRETCH_PERCENTILES = (0.1, 99.9)
+#: A graded mask (more than two values: JPEG noise, smoothed edges) marks its surface from this
+#: share of its full range up (:func:`read_mask`).
+MASK_LEVEL = 0.5
+
+
+def read_mask(path: str | os.PathLike) -> np.ndarray:
+    """A road (or water) mask file's first band as (H, W) bool: True on the surface.
+
+    A mask of two values, 0 and one other (0/1, 0/255 in 8 or 16 bits, 0/65535, a float 0/1
+    mask), marks the surface where it holds the other. A graded mask (JPEG noise, smoothed
+    edges) marks it where its value is at least ``MASK_LEVEL`` of its full range: of the integer
+    type's largest value, or of a float mask's largest value where that is above 1.
+
+    Raises
+    ------
+    ImageReadError
+        If the file is missing, is no image this program reads, or is damaged.
+    BadParameter
+        If decoding it would need more than the memory budget.
+    """
+    with load_image(path) as raster:
+        values = raster.pixels[:, :, 0]  # integer types scaled to 0..1, floats as they are
+    top = float(values.max(initial=0.0))
+    if top <= 0:
+        return np.zeros(values.shape, dtype=bool)
+    if np.all((values == 0) | (values == top)):
+        return values == top
+    return values >= MASK_LEVEL * max(top, 1.0)
+
+
+def check_unique_ids(sources: list[dict], where: str,
+                     seen: dict[str, str] | None = None) -> None:
+    """Check that the ``id`` of each record of ``sources`` (read from the sources file or
+    folder ``where``) is named once, there and among ``seen`` (id → where it was named; the
+    ids of ``sources`` are added to it): cases name their image by id.
+
+    Raises
+    ------
+    BadParameter
+        Naming the id and where it is named twice.
+    """
+    seen = {} if seen is None else seen
+    mine = set()
+    for source in sources:
+        name = source["id"]
+        if name in mine:
+            raise BadParameter(f"{where} names the image id {name!r} twice; ids must be unique")
+        if name in seen:
+            raise BadParameter(f"the image id {name!r} is named in both {seen[name]} and "
+                               f"{where}; ids must be unique (the cases of one would land on "
+                               "the other's image): rename one, or make both folders' cases "
+                               "in one run of scripts/session_cases.py, which names them apart")
+        mine.add(name)
+    seen.update(dict.fromkeys(mine, where))
 
 
 def add_case_options(parser) -> None:
@@ -104,18 +165,27 @@ def road_pieces(line: np.ndarray, lengths: tuple[float, float],
             for start, end in zip(cuts[:-1], cuts[1:], strict=True)]
 
 
+def byte_range(bands: np.ndarray) -> np.ndarray:
+    """Pixel values (any shape; an image's bands as :func:`core.raster.load_image` reads them,
+    8 or 16 bits, float) stretched linearly so that their ``STRETCH_PERCENTILES`` map to 0 and
+    255, clipped to 0..255 (float64, not rounded): any imagery on one 8-bit-like scale, its
+    levels kept."""
+    lowest, highest = np.percentile(bands, STRETCH_PERCENTILES)
+    scaled = (bands - lowest) * (255.0 / max(float(highest - lowest), 1e-6))
+    return np.clip(scaled, 0, 255)
+
+
 def image_part(raster, lines: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """The part of the :class:`core.raster.Raster` around ``lines`` (each (n, 2), on the image;
-    MARGIN px beyond them) as 8-bit RGB (rows, cols, 3), and its top-left corner (x, y)."""
+    MARGIN px beyond them) as 8-bit RGB (rows, cols, 3) (:func:`byte_range`), and its top-left
+    corner (x, y)."""
     points = np.vstack(lines)
     low = np.maximum(np.floor(points.min(axis=0)) - MARGIN, 0).astype(int)
     high = np.minimum(np.ceil(points.max(axis=0)) + MARGIN + 1,
                       (raster.width, raster.height)).astype(int)
     pixels = raster.read_window(low[1], high[1], low[0], high[0])
     bands = pixels[:, :, :3] if pixels.shape[2] >= 3 else np.repeat(pixels[:, :, :1], 3, axis=2)
-    lowest, highest = np.percentile(bands, STRETCH_PERCENTILES)
-    scaled = (bands - lowest) * (255.0 / max(float(highest - lowest), 1e-6))
-    return np.clip(np.round(scaled), 0, 255).astype(np.uint8), low.astype(np.float64)
+    return np.round(byte_range(bands)).astype(np.uint8), low.astype(np.float64)
 
 
 def training_set(lines_by_image: dict, lengths: tuple[float, float] = CASE_LENGTHS,
@@ -135,7 +205,9 @@ def training_set(lines_by_image: dict, lengths: tuple[float, float] = CASE_LENGT
     -------
     sources, cases, parts
         The sources.json records, the cases, and each image part (rows, cols, 3) uint8 by id;
-        images with no piece are left out.
+        images with no piece are left out. Where a raster has a ground resolution, its records
+        give it (``gsd_m``, its cases ``ground_resolution``), as ``roadtracer eval`` and the
+        trainer read it.
 
     Raises
     ------
@@ -160,16 +232,26 @@ def training_set(lines_by_image: dict, lengths: tuple[float, float] = CASE_LENGT
                 name += "_"
             taken.add(name.casefold())
             parts[name], corner = image_part(raster, group)
-            sources.append({"id": name, "image": f"images/{name}.png",
-                            "from": os.path.abspath(image), "offset_xy": corner.tolist()})
+            source = {"id": name, "image": f"images/{name}.png",
+                      "from": os.path.abspath(image), "offset_xy": corner.tolist()}
+            ground = getattr(raster, "ground_resolution", None)
+            if ground is not None and not (GROUND_RESOLUTION_RANGE[0] <= ground
+                                           <= GROUND_RESOLUTION_RANGE[1]):
+                ground = None  # a georeferencing of absurd pixels: not a ground resolution
+            if ground is not None:
+                source["gsd_m"] = float(ground)
+            sources.append(source)
             for k, piece in enumerate(group):
                 piece = piece - corner
                 a, b = piece[0], piece[-1]
-                cases.append({"id": f"{name}_{k:03d}", "image": f"images/{name}.png",
-                              "a": np.round(a, 2).tolist(), "b": np.round(b, 2).tolist(),
-                              "gt": np.round(piece, 2).tolist(),
-                              "tags": ["nontrivial"] if is_nontrivial(a, b, piece) else [],
-                              "meta": {"source": name}})
+                case = {"id": f"{name}_{k:03d}", "image": f"images/{name}.png",
+                        "a": np.round(a, 2).tolist(), "b": np.round(b, 2).tolist(),
+                        "gt": np.round(piece, 2).tolist(),
+                        "tags": ["nontrivial"] if is_nontrivial(a, b, piece) else [],
+                        "meta": {"source": name}}
+                if ground is not None:
+                    case["ground_resolution"] = float(ground)
+                cases.append(case)
     if not cases:
         raise BadParameter(f"no road line of {lengths[0]:g} px or more on its image")
     return sources, cases, parts

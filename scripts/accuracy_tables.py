@@ -36,8 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     datasets = sorted({case.dataset for case in cases.values() if case.dataset is not None})
     for title, wanted in (("nontrivial", True), ("straight line right", False)):
         print(f"\n{title}: median c@3 / c@5 (cases)\n")
-        print("| method | " + " | ".join(datasets) + " | all |")
-        print("|---" * (len(datasets) + 2) + "|")
+        header = ["method", *datasets, "all"]
+        print("| " + " | ".join(header) + " |")
+        print("|---" * len(header) + "|")
         for method, rows in methods.items():
             cells = []
             for dataset in [*datasets, None]:

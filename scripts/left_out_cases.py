@@ -128,6 +128,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.nontrivial < 0 or args.straight < 0:
             raise BadParameter("--nontrivial and --straight must not be negative")
+        if args.per_image < 1:
+            raise BadParameter(f"--per-image must be at least 1, got {args.per_image}")
+        if os.path.exists(args.out) and not os.path.isdir(args.out):
+            raise BadParameter(f"--out {args.out} exists and is not a folder")
         sources = [parse_source(spec, args.per_image) for spec in args.source]
         if len({name for name, _, _ in sources}) < len(sources):
             raise BadParameter("each --source needs a name of its own")
@@ -148,8 +152,11 @@ def main(argv: list[str] | None = None) -> int:
             partial.replace(target)
             hard = sum("nontrivial" in case.get("tags", []) for case in picked)
             print(f"{target}: {hard} nontrivial, {len(picked) - hard} straight-line-right cases")
-    except (BadParameter, OSError) as exc:
+    except BadParameter as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the folder or a file of --out cannot be made
+        print(f"error: cannot write in --out {args.out}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     return 0
 

@@ -3,8 +3,10 @@ to measure the tracer on one's own imagery (``roadtracer eval``) or to teach the
 one's imagery (``scripts/train_surface_model.py --cases``).
 
 The folder is laid out like the project's training images: ``FOLDER/sources.json`` lists
-``{"id", "image", "gt"}`` records (paths relative to the folder; ``gt`` a mask of the image's
-size, road > half its range; an optional ``gsd_m``, the imagery's metres per pixel). Each mask is
+``{"id", "image", "gt"}`` records (paths relative to the folder, ids unique; ``gt`` a mask of
+the image's size, read by ``core.teaching.read_mask``: a two-valued mask (0/1, 0/255, 0/65535)
+marks road where it is not 0, a graded one (JPEG noise) where it is at least half its range; an
+optional ``gsd_m``, the imagery's metres per pixel). Each mask is
 cleaned of specks and holes and thinned to its centrelines (scikit-image's ``skeletonize``);
 per image, up to ``--per-image`` cases (a share ``--nontrivial-share`` of them nontrivial,
 where the roads allow) join two random centreline pixels by the shortest way
@@ -13,7 +15,9 @@ px long, its pixel chain smoothed (Gaussian, σ 2.5 px) so that it runs down the
 road rather than along the thinning's staircase. A case is tagged ``nontrivial`` where the
 straight line from a to b has less than 80 % of it within 3 px
 (``core.teaching.is_nontrivial``), as the measured cases are. Cases go to ``--out`` (image
-paths relative to its folder, each case's image id in ``meta.source``).
+paths relative to its folder, each case's image id in ``meta.source``). Each image's count of
+cases is reported on stderr as it is done, with a warning for an image that gives none; where
+no image gives one, nothing is written (exit 2).
 
 Usage:
 
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -44,7 +49,13 @@ from core.output import (  # noqa: E402
     write_text_atomic,
 )
 from core.raster import load_image  # noqa: E402
-from core.teaching import add_case_options, check_case_options, is_nontrivial  # noqa: E402
+from core.teaching import (  # noqa: E402
+    add_case_options,
+    check_case_options,
+    check_unique_ids,
+    is_nontrivial,
+    read_mask,
+)
 
 #: Mask specks and holes smaller than this (px) are cleaned away before thinning.
 SPECK_PIXELS = 150
@@ -57,7 +68,8 @@ TRIES_PER_CASE = 20
 #: a junction) and by at most ``MOST_TOTAL_TURN_DEG`` in all.
 TURN_STEP, MOST_TURN_DEG, MOST_TOTAL_TURN_DEG = 10, 45.0, 100.0
 #: Most cases asked of one image: each takes up to ``TRIES_PER_CASE`` shortest-path searches
-#: over the whole image, and a few hundred cases cover an image's roads many times over.
+#: (each over the window a case can reach) and a few hundred cases cover an image's roads many
+#: times over.
 MOST_PER_IMAGE = 500
 
 
@@ -118,21 +130,28 @@ def image_cases(skeleton: np.ndarray, count: int, most_straight: int,
     if len(pixels) < 2:
         return []
     costs = np.where(skeleton, 1.0, -1.0)  # negative: impassable
+    # A way of at most lengths[1] px stays within that many px of its start (each step moves at
+    # most 1 px along a side and costs at least 1): the search runs in that window alone.
+    span = int(math.ceil(lengths[1])) + 1
     found, used, straight = [], set(), 0
     for _ in range(count * TRIES_PER_CASE):
         if len(found) == count:
             break
         start = tuple(pixels[rng.integers(len(pixels))])
-        walker = MCP_Geometric(costs, fully_connected=True)
-        distance, _ = walker.find_costs([start])
-        reach = np.argwhere((distance >= lengths[0]) & (distance <= lengths[1]) & inner)
+        corner = np.maximum(np.asarray(start) - span, 0)
+        window = (slice(corner[0], start[0] + span + 1), slice(corner[1], start[1] + span + 1))
+        walker = MCP_Geometric(costs[window], fully_connected=True)
+        distance, _ = walker.find_costs([tuple(np.asarray(start) - corner)])
+        reach = np.argwhere((distance >= lengths[0]) & (distance <= lengths[1])
+                            & inner[window]) + corner
         if len(reach) == 0:
             continue
         end = tuple(reach[rng.integers(len(reach))])
         if (start, end) in used or (end, start) in used:
             continue
         used.add((start, end))
-        chain = np.asarray(walker.traceback(end), dtype=np.float64)[:, ::-1]
+        chain = np.asarray(walker.traceback(tuple(np.asarray(end) - corner)),
+                           dtype=np.float64)[:, ::-1] + corner[::-1]
         line = smooth_chain(chain)
         if not follows_one_road(line):
             continue
@@ -147,8 +166,16 @@ def image_cases(skeleton: np.ndarray, count: int, most_straight: int,
 
 
 def make_cases(folder: str, out: str, per_image: int, nontrivial_share: float,
-               lengths: tuple[float, float], seed: int) -> list[dict]:
-    """The cases of every image of ``folder``'s sources.json (module docstring)."""
+               lengths: tuple[float, float], seed: int, log=None) -> list[dict]:
+    """The cases of every image of ``folder``'s sources.json (module docstring); ``log``
+    (a function of one line, e.g. ``print`` to stderr) hears of each image as it is done.
+
+    Raises
+    ------
+    BadParameter
+        If the sources file, an image or a mask is wrong, or no image gives a case.
+    """
+    log = log or (lambda line: None)
     sources = read_json(os.path.join(folder, "sources.json"), "sources file")
     if not isinstance(sources, list) or not all(
             isinstance(item, dict) and all(isinstance(item.get(key), str) and item[key]
@@ -158,9 +185,7 @@ def make_cases(folder: str, out: str, per_image: int, nontrivial_share: float,
                            '{"id", "image", "gt"} records (non-empty strings)')
     if not sources:
         raise BadParameter(f"{folder}/sources.json lists no images")
-    ids = [source["id"] for source in sources]
-    if len(set(ids)) != len(ids):
-        raise BadParameter(f"{folder}/sources.json names an image id twice; ids must be unique")
+    check_unique_ids(sources, f"{folder}/sources.json")
     for source in sources:
         ground = source.get("gsd_m")
         metres = json_number(ground)
@@ -172,18 +197,25 @@ def make_cases(folder: str, out: str, per_image: int, nontrivial_share: float,
     refuse_overwriting_input(out, inputs, "--out")
     rng = np.random.default_rng(seed)
     out_folder = os.path.dirname(os.path.abspath(out))
-    cases = []
-    for source in sources:
+    cases, barren = [], []
+    for number, source in enumerate(sources, 1):
         image = os.path.join(folder, source["image"])
         raster = load_image(image)
         size = (raster.height, raster.width)
-        mask = load_image(os.path.join(folder, source["gt"])).pixels[:, :, 0] > 0.5
+        mask = read_mask(os.path.join(folder, source["gt"]))
         if mask.shape != size:
             raise BadParameter(f"mask of {source['id']} is {mask.shape[1]}×{mask.shape[0]} px, "
                                f"its image {size[1]}×{size[0]}")
         skeleton = centrelines(mask)
         most_straight = per_image - int(round(nontrivial_share * per_image))
         drawn = image_cases(skeleton, per_image, most_straight, lengths, rng)
+        log(f"image {number}/{len(sources)} {source['id']}: {len(drawn)} cases "
+            f"({len(cases) + len(drawn)} so far)")
+        if not drawn:
+            why = ("its mask marks no road" if not mask.any() else
+                   f"no road of its mask runs {lengths[0]:g} px or more")
+            log(f"warning: {source['id']} gives no case: {why} ({source['gt']})")
+            barren.append(source["id"])
         for k, (a, b, line, nontrivial) in enumerate(drawn):
             case = {"id": f"{source['id']}_{k:02d}",
                     "image": os.path.relpath(os.path.abspath(image), out_folder),
@@ -193,6 +225,11 @@ def make_cases(folder: str, out: str, per_image: int, nontrivial_share: float,
             if source.get("gsd_m") is not None:
                 case["ground_resolution"] = float(source["gsd_m"])
             cases.append(case)
+    if not cases:
+        raise BadParameter(f"no image gives a case ({', '.join(barren)}): their masks mark no "
+                           f"road (road where the mask is not 0 in a two-valued mask, at least "
+                           f"half its range in a graded one) or none of {lengths[0]:g} px or "
+                           "more")
     return cases
 
 
@@ -216,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
             raise BadParameter(f"--nontrivial-share must be 0 to 1, got {args.nontrivial_share}")
         check_case_options((args.min_length, args.max_length), args.seed)
         cases = make_cases(args.folder, args.out, args.per_image, args.nontrivial_share,
-                           (args.min_length, args.max_length), args.seed)
+                           (args.min_length, args.max_length), args.seed,
+                           lambda line: print(line, file=sys.stderr, flush=True))
         write_text_atomic(args.out, json.dumps(cases))
     except TraceError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -34,13 +34,17 @@ a fraction F passes through a random convolution (:func:`random_convolution`).
 (:func:`skeleton_loss`).
 
 Folders are laid out like the project's development sets: ``DIR/sources.json`` lists
-``{"id", "image", "gt"}`` records (``dataset``, default the folder's name, groups images in
-folds; ``gsd_m``, metres per pixel; ``label_kind`` naming a "buffered" centreline).
-Outputs in ``--out``:
+``{"id", "image", "gt"}`` records (ids unique across all the folders; ``gt`` a mask read by
+``core.teaching.read_mask``, which must mark some surface; ``dataset``, default the folder's
+name, groups images in folds; ``gsd_m``, metres per pixel; ``label_kind`` naming a "buffered"
+centreline). Images are read as the tracer reads them, 16-bit and float ones stretched to
+0..255 (:func:`read_rgb`). Outputs in ``--out`` (checked to be writable before the training;
+each written beside its place and renamed into it):
 
 * ``surface.onnx``: the model trained on every image (opset 17, input ``image`` (1, 5, H, W)
   float32, H and W multiples of 16, output ``logits`` (1, 2, H, W): surface, path);
-  ``surface.pt``, its weights (all three outputs);
+  ``surface.pt``, its weights (all three outputs; written first, so that they stay where the
+  export fails);
 * with ``--folds K``: ``fold<k>.onnx``, trained without the images of fold k, and
   ``folds.json`` mapping each image id to its fold (for cross-validated evaluation); with
   ``--fold k`` (repeatable) only those folds.
@@ -73,26 +77,45 @@ source"):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import gzip
 import json
 import math
 import os
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
-import torch.nn.functional as F  # noqa: N812
-from torch import nn
+
+try:
+    import torch
+    import torch.nn.functional as F  # noqa: N812
+    from torch import nn
+except ModuleNotFoundError as missing:  # a usage error, not a traceback, even for --help
+    if missing.name != "torch":
+        raise
+    print(f"{Path(__file__).name}: error: the trainer needs PyTorch, which is not installed: "
+          "install it, e.g. .venv/bin/pip install torch onnx", file=sys.stderr)
+    raise SystemExit(2) from None
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from core.errors import BadParameter, TraceError  # noqa: E402
-from core.output import json_number, read_json, shortened  # noqa: E402
+from core.errors import BadParameter, OutputWriteError, TraceError  # noqa: E402
+from core.output import (  # noqa: E402
+    TEMPORARY_PREFIX,
+    UMASK,
+    json_number,
+    read_json,
+    refuse_overwriting_input,
+    shortened,
+    write_text_atomic,
+)
 from core.raster import load_image  # noqa: E402
+from core.teaching import byte_range, check_unique_ids, read_mask  # noqa: E402
 
 CROP = 256
 #: Input planes: stretched RGB, endpoint similarity, endpoint plane.
@@ -350,8 +373,10 @@ def stretch(x: torch.Tensor) -> torch.Tensor:
 
 def read_rgb(path: str) -> np.ndarray:
     """The image's pixels as the tracer reads them (:func:`core.raster.load_image`: alpha
-    dropped, multispectral bands chosen), on 0..255 in whole steps: (H, W, 3) float32, a grey
-    image's band repeated.
+    dropped, multispectral bands chosen) on 0..255: (H, W, 3) float32, a grey image's band
+    repeated. 8-bit values stay in their whole steps; others (16-bit, 12-bit in 16, float) are
+    stretched linearly to that range (:func:`core.teaching.byte_range`), their levels kept: the
+    model reads every window stretched to its own range, so only the levels matter.
 
     Raises
     ------
@@ -361,7 +386,13 @@ def read_rgb(path: str) -> np.ndarray:
         If decoding it would need more than the memory budget.
     """
     with load_image(path) as raster:
-        pixels = np.round(raster.pixels * np.float32(255))
+        pixels = raster.pixels * np.float32(255)
+    steps = np.round(pixels)
+    if (float(steps.min(initial=0.0)) >= 0 and float(steps.max(initial=0.0)) <= 255
+            and float(np.abs(pixels - steps).max(initial=0.0)) < 1e-3):
+        pixels = steps  # 8-bit values
+    else:
+        pixels = byte_range(pixels).astype(np.float32)
     return np.repeat(pixels, 3, axis=2) if pixels.shape[2] == 1 else pixels
 
 
@@ -394,7 +425,8 @@ def read_sources(folder: str) -> list[dict]:
     ------
     BadParameter
         If the file cannot be read, is not JSON or not a non-empty list of records with an
-        ``id`` and an ``image`` (non-empty strings), or a record's ``gt``, ``dataset``,
+        ``id`` and an ``image`` (non-empty strings), names an id twice
+        (:func:`core.teaching.check_unique_ids`), or a record's ``gt``, ``dataset``,
         ``label_kind`` or ``gsd_m`` is of the wrong kind (one message naming the file).
     """
     path = os.path.join(folder, "sources.json")
@@ -416,30 +448,41 @@ def read_sources(folder: str) -> list[dict]:
         if ground is not None and (metres is None or metres <= 0):
             raise BadParameter(f"{path}: gsd_m of {source['id']!r} must be a positive number "
                                f"of metres per pixel, got {shortened(ground)}")
+    check_unique_ids(sources, path)
     return sources
 
 
 def load_sets(folders: list[tuple[str, int]], exclude: tuple[str, ...] = (),
               unsure: float = 0.0):
-    """[(folder, class index)] → list of dicts with image (3, H, W) float32 0..255, mask,
-    centreline target and unsure band (:func:`unsure_band`) (H, W); sources whose id starts
-    with one of ``exclude`` are skipped. A source without a mask (no ``gt``: an image with
-    traced lines alone, e.g. scripts/session_cases.py's) is unsure everywhere: it teaches the
-    path output alone, through its click cases. BadParameter where a sources.json
-    (:func:`read_sources`) cannot be read or a mask is not of its image's size,
-    ImageReadError where an image or a mask cannot be read (:func:`read_rgb`)."""
-    items = []
+    """[(folder, class index)] → list of dicts with image (3, H, W) float32 0..255, mask
+    (:func:`core.teaching.read_mask`), centreline target and unsure band
+    (:func:`unsure_band`) (H, W); sources whose id starts with one of ``exclude`` are skipped.
+    A source without a mask (no ``gt``: an image with traced lines alone, e.g.
+    scripts/session_cases.py's) is unsure everywhere: it teaches the path output alone, through
+    its click cases. BadParameter where a sources.json (:func:`read_sources`) cannot be read,
+    an image id is named in two folders, or a mask marks no surface or is not of its image's
+    size; ImageReadError where an image or a mask cannot be read (:func:`read_rgb`)."""
+    items, seen = [], {}
     for folder, label in folders:
-        for source in read_sources(folder):
-            if exclude and source["id"].startswith(exclude):
-                continue
+        kept = [source for source in read_sources(folder)
+                if not (exclude and source["id"].startswith(exclude))]
+        check_unique_ids(kept, folder, seen)
+        for source in kept:
             image = read_rgb(os.path.join(folder, source["image"]))
             if source.get("gt"):
-                mask = read_rgb(os.path.join(folder, source["gt"]))[:, :, 0] > 127
+                mask_file = os.path.join(folder, source["gt"])
+                mask = read_mask(mask_file)
                 if mask.shape != image.shape[:2]:
                     raise BadParameter(f"mask of {source['id']!r} is {mask.shape[1]}×"
                                        f"{mask.shape[0]} px, its image {image.shape[1]}×"
                                        f"{image.shape[0]}")
+                if not mask.any():
+                    raise BadParameter(
+                        f"the mask {mask_file} of {source['id']!r} marks no "
+                        f"{('road', 'water')[label]} (no pixel other than 0 in a two-valued "
+                        "mask, none at half its range or more in a graded one): it would "
+                        "teach the model that there is none; fix it, or leave out its gt to "
+                        "teach the path alone")
                 doubt = unsure_band(mask, "buffered" in (source.get("label_kind") or ""),
                                     unsure)
             else:
@@ -464,8 +507,8 @@ def stack(items, device, box=False):
     pixel, NaN where the sources do not say)."""
     height = max(item["mask"].shape[0] for item in items)
     width = max(item["mask"].shape[1] for item in items)
-    # Half precision: 8-bit pixels and 0/1 planes are exact, and every image is padded to the
-    # largest one's size.
+    # Half precision: 8-bit pixels and 0/1 planes are exact, stretched 16-bit or float pixels
+    # keep 11 bits (:func:`read_rgb`), and every image is padded to the largest one's size.
     out = torch.zeros(len(items), 7, height, width, dtype=torch.float16)
     for i, item in enumerate(items):
         h, w = item["mask"].shape
@@ -1035,7 +1078,14 @@ def train(items, cases, steps, device, seed, log, network, looks=Looks(), scales
     differ by the crops they see). With ``init_from`` (an ONNX file :func:`export` wrote) the
     model starts from its weights (:func:`load_exported`) and trains with its batch norms'
     statistics frozen (fine-tuning, e.g. on a few images of a new source). ``learning_rate``:
-    the peak rate of the one-cycle schedule."""
+    the peak rate of the one-cycle schedule.
+
+    Raises
+    ------
+    BadParameter
+        Naming the step, at the first step whose loss is not finite (the weights would be
+        NaN from there on).
+    """
     torch.manual_seed(seed)
     draws = generators(seed, device)
     data = stack(items, device, box=box_below > 0)
@@ -1088,8 +1138,13 @@ def train(items, cases, steps, device, seed, log, network, looks=Looks(), scales
         loss, dice = loss_terms(logits, y, w)
         skeleton = (skeleton_weight * skeleton_loss(logits[:, :1], y[:, :1], w[:, :1])
                     if skeleton_weight > 0 else None)
+        total = loss + dice if skeleton is None else loss + dice + skeleton
+        if not bool(torch.isfinite(total)):
+            raise BadParameter(f"training stopped at step {step}: its loss is not finite "
+                               f"({float(total.detach()):g}; the weights would be NaN from "
+                               "there on); try a lower --learning-rate, and check the images")
         optimiser.zero_grad(set_to_none=True)
-        (loss + dice if skeleton is None else loss + dice + skeleton).backward()
+        total.backward()
         optimiser.step()
         schedule.step()
         if average is not None:
@@ -1125,18 +1180,50 @@ def held_out_iou(model, items, device, seed, crops=96):
     return {name: float(torch.cat(values).mean()) for name, values in ious.items()}
 
 
+def write_replacing(path, write) -> None:
+    """Call ``write(temporary)`` to write a file beside ``path`` and rename it to ``path``: a
+    reader (or a crash) sees the old file or the whole new one, never a torn one.
+
+    Raises
+    ------
+    OutputWriteError
+        Naming ``path``, where the writing fails (the temporary file is removed, ``path`` left
+        as it was).
+    """
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        handle, temporary = tempfile.mkstemp(dir=folder, prefix=TEMPORARY_PREFIX,
+                                             suffix=".part")
+        os.close(handle)
+    except OSError as exc:
+        raise OutputWriteError(f"cannot write {path}: {exc.strerror or exc}") from None
+    try:
+        write(temporary)
+        os.chmod(temporary, 0o666 & ~UMASK)  # mkstemp makes 0600
+        os.replace(temporary, path)
+    except BaseException as exc:  # an interrupt too: never leave the temporary file behind
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        if isinstance(exc, Exception):
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise OutputWriteError(f"cannot write {path}: {reason}") from None
+        raise
+
+
 def export(model, path):
-    """ONNX of the EXPORTED outputs (surface, path): the centreline output only guides
-    training."""
+    """ONNX of the EXPORTED outputs (surface, path) to ``path`` (written beside it and renamed
+    into place: :func:`write_replacing`): the centreline output only guides training."""
     exported = copy.deepcopy(model).cpu().eval().to(memory_format=torch.contiguous_format)
     head = nn.Conv2d(model.head.in_channels, len(EXPORTED), 1)
     head.weight.data = exported.head.weight.data[EXPORTED].clone()
     head.bias.data = exported.head.bias.data[EXPORTED].clone()
     exported.head = head
-    torch.onnx.export(exported, torch.zeros(1, INPUTS, 64, 64), path,
-                      input_names=["image"], output_names=["logits"], opset_version=17,
-                      dynamic_axes={"image": {2: "height", 3: "width"},
-                                    "logits": {2: "height", 3: "width"}}, dynamo=False)
+    write_replacing(path, lambda temporary: torch.onnx.export(
+        exported, torch.zeros(1, INPUTS, 64, 64), temporary, input_names=["image"],
+        output_names=["logits"], opset_version=17,
+        dynamic_axes={"image": {2: "height", 3: "width"}, "logits": {2: "height", 3: "width"}},
+        dynamo=False))
 
 
 def option_numbers(option: str, text: str, kind: type = float, count: int | None = None
@@ -1169,14 +1256,24 @@ NON_NEGATIVE_OPTIONS = ("encoder_lr", "weight_decay", "colour_mix", "skeleton_we
                         "unsure_band", "box_below")
 
 
+#: Largest --seed and --init-seed.
+MAX_SEED = 2**32 - 1
+
+
 def check_counts(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """A usage error (``parser.error``: one line, exit 2) for a count or number of ``args``
-    out of its range: --steps and --batch at least 1, --folds 0 or at least 2 (each --fold
-    one of them), the fractions 0 to 1, the rates, weights and band widths finite and not
-    negative (--learning-rate and --nontrivial-weight positive), --ema 0 up to 1."""
+    out of its range: --steps and --batch at least 1, --seed and --init-seed 0 to MAX_SEED,
+    --folds 0 or at least 2 (each --fold one of them), the fractions 0 to 1, the rates, weights
+    and band widths finite and not negative (--learning-rate and --nontrivial-weight positive),
+    --ema 0 up to 1."""
     for option in ("steps", "batch"):
         if getattr(args, option) < 1:
             parser.error(f"--{option} must be at least 1, got {getattr(args, option)}")
+    for option in ("seed", "init_seed"):
+        value = getattr(args, option)
+        if value is not None and not 0 <= value <= MAX_SEED:
+            parser.error(f"--{option.replace('_', '-')} must be a whole number from 0 to "
+                         f"{MAX_SEED}, got {value}")
     if args.folds < 0 or args.folds == 1:
         parser.error(f"--folds must be 0 or at least 2, got {args.folds}")
     for fold in args.fold or ():
@@ -1293,7 +1390,8 @@ def main():
                              "every fold model")
     parser.add_argument("--folds-only", action="store_true", help="skip the final model")
     parser.add_argument("--fold", type=int, action="append",
-                        help="train only these folds (runs in parallel processes)")
+                        help="train only this fold (repeatable; the folds given train one "
+                             "after another: run one process per fold to train them at once)")
     args = parser.parse_args()
     if args.init_from and not os.path.isfile(args.init_from):
         parser.error(f"--init-from {args.init_from}: no such file")
@@ -1312,6 +1410,22 @@ def main():
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         parser.error(f"--out {args.out} exists and is not a folder")
     check_counts(parser, args)
+    try:  # the models are written as ONNX: onnx missing is said now, not after the training
+        import onnx  # noqa: F401
+    except ImportError:
+        parser.error("the trainer writes ONNX models and needs the onnx package, which is not "
+                     "installed: install it, e.g. .venv/bin/pip install onnx")
+    outputs = ([f"fold{fold}.onnx" for fold in args.fold or range(args.folds)] + ["folds.json"]
+               if args.folds else [])
+    if not (args.folds_only or args.fold):
+        outputs += ["surface.onnx", "surface.pt"]
+    try:  # e.g. --out the folder of --init-from's surface.onnx
+        for name in outputs:
+            refuse_overwriting_input(os.path.join(args.out, name),
+                                     [args.init_from, args.backbone_weights, *args.cases],
+                                     "--out")
+    except BadParameter as exc:
+        parser.error(str(exc))
     try:
         widths = option_numbers("--widths", args.widths, int)
         scales = option_numbers("--scales", args.scales, count=2)
@@ -1337,66 +1451,115 @@ def main():
                           tuple(args.exclude), args.unsure_band)
         if not items:
             raise BadParameter("--exclude leaves no training image")
-        if load_cases(args.cases, items, args.nontrivial_weight, args.water_path_share)[2] is None:
-            raise BadParameter("no click case lies on a training image: the path output needs "
-                               "--cases")
+        plans, fold_of = fold_plans(items, args.folds, args.fold, args.fold_water_only,
+                                    args.folds_only or bool(args.fold))
+        for fold, kept, _ in plans:
+            reason = no_cases_reason(args.cases, kept, args.water_path_share)
+            if reason:
+                raise BadParameter(reason if fold is None else f"fold {fold}: {reason}")
         model = network()  # --backbone-weights read
         if args.init_from:
             load_exported(model, args.init_from)
     except TraceError as exc:
         parser.error(str(exc))
-    try:
+    made = not os.path.isdir(args.out)
+    try:  # the output folder made and written to once before any training
         os.makedirs(args.out, exist_ok=True)
+        handle, probe = tempfile.mkstemp(dir=args.out, prefix=TEMPORARY_PREFIX, suffix=".part")
+        os.close(handle)
+        os.unlink(probe)
     except OSError as exc:
-        parser.error(f"cannot make --out {args.out}: {exc.strerror or exc}")
+        if made:
+            with contextlib.suppress(OSError):
+                os.rmdir(args.out)
+        parser.error(f"cannot write in --out {args.out}: {exc.strerror or exc}")
     print(f"{len(items)} images on {device}", flush=True)
 
-    def cases_on(images):
-        cases = load_cases(args.cases, images, args.nontrivial_weight, args.water_path_share)
-        if cases[2] is None:
-            parser.error("no click case lies on a training image: the path output needs "
-                         "--cases")
-        print(f"  {len(cases[0])} click cases", flush=True)
-        return cases
-
-    looks = Looks(args.grey, args.blur, args.colour_mix, args.match_histograms,
-                  args.match_same_kind, args.amplitude_mix, args.random_conv)
-
     def train_on(images, seed):
-        return train(images, cases_on(images), args.steps, device, seed, print, network,
+        cases = load_cases(args.cases, images, args.nontrivial_weight, args.water_path_share)
+        print(f"  {len(cases[0])} click cases", flush=True)
+        return train(images, cases, args.steps, device, seed, print, network,
                      looks, scales, args.box_below, args.batch, args.ema, args.path_share,
                      args.encoder_lr, ground_range, args.ground_share, args.occlusion,
                      args.weight_decay, args.skeleton_weight, args.init_seed,
                      args.init_from, args.learning_rate)
 
-    if args.folds:
-        fold_of = {item["id"]: -1 for item in items if args.fold_water_only and item["label"] == 0}
-        for dataset in sorted({item["dataset"] for item in items if item["id"] not in fold_of}):
-            members = sorted(item["id"] for item in items if item["dataset"] == dataset)
-            offset = sum(fold >= 0 for fold in fold_of.values())
-            for i, name in enumerate(members):
-                fold_of[name] = (i + offset) % args.folds
-        with open(os.path.join(args.out, "folds.json"), "w", encoding="utf-8") as handle:
-            json.dump(fold_of, handle, indent=1)
-        for fold in args.fold or range(args.folds):
-            held = [item for item in items if fold_of[item["id"]] == fold]
+    looks = Looks(args.grey, args.blur, args.colour_mix, args.match_histograms,
+                  args.match_same_kind, args.amplitude_mix, args.random_conv)
+    try:
+        if args.folds:
+            write_text_atomic(os.path.join(args.out, "folds.json"), json.dumps(fold_of, indent=1))
+        for fold, kept, held in plans:
+            if fold is None:
+                print("final model on every image", flush=True)
+                model = train_on(kept, args.seed + 100)
+                # The weights first: they stay where the export fails.
+                write_replacing(os.path.join(args.out, "surface.pt"),
+                                lambda path, model=model: torch.save(model.state_dict(), path))
+                export(model, os.path.join(args.out, "surface.onnx"))
+                continue
             print(f"fold {fold}: leaves out {[item['id'] for item in held]}", flush=True)
-            kept = [item for item in items if fold_of[item["id"]] != fold]
             model = train_on(kept, args.seed + fold)
-            for label in (0, 1):
-                chosen = [item for item in held if item["label"] == label]
+            for label in (0, 1):  # images without a mask have no surface to measure
+                chosen = [item for item in held
+                          if item["label"] == label and bool(item["mask"].any())]
                 if chosen:
                     print(f"  held-out {('road', 'water')[label]} crops, IoU:",
                           held_out_iou(model, chosen, device, fold), flush=True)
             export(model, os.path.join(args.out, f"fold{fold}.onnx"))
-
-    if args.folds_only or args.fold:
-        return
-    print("final model on every image", flush=True)
-    model = train_on(items, args.seed + 100)
-    export(model, os.path.join(args.out, "surface.onnx"))
-    torch.save(model.state_dict(), os.path.join(args.out, "surface.pt"))
+    except TraceError as exc:  # a loss gone NaN, an output that cannot be written
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
     print("done", flush=True)
+
+
+def fold_plans(items: list[dict], folds: int, only: list[int] | None, water_only: bool,
+               folds_only: bool) -> tuple[list[tuple[int | None, list[dict], list[dict]]],
+                                          dict[str, int]]:
+    """What to train: (fold, the images it trains on, the images it holds out) for each fold of
+    ``folds`` (those of ``only`` where given), then (None, every image, []) for the final model
+    unless ``folds_only``; and each image id's fold (-1: in none). Each dataset's images (with
+    ``water_only``, its water images; the road images then train every fold) are dealt to the
+    folds in turn, in the order of their ids, continuing from one dataset to the next.
+
+    Raises
+    ------
+    BadParameter
+        If fewer images are to be split than there are folds (a fold would hold out none).
+    """
+    plans, fold_of = [], {item["id"]: -1 for item in items}
+    if folds:
+        split = [item for item in items if not (water_only and item["label"] == 0)]
+        if len(split) < folds:
+            what = "water images (--fold-water-only)" if water_only else "training images"
+            raise BadParameter(f"--folds {folds} needs at least {folds} {what} to hold out, "
+                               f"one per fold; there {'is' if len(split) == 1 else 'are'} "
+                               f"{len(split)}")
+        dealt = 0
+        for dataset in sorted({item["dataset"] for item in split}):
+            members = sorted(item["id"] for item in split if item["dataset"] == dataset)
+            for name in members:
+                fold_of[name] = dealt % folds
+                dealt += 1
+        for fold in only or range(folds):
+            plans.append((fold, [item for item in items if fold_of[item["id"]] != fold],
+                          [item for item in items if fold_of[item["id"]] == fold]))
+    if not folds_only:
+        plans.append((None, items, []))
+    return plans, fold_of
+
+
+def no_cases_reason(files: list[str], items: list[dict], water_share: float) -> str | None:
+    """None where a click case of ``files`` teaches the path on an image of ``items``
+    (:func:`load_cases`), else why none does (a message naming the option to change)."""
+    if load_cases(files, items, water_share=water_share)[2] is not None:
+        return None
+    if not files:
+        return "the path output needs click cases on the road images: give --cases"
+    if water_share == 0 and load_cases(files, items, water_share=0.5)[2] is not None:
+        return ("the --cases lie on --water images only, whose cases teach the path only with "
+                "--water-path-share FRACTION above 0: give it, or cases on --roads images")
+    return ("no case of --cases lies on a training image (no case's meta.source is the id of "
+            "one of the images of --roads or --water)")
 
 
 if __name__ == "__main__":

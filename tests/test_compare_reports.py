@@ -169,3 +169,17 @@ def test_accuracy_tables_give_medians_per_dataset_and_refuse_a_foreign_report(
     assert "| ours | 1.00 / 1.00 (2) | – | 1.00 / 1.00 (2) |" in out
     assert tables.main([report, str(tmp_path / "none.json")]) == 2
     assert "cannot read cases file" in capsys.readouterr().err
+
+
+def test_accuracy_tables_without_datasets_have_as_many_cells_in_each_row(tables, tmp_path,
+                                                                         capsys):
+    """Cases without a dataset tag: the tables have the method and "all" columns alone, the
+    separator row as many cells as the header."""
+    cases = [{"id": f"c{k}", "image": "x.png", "a": [0, 0], "b": [9, 0], "gt": [[0, 0], [9, 0]],
+              **({"tags": ["nontrivial"]} if k < 2 else {})} for k in range(4)]
+    (tmp_path / "cases.json").write_text(json.dumps(cases))
+    report = _report(tmp_path, "r.json", BEFORE[0][:4], BEFORE[1][:4])
+    assert tables.main([report, str(tmp_path / "cases.json")]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]
+    assert rows[:2] == ["| method | all |", "|---|---|"]
+    assert all(row.count("|") == 3 for row in rows)

@@ -105,4 +105,5 @@ def test_cases_are_checked_before_tracing(crossval, tmp_path, capsys):
     broken.write_text(json.dumps(cases))
     assert crossval.main([str(broken), "--model", f"dubai={MODEL}"]) == 2
     error = capsys.readouterr().err
-    assert f"case {cases[-1]['id']!r}" in error and "outside" in error
+    assert f"case {cases[-1]['id']!r}" in error
+    assert "outside" in error

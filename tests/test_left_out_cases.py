@@ -82,6 +82,7 @@ def test_the_same_seed_draws_the_same_cases_and_repeats_are_taken_once(script, t
     (["--source", "gsi=gsi_", "--source", "gsi=sn3"], "a name of its own"),
     (["--source", "other=zzz"], "no case lies on an image of source other"),
     (["--source", "gsi=gsi_", "--nontrivial", "-1"], "must not be negative"),
+    (["--source", "gsi=gsi_", "--per-image", "0"], "error: --per-image must be at least 1, got 0"),
 ])
 def test_bad_options_end_in_one_message(script, tmp_path, capsys, argv, message):
     draw = _write(tmp_path, "draw.json", _cases({"gsi_1": 2}))
@@ -137,3 +138,12 @@ def test_a_missing_cases_file_ends_in_one_message(script, tmp_path, capsys):
                         "--source", "gsi=gsi_"]) == 2
     assert "cannot read cases file" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_an_out_that_is_a_file_is_named_and_left_alone(script, tmp_path, capsys):
+    draw = _write(tmp_path, "draw.json", _cases({"gsi_1": 2}))
+    taken = tmp_path / "taken.json"
+    taken.write_text("mine")
+    assert script.main([draw, "--out", str(taken), "--source", "gsi=gsi_"]) == 2
+    assert capsys.readouterr().err == f"error: --out {taken} exists and is not a folder\n"
+    assert taken.read_text() == "mine"

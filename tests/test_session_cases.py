@@ -13,6 +13,7 @@ from app.model import Line, Segment
 from app.session import write_session
 from core.raster import load_image
 from core.teaching import road_pieces
+from core.teaching import training_set as core_training_set
 from core.tracer import TraceParams
 from tests.conftest import SAMPLE_IMAGE, load_script
 
@@ -179,3 +180,33 @@ def test_bad_options_are_one_error_and_write_nothing(script, session, tmp_path, 
     assert err.count("\n") == 1
     assert message in err
     assert list(work.iterdir()) == []
+
+
+def test_a_georeferenced_image_gives_its_ground_resolution_to_the_sources_and_cases(script,
+                                                                                  tmp_path):
+    """A GeoTIFF's metres per pixel go to sources.json (``gsd_m``, as the trainer reads it) and
+    to each case (``ground_resolution``, as ``roadtracer eval`` reads it); a PNG says none."""
+    from affine import Affine
+
+    from tests.test_georef import sample_pixels, write_geotiff
+
+    image = tmp_path / "fine.tif"
+    write_geotiff(image, sample_pixels(), transform=Affine(0.05, 0.0, 500000.0, 0.0, -0.05,
+                                                           3900000.0))
+    metres = load_image(image).ground_resolution
+    assert metres == pytest.approx(0.05, rel=1e-3)
+    session = tmp_path / "fine.session.json"
+    write_session(session, str(image), (line(1, "road", [(100, 400), (300, 300), (420, 80)]),),
+                  TraceParams(), "cpu")
+    out = tmp_path / "lines"
+    assert script.main([str(session), "--out", str(out)]) == 0
+    sources = json.loads((out / "sources.json").read_text())
+    cases = json.loads((out / "cases.json").read_text())
+    assert [source["gsd_m"] for source in sources] == [metres]
+    assert cases
+    assert all(case["ground_resolution"] == metres for case in cases)
+    raster = load_image(SAMPLE_IMAGE)
+    plain = core_training_set({str(SAMPLE_IMAGE): (raster, [np.array([[50.0, 50.0],
+                                                                      [150.0, 50.0]])])})
+    assert "gsd_m" not in plain[0][0]
+    assert all("ground_resolution" not in case for case in plain[1])

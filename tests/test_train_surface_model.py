@@ -548,7 +548,21 @@ def test_the_cpu_path_distance_is_exact_near_the_line(trainer):
     (["--roads", "{roads}", "--cases", "{roads}/cases.json", "--out", ""],
      "--out must name a folder"),
     (["--roads", "{roads}", "--cases", "{roads}/cases.json", "--init-from", "{file}"],
-     "is not an ONNX model")])
+     "is not an ONNX model"),
+    (["--roads", "{roads}", "--cases", "{roads}/cases.json", "--seed", "99999999999999999999"],
+     "--seed must be a whole number from 0 to 4294967295"),
+    (["--roads", "{roads}", "--cases", "{roads}/cases.json", "--init-seed", "-1"],
+     "--init-seed must be a whole number from 0"),
+    (["--water", "{roads}", "--cases", "{roads}/cases.json"],
+     "lie on --water images only, whose cases teach the path only with --water-path-share"),
+    (["--roads", "{roads}"], "the path output needs click cases on the road images: give "
+                             "--cases"),
+    (["--roads", "{roads}", "--cases", "{roads}/cases.json", "--folds", "2",
+      "--fold-water-only"], "--folds 2 needs at least 2 water images (--fold-water-only)"),
+    (["--roads", "{roads}", "--cases", "{roads}/cases.json", "--folds", "3"],
+     "--folds 3 needs at least 3 training images to hold out, one per fold; there are 2"),
+    (["--roads", "{roads}", "--roads", "{roads}", "--cases", "{roads}/cases.json"],
+     "the image id 'road0' is named in both")])
 def test_bad_training_options_are_one_usage_error(trainer, road_set, tmp_path, monkeypatch,
                                                   capsys, args, message):
     """Each is one ``error:`` line after argparse's usage, exit 2, before any training: no
@@ -588,3 +602,214 @@ def test_training_images_are_read_as_the_tracer_reads_them(trainer, tmp_path):
         trainer.read_rgb(str(tmp_path / "bad.png"))
     assert str(error.value) == (f"{tmp_path / 'bad.png'} is not an image this program can read "
                                 "(PNG, JPEG, TIFF/GeoTIFF, …)")
+
+
+def run_trainer(trainer, monkeypatch, *args):
+    """``main`` of the trainer with ``args``: its exit code (0 where it returns)."""
+    monkeypatch.setattr("sys.argv", ["train_surface_model.py", *map(str, args)])
+    try:
+        trainer.main()
+    except SystemExit as exit_info:
+        return exit_info.code
+    return 0
+
+
+#: A tiny network and a training of one step: the options of the runs of ``main`` below.
+TINY = ["--backbone", "unet", "--widths", "4,8,16,32", "--steps", "1", "--batch", "2"]
+
+
+def without_masks(road_set, folder):
+    """``folder`` made a training folder of road_set's images without their masks (as
+    scripts/session_cases.py writes them)."""
+    folder.mkdir()
+    sources = json.loads((road_set / "sources.json").read_text())
+    for source in sources:
+        source["image"] = str(road_set / source.pop("image"))
+        del source["gt"]
+    (folder / "sources.json").write_text(json.dumps(sources))
+    return folder
+
+
+def test_image_ids_named_twice_are_refused_within_and_across_folders(trainer, road_set, tmp_path,
+                                                                     monkeypatch, capsys):
+    """The cases of one image would land on the other's: refused with the id and both
+    folders named, before any output is made."""
+    other = without_masks(road_set, tmp_path / "lines")  # the same ids: road0, road1
+    with pytest.raises(BadParameter, match=f"'road0' is named in both {road_set} and {other}"):
+        trainer.load_sets([(str(road_set), 0), (str(other), 0)])
+    assert len(trainer.load_sets([(str(road_set), 0), (str(other), 0)], exclude=("road",))) == 0
+    twice = tmp_path / "twice"
+    twice.mkdir()
+    sources = json.loads((road_set / "sources.json").read_text())
+    (twice / "sources.json").write_text(json.dumps(
+        [{**source, "image": str(road_set / source["image"]), "gt": str(road_set / source["gt"]),
+          "id": "road0"} for source in sources]))
+    with pytest.raises(BadParameter, match="names the image id 'road0' twice"):
+        trainer.read_sources(str(twice))
+    assert run_trainer(trainer, monkeypatch, "--roads", road_set, "--water", other, "--cases",
+                       road_set / "cases.json", "--out", tmp_path / "out", *TINY) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"the image id 'road0' is named in both {road_set} and {other}" in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("dtype", "road"), [(np.uint8, 1), (np.uint16, 255),
+                                             (np.uint16, 65535)])
+def test_masks_of_any_road_value_read_as_the_8_bit_ones(trainer, road_set, tmp_path, dtype, road):
+    """0/1, 16-bit 0/255 and 0/65535 masks mark the same road as the 0/255 8-bit one; a mask
+    that marks none is refused, naming its file."""
+    folder = tmp_path / "masks"
+    folder.mkdir()
+    sources = json.loads((road_set / "sources.json").read_text())
+    for source in sources:
+        mask = iio.imread(road_set / source["gt"]) > 127
+        iio.imwrite(folder / source["gt"], (mask * road).astype(dtype))
+        source["image"] = str(road_set / source["image"])
+    (folder / "sources.json").write_text(json.dumps(sources))
+    expected = trainer.load_sets([(str(road_set), 0)])
+    got = trainer.load_sets([(str(folder), 0)])
+    for mine, theirs in zip(got, expected, strict=True):
+        assert float(theirs["mask"].sum()) > 0
+        assert torch.equal(mine["mask"], theirs["mask"])
+    iio.imwrite(folder / sources[1]["gt"], np.zeros((96, 96), dtype))
+    with pytest.raises(BadParameter, match=f"the mask {folder / sources[1]['gt']} of 'road1' "
+                                           "marks no road"):
+        trainer.load_sets([(str(folder), 0)])
+
+
+def test_16_bit_and_float_images_keep_their_levels_on_the_8_bit_range(trainer, tmp_path):
+    """12-bit values in a 16-bit file are not cut to a few levels, nor float values above 255
+    sent beyond what the crops' half precision holds: both are stretched linearly to 0..255."""
+    from tests.test_georef import write_geotiff
+
+    ramp = np.arange(64 * 64, dtype=np.uint16).reshape(64, 64)  # 0..4095: 12 bits
+    iio.imwrite(tmp_path / "twelve.png", ramp)
+    twelve = trainer.read_rgb(str(tmp_path / "twelve.png"))
+    assert len(np.unique(twelve)) > 4000
+    assert float(twelve.min()) == 0.0
+    assert float(twelve.max()) == 255.0
+    assert np.all(np.diff(twelve[:, :, 0].ravel()) >= 0)  # the ramp's order kept
+    reflectance = (ramp.astype(np.float32) * 10.0)[:, :, None].repeat(3, axis=2)  # to 40950
+    write_geotiff(tmp_path / "float.tif", reflectance, transform=None)
+    read = trainer.read_rgb(str(tmp_path / "float.tif"))
+    assert np.isfinite(read.astype(np.float16)).all()
+    assert float(read.min()) >= 0.0
+    assert float(read.max()) <= 255.0
+    assert len(np.unique(read)) > 4000
+
+
+def test_a_loss_that_is_not_finite_stops_the_training_naming_its_step(trainer, road_set,
+                                                                      monkeypatch):
+    items = trainer.load_sets([(str(road_set), 0)])
+    cases = trainer.load_cases([str(road_set / "cases.json")], items)
+    real = trainer.loss_terms
+    calls = []
+
+    def diverging(logits, targets, weight):
+        calls.append(1)
+        loss, dice = real(logits, targets, weight)
+        return (loss * math.nan, dice) if len(calls) == 2 else (loss, dice)
+
+    monkeypatch.setattr(trainer, "loss_terms", diverging)
+    with pytest.raises(BadParameter, match="training stopped at step 1: its loss is not finite"):
+        trainer.train(items, cases, 3, "cpu", 0, lambda line: None,
+                      lambda: trainer.SurfaceNet((4, 8, 16, 32)), trainer.Looks(grey=0.0),
+                      batch_size=2)
+    assert len(calls) == 2
+
+
+def test_folds_train_on_images_without_masks(trainer, road_set, tmp_path, monkeypatch):
+    """Images without masks (scripts/session_cases.py's) are held out and trained on by fold;
+    no surface IoU is measured on them."""
+    lines = without_masks(road_set, tmp_path / "lines")
+    out = tmp_path / "folds"
+    assert run_trainer(trainer, monkeypatch, "--roads", lines, "--cases", road_set / "cases.json",
+                       "--folds", "2", "--folds-only", "--out", out, *TINY) == 0
+    assert sorted(path.name for path in out.iterdir()) == ["fold0.onnx", "fold1.onnx",
+                                                           "folds.json"]
+    assert json.loads((out / "folds.json").read_text()) == {"road0": 0, "road1": 1}
+
+
+def test_an_output_folder_that_cannot_be_written_is_refused_before_training(
+        trainer, road_set, tmp_path, monkeypatch, capsys):
+    def refused(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    def never(*args, **kwargs):
+        raise AssertionError("trained although --out cannot be written")
+
+    monkeypatch.setattr(trainer.tempfile, "mkstemp", refused)
+    monkeypatch.setattr(trainer, "train", never)
+    out = tmp_path / "out"
+    assert run_trainer(trainer, monkeypatch, "--roads", road_set, "--cases",
+                       road_set / "cases.json", "--out", out, *TINY) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.endswith(f"error: cannot write in --out {out}: Permission denied")
+    assert not out.exists()  # the folder it made is removed again
+
+
+def test_onnx_missing_is_said_before_any_work(trainer, road_set, tmp_path, monkeypatch, capsys):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "onnx", None)  # import onnx fails
+    assert run_trainer(trainer, monkeypatch, "--roads", road_set, "--cases",
+                       road_set / "cases.json", "--out", tmp_path / "out", *TINY) == 2
+    assert "needs the onnx package" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_torch_missing_is_one_line_even_for_help(trainer):
+    import subprocess
+    import sys
+
+    code = ("import runpy, sys; sys.modules['torch'] = None; "
+            "sys.argv = ['train_surface_model.py', '--help']; "
+            f"runpy.run_path({trainer.__file__!r}, run_name='__main__')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip() == ("train_surface_model.py: error: the trainer needs PyTorch, "
+                                   "which is not installed: install it, e.g. .venv/bin/pip "
+                                   "install torch onnx")
+
+
+def test_a_failed_export_keeps_the_weights_and_the_model_there_was(trainer, road_set, tmp_path,
+                                                                   monkeypatch, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "surface.onnx").write_bytes(b"the model of an earlier run")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("exporter broke")
+
+    monkeypatch.setattr(trainer.torch.onnx, "export", broken)
+    assert run_trainer(trainer, monkeypatch, "--roads", road_set, "--cases",
+                       road_set / "cases.json", "--out", out, *TINY) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.endswith(f"error: cannot write {out / 'surface.onnx'}: exporter broke")
+    assert (out / "surface.onnx").read_bytes() == b"the model of an earlier run"
+    weights = torch.load(out / "surface.pt", weights_only=True)
+    assert "head.weight" in weights
+    assert sorted(path.name for path in out.iterdir()) == ["surface.onnx", "surface.pt"]
+
+
+def test_an_output_folder_holding_the_model_to_fine_tune_is_refused(trainer, road_set, tmp_path,
+                                                                    monkeypatch, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "surface.onnx").write_bytes(b"the model to fine-tune")
+    assert run_trainer(trainer, monkeypatch, "--roads", road_set, "--cases",
+                       road_set / "cases.json", "--init-from", out / "surface.onnx",
+                       "--out", out, *TINY) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"--out {out / 'surface.onnx'} is the input" in err
+    assert [path.name for path in out.iterdir()] == ["surface.onnx"]
+    assert (out / "surface.onnx").read_bytes() == b"the model to fine-tune"
+
+
+def test_the_fold_option_says_folds_train_one_after_another(trainer, monkeypatch, capsys):
+    assert run_trainer(trainer, monkeypatch, "--help") == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "parallel processes" not in text
+    assert "the folds given train one after another" in text
