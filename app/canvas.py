@@ -59,6 +59,8 @@ KIND_EDGES = {"road": QColor(0, 0, 0), "river": QColor(0, 80, 255)}
 LINE_WIDTH = 2.5
 PREVIEW_COLOUR = QColor(255, 255, 0)
 CORRIDOR_COLOUR = QColor(255, 255, 255, 150)
+#: The zoom's range (screen px per image px), widened to include the fitted view's: a tiny
+#: image fits beyond 64×, a huge one below 1/64.
 ZOOM_LIMITS = (1 / 64, 64.0)
 #: Screen pixels within which a click grabs a vertex or picks a line.
 GRAB_RADIUS = 7.0
@@ -729,6 +731,7 @@ class Canvas(QGraphicsView):
         self.setAcceptDrops(False)  # the main window takes dropped files
         self._raster_item: RasterItem | None = None
         self._fitted = False  # no zoom or pan since the last fit: a resize fits again
+        self._fit_scale = 1.0  # the scale of the last fit (within the zoom's range)
         self._tiles = JobQueue(self)  # sharp tiles, apart from the tracing worker
         #: The sharp tile being read: its window and the event that cancels it.
         self._tile_request: tuple[TileWindow, threading.Event] | None = None
@@ -863,6 +866,7 @@ class Canvas(QGraphicsView):
         if self._raster_item is not None:
             self.fitInView(self._raster_item.boundingRect(), Qt.AspectRatioMode.KeepAspectRatio)
             self._fitted = True
+            self._fit_scale = self.transform().m11()
             self._zoom_changed()
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt override)
@@ -871,13 +875,17 @@ class Canvas(QGraphicsView):
             self.fit()
 
     def zoom(self, factor: float, anchor: QPointF | None = None) -> None:
-        """Scale by ``factor`` keeping the scene point under ``anchor`` (view px) in place."""
+        """Scale by ``factor`` keeping the scene point under ``anchor`` (view px) in place,
+        within :data:`ZOOM_LIMITS` widened to the fitted scale and the current one (a step
+        never zooms the other way)."""
         self._fitted = False
         centre = QPointF(self.viewport().rect().center())
         anchor = centre if anchor is None else anchor
         fixed = self.mapToScene(anchor.toPoint())
         scale = self.transform().m11()
-        new_scale = float(np.clip(scale * factor, *ZOOM_LIMITS))
+        low, high = ZOOM_LIMITS
+        new_scale = float(np.clip(scale * factor, min(low, self._fit_scale, scale),
+                                  max(high, self._fit_scale, scale)))
         self.scale(new_scale / scale, new_scale / scale)
         self.centerOn(fixed - (anchor - centre) / new_scale)
         self._zoom_changed()

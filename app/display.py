@@ -100,8 +100,11 @@ def stretch_limits(pixels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     Pixels that are 0 in every band are left out: the rasters read no-data, NaN and transparent
     pixels as 0 and expose no mask, so counting them would wash out images with holes (a real
-    black pixel left out shifts the percentiles by a negligible amount). An image that is 0
-    everywhere shows black.
+    black pixel left out shifts the percentiles by a negligible amount). Where a band's
+    percentiles coincide (at least 98 % of its valid pixels share one value: a white map sheet
+    with a thin dark road), it is stretched over its valid range instead; where that is one
+    value too, from 0 to that value (a 0/1 or 0/255 mask shows white on black, a uniform image
+    white). An image that is 0 everywhere shows black.
     """
     rows, cols, bands = pixels.shape
     step = max(1, int(np.sqrt(rows * cols / STRETCH_SAMPLES)))
@@ -109,9 +112,15 @@ def stretch_limits(pixels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     valid = sample[np.any(sample != 0, axis=1)]
     if valid.size:
         low, high = np.percentile(valid, STRETCH_PERCENTILES, axis=0).astype(np.float32)
+        flat = high <= low
+        low = np.where(flat, valid.min(axis=0), low)
+        high = np.where(flat, valid.max(axis=0), high)
+        flat = high <= low
+        low, high = np.where(flat, np.minimum(low, 0), low), np.where(flat, np.maximum(high, 0),
+                                                                        high)
     else:
         low = high = np.zeros(bands, np.float32)
-    return low, low + np.maximum(high - low, np.float32(1e-6))  # a flat image shows black
+    return low, low + np.maximum(high - low, np.float32(1e-6))  # 0 everywhere shows black
 
 
 def _rgb32(pixels: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:

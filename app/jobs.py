@@ -11,6 +11,11 @@ both, so a click or a preview made meanwhile runs next; the bulk jobs that a bul
 ``done`` or ``failed`` submits (its continuation: the next segments of an imported line) run
 before the other bulk jobs waiting, so that a chain of them ends before the next chain goes
 on. Results and exceptions come back to the GUI thread through queued signals.
+
+A *detachable* job (a trace: the engine cannot be interrupted midway) runs its ``work`` on a
+daemon thread of its own, which the worker waits for; :meth:`JobQueue.shutdown` stops waiting
+for it, so that closing the window never waits for a long trace: the daemon thread finishes
+it unheeded, or ends with the process.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ class Job:
     preview: bool = False
     key: object = None
     bulk: bool = False
+    detachable: bool = False
     followers: list[tuple[Callable[[object], None], Callable[[BaseException], None]]] = field(
         default_factory=list)
 
@@ -53,16 +59,55 @@ def _proj_context() -> object | None:
     return owner() if owner is not None else None
 
 
+class _Detached(Exception):
+    """The queue was shut down while a detachable job ran: its result is not waited for."""
+
+
+#: How often (s) the worker looks whether the queue was shut down while a detachable job runs.
+DETACH_POLL_S = 0.05
+
+
+def _run_detachable(work: Callable[[], object], detach: threading.Event) -> object:
+    """``work()`` on a daemon thread, waited for until it ends (its result, or its exception
+    raised here) or ``detach`` is set (:class:`_Detached`; the thread goes on unheeded)."""
+    outcome: list = []
+    ended = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome.append((work(), None))
+        except BaseException as exc:  # noqa: BLE001 (raised again in the worker)
+            outcome.append((None, exc))
+        finally:
+            ended.set()
+
+    thread = threading.Thread(target=run, name="roadtracer trace", daemon=True)
+    thread.start()
+    while not ended.wait(DETACH_POLL_S):
+        if detach.is_set():
+            raise _Detached
+    thread.join()  # ending: gone before its result is handed on
+    result, error = outcome[0]
+    if error is not None:
+        raise error
+    return result
+
+
 class _Runnable(QRunnable):
-    def __init__(self, job: Job, relay: _Relay, proj_contexts: dict[int, object]) -> None:
+    def __init__(self, job: Job, relay: _Relay, proj_contexts: dict[int, object],
+                 detach: threading.Event) -> None:
         super().__init__()
         self.job = job
         self.relay = relay
         self.proj_contexts = proj_contexts
+        self.detach = detach
 
     def run(self) -> None:
         try:
-            result = self.job.work()
+            result = (_run_detachable(self.job.work, self.detach) if self.job.detachable
+                      else self.job.work())
+        except _Detached:  # shut down: nobody takes the result any more
+            pass
         except Exception as exc:  # relayed to the GUI thread, never lost in the worker
             self.relay.finished.emit(self.job, None, exc)
         else:
@@ -94,10 +139,12 @@ class JobQueue(QObject):
     Signals
     -------
     started(Job) : a job began (tests count them).
+    finished(Job) : a job ended, before its ``done`` or ``failed`` runs.
     idle() : nothing is running or waiting any more.
     """
 
     started = Signal(object)
+    finished = Signal(object)
     idle = Signal()
 
     def __init__(self, parent: QObject | None = None) -> None:
@@ -112,6 +159,7 @@ class JobQueue(QObject):
         self._preview: Job | None = None
         self._running: Job | None = None
         self._closed = False
+        self._detach = threading.Event()  # set at shutdown: detachable jobs are not waited for
         # While a bulk job's callbacks run: where the bulk jobs they submit go in ``_bulk``.
         self._continuation: int | None = None
 
@@ -176,7 +224,7 @@ class JobQueue(QObject):
             return
         self._running = job
         self.started.emit(job)
-        self._pool.start(_Runnable(job, self._relay, self._proj_contexts))
+        self._pool.start(_Runnable(job, self._relay, self._proj_contexts, self._detach))
 
     @Slot(object, object, object)
     def _on_finished(self, job: Job, result: object, error: BaseException | None) -> None:
@@ -185,6 +233,7 @@ class JobQueue(QObject):
         try:
             if self._closed:
                 return
+            self.finished.emit(job)
             for done, failed in [(job.done, job.failed), *job.followers]:
                 if error is None:
                     done(result)
@@ -195,12 +244,14 @@ class JobQueue(QObject):
             self._start_next()
 
     def shutdown(self, timeout_ms: int = 30_000) -> bool:
-        """Drop waiting jobs, wait for the running one; True if the worker stopped in time.
+        """Drop waiting jobs, wait for the running one (a detachable one is left to finish on
+        its daemon thread, unheeded); True if the worker stopped in time.
 
         Once it has, :attr:`running` is None: the result of the job that ran last is dropped
         (no ``done`` or ``failed`` runs after a shutdown).
         """
         self._closed = True
+        self._detach.set()
         self._queue.clear()
         self._bulk.clear()
         self._preview = None

@@ -60,12 +60,13 @@ from app.imports import (
 )
 from app.jobs import Job, JobQueue
 from app.model import LinesModel, ModelChange, same_lines
-from app.panels import LinesPanel, ParamsPanel
+from app.panels import EVIDENCE_ON_IMAGE, LinesPanel, ParamsPanel
+from app.params import image_ground_resolution, reads_image_as_evidence
 from app.session import Session, SessionReadError, load_session, write_session
 from app.traces import TraceOutcome, error_text
 from app.tracing import TracingController
 from core import surface
-from core.errors import ImageReadError, TraceError
+from core.errors import BadParameter, ImageReadError, TraceError
 from core.geojson import coordinate_space
 from core.georef import sidecar_files
 from core.output import refuse_overwriting_input
@@ -94,6 +95,8 @@ APP_TERMS = (
     (re.compile(r"\bbetween a and b\b"), "between these two points"),
     (re.compile(r"give --points or a halfwidth"), "set Points per guide or a Half-width"),
     (re.compile(r" or give its CRS with --image-crs EPSG:…"), ""),
+    (re.compile(r"--ground-resolution, or the app's ground resolution parameter"),
+     "Parameters ▸ Ground resolution"),
 )
 #: Help ▸ Keys and mouse, section by section: (input, what it does). docs/APP.md's tables of
 #: the sections of these names hold the same rows.
@@ -330,7 +333,7 @@ class MainWindow(QMainWindow):
         for signal in (self.controller.changed, self.controller.edits_changed):
             signal.connect(self._close_if_traced)
         self.canvas.cursor_moved.connect(self._show_cursor)
-        self.params_panel.params_changed.connect(self.controller.set_params)
+        self.params_panel.params_changed.connect(self._params_changed)
         self.params_panel.backend_changed.connect(self.controller.set_backend)
         self.params_panel.evidence_requested.connect(self.choose_evidence)
         self.params_panel.evidence_changed.connect(self._evidence_changed)
@@ -381,10 +384,13 @@ class MainWindow(QMainWindow):
         self._action(file, "&Open image…", self.choose_image, [QKeySequence.StandardKey.Open])
         self.recent_menu = file.addMenu("Open &recent")
         self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
-        self._action(file, "&Next image in folder", lambda: self.step_image(1), ["PgDown"],
-                     tip="Open the next image of this image's folder (by name), e.g. to "
-                         "review a batch")
-        self._action(file, "&Previous image in folder", lambda: self.step_image(-1), ["PgUp"])
+        # What acts on the open image (or, walking the folder, the one being opened).
+        self.step_actions = (
+            self._action(file, "&Next image in folder", lambda: self.step_image(1), ["PgDown"],
+                         tip="Open the next image of this image's folder (by name), e.g. to "
+                             "review a batch"),
+            self._action(file, "&Previous image in folder", lambda: self.step_image(-1),
+                         ["PgUp"]))
         file.addSeparator()
         self._action(file, "Open &session…", self.choose_session, ["Ctrl+Shift+O"])
         self.save_actions = (
@@ -392,15 +398,16 @@ class MainWindow(QMainWindow):
                          [QKeySequence.StandardKey.Save]),
             self._action(file, "Save session &as…", lambda: self.save_session(ask=True),
                          ["Ctrl+Shift+S"]))
-        self._action(file, "&Import lines (GeoJSON)…", self.choose_import, ["Ctrl+I"],
-                     tip="Trace the lines of a GeoJSON file on this image: roadtracer's own "
-                         "exports come back as drawn, other lines (OSM, old surveys) snap to "
-                         "the imagery between their vertices")
-        self._action(file, "&Export GeoJSON…", self.choose_export, ["Ctrl+E"])
-        self._action(file, "Export &training cases…", self.choose_training_export,
-                     tip="Write the road lines as click cases on this image, to teach the "
-                         "surface model imagery like it (scripts/train_surface_model.py; fix "
-                         "the lines that miss first)")
+        self.image_actions = (
+            self._action(file, "&Import lines (GeoJSON)…", self.choose_import, ["Ctrl+I"],
+                         tip="Trace the lines of a GeoJSON file on this image: roadtracer's "
+                             "own exports come back as drawn, other lines (OSM, old surveys) "
+                             "snap to the imagery between their vertices"),
+            self._action(file, "&Export GeoJSON…", self.choose_export, ["Ctrl+E"]),
+            self._action(file, "Export &training cases…", self.choose_training_export,
+                         tip="Write the road lines as click cases on this image, to teach the "
+                             "surface model imagery like it (scripts/train_surface_model.py; "
+                             "fix the lines that miss first)"))
         file.addSeparator()
         self._action(file, "Surface &model…", self.choose_surface_model,
                      tip="Trace with another surface model than the bundled one, e.g. one "
@@ -581,8 +588,12 @@ class MainWindow(QMainWindow):
                                       or controller.selection != (None, None))
         self.backspace_action.setEnabled(controller.drawing or selected)
         self.delete_action.setEnabled(selected)
-        for action in self.save_actions:
+        for action in (*self.save_actions, *self.image_actions):
             action.setEnabled(self.image_path is not None)
+        walking = self.image_path is not None or (self._opening is not None
+                                                  and self._opening.path is not None)
+        for action in self.step_actions:
+            action.setEnabled(walking)
 
     # -- images --------------------------------------------------------------------------------
     def open_initial(self, path: str | None) -> None:
@@ -660,6 +671,7 @@ class MainWindow(QMainWindow):
             self._opening.dropped.set()
         opening = self._opening = _Opening(image, answer, self.image_path)
         self.show_status(f"opening {image or session_file}…")
+        self._update_actions()
         shown, autosave_dir = self.image_path, self.autosave_dir
 
         def load() -> _Loaded | None:  # in the worker
@@ -699,6 +711,7 @@ class MainWindow(QMainWindow):
         def loaded(result: _Loaded) -> None:
             if not current():
                 return
+            self._update_actions()
             if result.raster is None:
                 self._locate_image(answer, result)
             else:
@@ -706,6 +719,7 @@ class MainWindow(QMainWindow):
 
         def failed(exc: BaseException) -> None:
             if current():
+                self._update_actions()
                 self.show_error(error_text(exc), "Cannot open session"
                                 if isinstance(exc, SessionReadError) else "Cannot open image")
 
@@ -746,6 +760,11 @@ class MainWindow(QMainWindow):
         self._image_levels = result.levels
         self.canvas.set_image(result.levels)
         self.controller.set_raster(raster)
+        # Traces from now on: without the last image's evidence raster, with this image's
+        # ground resolution where its georeferencing gives one.
+        self.params_panel.set_image(image_ground_resolution(raster))
+        self.trace_label.clear()  # the last image's trace
+        self.trace_label.setToolTip(TRACE_TIP)
         if session is not None:
             self.session_path, self._session_stamp = session.path, session.stamp
             params = session.session.params
@@ -755,11 +774,9 @@ class MainWindow(QMainWindow):
                                 "Evidence raster")
                 params = replace(params, evidence_path=None)
             self.params_panel.set_params(params)
-            self.controller.set_params(self.params_panel.params())  # what it shows
+            self._params_changed(self.params_panel.params())  # what it shows
         else:
             self.session_path, self._session_stamp = None, None
-            if self.params_panel.evidence_path is not None:  # it was the last image's
-                self.params_panel.set_evidence(None)
         self.model.reset(lines)
         self._add_recent(path)
         self._update_title()
@@ -791,13 +808,26 @@ class MainWindow(QMainWindow):
         if self._autosave_lock is None:
             notes.append("also open in another roadtracer window: not autosaved here, save a "
                          "session to keep its lines")
-        unknown = ground_resolution_unknown(raster, self.params_panel.params())
+        try:
+            unknown = ground_resolution_unknown(raster, self.params_panel.params())
+        except BadParameter as exc:  # the georeferencing's is beyond any imagery: give one
+            unknown = False
+            notes.append(str(exc))
         if unknown:
             notes.append("ground resolution unknown: set it in Parameters for faster clicks")
+        if reads_image_as_evidence(self.params_panel.params()):
+            notes.append(EVIDENCE_ON_IMAGE)
         self.show_status(
             f"opened {os.path.basename(path)} ({raster.width}×{raster.height} px, {bands}"
             f"{restored})" + "".join(f"; {note}" for note in notes),
             f"without it, {UNKNOWN_GROUND_NOTE}; {path}" if unknown else path)
+
+    def _params_changed(self, params: TraceParams) -> None:
+        """The panel's parameters changed: new traces take them (and the selection is traced
+        again); say so where score "evidence" now reads the image itself."""
+        if reads_image_as_evidence(params) and not reads_image_as_evidence(self.controller.params):
+            self.show_status(EVIDENCE_ON_IMAGE)
+        self.controller.set_params(params)
 
     def _evidence_changed(self, path: str | None) -> None:
         """Drop the old evidence display; build the new one in the worker."""
@@ -826,6 +856,9 @@ class MainWindow(QMainWindow):
             self.canvas.set_image(levels, fit=False)
 
     def choose_evidence(self) -> None:
+        if self.raster is None:
+            self.show_status("open an image first")
+            return
         path, _ = QFileDialog.getOpenFileName(self, "Evidence raster (the image's grid)",
                                               self._last_folder(), IMAGE_FILTER)
         if path:
@@ -1227,7 +1260,10 @@ class MainWindow(QMainWindow):
         return True
 
     def choose_training_export(self) -> None:
-        if self.raster is None or not any(line.kind == "road" for line in self.model.lines):
+        if self.raster is None:
+            self.show_status("open an image first")
+            return
+        if not any(line.kind == "road" for line in self.model.lines):
             self.show_status("no road line to export: trace and fix some first")
             return
         folder = QFileDialog.getExistingDirectory(self, "Export training cases (a new or empty "
@@ -1276,7 +1312,8 @@ class MainWindow(QMainWindow):
 
     def shutdown(self) -> None:
         """Stop the worker (waiting for a running job: a file being read stops within one
-        feature) and the autosave writer, and let go of the autosave; safe to call twice."""
+        feature; a trace, which cannot stop midway, is not waited for) and the autosave writer,
+        and let go of the autosave; safe to call twice."""
         self._autosave_timer.stop()
         self.controller.cancel_imports()
         self.jobs.shutdown()

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 
 from PySide6.QtCore import (
     QAbstractTableModel,
+    QEvent,
     QModelIndex,
     QSignalBlocker,
     QSize,
@@ -16,7 +17,7 @@ from PySide6.QtCore import (
     QTimer,
     Signal,
 )
-from PySide6.QtGui import QPainter
+from PySide6.QtGui import QPainter, QValidator
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -34,19 +35,78 @@ from PySide6.QtWidgets import (
 )
 
 from app.model import LINE_KINDS, Line, LinesModel
-from app.params import PANEL_BACKENDS, PARAM_RANGES, ParamRange
+from app.params import (
+    AUTO_POINTS_HALFWIDTH,
+    PANEL_BACKENDS,
+    PARAM_RANGES,
+    ParamRange,
+    reads_image_as_evidence,
+)
 from app.tracing import TracingController
 from core.scores import SCORE_KINDS
 from core.tracer import TraceParams
+
+#: What the panel says where score "evidence" reads the image itself (no evidence raster).
+EVIDENCE_ON_IMAGE = ("score 'evidence' reads the image's own band 0 as a road probability: "
+                     "choose an evidence raster (Parameters ▸ Evidence) unless the image is one")
+#: The ground resolution field's tooltip where the image's georeferencing gives it.
+IMAGE_GROUND_TIP = ("From the image's georeferencing: {ground:g} m/px, used for this image. "
+                    "The value you give here applies to images whose georeferencing does not "
+                    "say (a PNG or JPEG).")
+
+
+class _AutoOrLeast:
+    """Spin box behaviour for an automatic parameter: 0 is "auto", and the values between 0
+    and ``least`` are not offered (typed, they become ``least`` once the edit ends; a step
+    skips over them)."""
+
+    least: float = 0
+
+    def set_least(self, least: float) -> None:
+        """Offer values from ``least`` on; a value now below it becomes ``least``."""
+        self.least = least
+        if self._in_gap(self.value()):
+            self.setValue(least)
+
+    def _in_gap(self, value: float) -> bool:
+        return 0 < value < self.least
+
+    def validate(self, text: str, pos: int):  # Qt override
+        result = super().validate(text, pos)
+        if result[0] == QValidator.State.Acceptable and self._in_gap(self.valueFromText(text)):
+            return QValidator.State.Intermediate, text, pos
+        return result
+
+    def fixup(self, text: str) -> str:  # Qt override
+        return self.textFromValue(self.least) if self._in_gap(self.valueFromText(text)) \
+            else text
+
+    def stepBy(self, steps: int) -> None:  # noqa: N802 (Qt override)
+        if self._in_gap(self.value() + steps * self.singleStep()):
+            self.setValue(self.least if steps > 0 else 0)
+        else:
+            super().stepBy(steps)
+
+
+class _AutoSpinBox(_AutoOrLeast, QSpinBox):
+    pass
+
+
+class _AutoDoubleSpinBox(_AutoOrLeast, QDoubleSpinBox):
+    pass
 
 
 def _spin_box(limits: ParamRange, suffix: str = "", value: float | None = None):
     """A spin box over ``limits``; a parameter that may be automatic shows 0 as "auto"."""
     low = 0 if limits.auto else limits.low
     if limits.decimals == 0:
-        box = QSpinBox(minimum=int(low), maximum=int(limits.high))
+        box = (_AutoSpinBox if limits.auto else QSpinBox)(minimum=int(low),
+                                                          maximum=int(limits.high))
     else:
-        box = QDoubleSpinBox(minimum=low, maximum=limits.high, decimals=limits.decimals)
+        box = (_AutoDoubleSpinBox if limits.auto else QDoubleSpinBox)(
+            minimum=low, maximum=limits.high, decimals=limits.decimals)
+    if limits.auto:
+        box.least = limits.low
     box.setSuffix(suffix)
     if limits.auto:
         box.setSpecialValueText("auto")
@@ -85,7 +145,8 @@ class ParamsPanel(QWidget):
 
     Signals
     -------
-    params_changed(TraceParams) : emitted shortly after the user stops changing a value.
+    params_changed(TraceParams) : emitted shortly after the user stops changing a value, and
+        at once when another image opens (:meth:`set_image`).
     backend_changed(str) : "auto", "cpu" or "gpu".
     evidence_requested() : the user asked to choose an evidence raster.
     evidence_changed(str or None) : the evidence raster changed (None: the image itself).
@@ -106,6 +167,7 @@ class ParamsPanel(QWidget):
         self.points.setToolTip("Candidate points d on each guide. Auto: 1.5 px apart over the "
                                "whole half-width.")
         self.halfwidth = _spin_box(PARAM_RANGES["halfwidth"], " px")
+        self._fit_halfwidth()
         self.halfwidth.setToolTip("How far (px) the path may stray to either side of the straight "
                                   "line between the clicks. Auto: 25 % of the distance, 8–150 px, "
                                   "widened 1.6× where the best path touches the corridor's edge.")
@@ -118,12 +180,17 @@ class ParamsPanel(QWidget):
                               "fine texture.")
         self.ground = _spin_box(PARAM_RANGES["ground_resolution"], " m/px")
         self.ground.setSingleStep(0.1)
-        self.ground.setToolTip("The image's metres per pixel, for an image whose georeferencing "
-                               "does not say (a PNG or JPEG). On imagery of 0.3 m/px or coarser "
-                               "the surface model reads larger windows at full resolution; "
-                               "imagery finer than 0.16 m/px (drone imagery) it reads on "
-                               "block means of at least 0.16 m. "
-                               "Auto: from the georeferencing, else unknown.")
+        self.ground_tip = ("The image's metres per pixel, for an image whose georeferencing "
+                           "does not say (a PNG or JPEG). On imagery of 0.3 m/px or coarser "
+                           "the surface model reads larger windows at full resolution; "
+                           "imagery finer than 0.16 m/px (drone imagery) it reads on "
+                           "block means of at least 0.16 m. "
+                           "Auto: unknown. Where the georeferencing gives it, the field shows "
+                           "the image's own, greyed out.")
+        self.ground.setToolTip(self.ground_tip)
+        #: The image's own ground resolution, used instead of the field's where not None.
+        self.image_ground: float | None = None
+        self._own_ground = 0.0  # the user's value while the image's is shown
         self.score = QComboBox()
         for name, kind in SCORE_KINDS.items():
             self.score.addItem(name)
@@ -138,7 +205,7 @@ class ParamsPanel(QWidget):
                                 "bar says which backend runs and why.")
         self.evidence_path: str | None = None
         self.evidence_label = ElidedLabel("the image")
-        self.choose_evidence = QPushButton("Choose…")
+        self.choose_evidence = QPushButton("Choose…", enabled=False)  # once an image is open
         self.choose_evidence.setToolTip(
             "Trace on a raster of the image's size (or a georeferenced one, resampled onto "
             "the image's grid) instead of the image itself, e.g. a segmentation model's "
@@ -165,15 +232,44 @@ class ParamsPanel(QWidget):
         for spin in (self.guides, self.points, self.halfwidth, self.max_angle, self.sigma,
                      self.ground):
             spin.valueChanged.connect(self._debounce.start)
+        self.points.valueChanged.connect(self._fit_halfwidth)
         self.score.currentTextChanged.connect(self._debounce.start)
+        self.score.currentTextChanged.connect(lambda _: self._show_evidence(self.evidence_path))
         self.backend.currentTextChanged.connect(self.backend_changed)
 
     def params(self) -> TraceParams:
+        """The parameters traced with: the image's own ground resolution where it has one."""
+        ground = self.image_ground if self.image_ground is not None else self.ground.value()
         return TraceParams(guides=self.guides.value() or None, points=self.points.value() or None,
                            halfwidth=self.halfwidth.value() or None,
                            max_angle=self.max_angle.value(), sigma=self.sigma.value(),
                            score=self.score.currentText(), evidence_path=self.evidence_path,
-                           ground_resolution=self.ground.value() or None)
+                           ground_resolution=ground or None)
+
+    def _fit_halfwidth(self) -> None:
+        """Offer the half-widths the points per guide allow: automatic points need at least
+        :data:`app.params.AUTO_POINTS_HALFWIDTH`."""
+        self.halfwidth.set_least(PARAM_RANGES["halfwidth"].low if self.points.value()
+                                 else AUTO_POINTS_HALFWIDTH)
+
+    def set_image(self, ground: float | None) -> None:
+        """A new image opened: trace on its own pixels (the evidence raster cleared) with its
+        ground resolution ``ground`` where its georeferencing gives one (the field shows it
+        greyed out; the user's value comes back for an image without one). Emits
+        ``params_changed`` at once (``evidence_changed`` first if the evidence changed)."""
+        self._debounce.stop()
+        self.choose_evidence.setEnabled(True)
+        self._show_evidence(None)
+        if self.image_ground is None:
+            self._own_ground = self.ground.value()
+        self.image_ground = ground
+        with QSignalBlocker(self.ground):
+            self.ground.setValue(self._own_ground if ground is None else ground)
+        self.ground.setEnabled(ground is None)
+        self.ground.setSuffix(" m/px" if ground is None else " m/px (image's)")
+        self.ground.setToolTip(self.ground_tip if ground is None
+                               else IMAGE_GROUND_TIP.format(ground=ground))
+        self.params_changed.emit(self.params())
 
     def set_evidence(self, path: str | None) -> None:
         """Trace on the raster ``path`` (None: the image itself); emits ``params_changed``."""
@@ -184,7 +280,9 @@ class ParamsPanel(QWidget):
         changed = path != self.evidence_path
         self.evidence_path = path
         self.evidence_label.setText("the image" if path is None else os.path.basename(path))
-        self.evidence_label.setToolTip(path or "Links are scored on the image's own pixels.")
+        self.evidence_label.setToolTip(path or (
+            EVIDENCE_ON_IMAGE if reads_image_as_evidence(self.params())
+            else "Links are scored on the image's own pixels."))
         self.clear_evidence.setEnabled(path is not None)
         if changed:
             self.evidence_changed.emit(path)
@@ -198,10 +296,12 @@ class ParamsPanel(QWidget):
         try:
             self.guides.setValue(params.guides or 0)
             self.points.setValue(params.points or 0)
+            self._fit_halfwidth()
             self.halfwidth.setValue(params.halfwidth or 0.0)
             self.max_angle.setValue(params.max_angle)
             self.sigma.setValue(params.sigma)
-            self.ground.setValue(params.ground_resolution or 0.0)
+            if self.image_ground is None:  # else the image's own shows, and applies
+                self.ground.setValue(params.ground_resolution or 0.0)
             self.score.setCurrentText(params.score)
         finally:
             for blocker in blockers:
@@ -347,6 +447,20 @@ class LinesTableModel(QAbstractTableModel):
         return added
 
 
+class LinesTable(QTableView):
+    """The lines table; while it has the focus, PgUp and PgDown scroll it (not the window's
+    shortcuts for the previous and next image)."""
+
+    OWN_KEYS = (Qt.Key.Key_PageUp, Qt.Key.Key_PageDown)
+
+    def event(self, event) -> bool:
+        if event.type() == QEvent.Type.ShortcutOverride and event.key() in self.OWN_KEYS \
+                and event.modifiers() == Qt.KeyboardModifier.NoModifier:
+            event.accept()
+            return True
+        return super().event(event)
+
+
 class LinesPanel(QWidget):
     """The traced lines: name (editable; checkbox = visible), kind, length, mean score per px.
 
@@ -378,7 +492,7 @@ class LinesPanel(QWidget):
         self.delete_button.setToolTip("Delete the selected line (Del)")
         self.delete_button.clicked.connect(self.delete_selected)
         self.table_model = LinesTableModel(model, self)
-        self.table = QTableView()
+        self.table = LinesTable()
         self.table.setModel(self.table_model)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)

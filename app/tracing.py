@@ -24,6 +24,7 @@ from app.edits import Edit, Retrace, neighbours, too_close
 from app.imports import ImportRunner
 from app.jobs import Job, JobQueue
 from app.model import Line, LinesModel, ModelChange, Point, Segment
+from app.params import check_trace_size, traced_params
 from app.previews import PreviewScheduler
 from app.traces import TraceOutcome, TraceRequest, error_text, run_requests, snap, trace_anchors
 from core.errors import TraceError
@@ -35,6 +36,11 @@ from gpu.select import choose_backend
 MAX_ATTEMPTS = 3
 #: The message for a click on the last anchor of the line being drawn.
 SAME_POINT = "the same point as the last one; click elsewhere or press Enter to finish"
+#: What Esc adds where the trace it drops is running: the engine cannot stop midway.
+STILL_RUNNING = ("the trace already running cannot be stopped midway: it finishes in the "
+                 "background, and new traces wait for it")
+#: The message for a trace asked for while a cancelled one still runs.
+WAITING = "waiting for the previous trace to finish (cancelled, it cannot be stopped midway)"
 
 
 class TracingController(QObject):
@@ -83,6 +89,11 @@ class TracingController(QObject):
         self._lines_seen: dict[int, Line] = {line.id: line for line in model.lines}
         self._splitting: int | None = None  # the segment split by the edit being applied
         self._held: Edit | None = None  # the vertex or segment held with the mouse (hold)
+        # The trace job still running after Esc dropped its result, and whether a trace was
+        # asked for meanwhile (it waits: said when the job ends).
+        self._abandoned: Job | None = None
+        self._waited = False
+        jobs.finished.connect(self._job_finished)
         # A click on the tail anchor is said so once the event is handled, unless it finished
         # the line meanwhile (a double-click's second press).
         self._same_point = QTimer(self, singleShot=True, interval=0)
@@ -137,7 +148,7 @@ class TracingController(QObject):
 
         self.jobs.submit(Job(lambda: choose_backend(name, notify=self.message.emit),
                              lambda chosen: self._use_backend(*chosen), failed))
-        self.jobs.submit(Job(self._warm_up, lambda _: None, lambda _: None))
+        self.jobs.submit(Job(self._warm_up, lambda _: None, lambda _: None, detachable=True))
 
     def _warm_up(self) -> None:
         """One small trace so that compiling the tracer does not delay the first click.
@@ -164,8 +175,20 @@ class TracingController(QObject):
     # -- running traces (the parts' host) -------------------------------------------------------
     def submit(self, requests: tuple[TraceRequest, ...], done, failed,
                preview: bool = False) -> None:
-        """Trace ``requests`` in the worker; the result is dropped if the image changed."""
+        """Trace ``requests`` in the worker (as :func:`app.params.traced_params` has them, each
+        refused if too large: :func:`app.params.check_trace_size`); the result is dropped if
+        the image changed."""
         raster = self.raster
+        traced = tuple(request if request.params is None else
+                       replace(request, params=traced_params(request.params, raster))
+                       for request in requests)
+
+        def work() -> TraceOutcome:
+            for request in traced:
+                if request.params is not None:
+                    check_trace_size(request.a, request.b, request.params,
+                                     getattr(self.backend, "name", "cpu"))
+            return run_requests(raster, traced, self.backend)
 
         def on_done(outcome: TraceOutcome) -> None:
             if outcome.fallback is not None:
@@ -182,17 +205,27 @@ class TracingController(QObject):
                     self.trace_failed.emit(error_text(exc))
                 failed(exc)
 
-        self.jobs.submit(Job(lambda: run_requests(raster, requests, self.backend), on_done,
-                             on_failed, preview=preview, key=requests))
+        if not preview:
+            self._tell_waiting()
+        self.jobs.submit(Job(work, on_done, on_failed, preview=preview, key=requests,
+                             detachable=True))
 
     def submit_anchors(self, anchors: tuple[Point, ...], params: TraceParams, done, failed,
                        live) -> None:
         """Trace between consecutive anchors as a bulk job, skipped once ``live()`` is False
         or the image changed."""
         raster = self.raster
+        params = traced_params(params, raster)
 
         def current() -> bool:
             return live() and raster is self.raster
+
+        def work():
+            if not current():
+                return None
+            for a, b in zip(anchors[:-1], anchors[1:], strict=True):
+                check_trace_size(a, b, params, getattr(self.backend, "name", "cpu"))
+            return trace_anchors(raster, anchors, params, self.backend)
 
         def on_done(result) -> None:
             if result is not None and result[0].fallback is not None:
@@ -200,9 +233,31 @@ class TracingController(QObject):
             if current():
                 done(result)
 
-        self.jobs.submit(Job(lambda: trace_anchors(raster, anchors, params, self.backend)
-                             if current() else None, on_done,
-                             lambda exc: failed(exc) if current() else None, bulk=True))
+        self._tell_waiting()
+        self.jobs.submit(Job(work, on_done, lambda exc: failed(exc) if current() else None,
+                             bulk=True, detachable=True))
+
+    def _tell_waiting(self) -> None:
+        """Say that a trace asked for now waits for a cancelled one still running."""
+        if self._abandoned is not None and not self._waited:
+            self._waited = True
+            self.message.emit(WAITING)
+
+    def _abandon_running(self) -> None:
+        """After Esc cancelled the segment being drawn: where the trace running is one whose
+        result is now dropped (the segment's or a preview's, not an edit's), say that it
+        cannot be stopped and that new traces wait for it."""
+        running = self.jobs.running
+        if running is None or running.key is None or self.edits_pending:
+            return
+        self._abandoned, self._waited = running, False
+        self.message.emit(f"segment cancelled; {STILL_RUNNING}")
+
+    def _job_finished(self, job: Job) -> None:
+        if job is self._abandoned:
+            self._abandoned = None
+            if self._waited:
+                self.message.emit("the cancelled trace finished; tracing on")
 
     def follow(self, requests: tuple[TraceRequest, ...], done, failed) -> bool:
         return self.jobs.follow(requests, done, failed)
@@ -292,7 +347,9 @@ class TracingController(QObject):
         if self.cancel_imports():
             self.message.emit("import cancelled: no line added")
             self.changed.emit()
-        elif not self.line_drawing.cancel():
+        elif self.line_drawing.cancel():
+            self._abandon_running()
+        else:
             self.select(None)
 
     def backspace(self) -> None:

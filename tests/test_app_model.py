@@ -158,7 +158,7 @@ HOSTILE_FIELDS = [  # (field, value, what the message names)
     ("params.max_angle", 0.5, r"params.max_angle must be a number in \[1, 180\]"),
     ("params.guides", 3.5, r"params.guides must be a whole number in \[1, 200\]"),
     ("params.guides", True, r"params.guides must be a whole number"),
-    ("params.points", 5000, r"params.points must be a whole number in \[1, 1001\]"),
+    ("params.points", 5000, r"params.points must be a whole number in \[2, 1001\]"),
     ("params.halfwidth", -5, r"params.halfwidth must be a number in \[0.1, 1000\]"),
     ("params.sigma", 22.555, r"params.sigma must be a number in \[0.5, 20\] with at most 2"),
     ("params.score", "magic", "params.score must be one of surface"),
@@ -184,7 +184,7 @@ HOSTILE_FIELDS = [  # (field, value, what the message names)
      r"lines\[0\].segments\[0\].request.max_angle must be a number in \[1, 180\]"),
     ("lines.0.segments.0.params", None, r"lines\[0\].segments\[0\].params must be the param"),
     ("lines.0.segments.0.params.points", 10 ** 9,
-     r"lines\[0\].segments\[0\].params.points must be a whole number in \[1, 1335\]"),
+     r"lines\[0\].segments\[0\].params.points must be a whole number in \[2, 1335\]"),
     ("lines.0.segments.1.backend", 3, r"lines\[0\].segments\[1\].backend must be a string"),
 ]
 
