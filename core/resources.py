@@ -295,7 +295,7 @@ def check_trace_plan(requested, resolved, margin: int, window: tuple[float, floa
     """
     if requested.points is None and resolved.points < 2:
         raise BadParameter(f"halfwidth {resolved.halfwidth:g} px is too narrow: a guide needs "
-                           "two points, so give --points or a halfwidth of at least 0.75 px")
+                           "two points, so give --points or a halfwidth wider than 0.75 px")
     window_px, window_bytes = window
     # Products, not powers: beyond a float's range they are infinite (refused), not errors.
     search = float(BYTES_PER_STATE) * (resolved.guides + 1) * float(resolved.points) \

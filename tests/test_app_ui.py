@@ -147,9 +147,9 @@ def test_engine_wording_is_put_in_the_apps_terms(make_window):
     assert in_app_terms("endpoints a=(3, 4) and b=(4, 4) must be at least 2 px apart") == \
         "the points (3, 4) and (4, 4) must be at least 2 px apart"
     assert in_app_terms("halfwidth 0.5 px is too narrow: a guide needs two points, so give "
-                        "--points or a halfwidth of at least 0.75 px") == (
+                        "--points or a halfwidth wider than 0.75 px") == (
         "halfwidth 0.5 px is too narrow: a guide needs two points, so set Points per guide or "
-        "a Half-width of at least 0.75 px")
+        "a Half-width wider than 0.75 px")
     window = make_window(open_sample=False)
     window.show_error("the image holds nothing to trace between a and b")
     assert window.last_error == "the image holds nothing to trace between these two points"
