@@ -16,7 +16,12 @@ from core.dp import DPProblem, DPSolution, solve_fast, solve_reference
 from core.errors import BadParameter, TraceError
 from core.gradient import gaussian_gradient
 from core.guides import Corridor, Windows
-from core.links import bilinear_coefficients, integrate_links, integrate_links_reference
+from core.links import (
+    bilinear_coefficients,
+    integrate_links,
+    integrate_links_reference,
+    useful_links,
+)
 from core.scores import Evidence, ScoreInputs, ScoreKind, pad_each
 
 
@@ -68,6 +73,12 @@ class TracerBackend:
     def link_scores(self, evidence: Evidence, corridor: Corridor) -> list[np.ndarray]:
         """links[t] of shape (n_t, n_{t+1}) for t = 0..m."""
         raise NotImplementedError
+
+    def trace_link_scores(self, evidence: Evidence, corridor: Corridor,
+                          windows: Windows) -> list[np.ndarray]:
+        """The link scores :meth:`trace` solves: :meth:`link_scores` here; a backend may set
+        to −inf those the DP's result does not read (:func:`core.links.useful_links`)."""
+        return self.link_scores(evidence, corridor)
 
     def solve(self, problem: DPProblem) -> DPSolution:
         """The optimal path of a DP problem whose link scores are in place.
@@ -133,7 +144,7 @@ class TracerBackend:
             Indices (m,), total score, link scores (m + 1,) along the path and timings (ms).
         """
         start = time.perf_counter()
-        links = self.link_scores(evidence, corridor)
+        links = self.trace_link_scores(evidence, corridor, windows)
         middle = time.perf_counter()
         solution = self.solve(DPProblem(corridor, windows, links))
         end = time.perf_counter()
@@ -158,12 +169,22 @@ class CpuBackend(TracerBackend):
 
     def link_scores(self, evidence, corridor):
         """links[t] (n_t, n_{t+1}) from :func:`core.links.integrate_links`, all stages at once."""
+        return self._link_scores(evidence, corridor, (None, None, None))
+
+    def trace_link_scores(self, evidence, corridor, windows):
+        """:meth:`link_scores` of the :func:`core.links.useful_links` alone, the others −inf
+        (about a quarter of the links of a click are of no use)."""
+        return self._link_scores(evidence, corridor, useful_links(windows))
+
+    @staticmethod
+    def _link_scores(evidence, corridor, useful):
+        """links[t] of the links ``useful`` (first, between, last) marks (None: all)."""
         coefficients = bilinear_coefficients(evidence)
         guides = corridor.guide_points
-        first = integrate_links(evidence, corridor.a[None], guides[0], coefficients)
-        between = integrate_links(evidence, guides[:-1], guides[1:], coefficients)  # all at once
-        last = integrate_links(evidence, guides[-1], corridor.b[None], coefficients)
-        return [first, *between, last]
+        first, between, last = useful
+        return [integrate_links(evidence, corridor.a[None], guides[0], coefficients, first),
+                *integrate_links(evidence, guides[:-1], guides[1:], coefficients, between),
+                integrate_links(evidence, guides[-1], corridor.b[None], coefficients, last)]
 
     def solve(self, problem):
         """The sliding-window DP (:func:`core.dp.solve_fast`)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from core.guides import Windows
 from core.jit import numba
 from core.scores import CROSS, SCALAR, SINE, Evidence
 
@@ -66,10 +67,11 @@ def _link_total(coefficients, frame, link, sampler, tau, check):
 
 
 @numba.njit(cache=True, parallel=True, fastmath=True)
-def _integrate_links(coefficients, frame, sampler, tau, starts, ends):
+def _integrate_links(coefficients, frame, sampler, tau, starts, ends, useful):
     """Link scores of S stages at once: starts (S, n0, 2), ends (S, n1, 2) → (S, n0, n1).
     ``coefficients`` are the planes' :func:`bilinear_coefficients`, frame = (col0, row0,
-    width, height)."""
+    width, height); ``useful`` (S, n0, n1) bool, or None for all: the links to score, the
+    others are −inf."""
     width, height = frame[2], frame[3]
     stages, n0, n1 = starts.shape[0], starts.shape[1], ends.shape[1]
     out = np.empty((stages, n0, n1))
@@ -78,6 +80,9 @@ def _integrate_links(coefficients, frame, sampler, tau, starts, ends):
         px, py = starts[s, i, 0], starts[s, i, 1]
         start_inside = 0.0 <= px <= width - 1 and 0.0 <= py <= height - 1
         for j in range(n1):
+            if useful is not None and not useful[s, i, j]:
+                out[s, i, j] = -np.inf
+                continue
             qx, qy = ends[s, j, 0], ends[s, j, 1]
             dx, dy = qx - px, qy - py
             count = max(2, int(np.ceil(np.sqrt(dx * dx + dy * dy))))
@@ -98,8 +103,9 @@ def _integrate_links(coefficients, frame, sampler, tau, starts, ends):
 
 
 def integrate_links(evidence: Evidence, starts: np.ndarray, ends: np.ndarray,
-                    coefficients: np.ndarray | None = None) -> np.ndarray:
-    """Scores of all links from ``starts`` to ``ends``.
+                    coefficients: np.ndarray | None = None,
+                    useful: np.ndarray | None = None) -> np.ndarray:
+    """Scores of all links from ``starts`` to ``ends`` (or of the ``useful`` ones).
 
     Parameters
     ----------
@@ -108,6 +114,8 @@ def integrate_links(evidence: Evidence, starts: np.ndarray, ends: np.ndarray,
     ends : ndarray of shape (n1, 2), or (S, n1, 2)
     coefficients : ndarray of shape (rows, cols, 4, P), optional
         The evidence's :func:`bilinear_coefficients`, when the caller has them.
+    useful : ndarray of bool of the result's shape, optional
+        The links to score (:func:`useful_links`); the others are −inf. Default: all.
 
     Returns
     -------
@@ -118,12 +126,69 @@ def integrate_links(evidence: Evidence, starts: np.ndarray, ends: np.ndarray,
     batched = starts.ndim == 3
     if coefficients is None:
         coefficients = bilinear_coefficients(evidence)
+    if useful is not None:
+        useful = np.ascontiguousarray(useful if batched else useful[None], dtype=np.bool_)
     frame = (float(evidence.origin[0]), float(evidence.origin[1]),
              float(evidence.image_size[0]), float(evidence.image_size[1]))
     out = _integrate_links(coefficients, frame, evidence.sampler, evidence.tau,
                            np.ascontiguousarray(starts if batched else starts[None]),
-                           np.ascontiguousarray(ends if batched else ends[None]))
+                           np.ascontiguousarray(ends if batched else ends[None]), useful)
     return out if batched else out[0]
+
+
+@numba.njit(cache=True)
+def _mark_useful(lo, hi, after, after_lo, after_hi, useful):
+    """One stage of :func:`useful_links`: ``useful[i, j]`` (the stage's links i → j) where the
+    link's window ``lo[i, j]..hi[i, j]`` is not empty and i lies in the span of the windows
+    ``after_lo[j, k]..after_hi[j, k]`` of the next stage's useful links j → k (``after``;
+    their windows are not empty)."""
+    n_in, n_mid = useful.shape
+    first = np.full(n_mid, n_in, dtype=np.int32)
+    last = np.full(n_mid, -1, dtype=np.int32)
+    for j in range(n_mid):
+        for k in range(after.shape[1]):
+            if after[j, k]:
+                first[j] = min(first[j], after_lo[j, k])
+                last[j] = max(last[j], after_hi[j, k])
+    for i in range(n_in):
+        for j in range(n_mid):
+            useful[i, j] = (first[j] <= i) & (i <= last[j]) & (lo[i, j] <= hi[i, j])
+
+
+def useful_links(windows: Windows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The links whose scores the DP (:func:`core.dp.solve_fast`) reads for its result (path,
+    score, link scores along the path): the others may score anything (−inf, NaN) alike.
+
+    The DP's value of a link is its score plus the best value in its window, so the result
+    reads the links that some admissible path continues to b (the others lie in no window of
+    those), and of them those whose window is not empty (the others are −inf whatever their
+    score). Marked from b back to a: a link whose window is not empty and whose start lies in
+    the span of the windows of the marked links from its end (a superset of those continued;
+    the same where those windows overlap, as a rule).
+
+    Parameters
+    ----------
+    windows : Windows
+        The DP's windows: m guides of n points.
+
+    Returns
+    -------
+    first : ndarray of shape (1, n), bool
+        Links a → guide 1.
+    between : ndarray of shape (m − 1, n, n), bool
+        Links guide t → guide t + 1, t = 1..m − 1.
+    last : ndarray of shape (n, 1), bool
+        Links guide m → b.
+    """
+    lo, hi = windows.lo, windows.hi
+    points = lo[0].shape[0]
+    between = np.empty((len(lo) - 1, points, points), dtype=np.bool_)
+    useful = [np.empty((1, points), dtype=np.bool_), *between, lo[-1] <= hi[-1]]
+    start = np.zeros((1, points), dtype=np.int32)  # links from a: no window, never empty
+    for t in range(len(lo) - 1, -1, -1):
+        _mark_useful(lo[t - 1] if t else start, hi[t - 1] if t else start, useful[t + 1],
+                     lo[t], hi[t], useful[t])
+    return useful[0], between, useful[-1]
 
 
 def bilinear_coefficients(evidence: Evidence) -> np.ndarray:

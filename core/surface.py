@@ -57,6 +57,8 @@ STRETCH_PERCENTILES = (1.0, 99.0)
 STRETCH_CLIP = (-0.5, 1.5)
 #: Smallest percentile span the bands are divided by (a blank window's is 0).
 STRETCH_SPAN_FLOOR = 1e-6
+#: :func:`percentiles` reads its thresholds off every this many-th value.
+PERCENTILE_SAMPLE_STRIDE = 64
 #: Reach of the endpoint plane around each click, a fraction of the clicks' distance.
 ENDPOINT_REACH = 0.25
 #: Planes the model reads and writes (:func:`model_inputs`; surface, path).
@@ -226,15 +228,87 @@ def model_inputs(pixels: np.ndarray, similarity: np.ndarray, a: np.ndarray,
     endpoint plane computed over the padded size).
     """
     bands = pixels[:, :, :3] if pixels.shape[2] >= 3 else np.repeat(pixels[:, :, :1], 3, axis=2)
-    low, high = np.percentile(bands, STRETCH_PERCENTILES)
+    low, high = percentiles(bands, STRETCH_PERCENTILES)
     span = max(float(high - low), STRETCH_SPAN_FLOOR)
-    stretched = np.clip((bands - np.float32(low)) / np.float32(span), *STRETCH_CLIP)
-    planes = np.concatenate([stretched.transpose(2, 0, 1), similarity[None]]).astype(np.float32)
     rows, cols = similarity.shape
-    pad = ((0, 0), (0, (-rows) % SIZE_MULTIPLE), (0, (-cols) % SIZE_MULTIPLE))
-    planes = np.pad(planes, pad, mode="reflect")
-    clicks = endpoint_plane(a, b, *planes.shape[1:])
-    return np.concatenate([planes, clicks[None]])[None]
+    inputs = np.empty((1, INPUT_PLANES, rows + (-rows) % SIZE_MULTIPLE,
+                       cols + (-cols) % SIZE_MULTIPLE), dtype=np.float32)
+    planes = inputs[0]
+    stretched = planes[:3, :rows, :cols]
+    np.subtract(bands.transpose(2, 0, 1), np.float32(low), out=stretched)
+    np.divide(stretched, np.float32(span), out=stretched)
+    np.clip(stretched, *STRETCH_CLIP, out=stretched)
+    planes[3, :rows, :cols] = similarity
+    _reflect_pad(planes[:4], rows, cols)
+    planes[4] = endpoint_plane(a, b, *planes.shape[1:])
+    return inputs
+
+
+def _reflect_pad(planes: np.ndarray, rows: int, cols: int) -> None:
+    """Fill ``planes`` (P, rows', cols') beyond its first rows and columns with their mirror
+    image, in place, as ``np.pad(planes[:, :rows, :cols], ..., mode="reflect")`` would."""
+    more_rows, more_cols = planes.shape[1] - rows, planes.shape[2] - cols
+    if more_rows >= rows or more_cols >= cols:  # mirrored more than once: numpy's own
+        planes[:] = np.pad(planes[:, :rows, :cols], ((0, 0), (0, more_rows), (0, more_cols)),
+                           mode="reflect")
+        return
+    planes[:, rows:, :cols] = planes[:, rows - 1 - more_rows:rows - 1, :cols][:, ::-1]
+    planes[:, :, cols:] = planes[:, :, cols - 1 - more_cols:cols - 1][:, :, ::-1]
+
+
+def percentiles(values: np.ndarray, q: tuple[float, ...]) -> np.ndarray:
+    """``np.percentile(values, q)``, exactly, faster for q near 0 or 100 (as a stretch's).
+
+    numpy (its default linear method) interpolates between the two values of ranks
+    ⌊(n − 1)·q/100⌋ and the next; here each pair is selected among the values beyond a
+    threshold read off a sample (every ``PERCENTILE_SAMPLE_STRIDE``-th value), which keeps all
+    values past it, so the selection is exact, and numpy interpolates. Where too few values
+    lie past a threshold, or some value is NaN, numpy's own percentile answers.
+
+    Parameters
+    ----------
+    values : ndarray
+    q : tuple of float
+        Percentiles in [0, 100].
+
+    Returns
+    -------
+    ndarray of shape (len(q),), float64 for float32 values
+    """
+    flat = values.reshape(-1)
+    virtual = (flat.size - 1) * (np.asarray(q, dtype=np.float64) / 100)
+    ranks = np.floor(virtual)
+    pairs = [_rank_pair(flat, int(rank)) for rank in ranks]
+    if any(pair is None for pair in pairs):
+        return np.percentile(values, q)
+    # numpy interpolates: a pair's quantile γ lies at its virtual index (2 − 1)·γ = γ, between
+    # its two values as in the whole array (column k's at γ_k: the diagonal).
+    return np.quantile(np.array(pairs, dtype=flat.dtype).T, virtual - ranks, axis=0).diagonal()
+
+
+def _rank_pair(flat: np.ndarray, rank: int) -> tuple | None:
+    """The values of rank ``rank`` and ``rank + 1`` (at most the last) of ``flat`` sorted,
+    selected among those beyond a sampled threshold on the nearer end; None where fewer than
+    those ranks lie past it, or some value is NaN (NaN lies past every threshold)."""
+    size = flat.size
+    top = rank >= size // 2
+    needed = size - rank if top else rank + 2  # values past the threshold that hold the pair
+    sample = flat[::PERCENTILE_SAMPLE_STRIDE]
+    at = 3 * needed // (2 * PERCENTILE_SAMPLE_STRIDE) + 8  # leaves ~1.5 × needed past it
+    if at >= sample.size:
+        return None
+    if top:
+        threshold = np.partition(sample, sample.size - 1 - at)[sample.size - 1 - at]
+        kept = flat[~(flat < threshold)]
+    else:
+        threshold = np.partition(sample, at)[at]
+        kept = flat[~(flat > threshold)]
+    if kept.size < needed or np.isnan(kept).any():
+        return None
+    first = rank - (size - kept.size) if top else rank
+    second = min(first + 1, kept.size - 1)
+    pair = np.partition(kept, (first, second))
+    return pair[first], pair[second]
 
 
 def full_resolution_pixels(ground_resolution: float | None) -> int:
@@ -355,10 +429,13 @@ def _model_maps(session, model_file: str, pixels: np.ndarray, similarity: np.nda
         raise ModelUnavailable(f"surface model {model_file} returns {logits.shape[0]} planes, not "
                                f"{OUTPUT_PLANES} (surface, path) ({NO_MODEL_HINT})")
     model_rows, model_cols = similarity.shape
-    planes = 1.0 / (1.0 + np.exp(-logits[:, :model_rows, :model_cols]))
+    planes = np.negative(logits[:, :model_rows, :model_cols])  # σ(x) = 1 / (1 + e^−x), in place
+    np.exp(planes, out=planes)
+    np.add(planes, 1.0, out=planes)
+    np.divide(1.0, planes, out=planes)
     if step > 1:
-        return tuple(_upsample(plane, step, rows, cols).astype(np.float32) for plane in planes)
-    return tuple(plane.astype(np.float32) for plane in planes)
+        planes = [_upsample(plane, step, rows, cols) for plane in planes]
+    return tuple(plane.astype(np.float32, copy=False) for plane in planes)
 
 
 def _upsample(plane: np.ndarray, step: int, rows: int, cols: int) -> np.ndarray:
@@ -376,9 +453,12 @@ def _upsample(plane: np.ndarray, step: int, rows: int, cols: int) -> np.ndarray:
 
 def _block_mean(planes: np.ndarray, step: int) -> np.ndarray:
     """(rows, cols, bands) → (ceil(rows / step), ceil(cols / step), bands) block means."""
-    rows, cols, _ = planes.shape
+    rows, cols, bands = planes.shape
     padded = np.pad(planes, ((0, (-rows) % step), (0, (-cols) % step), (0, 0)), mode="edge")
-    # A sum of strided views: several times faster than a mean over reshaped axes.
-    total = sum(padded[i::step, j::step].astype(np.float32)
-                for i in range(step) for j in range(step))
-    return total / np.float32(step * step)
+    # A sum of strided views (from 0, in float32): several times faster than a mean over
+    # reshaped axes.
+    total = np.zeros((padded.shape[0] // step, padded.shape[1] // step, bands), np.float32)
+    for i in range(step):
+        for j in range(step):
+            np.add(total, padded[i::step, j::step], out=total, dtype=np.float32)
+    return np.divide(total, np.float32(step * step), out=total)
