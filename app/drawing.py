@@ -127,8 +127,9 @@ class LineDrawing:
         """Esc: drop the segment in flight and stop drawing; False if nothing was drawn."""
         if self.state is DrawState.IDLE:
             return False
+        tracing = self.state is DrawState.TRACING
         self.stop()
-        self.host.tell("segment cancelled")
+        self.host.tell("segment cancelled" if tracing else "line finished")
         return True
 
     def backspace(self) -> bool:

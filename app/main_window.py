@@ -545,7 +545,7 @@ class MainWindow(QMainWindow):
         text = f"x {round(x)}  y {round(y)}"
         to_map = getattr(getattr(self.raster, "georef", None), "pixel_to_map", None)
         if callable(to_map):
-            map_x, map_y = to_map(x, y)
+            map_x, map_y = to_map((x, y))[0]
             text += f"  ·  map {map_x:.3f}, {map_y:.3f}"
         self.cursor_label.setText(text)
 
@@ -1126,9 +1126,14 @@ class MainWindow(QMainWindow):
         if not self.model.dirty:
             return True
         count = len(self.model.lines)
-        unsaved = ("1 traced line is not saved in a session. Save it first?" if count == 1
-                   else f"{count} traced lines are not saved in a session. Save them first?"
-                   if count else "All lines were deleted: save the session without them first?")
+        if self.session_path is not None and count:
+            unsaved = (f"The lines have changes not saved in {os.path.basename(self.session_path)}"
+                       f" ({count} line{'s' if count > 1 else ''} in all). Save them first?")
+        else:
+            unsaved = ("1 traced line is not saved in a session. Save it first?" if count == 1
+                       else f"{count} traced lines are not saved in a session. Save them first?"
+                       if count else
+                       "All lines were deleted: save the session without them first?")
         answer = QMessageBox.question(
             self, "Unsaved changes", unsaved, QMessageBox.StandardButton.Save
             | QMessageBox.StandardButton.Discard | QMessageBox.StandardButton.Cancel,

@@ -15,7 +15,8 @@ from collections.abc import Mapping
 #: Exit code of a start that cannot open a window (as for every user mistake).
 EXIT_NO_DISPLAY = 2
 
-HEADLESS = "or use the headless commands (roadtracer trace, roadtracer batch), which need none"
+#: The way out, for the command the user started us with (``{program}``).
+HEADLESS = "or use the headless commands ({program} trace, {program} batch), which need none"
 
 
 def display_problem(environ: Mapping[str, str] = os.environ,
@@ -42,10 +43,11 @@ def plugin_hint(platform: str = sys.platform) -> str:
     return 'reinstall PySide6 (pip install --force-reinstall -e ".[app]" in the project folder)'
 
 
-def fail(problem: str, what_to_do: str) -> int:
-    """Print the one error line; return :data:`EXIT_NO_DISPLAY`."""
-    print(f"error: cannot start the application: {problem}; {what_to_do}, {HEADLESS}",
-          file=sys.stderr)
+def fail(problem: str, what_to_do: str, program: str = "roadtracer") -> int:
+    """Print the one error line (naming the headless commands as ``program`` runs them);
+    return :data:`EXIT_NO_DISPLAY`."""
+    print(f"error: cannot start the application: {problem}; {what_to_do}, "
+          f"{HEADLESS.format(program=program)}", file=sys.stderr)
     return EXIT_NO_DISPLAY
 
 
@@ -80,19 +82,20 @@ def create_application():
     return application
 
 
-def start_app(argv: list[str]) -> int:
-    """Start the application on ``argv`` (one image, folder or session path, or none)."""
+def start_app(argv: list[str], program: str = "roadtracer") -> int:
+    """Start the application on ``argv`` (one image, folder or session path, or none);
+    ``program``: how the user runs us (``python main.py`` or ``roadtracer``), for messages."""
     problem = display_problem()
     if problem:
-        return fail(problem, "set DISPLAY (or WAYLAND_DISPLAY) to a running display")
+        return fail(problem, "set DISPLAY (or WAYLAND_DISPLAY) to a running display", program)
     try:
         import PySide6.QtWidgets  # noqa: F401
     except ImportError as exc:
         if exc.name and exc.name.startswith("PySide6"):
             return fail("PySide6 is not installed",
-                        'install it: pip install -e ".[app]" in the project folder')
+                        'install it: pip install -e ".[app]" in the project folder', program)
         return fail(f"Qt cannot be loaded ({exc})",
-                    "install the system libraries Qt needs (the README lists them)")
+                    "install the system libraries Qt needs (the README lists them)", program)
     create_application()
     from app.main_window import run_app
 

@@ -342,4 +342,4 @@ def dispatch(argv: list[str]) -> int:
         # The application cannot open here (its error line follows): show what can run.
         print(usage(), file=sys.stderr)
 
-    return start_app(argv)
+    return start_app(argv, program_name())

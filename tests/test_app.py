@@ -15,6 +15,7 @@ import time
 import imageio.v3 as iio
 import numpy as np
 import pytest
+from affine import Affine
 from PySide6.QtCore import QMimeData, QPoint, QPointF, QSettings, Qt, QTimer, QUrl
 from PySide6.QtGui import QDropEvent, QWheelEvent
 from PySide6.QtWidgets import QApplication, QFileDialog, QMessageBox
@@ -22,6 +23,7 @@ from PySide6.QtWidgets import QApplication, QFileDialog, QMessageBox
 from app.main_window import MainWindow, run_app
 from app.model import nearest_on_polyline
 from app.panels import ParamsPanel
+from core.georef import Georef
 from core.tracer import TraceParams
 from tests.conftest import SAMPLE_CASES, SAMPLE_IMAGE, close_the_window_once_loaded
 from tests.synthetic import BULGE, road_image
@@ -250,6 +252,16 @@ def test_escape_cancels_the_segment_in_progress(make_window, qtbot):
     assert window.model.lines[0].anchors == (A, B)
     assert not window.controller.drawing
     assert "cancelled" in window.statusBar().currentMessage()
+
+
+def test_escape_with_no_segment_in_flight_finishes_the_line(make_window, qtbot):
+    window = make_window()
+    click(qtbot, window, A)
+    click_and_wait(qtbot, window, B)
+    qtbot.keyClick(window.canvas, Qt.Key.Key_Escape)
+    assert window.model.lines[0].anchors == (A, B)
+    assert not window.controller.drawing
+    assert window.statusBar().currentMessage() == "line finished"
 
 
 def test_double_click_finishes_the_line(make_window, qtbot):
@@ -698,10 +710,6 @@ def test_clicking_a_vertex_starts_a_line_there_and_cancel_keeps_lines(make_windo
 
 
 def test_zoom_pan_fit_and_cursor_coordinates(make_window, qtbot):
-    class Georef:
-        def pixel_to_map(self, x, y):
-            return 1000.0 + x, 2000.0 - y
-
     window = make_window()
     canvas, viewport = window.canvas, window.canvas.viewport()
     scale = canvas.transform().m11()
@@ -724,11 +732,12 @@ def test_zoom_pan_fit_and_cursor_coordinates(make_window, qtbot):
     assert not window.controller.drawing  # panning never clicks
     canvas.fit()
     assert canvas.transform().m11() == pytest.approx(scale)
-    window.raster.georef = Georef()
+    # A world file's georeferencing: 1 m pixels, the image's top-left corner at (1000, 2000).
+    window.raster.georef = Georef(Affine(1.0, 0.0, 1000.0, 0.0, -1.0, 2000.0), None, "test")
     qtbot.mouseMove(viewport, view_pos(window, (100, 50)))
     pixel, map_xy = window.cursor_label.text().split("  ·  map ")
     assert pixel == "x 100  y 50"
-    assert [float(v) for v in map_xy.split(",")] == pytest.approx([1100, 1950], abs=0.5)
+    assert [float(v) for v in map_xy.split(",")] == pytest.approx([1100.5, 1949.5], abs=0.5)
 
 
 def test_dropping_a_file_opens_it(make_window, qtbot, tmp_path):

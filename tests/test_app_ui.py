@@ -30,7 +30,7 @@ from core.tracer import TraceParams
 from core.vectors import Failure
 from tests import test_app
 from tests.conftest import ROOT, SAMPLE_IMAGE
-from tests.test_app import A, B, click, click_and_wait, wait_idle
+from tests.test_app import A, B, C, click, click_and_wait, wait_idle
 
 make_window = test_app.make_window  # the fixture: windows closed, their workers stopped
 
@@ -311,7 +311,8 @@ def test_line_names_and_column_headers_have_tooltips(make_window, qtbot):
                        "not counted): higher, that is closer to 0, is better")
 
 
-def test_the_unsaved_lines_question_agrees_in_number(make_window, qtbot, monkeypatch):
+def test_the_unsaved_lines_question_agrees_in_number(make_window, qtbot, monkeypatch,
+                                                      tmp_path):
     window = make_window()
     click(qtbot, window, A)
     click_and_wait(qtbot, window, B)
@@ -321,6 +322,15 @@ def test_the_unsaved_lines_question_agrees_in_number(make_window, qtbot, monkeyp
                         asked.append(text) or QMessageBox.StandardButton.Cancel)
     assert not window.confirm_discard()
     assert asked == ["1 traced line is not saved in a session. Save it first?"]
+    # Saved in a session, then one more line: the question names the session, not "2 lines
+    # not saved" (one of them is).
+    assert window.write_session(str(tmp_path / "lines.json"))
+    click(qtbot, window, C)
+    click_and_wait(qtbot, window, A)
+    window.controller.finish()
+    assert not window.confirm_discard()
+    assert asked[-1] == ("The lines have changes not saved in lines.json (2 lines in all). "
+                         "Save them first?")
     monkeypatch.setattr(QMessageBox, "question",  # the window closes at the end
                         lambda *args: QMessageBox.StandardButton.Discard)
 

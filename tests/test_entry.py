@@ -93,7 +93,7 @@ def test_no_display_shows_the_usage_then_one_error_line_and_exit_code_2():
     assert process.stderr.startswith("usage: python main.py "), process.stderr
     assert lines[-1].startswith("error: cannot start the application: no display")
     assert "set DISPLAY" in lines[-1]
-    assert "roadtracer trace" in lines[-1]
+    assert "(python main.py trace, python main.py batch)" in lines[-1]  # as run
 
 
 def test_qt_platform_plugin_failure_ends_in_one_line_and_exit_code_2():
