@@ -8,6 +8,7 @@ it afterwards, so the backend may be used from any thread (calls are serialised)
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 
@@ -18,6 +19,7 @@ from core.backend import BackendSolution, TracerBackend
 from core.dp import DPProblem, DPSolution
 from core.errors import BackendUnavailable, ModelUnavailable, NoAdmissiblePath
 from core.guides import Corridor, Windows
+from core.resources import OverMemoryBudget
 from core.scores import Evidence, ScoreKind, pad_each
 from gpu.context import GpuContext, fast_float64, open_context
 from gpu.engine import DeviceTracer
@@ -32,6 +34,34 @@ def _corridor_sizes(corridor: Corridor) -> tuple[int, ...]:
 
 def _problem_sizes(problem: DPProblem) -> tuple[int, ...]:
     return (*(np.shape(link)[0] for link in problem.links), np.shape(problem.links[-1])[1])
+
+
+#: What to lower where a trace does not fit in the GPU's memory.
+DEVICE_MEMORY_ADVICE = "lower the points per guide, the guides or the half-width"
+
+
+def _within_device_memory(method):
+    """``method`` (work on the device) run again once, the device memory the backend caches
+    freed first, where the device runs out of memory; where it does again, that memory freed
+    too and :class:`~core.resources.OverMemoryBudget` naming what to lower (the backend goes
+    on working for smaller traces)."""
+
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        out_of_memory = self._tracer.cuda.MemoryError
+        try:
+            return method(self, *args, **kwargs)
+        except out_of_memory:
+            self.release()
+        try:
+            return method(self, *args, **kwargs)
+        except out_of_memory as exc:
+            self.release()
+            reason = str(exc).strip() or type(exc).__name__
+            raise OverMemoryBudget(f"the trace does not fit in the GPU's memory ({reason})",
+                                   DEVICE_MEMORY_ADVICE, shorter_legs=True) from None
+
+    return run
 
 
 def _no_path(windows: Windows) -> NoAdmissiblePath:
@@ -136,6 +166,7 @@ class GpuBackend(TracerBackend):
         return self.score_planes_many(kind, [(pixels, a, b)], sigma,
                                       ground_resolution=ground_resolution)[0]
 
+    @_within_device_memory
     def score_planes_many(self, kind: ScoreKind, windows: list, sigma: float,
                           deferred: bool = False, pads: list | None = None,
                           ground_resolution: float | None = None
@@ -196,12 +227,16 @@ class GpuBackend(TracerBackend):
                     (surface.INPUT_PLANES, surface.OUTPUT_PLANES))
             except ModelUnavailable as exc:
                 self._network_note = f"surface model on the CPU: {exc}"
+            except self._tracer.cuda.MemoryError:
+                self._network_path = None  # prepared again once memory is freed
+                raise
             except Exception as exc:  # onnx's evaluator, the driver: any failure means the CPU
                 reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
                 self._network_note = (f"surface model on the CPU: it cannot be prepared on the "
                                       f"device ({type(exc).__name__}: {reason})")
         return self._network
 
+    @_within_device_memory
     def link_scores(self, evidence: Evidence, corridor: Corridor) -> list[np.ndarray]:
         """links[t] of shape (n_t, n_{t+1}), float64, for t = 0..m, computed on the device (in
         the backend's precision)."""
@@ -223,6 +258,7 @@ class GpuBackend(TracerBackend):
         return [np.ascontiguousarray(host.T if plan.schedule.transposed(t) else host,
                                      dtype=np.float64) for t, host in enumerate(stored)]
 
+    @_within_device_memory
     def solve(self, problem: DPProblem) -> DPSolution:
         """The optimal indices (m,) and total score of ``problem`` (links from the host)."""
         with self.context.active():
@@ -235,6 +271,7 @@ class GpuBackend(TracerBackend):
             raise _no_path(problem.windows)
         return DPSolution(indices, total)
 
+    @_within_device_memory
     def trace(self, evidence: Evidence, corridor: Corridor, windows: Windows) -> BackendSolution:
         """Link scores + DP + backtracking on the device; timings_ms from CUDA events.
 
@@ -264,6 +301,7 @@ class GpuBackend(TracerBackend):
                            strict=True))
         return BackendSolution(indices, total, along, timings)
 
+    @_within_device_memory
     def trace_many(self, problems: list) -> list:
         """:meth:`trace` of every (evidence, corridor, windows) of ``problems``, all queued on
         the device before one wait for their results; timings_ms: ``device`` (the whole

@@ -166,9 +166,15 @@ class DeviceTracer:
             capacity = max(_align(nbytes * 5 // 4), 4096)
             if held is not None:
                 self.synchronize()
+                del self._slots[name]  # freed: never handed out again, even if growing fails
                 held[0].free()
                 capacity = max(capacity, 2 * held[1])
-            self._slots[name] = (self.cuda.mem_alloc(capacity), capacity)
+            try:
+                block = self.cuda.mem_alloc(capacity)
+            except self.cuda.MemoryError:  # no room to grow ahead: just what is asked for
+                capacity = max(_align(nbytes), 4096)
+                block = self.cuda.mem_alloc(capacity)
+            self._slots[name] = (block, capacity)
         return int(self._slots[name][0])
 
     def upload(self, array: np.ndarray, pointer: int) -> None:

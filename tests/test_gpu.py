@@ -365,6 +365,76 @@ def test_work_queued_aside_comes_before_the_main_streams_later_work(fast_backend
 
 
 @pytest.mark.gpu
+def test_a_buffer_that_cannot_grow_is_never_handed_out_freed(fast_backend, monkeypatch):
+    """Where a named buffer cannot grow to twice its size it takes just what is asked; where
+    it cannot grow at all, the old (freed) block leaves the table: no later request gets it
+    and release does not free it twice."""
+    from gpu.engine import DeviceTracer
+
+    with fast_backend.context.active():
+        tracer = DeviceTracer(fast_backend.context, "auto", "float64")
+        try:
+            cuda, real = tracer.cuda, tracer.cuda.mem_alloc
+            asked = []
+
+            def at_most_3_mib(nbytes):
+                asked.append(nbytes)
+                if nbytes >= 3 << 20:
+                    raise cuda.MemoryError("cuMemAlloc failed: out of memory")
+                return real(nbytes)
+
+            monkeypatch.setattr(cuda, "mem_alloc", at_most_3_mib)
+            tracer.slot("grown", 1 << 20)  # 1.25 MiB held
+            tracer.slot("grown", 2_516_582)  # 3 MiB wanted (refused), then just enough
+            assert asked[-2:] == [3 << 20, 2_516_736]
+            with pytest.raises(cuda.MemoryError):
+                tracer.slot("grown", 4 << 20)
+            monkeypatch.setattr(cuda, "mem_alloc", real)
+            values = np.arange(1 << 18, dtype=np.float32)
+            pointer = tracer.slot("grown", values.nbytes)  # a live block again
+            tracer.upload(values, pointer)
+            np.testing.assert_array_equal(tracer.download(pointer, values.shape, np.float32),
+                                          values)
+        finally:
+            tracer.release()
+
+
+@pytest.mark.gpu
+def test_a_trace_the_gpu_memory_cannot_hold_is_one_message_and_later_traces_are_alike(
+        sample, monkeypatch):
+    from core.resources import OverMemoryBudget
+    from gpu.backend import GpuBackend
+
+    backend = GpuBackend.create()
+    raster, cases = sample
+    a, b = cases[0]["a"], cases[0]["b"]
+    expected = trace(raster, a, b, TraceParams(), backend)
+    import pycuda.driver as cuda
+
+    real, failures = cuda.mem_alloc, [1]
+
+    def running_out(nbytes):
+        if failures[0]:
+            failures[0] -= 1
+            raise cuda.MemoryError("cuMemAlloc failed: out of memory")
+        return real(nbytes)
+
+    monkeypatch.setattr(cuda, "mem_alloc", running_out)
+    backend.release()  # the next trace allocates again
+    once = trace(raster, a, b, TraceParams(), backend)  # retried with the caches freed
+    np.testing.assert_array_equal(once.indices, expected.indices)
+    failures[0] = 10**9
+    backend.release()
+    with pytest.raises(OverMemoryBudget, match=r"does not fit in the GPU's memory .* lower "
+                                               r"the points per guide, the guides or the half"):
+        trace(raster, a, b, TraceParams(), backend)
+    monkeypatch.setattr(cuda, "mem_alloc", real)
+    again = trace(raster, a, b, TraceParams(), backend)
+    np.testing.assert_array_equal(again.indices, expected.indices)
+    assert again.score == expected.score
+
+
+@pytest.mark.gpu
 def test_gpu_works_from_worker_threads(fast_backend, sample):
     raster, cases = sample
     case = cases[0]
