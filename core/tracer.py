@@ -101,6 +101,9 @@ MAX_HALFWIDTH = 150.0
 MAX_GUIDES_PER_PX = 1.0
 #: Most corridor pixels whose evidence :func:`trace_many` makes in one pass (bounds its memory).
 BATCH_PIXELS = 4_000_000
+#: Most segments :func:`trace_many` traces in one pass: a GPU launches one block row per
+#: window, at most 65 535 of them (short segments of densified lines are many to 4 Mpx).
+BATCH_SEGMENTS = 16_384
 #: Axis-aligned corridor windows of more pixels than this (about 1.2 GB of evidence with the
 #: surface model; a diagonal of some 2 500 px) may be read in a frame turned to [a, b] (module
 #: docstring); every smaller window, every click of the accuracy cases among them, is read as
@@ -812,7 +815,7 @@ def _trace_many_once(raster: Raster, pairs: list, params: list[TraceParams],
             continue
         low, high = segment.corridor.pixel_bounds
         area = int(np.prod(high - low + 1))
-        if chunks[-1] and pixels + area > BATCH_PIXELS:
+        if chunks[-1] and (pixels + area > BATCH_PIXELS or len(chunks[-1]) >= BATCH_SEGMENTS):
             chunks.append([])
             pixels = 0
         chunks[-1].append((k, segment))

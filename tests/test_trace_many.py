@@ -87,6 +87,18 @@ def test_trace_many_in_small_chunks_gives_the_same_results(sample, monkeypatch):
         _same(got, expected)
 
 
+def test_trace_many_passes_hold_at_most_batch_segments(sample, monkeypatch):
+    raster, cases = sample
+    pairs = _pairs(cases)[:5]
+    whole = trace_many(raster, pairs)
+    monkeypatch.setattr(tracer, "BATCH_SEGMENTS", 2)
+    backend = _RecordingBackend()
+    for got, expected in zip(trace_many(raster, pairs, TraceParams(), backend), whole,
+                             strict=True):
+        _same(got, expected)
+    assert backend.traced == [2, 2, 1]
+
+
 def test_trace_many_of_nothing_is_nothing(sample):
     assert trace_many(sample[0], []) == []
 
