@@ -1,8 +1,8 @@
-"""The window's answers to what an audit of its workflows found: a drag held while an earlier
-edit lands acts on what was grabbed, and is cancelled where that is gone; clicks made after
-Enter start the next line; a line keeps the kind it was started as; a vertex is not dragged
-while drawing; deleting every line is a change that closing asks about. Traces are held in the
-worker (tests.test_app_retrace_races) so that every race plays out the same way."""
+"""Editing workflows whose steps overlap: a drag held while an earlier edit lands acts on what was
+grabbed, and is cancelled where that is gone; clicks made after Enter start the next line; a
+line keeps the kind it was started as; a vertex is not dragged while drawing; deleting every
+line is a change that closing asks about. Traces are held in the worker
+(tests.test_app_retrace_races) so that every race plays out the same way."""
 
 from __future__ import annotations
 

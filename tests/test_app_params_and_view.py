@@ -1,9 +1,9 @@
-"""The window's answers to an audit of its display, parameters and image changes: nearly
-uniform images keep their contrast; a georeferenced image is traced with its own ground
-resolution; Esc and closing do not wait for a trace that cannot be stopped, and traces far
-too large are refused before they start; the panel and sessions offer only what the tracer
-accepts; another image drops the last one's evidence raster, trace field and E at once; zoom
-steps never go the wrong way; what needs an image is greyed out without one."""
+"""The window's display, parameters and image changes: nearly uniform images keep their contrast; a
+georeferenced image is traced with its own ground resolution; Esc and closing do not wait for a
+trace that cannot be stopped, and traces far too large are refused before they start; the panel
+and sessions offer only what the tracer accepts; another image drops the last one's evidence
+raster, trace field and E at once; zoom steps never go the wrong way; what needs an image is
+greyed out without one."""
 
 from __future__ import annotations
 
