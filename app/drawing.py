@@ -72,6 +72,11 @@ class DrawingHost(Protocol):
         """A message for the user (status bar)."""
 
 
+#: What a new line's first click says: how to go on.
+LINE_STARTED = ("{kind} line started: click further along it (Shift + click: a straight "
+                "segment); Enter, a double-click or Esc ends the line")
+
+
 class LineDrawing:
     """The line being drawn: its state, tail anchor and line id, and the clicks still to trace.
 
@@ -159,9 +164,10 @@ class LineDrawing:
         self._end()
 
     def _start(self, point: Point) -> None:
-        """A new line, from ``point``."""
+        """A new line, from ``point`` (the status bar says how to go on)."""
         self.state, self.tail, self.line_id = DrawState.DRAWING, point, None
         self.host.drawing_changed()
+        self.host.tell(LINE_STARTED.format(kind=self.kind))
 
     def _end(self) -> None:
         """The line is done."""

@@ -254,6 +254,14 @@ def test_escape_cancels_the_segment_in_progress(make_window, qtbot):
     assert "cancelled" in window.statusBar().currentMessage()
 
 
+def test_a_new_lines_first_click_says_how_to_go_on(make_window, qtbot):
+    window = make_window()
+    click(qtbot, window, A)
+    assert window.statusBar().currentMessage() == (
+        "road line started: click further along it (Shift + click: a straight segment); "
+        "Enter, a double-click or Esc ends the line")
+
+
 def test_escape_with_no_segment_in_flight_finishes_the_line(make_window, qtbot):
     window = make_window()
     click(qtbot, window, A)
