@@ -142,7 +142,8 @@ KEYS = {
         ("F1", "the keys and mouse actions (Help ▸ Keys and mouse)"),
     ),
     "Files": (
-        ("Ctrl+O", "open an image (or drop one on the window)"),
+        ("Ctrl+O", "open an image (or drop one on the window; a dropped .geojson file is "
+                   "imported on the open image)"),
         ("PgDown, PgUp", "next, previous image in the open image's folder"),
         ("Ctrl+Shift+O", "open a session (or drop a .json file on the window)"),
         ("Ctrl+S, Ctrl+Shift+S", "save the session; save it as a new file"),
@@ -922,10 +923,17 @@ class MainWindow(QMainWindow):
             event.acceptProposedAction()
 
     def dropEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        """A dropped file opens: a session (``.json``), GeoJSON lines (``.geojson``: imported
+        on the open image, as File ▸ Import lines does), else an image."""
         paths = [url.toLocalFile() for url in event.mimeData().urls() if url.isLocalFile()]
         if paths:
             event.acceptProposedAction()
-            if paths[0].endswith(".json"):
+            if paths[0].lower().endswith(".geojson"):
+                if self.raster is None:
+                    self.show_status("open an image first, then drop its lines (GeoJSON) on it")
+                else:
+                    self.import_lines(paths[0])
+            elif paths[0].endswith(".json"):
                 self.open_session(paths[0])
             else:
                 self.open_image(paths[0])

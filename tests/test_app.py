@@ -761,6 +761,22 @@ def test_dropping_a_file_opens_it(make_window, qtbot, tmp_path):
     assert (window.raster.width, window.raster.height) == (40, 30)
 
 
+def test_dropping_geojson_lines_imports_them_on_the_open_image(make_window, qtbot, tmp_path):
+    window = make_window()
+    drawn = draw_line(qtbot, window, A, B)
+    path = tmp_path / "lines.geojson"
+    assert window.export_geojson(str(path))
+    window.controller.select(drawn.id)
+    window.lines_panel.delete_selected()
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(path))])
+    window.dropEvent(QDropEvent(QPointF(10, 10), Qt.DropAction.CopyAction, mime,
+                                Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier))
+    wait_idle(qtbot, window)
+    (imported,) = window.model.lines
+    assert imported.anchors == drawn.anchors
+
+
 def test_run_app_opens_the_image_given_and_quits(qtbot, monkeypatch):
     opened = []
     close_the_window_once_loaded(opened, monkeypatch)
