@@ -65,7 +65,7 @@ from app.params import image_ground_resolution, reads_image_as_evidence
 from app.session import Session, SessionReadError, load_session, write_session
 from app.traces import TraceOutcome, error_text
 from app.tracing import TracingController
-from core import surface
+from core import surface, version
 from core.errors import BadParameter, ImageReadError, TraceError
 from core.geojson import coordinate_space
 from core.georef import sidecar_files
@@ -461,6 +461,7 @@ class MainWindow(QMainWindow):
                      tip="The last messages of the status bar, with their times")
         help_menu = bar.addMenu("&Help")
         self._action(help_menu, "&Keys and mouse", self.show_keys, ["F1"])
+        self._action(help_menu, "&About roadtracer", self.show_about)
 
     # -- messages ------------------------------------------------------------------------------
     def show_status(self, text: str, details: str = "") -> None:
@@ -563,6 +564,20 @@ class MainWindow(QMainWindow):
             self._keys_dialog = self._dialog("Keys and mouse", scroll, 720, 640)
         self._keys_dialog.show()
         self._keys_dialog.raise_()
+
+    def about_text(self) -> str:
+        """Help ▸ About: the version, the backend and surface model in use, where the guide is."""
+        project = Path(__file__).resolve().parent.parent
+        backend = self.controller.backend_note or "being chosen"
+        return (f"roadtracer {version()}: click-to-trace roads and rivers on aerial and "
+                f"satellite imagery.\n\nBackend: {backend}\nSurface model: "
+                f"{os.fspath(surface.MODEL_PATH)}\n\nUser guide: "
+                f"{project / 'docs' / 'APP.md'}\nLicences: {project / 'LICENSE'} (the program), "
+                "LICENSE.md beside the bundled model, sample and evaluation images in "
+                f"{project / 'resources'}")
+
+    def show_about(self) -> None:
+        QMessageBox.about(self, "About roadtracer", self.about_text())
 
     def _update_title(self) -> None:
         name = os.path.basename(self.image_path) if self.image_path else "no image"

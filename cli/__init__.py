@@ -22,6 +22,7 @@ import os
 import sys
 from pathlib import Path
 
+from core import version
 from core.errors import TraceError
 
 #: Exit status when standard output is a pipe whose reader has gone (128 + SIGPIPE).
@@ -233,17 +234,6 @@ def main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-
-
-def version() -> str:
-    """The installed distribution's version (``unknown`` in an uninstalled checkout)."""
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as distribution_version
-
-    try:
-        return distribution_version("roadtracer")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 def start_app_argument_problem(argv: list[str]) -> str | None:

@@ -14,3 +14,14 @@ import os as _os
 # numba's OpenMP layer busy-waits between parallel regions by default, which on small shared
 # machines costs milliseconds per DP stage; passive waiting measured 10-20× faster there.
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def version() -> str:
+    """The installed distribution's version (``unknown`` in an uninstalled checkout)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as distribution_version
+
+    try:
+        return distribution_version("roadtracer")
+    except PackageNotFoundError:
+        return "unknown"

@@ -25,6 +25,7 @@ from app.main_window import (
 )
 from app.panels import LinesPanel, ParamsPanel
 from app.tracing import SAME_POINT
+from core import surface, version
 from core.surface import UNKNOWN_GROUND_NOTE
 from core.tracer import TraceParams
 from core.vectors import Failure
@@ -368,3 +369,17 @@ def test_a_menu_tip_gives_back_the_short_message_not_its_details(make_window):
     bar.clearMessage()  # and takes it away
     assert bar.currentMessage() == "opened it"
     assert bar.toolTip() == "opened it (the full path and the long note)"
+
+
+def test_help_about_names_the_version_backend_model_and_guide(make_window, qtbot):
+    window = make_window()
+    wait_idle(qtbot, window)
+    text = window.about_text()
+    assert text.startswith(f"roadtracer {version()}: ")
+    assert f"Backend: {window.controller.backend_note}" in text
+    assert f"Surface model: {os.fspath(surface.MODEL_PATH)}" in text
+    guide = text.split("User guide: ")[1].splitlines()[0]
+    assert os.path.isfile(guide)
+    assert guide.endswith(os.path.join("docs", "APP.md"))
+    assert "About roadtracer" in [action.text().replace("&", "")
+                                  for action in window.menuBar().actions()[-1].menu().actions()]
