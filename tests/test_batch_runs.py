@@ -1,6 +1,6 @@
-"""Batch fixes from an audit: the output folder's lock under a race, the memory budget shared by
-local workers, resumes that retry failures a rerun may not repeat, outputs that belong to no
-image, the calls folder of a killed run, and the command's notes and help."""
+"""Batch runs: the output folder's lock under a race, the memory budget shared by local workers,
+resumes that retry failures a rerun may not repeat, outputs that belong to no image, the calls
+folder of a killed run, and the command's notes and help."""
 
 from __future__ import annotations
 

@@ -1,11 +1,10 @@
-"""Session files are hostile until validated: what an audit of their reading and writing found.
+"""Session files are hostile until validated.
 
 Text that is not Unicode is refused where it is read and never written; messages stay short
 whatever a file holds; a file or one of its values too large to read is refused before it is
-read or decoded; line ids and names stay within what a session holds; segments run between
-their anchors; a relative image path that is a folder is not the image; an evidence raster of
-the wrong size is refused from its header, in the worker.
-"""
+read or decoded; line ids and names stay within what a session holds; segments run between their
+anchors; a relative image path that is a folder is not the image; an evidence raster of the
+wrong size is refused from its header, in the worker."""
 
 from __future__ import annotations
 
