@@ -12,14 +12,15 @@ both, so a click or a preview made meanwhile runs next; the bulk jobs that a bul
 before the other bulk jobs waiting, so that a chain of them ends before the next chain goes
 on. Results and exceptions come back to the GUI thread through queued signals.
 
-A *detachable* job (a trace: the engine cannot be interrupted midway) runs its ``work`` on a
-daemon thread of its own, which the worker waits for; :meth:`JobQueue.shutdown` stops waiting
-for it, so that closing the window never waits for a long trace: the daemon thread finishes
-it unheeded, or ends with the process.
+A *detachable* job (a trace: the engine cannot be interrupted midway) runs its ``work`` on the
+queue's daemon trace thread, which the worker waits for; :meth:`JobQueue.shutdown` stops
+waiting for it, so that closing the window never waits for a long trace: the daemon thread
+finishes it unheeded, or ends with the process.
 """
 
 from __future__ import annotations
 
+import queue
 import sys
 import threading
 from collections import deque
@@ -67,44 +68,61 @@ class _Detached(Exception):
 DETACH_POLL_S = 0.05
 
 
-def _run_detachable(work: Callable[[], object], detach: threading.Event) -> object:
-    """``work()`` on a daemon thread, waited for until it ends (its result, or its exception
-    raised here) or ``detach`` is set (:class:`_Detached`; the thread goes on unheeded)."""
-    outcome: list = []
-    ended = threading.Event()
+class _TraceThread:
+    """A daemon thread of a queue's own that runs its detachable jobs' work, one at a time and
+    always on the same thread: numba's OpenMP threads and ONNX Runtime's state are made for a
+    thread once, and a fresh thread per trace made a click 3–7 ms slower."""
 
-    def run() -> None:
-        try:
-            outcome.append((work(), None))
-        except BaseException as exc:  # noqa: BLE001 (raised again in the worker)
-            outcome.append((None, exc))
-        finally:
-            ended.set()
+    def __init__(self) -> None:
+        self._tasks: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
 
-    thread = threading.Thread(target=run, name="roadtracer trace", daemon=True)
-    thread.start()
-    while not ended.wait(DETACH_POLL_S):
-        if detach.is_set():
-            raise _Detached
-    thread.join()  # ending: gone before its result is handed on
-    result, error = outcome[0]
-    if error is not None:
-        raise error
-    return result
+    def run(self, work: Callable[[], object], detach: threading.Event) -> object:
+        """``work()`` on the thread, waited for until it ends (its result, or its exception
+        raised here) or ``detach`` is set (:class:`_Detached`; the work goes on unheeded)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._serve, name="roadtracer trace",
+                                            daemon=True)
+            self._thread.start()
+        outcome: list = []
+        ended = threading.Event()
+        self._tasks.put((work, outcome, ended))
+        while not ended.wait(DETACH_POLL_S):
+            if detach.is_set():
+                raise _Detached
+        result, error = outcome[0]
+        if error is not None:
+            raise error
+        return result
+
+    def stop(self) -> None:
+        """End the thread once the work it runs (if any) is done."""
+        self._tasks.put(None)
+
+    def _serve(self) -> None:
+        while (task := self._tasks.get()) is not None:
+            work, outcome, ended = task
+            try:
+                outcome.append((work(), None))
+            except BaseException as exc:  # noqa: BLE001 (raised again in the worker)
+                outcome.append((None, exc))
+            finally:
+                ended.set()
 
 
 class _Runnable(QRunnable):
     def __init__(self, job: Job, relay: _Relay, proj_contexts: dict[int, object],
-                 detach: threading.Event) -> None:
+                 trace_thread: _TraceThread, detach: threading.Event) -> None:
         super().__init__()
         self.job = job
         self.relay = relay
         self.proj_contexts = proj_contexts
+        self.trace_thread = trace_thread
         self.detach = detach
 
     def run(self) -> None:
         try:
-            result = (_run_detachable(self.job.work, self.detach) if self.job.detachable
+            result = (self.trace_thread.run(self.job.work, self.detach) if self.job.detachable
                       else self.job.work())
         except _Detached:  # shut down: nobody takes the result any more
             pass
@@ -160,6 +178,7 @@ class JobQueue(QObject):
         self._running: Job | None = None
         self._closed = False
         self._detach = threading.Event()  # set at shutdown: detachable jobs are not waited for
+        self._trace_thread = _TraceThread()
         # While a bulk job's callbacks run: where the bulk jobs they submit go in ``_bulk``.
         self._continuation: int | None = None
 
@@ -224,7 +243,8 @@ class JobQueue(QObject):
             return
         self._running = job
         self.started.emit(job)
-        self._pool.start(_Runnable(job, self._relay, self._proj_contexts, self._detach))
+        self._pool.start(_Runnable(job, self._relay, self._proj_contexts, self._trace_thread,
+                                   self._detach))
 
     @Slot(object, object, object)
     def _on_finished(self, job: Job, result: object, error: BaseException | None) -> None:
@@ -252,6 +272,7 @@ class JobQueue(QObject):
         """
         self._closed = True
         self._detach.set()
+        self._trace_thread.stop()
         self._queue.clear()
         self._bulk.clear()
         self._preview = None
