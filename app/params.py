@@ -21,11 +21,11 @@ from core.scores import SCORE_KINDS
 from core.tracer import (
     GROUND_RESOLUTION_RANGE,
     LINE_KINDS,
-    MAX_GUIDES_PER_PX,
     POINT_SPACING,
     TraceParams,
     check_params,
     ground_resolution_of,
+    resolve_for_length,
 )
 
 #: Backends offered in the panel (``gpu.select.BACKEND_CHOICES`` without the slow reference).
@@ -206,8 +206,8 @@ def check_trace_size(a, b, params: TraceParams, backend_name: str = "cpu") -> No
     :data:`MAX_LINK_SAMPLES` link samples on a CPU backend (``backend_name`` "gpu": any size;
     a GPU scores links many times faster).
 
-    The estimate follows the engine (guides capped at ``MAX_GUIDES_PER_PX`` per px of the
-    distance, automatic values resolved for it): (guides − 1) × points² links between guides,
+    The estimate takes the parameters as the engine does
+    (:func:`core.tracer.resolve_for_length`): (guides − 1) × points² links between guides,
     each about √(s² + (⅔ half-width)²) px long, s the distance between guides.
 
     Raises
@@ -218,9 +218,7 @@ def check_trace_size(a, b, params: TraceParams, backend_name: str = "cpu") -> No
     length = math.dist(a, b)
     if length < 2 or backend_name == "gpu":
         return  # the tracer refuses the first; a GPU traces the second in seconds
-    most_guides = max(1, int(MAX_GUIDES_PER_PX * length))
-    resolved = replace(params, guides=None if params.guides is None
-                       else min(params.guides, most_guides)).resolve(length)
+    resolved = resolve_for_length(params, length)
     guides, points = resolved.guides, resolved.points
     links = (guides - 1) * points * points + 2 * points
     mean_px = math.hypot(length / (guides + 1), 2 * resolved.halfwidth / 3)

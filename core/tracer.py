@@ -249,6 +249,16 @@ def check_sigma(value) -> float:
     return sigma
 
 
+def resolve_for_length(params: TraceParams, length: float) -> TraceParams:
+    """``params`` as a trace between clicks ``length`` px apart takes them: guides given lowered
+    to :data:`MAX_GUIDES_PER_PX` per px (e.g. on a short leg of a line), every automatic value
+    resolved (:meth:`TraceParams.resolve`)."""
+    most_guides = max(1, int(MAX_GUIDES_PER_PX * length))
+    if params.guides is not None and params.guides > most_guides:
+        params = replace(params, guides=most_guides)
+    return params.resolve(length)
+
+
 def check_params(params: TraceParams) -> None:
     """Raise :class:`BadParameter` for parameters that every trace would reject.
 
@@ -886,10 +896,7 @@ def _segment(raster: Raster, a, b, params: TraceParams) -> _Segment:
     if length < 2:
         raise BadParameter(f"endpoints a=({a[0]:g}, {a[1]:g}) and b=({b[0]:g}, {b[1]:g}) "
                            "must be at least 2 px apart")
-    most_guides = max(1, int(MAX_GUIDES_PER_PX * length))
-    if params.guides is not None and params.guides > most_guides:  # e.g. a short leg of a line
-        params = replace(params, guides=most_guides)
-    resolved = params.resolve(length)
+    resolved = resolve_for_length(params, length)
     frame = _turned_frame(raster, a, b, resolved)
     margin = gradient_margin(params.sigma)
     window_px = window_pixels(b - a, resolved.halfwidth, margin) if frame is None \
