@@ -130,15 +130,20 @@ def test_georeferencing_beyond_any_imagery_asks_for_the_ground_resolution(make_w
 
 
 # ------------------------------------------------------------- 3. traces that cannot stop
-def test_esc_says_the_running_trace_finishes_first_and_closing_does_not_wait(make_window,
-                                                                              qtbot, held):
-    threads_before = python_threads()
-    window = make_window()
+def cancel_a_running_trace(qtbot, window, held) -> None:
+    """Click A and B, and press Esc while the segment's trace is held in the worker."""
     held.hold()
     click(qtbot, window, A)
     click(qtbot, window, B)
     test_app_retrace_races.wait_held(qtbot, held)
     qtbot.keyClick(window.canvas, Qt.Key.Key_Escape)
+
+
+def test_esc_says_the_running_trace_finishes_first_and_closing_does_not_wait(make_window,
+                                                                              qtbot, held):
+    threads_before = python_threads()
+    window = make_window()
+    cancel_a_running_trace(qtbot, window, held)
     assert window.status_text == f"segment cancelled; {STILL_RUNNING}"
     click(qtbot, window, A)
     click(qtbot, window, C)
@@ -155,11 +160,7 @@ def test_esc_says_the_running_trace_finishes_first_and_closing_does_not_wait(mak
 
 def test_a_later_segment_traces_once_the_cancelled_trace_ends(make_window, qtbot, held):
     window = make_window()
-    held.hold()
-    click(qtbot, window, A)
-    click(qtbot, window, B)
-    test_app_retrace_races.wait_held(qtbot, held)
-    qtbot.keyClick(window.canvas, Qt.Key.Key_Escape)
+    cancel_a_running_trace(qtbot, window, held)
     click(qtbot, window, A)
     click(qtbot, window, C)
     with qtbot.waitSignal(window.controller.traced, timeout=30_000):
