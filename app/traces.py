@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 
 from app.model import Point, Segment
+from app.params import check_trace_size
 from core.errors import BadParameter, NoAdmissiblePath, PointOutsideImage, TraceError
 from core.raster import Raster
 from core.tracer import TraceParams, trace
@@ -44,7 +45,8 @@ def error_text(exc: BaseException) -> str:
 
 
 def run_requests(raster: Raster, requests: tuple[TraceRequest, ...], backend) -> TraceOutcome:
-    """Trace every request (worker thread). A failing non-CPU backend is replaced by the CPU."""
+    """Trace every request (worker thread). A failing non-CPU backend is replaced by the CPU,
+    for a trace within the CPU's size bound (:func:`app.params.check_trace_size`)."""
     start = time.perf_counter()
     segments, fallback, notes = [], None, []
     for request in requests:
@@ -58,9 +60,13 @@ def run_requests(raster: Raster, requests: tuple[TraceRequest, ...], backend) ->
         except Exception as exc:
             if backend.name == "cpu":
                 raise
-            failed_name = backend.name
+            failed = f"{backend.name} backend failed: {error_text(exc)}"
+            try:
+                check_trace_size(request.a, request.b, request.params)  # the CPU's bound
+            except BadParameter as too_large:
+                raise BadParameter(f"{failed}; on the CPU, {too_large}") from None
             backend, note = choose_backend("cpu")
-            fallback = (backend, f"{note}: {failed_name} backend failed: {error_text(exc)}")
+            fallback = (backend, f"{note}: {failed}")
             result = trace(raster, request.a, request.b, request.params, backend)
         segments.append(Segment.from_result(result, request.params))
         notes += result.notes

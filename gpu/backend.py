@@ -116,8 +116,10 @@ class GpuBackend(TracerBackend):
             return cls(context, method, precision, blocking_sync)
         except (cuda.Error, cuda.CompileError, OSError) as exc:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise BackendUnavailable(f"GPU unavailable: the CUDA kernels cannot be built or "
-                                     f"loaded ({reason})") from None
+            what = ("its memory is full (other programs hold it)"
+                    if isinstance(exc, cuda.MemoryError)
+                    else "the CUDA kernels cannot be built or loaded")
+            raise BackendUnavailable(f"GPU unavailable: {what} ({reason})") from None
 
     def __del__(self):
         # Destroy the stream, events and buffers with the context current: pycuda cannot make it

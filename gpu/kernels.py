@@ -9,6 +9,9 @@ float), and returns the kernels as prepared functions.
 
 from __future__ import annotations
 
+import getpass
+import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,10 +135,43 @@ def source_options(name: str) -> list[str]:
     return [f"-D{key}={value!r}" for key, value in constants.items()]
 
 
+def kernel_cache_dir() -> str | bool | None:
+    """Where pycuda keeps the compiled kernels, as ``SourceModule``'s ``cache_dir``: None (its
+    own choice: ``PYCUDA_CACHE_DIR``, else the user's cache folder) where that folder can be
+    made and written, else a folder of this user's in the temporary folder, else False (no
+    cache: every run builds the kernels again). pycuda itself fails to build any kernel where
+    its folder cannot be made."""
+    if "PYCUDA_DISABLE_CACHE" in os.environ:
+        return None
+    if "PYCUDA_CACHE_DIR" in os.environ:
+        folder = os.environ["PYCUDA_CACHE_DIR"]
+    else:
+        import platformdirs  # a dependency of pycuda
+
+        folder = os.path.join(platformdirs.user_cache_dir("pycuda", "pycuda"),
+                              "compiler-cache-v1")
+    fallback = os.path.join(tempfile.gettempdir(), f"roadtracer-pycuda-cache-{_user()}")
+    for choice, answer in ((folder, None), (fallback, fallback)):
+        try:
+            os.makedirs(choice, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(choice, os.W_OK | os.X_OK):
+            return answer
+    return False
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no user name in the environment or the password database
+        return "user"
+
+
 def _compile(name: str, *options: str):
     from pycuda.compiler import SourceModule
 
-    return SourceModule(source(name), no_extern_c=True,
+    return SourceModule(source(name), no_extern_c=True, cache_dir=kernel_cache_dir(),
                         options=["-std=c++17", *source_options(name), *options])
 
 

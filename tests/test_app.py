@@ -454,6 +454,28 @@ def test_gpu_failure_falls_back_to_the_cpu(make_window, qtbot):
     assert window.model.lines[0].segments[0].backend == "cpu"
 
 
+def test_a_gpu_failure_on_a_trace_too_large_for_the_cpu_names_both(make_window, qtbot):
+    """The CPU that takes over from a failing GPU keeps its own size bound: a trace of
+    minutes that cannot be stopped is refused, saying why the GPU did not do it."""
+    class BrokenGpu:
+        name, description = "gpu", "fake GPU"
+
+        def __getattr__(self, attribute):  # every method the engine calls fails
+            raise RuntimeError("CUDA_ERROR_LAUNCH_FAILED")
+
+    window = make_window()
+    window.controller.backend = BrokenGpu()
+    window.controller.set_params(TraceParams(guides=200, points=1001, halfwidth=500.0))
+    click(qtbot, window, A)
+    with qtbot.waitSignal(window.controller.trace_failed, timeout=30_000) as blocker:
+        click(qtbot, window, B)
+    wait_idle(qtbot, window)
+    assert blocker.args[0].startswith("gpu backend failed: RuntimeError: CUDA_ERROR_LAUNCH_FAILED;"
+                                      " on the CPU, trace too large")
+    assert "lower points per guide or guides" in blocker.args[0]
+    assert window.controller.backend.name == "gpu"  # not switched: nothing was traced
+
+
 def test_bad_image_file_shows_a_message(make_window, qtbot, tmp_path):
     window = make_window()
     bad = tmp_path / "broken.png"

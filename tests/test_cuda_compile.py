@@ -58,3 +58,45 @@ def test_evidence_source_takes_the_hosts_constants():
     for literal in ("0.04", "1e-6", "1e-18"):
         assert literal not in code, f"evidence.cu still holds the literal {literal}"
     assert source_options("dp.cu") == []
+
+
+def test_kernel_cache_is_pycudas_own_where_it_can_be_written(tmp_path, monkeypatch):
+    from gpu.kernels import kernel_cache_dir
+
+    monkeypatch.setenv("PYCUDA_CACHE_DIR", str(tmp_path / "cache"))
+    assert kernel_cache_dir() is None  # pycuda's own choice, the folder now made
+    assert (tmp_path / "cache").is_dir()
+
+
+def test_an_unwritable_kernel_cache_falls_back_to_the_temporary_folder(tmp_path, monkeypatch):
+    """A cache folder that cannot be made (here: under a file) would fail every kernel build in
+    pycuda, and the GPU would read as unavailable; the kernels are cached elsewhere instead."""
+    from gpu.kernels import kernel_cache_dir
+
+    (tmp_path / "a_file").write_text("")
+    monkeypatch.setenv("PYCUDA_CACHE_DIR", str(tmp_path / "a_file" / "cache"))
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    (tmp_path / "tmp").mkdir()
+    fallback = kernel_cache_dir()
+    assert isinstance(fallback, str)
+    assert Path(fallback).parent == tmp_path / "tmp"
+    assert Path(fallback).is_dir()
+
+
+def test_no_kernel_cache_where_no_folder_can_be_written(tmp_path, monkeypatch):
+    from gpu.kernels import kernel_cache_dir
+
+    (tmp_path / "a_file").write_text("")
+    monkeypatch.setenv("PYCUDA_CACHE_DIR", str(tmp_path / "a_file" / "cache"))
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "a_file"))
+    assert kernel_cache_dir() is False
+
+
+def test_a_disabled_kernel_cache_is_left_to_pycuda(tmp_path, monkeypatch):
+    from gpu.kernels import kernel_cache_dir
+
+    monkeypatch.setenv("PYCUDA_DISABLE_CACHE", "1")
+    monkeypatch.setenv("PYCUDA_CACHE_DIR", str(tmp_path / "never_made"))
+    assert kernel_cache_dir() is None
+    assert not (tmp_path / "never_made").exists()

@@ -106,6 +106,24 @@ def test_unavailable_gpu_names_the_reason():
         pytest.skip("pycuda is installed here")
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize(("failure", "reason"), [
+    ("MemoryError", "GPU unavailable: its memory is full"),
+    ("LogicError", "GPU unavailable: the CUDA kernels cannot be built or loaded")])
+def test_a_backend_that_cannot_start_says_why(monkeypatch, failure, reason):
+    """A device whose memory other programs hold is not mistaken for a build failure."""
+    import pycuda.driver as cuda
+
+    from gpu.backend import GpuBackend
+
+    def fail(*args, **kwargs):
+        raise getattr(cuda, failure)("cuMemAlloc failed: out of memory")
+
+    monkeypatch.setattr(GpuBackend, "__init__", fail)
+    with pytest.raises(BackendUnavailable, match=reason):
+        GpuBackend.create()
+
+
 def test_a_gpu_backend_slow_to_start_is_announced_while_it_starts(monkeypatch):
     """Building the kernels (the first use after an install) takes half a minute: the caller
     hears of it after SLOW_START_SECONDS, and not at all from a backend that starts at once."""
