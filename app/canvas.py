@@ -58,6 +58,9 @@ KIND_EDGES = {"road": QColor(0, 0, 0), "river": QColor(0, 80, 255)}
 #: Stroke width (screen px) of a line (:data:`SELECTED_WIDTH`: of a selected line or segment).
 LINE_WIDTH = 2.5
 PREVIEW_COLOUR = QColor(255, 255, 0)
+#: Edge along both sides of the preview's stroke: its yellow and the pale middle of the score
+#: colours show over bright imagery.
+PREVIEW_EDGE = QColor(0, 0, 0)
 CORRIDOR_COLOUR = QColor(255, 255, 255, 150)
 #: The zoom's range (screen px per image px), widened to include the fitted view's: a tiny
 #: image fits beyond 64×, a huge one below 1/64.
@@ -149,9 +152,16 @@ def screen_scale(painter: QPainter) -> float:
     return 1.0 / max(painter.worldTransform().m11(), 1e-9)
 
 
+def device_ratio(painter: QPainter) -> float:
+    """Device px per screen (logical) px of what ``painter`` draws on: 2 on a high-DPI
+    screen at 200 %."""
+    return painter.device().devicePixelRatioF()
+
+
 class RasterItem(QGraphicsItem):
-    """The image, drawn from the coarsest pyramid level that is still sharp at this zoom, and
-    where the pyramid is not sharp enough, from ``tile`` (read by the canvas) over it."""
+    """The image, drawn from the coarsest pyramid level that is still sharp at this zoom (at
+    most one image px per device px), and where the pyramid is not sharp enough, from
+    ``tile`` (read by the canvas) over it."""
 
     def __init__(self, levels: DisplayPyramid) -> None:
         super().__init__()
@@ -170,14 +180,14 @@ class RasterItem(QGraphicsItem):
         return self._bounds
 
     def paint(self, painter: QPainter, option, widget=None) -> None:
-        pixels_per_screen_px = screen_scale(painter)
+        pixels_per_device_px = screen_scale(painter) / device_ratio(painter)
         level = self.levels[0]
         for candidate in self.levels:
-            if candidate.factor <= pixels_per_screen_px:
+            if candidate.factor <= pixels_per_device_px:
                 level = candidate
         target = option.exposedRect.intersected(self._bounds)
         painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform,
-                              pixels_per_screen_px > 1.0)
+                              pixels_per_device_px > 1.0)
         draw_level(painter, target, level, 0, 0)
         if self.tile is not None and self.tile.level.factor < level.factor:
             draw_level(painter, target, self.tile.level, self.tile.window.row0,
@@ -285,24 +295,26 @@ def paint_lines(painter: QPainter, items: list[LineItem], area: QRectF | None = 
                 strokes.setdefault(key, []).append(elements)
         anchors.setdefault(item.anchor_colour.rgba(), []).extend(item.line.anchors)
     painter.setBrush(Qt.BrushStyle.NoBrush)
+    ratio = device_ratio(painter)
     for key in sorted(strokes):
-        painter.setPen(stroke_pen(*key[2:]))
+        painter.setPen(stroke_pen(*key[2:], ratio))
         painter.drawPath(painter_path(strokes[key]))
     for colour, points in anchors.items():
         paint_anchors(painter, points, QColor.fromRgba(colour))
 
 
-def paint_segment(painter: QPainter, segment: Segment, colour: QColor, width: float,
-                  colour_by_score: bool, dashed: bool = False) -> None:
+def paint_segment(painter: QPainter, segment: Segment, colour: QColor, edge: QColor,
+                  width: float, colour_by_score: bool, dashed: bool = False) -> None:
     """A segment as a polyline at the painter's zoom, in ``colour`` or where
     ``colour_by_score`` and it was traced, its links in their score's colour
-    (:func:`build_strokes`)."""
-    ((keys, parts, _),) = build_strokes([LineStyle((segment,), (width,), colour, None,
+    (:func:`build_strokes`), with edges in ``edge`` along both sides."""
+    ((keys, parts, _),) = build_strokes([LineStyle((segment,), (width,), colour, edge,
                                                    colour_by_score, dashed)],
                                         screen_scale(painter))
     painter.setBrush(Qt.BrushStyle.NoBrush)
+    ratio = device_ratio(painter)
     for key, elements in zip(keys, parts, strict=True):
-        painter.setPen(stroke_pen(*key[2:]))
+        painter.setPen(stroke_pen(*key[2:], ratio))
         painter.drawPath(painter_path([elements]))
 
 
@@ -310,7 +322,7 @@ def paint_anchors(painter: QPainter, anchors, colour: QColor, radius_px: float =
     """Squares ``radius_px`` screen px from their middle to their sides at ``anchors``, each
     drawn over the ones before (one call: :meth:`QPainter.drawRects` draws them in turn)."""
     radius = radius_px * screen_scale(painter)
-    painter.setPen(cosmetic_pen(Qt.GlobalColor.black, 1.0))
+    painter.setPen(cosmetic_pen(Qt.GlobalColor.black, 1.0, device_ratio(painter)))
     painter.setBrush(colour)
     painter.drawRects([QRectF(x - radius, y - radius, 2 * radius, 2 * radius)
                        for x, y in anchors])
@@ -527,7 +539,7 @@ class LinesLayer(QGraphicsObject):
         one being drawn does not either): the picture moved, where only the pan changed,
         else drawn anew."""
         view, rect = painter.worldTransform(), widget.rect()
-        ratio = painter.device().devicePixelRatioF()
+        ratio = device_ratio(painter)
         shown = None if self._stale else self._shown
         drawn = None if self._job is None or self._job.pixels is not None else self._job.picture
         if not any(picture is not None and picture.shows(view, rect, ratio)
@@ -669,25 +681,27 @@ class OverlayItem(QGraphicsItem):
         if self.corridor is not None:
             paint_corridor(painter, self.corridor)
         if self.preview is not None:
-            paint_segment(painter, self.preview, PREVIEW_COLOUR, 2.0, self.colour_by_score,
-                          dashed=True)
+            paint_segment(painter, self.preview, PREVIEW_COLOUR, PREVIEW_EDGE, 2.0,
+                          self.colour_by_score, dashed=True)
         if self.tail is not None:
             paint_anchors(painter, [self.tail], PREVIEW_COLOUR, 4.5)
         if self.drag_lines is not None:
-            painter.setPen(cosmetic_pen(PREVIEW_COLOUR, 1.5, Qt.PenStyle.DashLine))
+            painter.setPen(cosmetic_pen(PREVIEW_COLOUR, 1.5, device_ratio(painter),
+                                        Qt.PenStyle.DashLine))
             painter.drawPolyline(polygon(self.drag_lines))
 
 
 def paint_corridor(painter: QPainter, corridor: Corridor) -> None:
     """The paper's Fig. 1: the corridor outline, every guide, and the guide points."""
-    pen = cosmetic_pen(CORRIDOR_COLOUR, 1.0)
+    ratio = device_ratio(painter)
+    pen = cosmetic_pen(CORRIDOR_COLOUR, 1.0, ratio)
     painter.setPen(pen)
     guides = corridor.guide_points
     outline = np.vstack([corridor.a, guides[:, 0], corridor.b, guides[::-1, -1]])
     painter.drawPolygon(polygon(outline))
     painter.drawLines(polygon(np.stack([guides[:, 0], guides[:, -1]], axis=1)))
     if guides.shape[0] * guides.shape[1] <= 4000:
-        pen.setWidthF(2.5)
+        pen.setWidthF(2.5 * ratio)
         painter.setPen(pen)
         painter.drawPoints(polygon(guides.reshape(-1, 2)))
 
@@ -896,13 +910,14 @@ class Canvas(QGraphicsView):
 
     def _tile_window(self, margin: float) -> TileWindow | None:
         """The pixels in view, widened by ``margin`` of the view's size on each side, at the
-        resolution the zoom needs; None where the pyramid is sharp enough or nothing of the
-        image is in view."""
+        resolution the zoom needs (at most one image px per device px); None where the
+        pyramid is sharp enough or nothing of the image is in view."""
         item = self._raster_item
         if item is None or item.levels.source is None:
             return None
-        pixels_per_screen_px = 1.0 / max(self.transform().m11(), 1e-9)
-        factor = 2 ** max(0, math.floor(math.log2(pixels_per_screen_px)))
+        pixels_per_device_px = 1.0 / max(self.transform().m11() * self.devicePixelRatioF(),
+                                         1e-9)
+        factor = 2 ** max(0, math.floor(math.log2(pixels_per_device_px)))
         if factor >= item.levels[0].factor:
             return None
         view = self.mapToScene(self.viewport().rect()).boundingRect()

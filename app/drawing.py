@@ -61,6 +61,9 @@ class DrawingHost(Protocol):
 
     def clear_preview(self) -> None: ...
 
+    #: The selected line id and segment index (None, None: nothing).
+    selection: tuple[int | None, int | None]
+
     def select(self, line_id: int | None, segment: int | None = None) -> None: ...
 
     def drawing_changed(self) -> None:
@@ -75,6 +78,8 @@ class DrawingHost(Protocol):
 #: What a new line's first click says: how to go on.
 LINE_STARTED = ("{kind} line started: click further along it (Shift + click: a straight "
                 "segment); Enter, a double-click or Esc ends the line")
+#: What the status bar says of a line once it is finished.
+LINE_FINISHED = "{name} finished ({length:.0f} px)"
 
 
 class LineDrawing:
@@ -132,9 +137,10 @@ class LineDrawing:
         """Esc: drop the segment in flight and stop drawing; False if nothing was drawn."""
         if self.state is DrawState.IDLE:
             return False
-        tracing = self.state is DrawState.TRACING
+        tracing, traced = self.state is DrawState.TRACING, self.line_id is not None
         self.stop()
-        self.host.tell("segment cancelled" if tracing else "line finished")
+        if tracing or not traced:  # else the line is finished, and says so
+            self.host.tell("segment cancelled" if tracing else "line cancelled: nothing traced")
         return True
 
     def backspace(self) -> bool:
@@ -170,10 +176,16 @@ class LineDrawing:
         self.host.tell(LINE_STARTED.format(kind=self.kind))
 
     def _end(self) -> None:
-        """The line is done."""
+        """The line is done: it is no longer selected (a parameter change for the next line
+        re-traces nothing), and the status bar says it is finished."""
+        line = self.model.line(self.line_id)
         self.state, self.tail, self.line_id = DrawState.IDLE, None, None
         self.host.clear_preview()
+        if line is not None and self.host.selection[0] == line.id:
+            self.host.select(None)
         self.host.drawing_changed()
+        if line is not None:
+            self.host.tell(LINE_FINISHED.format(name=line.name, length=line.length))
 
     # -- segments -------------------------------------------------------------------------------
     def _add_segment_to(self, b: Point, straight: bool, at_once: bool = True) -> None:

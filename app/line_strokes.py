@@ -26,12 +26,26 @@ SELECTED_WIDTH = 3.5
 #: The halo under a selected line or segment, drawn in this order: (colour, screen px it
 #: adds to each side of the stroke); a white band in a black rim shows on any imagery.
 SELECTION_HALO = ((QColor(0, 0, 0), 6.0), (QColor(255, 255, 255), 5.0))
-#: Links coloured by score are drawn in this many colours from red to green (hue steps of
-#: 8°), all the links of one colour in one call.
+#: The colours of scores from weakest to strongest: ColorBrewer's RdYlBu (9 classes), red →
+#: pale yellow → blue, whose steps stay apart also with red-green colour blindness (a red to
+#: green scale is one yellow from the middle up to deuteranopes and protanopes). The pale
+#: middle shows over bright imagery within the line's edges.
+SCORE_PALETTE = ((215, 48, 39), (244, 109, 67), (253, 174, 97), (254, 224, 144),
+                 (255, 255, 191), (224, 243, 248), (171, 217, 233), (116, 173, 209),
+                 (69, 117, 180))
+#: Links coloured by score are drawn in this many colours along :data:`SCORE_PALETTE`
+#: (linear in sRGB between its colours), all the links of one colour in one call.
 SCORE_STEPS = 16
-STEP_COLOURS = tuple(QColor.fromHsvF(step / (SCORE_STEPS - 1) / 3.0, 0.95, 1.0)
-                     for step in range(SCORE_STEPS))
+STEP_COLOURS = tuple(QColor(*rgb) for rgb in np.rint(np.column_stack([
+    np.interp(np.linspace(0, len(SCORE_PALETTE) - 1, SCORE_STEPS),
+              np.arange(len(SCORE_PALETTE)), channel)
+    for channel in zip(*SCORE_PALETTE, strict=True)])).astype(int).tolist())
 STEP_RGBA = np.array([colour.rgba() for colour in STEP_COLOURS], dtype=np.int64)
+#: The least score per px (a link's mean term, core/scores.py) that the colours span from a
+#: line's strongest link to red (:func:`build_strokes`): half the range of the term of every
+#: score kind but ``cross`` (1 wide: ``surface``'s from −1.5, no evidence, to −0.5, on its
+#: ridge), so that a line scored alike throughout does not show false weak spots.
+SCORE_SPREAD = 0.5
 #: Vertices that add nothing at this zoom are not drawn: of consecutive vertices within one
 #: cell of a grid of at most this many screen px, only the first (the line moves < 0.71 px).
 #: The cell is this many px at the zoom rounded up to a power of two (0.25 to 0.5 px at the
@@ -134,9 +148,11 @@ def simplified(points: np.ndarray, firsts: np.ndarray, tolerance: float) -> np.n
     return keep
 
 
-def cosmetic_pen(colour, width: float, style=Qt.PenStyle.SolidLine) -> QPen:
-    """A pen whose width is in screen pixels whatever the zoom."""
-    pen = QPen(colour, width, style)
+def cosmetic_pen(colour, width: float, ratio: float, style=Qt.PenStyle.SolidLine) -> QPen:
+    """A pen ``width`` screen (logical) px wide whatever the zoom, on a device of ``ratio``
+    device px per screen px (its ``devicePixelRatioF()``: Qt draws a cosmetic pen's width in
+    device px)."""
+    pen = QPen(colour, width * ratio, style)
     pen.setCosmetic(True)
     return pen
 
@@ -181,14 +197,17 @@ def build_strokes(styles: list[LineStyle], scale: float) -> list[Strokes]:
     the edges of all of them, then their strokes: in the line's colour, dashed if the style is
     or the segment straight, or where the style colours by score, the links of traced
     segments in their score's colour, each run of links of one colour a subpath, the runs of
-    one width and colour one stroke, from red to green (where a line crosses itself, the
+    one width and colour one stroke, from red to blue (where a line crosses itself, the
     stronger link is on top).
 
-    Colours: each link's score per pixel on the line's own range of them, red (lowest) →
-    yellow → green (highest), in :data:`SCORE_STEPS` steps; all red where they are equal
-    (within a billionth: their rounding). Scores are not comparable across images and score
+    Colours (:data:`STEP_COLOURS`): each link's score per pixel below the line's highest, on
+    a scale from blue (the highest) through pale yellow to red (the line's lowest, or
+    :data:`SCORE_SPREAD` below its highest where its scores lie closer together). A line
+    whose links score alike is all blue, and differences much smaller than the spread of a
+    score kind's term stay near blue. Scores are not comparable across images and score
     kinds, so the colours show where a line is weakest (where to look for a wrong turn), not
-    how good it is against other lines.
+    how good it is against other lines. (``cross`` scores are gradients in image values, of
+    8- and 16-bit imagery mostly within 0.1 of each other: its weak spots show faintly.)
 
     Vertices: those worth drawing at ``scale`` (:func:`first_in_cells`); a link drawn for
     several takes the colour of the last of them. Of these, the polylines of the halo, edges
@@ -345,7 +364,7 @@ def score_runs(segments, points, firsts, segment_line, by_score, kept, kept_firs
     if not by_score.any():
         return ScoreRuns(np.zeros((0, 2)), empty, empty, empty, empty)
     # Every link's score per px (segment s's link i is the (firsts[s] - s + i)-th), NaN where
-    # not by score, and each line's lowest and highest.
+    # not by score, and each line's lowest and highest (NaN where none is by score).
     scores = np.concatenate([segment.link_scores if by_score[index]
                              else np.full(len(segment.polyline) - 1, np.nan)
                              for index, segment in enumerate(segments)])
@@ -354,8 +373,7 @@ def score_runs(segments, points, firsts, segment_line, by_score, kept, kept_firs
     per_px = scores / np.maximum(np.hypot(*np.diff(points, axis=0).T)[within_segment], 1e-9)
     line_links = (firsts - np.arange(len(segments)))[np.flatnonzero(
         np.diff(segment_line, prepend=-1))]
-    low, high = (np.nan_to_num(extreme.reduceat(per_px, line_links), nan=fallback)
-                 for extreme, fallback in ((np.fmin, 0.0), (np.fmax, 1.0)))
+    low, high = (extreme.reduceat(per_px, line_links) for extreme in (np.fmin, np.fmax))
     # The links drawn (kept[i] → kept[i + 1]) by score, their colour steps, and their runs.
     kept_segment = np.repeat(np.arange(len(segments)),
                              np.diff(np.append(kept_firsts, len(kept))))
@@ -363,10 +381,8 @@ def score_runs(segments, points, firsts, segment_line, by_score, kept, kept_firs
                            & by_score[kept_segment[:-1]])
     segment = kept_segment[drawn]
     line = segment_line[segment]
-    # A range within a billionth of the scores' size is their rounding (score / length of
-    # links that score alike per px): the line's links are all of the lowest colour.
-    spread = np.maximum(high - low, np.maximum(1e-12, 1e-9 * np.maximum(abs(low), abs(high))))
-    quality = np.clip((per_px[kept[drawn + 1] - 1 - segment] - low[line]) / spread[line],
+    spread = np.maximum(high[line] - low[line], SCORE_SPREAD)
+    quality = np.clip(1.0 - (high[line] - per_px[kept[drawn + 1] - 1 - segment]) / spread,
                       0.0, 1.0)
     step = np.rint(quality * (SCORE_STEPS - 1)).astype(np.intp)
     run_starts = np.ones(len(drawn), dtype=bool)
@@ -425,10 +441,11 @@ def within(elements: np.ndarray, area: QRectF, pad: float) -> np.ndarray | None:
 
 
 @functools.cache
-def stroke_pen(width: float, rgba: int, dashed: bool) -> QPen:
+def stroke_pen(width: float, rgba: int, dashed: bool, ratio: float) -> QPen:
     """The pen of strokes keyed with ``width``, ``rgba`` and ``dashed``
-    (:data:`STROKE_ORDER`): cosmetic, with round caps and joins."""
-    pen = cosmetic_pen(QColor.fromRgba(rgba), width,
+    (:data:`STROKE_ORDER`) on a device of ``ratio`` device px per screen px: cosmetic
+    (:func:`cosmetic_pen`), with round caps and joins."""
+    pen = cosmetic_pen(QColor.fromRgba(rgba), width, ratio,
                        Qt.PenStyle.DashLine if dashed else Qt.PenStyle.SolidLine)
     pen.setCapStyle(Qt.PenCapStyle.RoundCap)
     pen.setJoinStyle(Qt.PenJoinStyle.RoundJoin)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from PySide6.QtCore import (
     QCoreApplication,
+    QEvent,
     QLockFile,
     QRect,
     QSettings,
@@ -25,12 +26,14 @@ from PySide6.QtCore import (
 )
 from PySide6.QtGui import QAction, QKeySequence, QPainter
 from PySide6.QtWidgets import (
+    QAbstractSpinBox,
     QApplication,
     QDialog,
     QDialogButtonBox,
     QDockWidget,
     QFileDialog,
     QLabel,
+    QLineEdit,
     QMainWindow,
     QMessageBox,
     QPlainTextEdit,
@@ -38,6 +41,7 @@ from PySide6.QtWidgets import (
     QStatusBar,
     QStyle,
     QStyleOption,
+    QTextEdit,
     QVBoxLayout,
 )
 
@@ -108,7 +112,8 @@ KEYS = {
                                         "straight too"),
         ("Moving the mouse", "live preview of the trace from the last anchor to the cursor "
                              "(dashed)"),
-        ("Double-click, Enter", "finish the line (the double-clicked point is its last anchor)"),
+        ("Double-click, Enter", "finish the line (the double-clicked point is its last anchor); "
+                                "it is left unselected"),
         ("Esc", "cancel an import in progress, else the segment in progress and stop drawing "
                 "(with nothing drawn: deselect)"),
         ("Backspace", "remove the last segment of the line being drawn, else of the selected "
@@ -132,11 +137,12 @@ KEYS = {
         ("Wheel", "zoom around the cursor"),
         ("Ctrl++ or Ctrl+=, Ctrl+−", "zoom in, out around the middle of the window"),
         ("Middle drag, Space + drag", "pan"),
+        ("Arrow keys", "pan (the canvas has the keys once the mouse enters it)"),
         ("F, Ctrl+0", "fit the image to the window"),
         ("G", "show the search corridor (its cross lines are where the line's points may lie) "
               "for the preview or the selected segment"),
         ("S", "colour links by score (on at start): each line on its own scale, red at its "
-              "weakest links → green at its strongest; straight segments are dashed"),
+              "weakest links → pale yellow → blue at its strongest; straight segments are dashed"),
         ("E", "show the evidence raster being traced instead of the image (Parameters ▸ "
               "Evidence)"),
         ("F1", "the keys and mouse actions (Help ▸ Keys and mouse)"),
@@ -152,6 +158,12 @@ KEYS = {
         ("Ctrl+Q", "quit (on Linux and macOS)"),
     ),
 }
+#: The canvas's accessible description.
+CANVAS_DESCRIPTION = ("The image and its traced lines. Click on a road, then further along it, "
+                      "to trace it; Enter finishes the line, Esc cancels the segment. Arrow "
+                      "keys pan, Ctrl++ and Ctrl+− zoom, F fits the image; F1 lists every key.")
+#: Fields whose typing the canvas does not interrupt by taking the focus.
+TEXT_FIELDS = (QLineEdit, QAbstractSpinBox, QTextEdit, QPlainTextEdit)
 AUTOSAVE_DELAY_MS = 1000
 #: :meth:`MainWindow.confirm_discard`'s answer where the user discards lines it left in place.
 DISCARD = "discard"
@@ -313,6 +325,9 @@ class MainWindow(QMainWindow):
         self.writes = JobQueue(self)  # autosaves, off the window's thread
         self.controller = TracingController(self.model, self.jobs, self)
         self.canvas = Canvas(self.model, self.controller, self)
+        self.canvas.setAccessibleName("Image")
+        self.canvas.setAccessibleDescription(CANVAS_DESCRIPTION)
+        self.canvas.installEventFilter(self)  # it takes the focus as the mouse enters it
         self.setCentralWidget(self.canvas)
         self.params_panel = ParamsPanel()
         self.lines_panel = LinesPanel(self.model, self.controller)
@@ -390,10 +405,10 @@ class MainWindow(QMainWindow):
             self._action(file, "&Next image in folder", lambda: self.step_image(1), ["PgDown"],
                          tip="Open the next image of this image's folder (by name), e.g. to "
                              "review a batch"),
-            self._action(file, "&Previous image in folder", lambda: self.step_image(-1),
+            self._action(file, "Pre&vious image in folder", lambda: self.step_image(-1),
                          ["PgUp"]))
         file.addSeparator()
-        self._action(file, "Open &session…", self.choose_session, ["Ctrl+Shift+O"])
+        self._action(file, "O&pen session…", self.choose_session, ["Ctrl+Shift+O"])
         self.save_actions = (
             self._action(file, "&Save session", self.save_session,
                          [QKeySequence.StandardKey.Save]),
@@ -420,17 +435,17 @@ class MainWindow(QMainWindow):
         self.undo_action = self._action(edit, "&Undo", c.undo, ["Ctrl+Z"])
         self.redo_action = self._action(edit, "&Redo", c.redo, ["Ctrl+Shift+Z", "Ctrl+Y"])
         edit.addSeparator()
-        # Editing keys act on the canvas (and Del on the lines list), never inside a text field.
+        # Editing keys act on the canvas and the lines list, never inside a text field (the
+        # list's name editor keeps its keys: app.panels.LinesTable).
         editing = []
-        for text, slot, keys, widgets in (
-                ("&Finish line", c.finish, ["Return", "Enter"], [self.canvas]),
-                ("&Cancel segment", c.cancel, ["Esc"], [self.canvas]),
-                ("Remove &last segment", c.backspace, ["Backspace"], [self.canvas]),
-                ("&Delete line", self.lines_panel.delete_selected, ["Del"],
-                 [self.canvas, self.lines_panel.table])):
+        for text, slot, keys in (
+                ("&Finish line", c.finish, ["Return", "Enter"]),
+                ("&Cancel segment", c.cancel, ["Esc"]),
+                ("Remove &last segment", c.backspace, ["Backspace"]),
+                ("&Delete line", self.lines_panel.delete_selected, ["Del"])):
             action = self._action(edit, text, slot, keys)
             action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
-            for widget in widgets:
+            for widget in (self.canvas, self.lines_panel.table):
                 widget.addAction(action)
             editing.append(action)
         self.finish_action, self.cancel_action, self.backspace_action, self.delete_action = \
@@ -447,7 +462,8 @@ class MainWindow(QMainWindow):
                      tip="Draw the guides the tracer chose from (preview or selected segment)")
         self._action(view, "Colour by link &score", self.canvas.set_colour_by_score, ["S"],
                      checkable=True, checked=self.canvas.colour_by_score,
-                     tip="Colour each line's links from red (its weakest) to green (its strongest)")
+                     tip="Colour each line's links from red (its weakest) through pale "
+                         "yellow to blue (its strongest)")
         self.show_evidence_action = self._action(
             view, "Show &evidence raster", self._show_evidence_raster, ["E"], checkable=True,
             tip="Show the evidence raster being traced instead of the image (Parameters ▸ "
@@ -462,6 +478,15 @@ class MainWindow(QMainWindow):
         help_menu = bar.addMenu("&Help")
         self._action(help_menu, "&Keys and mouse", self.show_keys, ["F1"])
         self._action(help_menu, "&About roadtracer", self.show_about)
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt override)
+        """The mouse entering the canvas gives it the keys (Space to pan, Enter, Esc,
+        Backspace), unless a text or number field of this window is being typed in."""
+        if watched is self.canvas and event.type() == QEvent.Type.Enter \
+                and self.isActiveWindow() \
+                and not isinstance(QApplication.focusWidget(), TEXT_FIELDS):
+            self.canvas.setFocus(Qt.FocusReason.MouseFocusReason)
+        return super().eventFilter(watched, event)
 
     # -- messages ------------------------------------------------------------------------------
     def show_status(self, text: str, details: str = "") -> None:
@@ -925,7 +950,7 @@ class MainWindow(QMainWindow):
     def _fill_recent_menu(self) -> None:
         self.recent_menu.clear()
         for path in self.recent_files():
-            action = self.recent_menu.addAction(path)
+            action = self.recent_menu.addAction(path.replace("&", "&&"))  # no mnemonic
             action.triggered.connect(lambda _=False, p=path: self.open_image(p))
         if self.recent_menu.isEmpty():
             self.recent_menu.addAction("(none)").setEnabled(False)

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from PySide6.QtCore import (
     QAbstractTableModel,
     QEvent,
+    QItemSelectionModel,
     QModelIndex,
     QSignalBlocker,
     QSize,
@@ -53,6 +54,25 @@ EVIDENCE_ON_IMAGE = ("score 'evidence' reads the image's own band 0 as a road pr
 IMAGE_GROUND_TIP = ("From the image's georeferencing: {ground:g} m/px, used for this image. "
                     "The value you give here applies to images whose georeferencing does not "
                     "say (a PNG or JPEG).")
+#: Keys that page (a spin box's step of ten, the lines table's scroll), not the window's
+#: previous and next image where a field or the table has the focus.
+PAGE_KEYS = (Qt.Key.Key_PageUp, Qt.Key.Key_PageDown)
+#: Keys that end the editing of a line's name, not the window's Finish line.
+ENTER_KEYS = (Qt.Key.Key_Return, Qt.Key.Key_Enter)
+COMMAND_MODIFIERS = (Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.AltModifier
+                     | Qt.KeyboardModifier.MetaModifier)
+
+
+def keep_key(event, keys, text: bool = False) -> bool:
+    """Keep a key from the window's shortcuts: accept ``event`` where it is the
+    ShortcutOverride of a key pressed without Ctrl, Alt or Meta that is one of ``keys`` or,
+    with ``text``, types text (the focus widget then gets the key press). Whether it did."""
+    if event.type() != QEvent.Type.ShortcutOverride or event.modifiers() & COMMAND_MODIFIERS:
+        return False
+    if event.key() in keys or (text and event.text().isprintable() and event.text() != ""):
+        event.accept()
+        return True
+    return False
 
 
 class _AutoOrLeast:
@@ -112,6 +132,7 @@ def _spin_box(limits: ParamRange, suffix: str = "", value: float | None = None):
         box.setSpecialValueText("auto")
     if value is not None:
         box.setValue(value)
+    box.setKeyboardTracking(False)  # a value typed counts once entered, not digit by digit
     return box
 
 
@@ -145,8 +166,9 @@ class ParamsPanel(QWidget):
 
     Signals
     -------
-    params_changed(TraceParams) : emitted shortly after the user stops changing a value, and
-        at once when another image opens (:meth:`set_image`).
+    params_changed(TraceParams) : emitted shortly after the user changes a value (a number
+        typed counts once entered: Enter, leaving the field; an arrow step at once), and at
+        once when another image opens (:meth:`set_image`).
     backend_changed(str) : "auto", "cpu" or "gpu".
     evidence_requested() : the user asked to choose an evidence raster.
     evidence_changed(str or None) : the evidence raster changed (None: the image itself).
@@ -206,11 +228,13 @@ class ParamsPanel(QWidget):
         self.evidence_path: str | None = None
         self.evidence_label = ElidedLabel("the image")
         self.choose_evidence = QPushButton("Choose…", enabled=False)  # once an image is open
+        self.choose_evidence.setAccessibleName("Choose evidence raster…")
         self.choose_evidence.setToolTip(
             "Trace on a raster of the image's size (or a georeferenced one, resampled onto "
             "the image's grid) instead of the image itself, e.g. a segmentation model's "
             "road-probability map (score 'evidence': cost 1 − p).")
         self.clear_evidence = QPushButton("Clear")
+        self.clear_evidence.setAccessibleName("Clear evidence raster")
         self.clear_evidence.setToolTip("Trace on the image's own pixels again.")
         evidence = QHBoxLayout()
         evidence.setContentsMargins(0, 0, 0, 0)
@@ -225,6 +249,8 @@ class ParamsPanel(QWidget):
                               ("Score", self.score), ("Backend", self.backend),
                               ("Evidence", evidence)):
             form.addRow(label, widget)
+            if isinstance(widget, QWidget):  # a combo box is else named by its value
+                widget.setAccessibleName(label)
         self.choose_evidence.clicked.connect(self.evidence_requested)
         self.clear_evidence.clicked.connect(lambda: self.set_evidence(None))
         self._debounce = QTimer(self, singleShot=True, interval=250)
@@ -236,6 +262,11 @@ class ParamsPanel(QWidget):
         self.score.currentTextChanged.connect(self._debounce.start)
         self.score.currentTextChanged.connect(lambda _: self._show_evidence(self.evidence_path))
         self.backend.currentTextChanged.connect(self.backend_changed)
+
+    def event(self, event) -> bool:
+        """A field keeps its keys: letters (a combo box's search) and PgUp, PgDown (a spin
+        box's step of ten) are not the window's one-key shortcuts while it has the focus."""
+        return keep_key(event, PAGE_KEYS, text=True) or super().event(event)
 
     def params(self) -> TraceParams:
         """The parameters traced with: the image's own ground resolution where it has one."""
@@ -329,12 +360,13 @@ class LinesTableModel(QAbstractTableModel):
     COLUMNS = ("Name", "Kind", "Length (px)", "Score/px")
     COLUMN_TIPS = (
         "The line's name (double-click to rename); the tick box shows or hides it",
-        "Road or river (double-click to switch: the line is traced again as such)",
+        "Road or river (double-click, or Return, Space or F2, to switch: the line is traced "
+        "again as such)",
         "Length of the line in pixels",
         "Mean link score per pixel of the line's traced segments (straight ones not counted): "
         "higher, that is closer to 0, is better")
     NAME_HINT = "Double-click to rename; untick to hide"
-    KIND_HINT = "Double-click to switch between road and river"
+    KIND_HINT = "Double-click, or Return, Space or F2, to switch between road and river"
     FLAGS = Qt.ItemFlag.ItemIsSelectable | Qt.ItemFlag.ItemIsEnabled
     NAME_FLAGS = FLAGS | Qt.ItemFlag.ItemIsEditable | Qt.ItemFlag.ItemIsUserCheckable
     NUMBER_ALIGNMENT = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
@@ -449,22 +481,41 @@ class LinesTableModel(QAbstractTableModel):
 
 class LinesTable(QTableView):
     """The lines table; while it has the focus, PgUp and PgDown scroll it (not the window's
-    shortcuts for the previous and next image)."""
+    shortcuts for the previous and next image), and Enter ends the editing of a name (not the
+    window's Finish line). Tab leaves it (not to the next cell).
 
-    OWN_KEYS = (Qt.Key.Key_PageUp, Qt.Key.Key_PageDown)
+    Signals
+    -------
+    kind_key(int) : Return, Enter, Space or F2 on the Kind cell of this row.
+    """
+
+    KIND_COLUMN = LinesTableModel.COLUMNS.index("Kind")
+    KIND_KEYS = (*ENTER_KEYS, Qt.Key.Key_Space, Qt.Key.Key_F2, Qt.Key.Key_Select)
+
+    kind_key = Signal(int)
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.setTabKeyNavigation(False)
 
     def event(self, event) -> bool:
-        if event.type() == QEvent.Type.ShortcutOverride and event.key() in self.OWN_KEYS \
-                and event.modifiers() == Qt.KeyboardModifier.NoModifier:
-            event.accept()
-            return True
-        return super().event(event)
+        editing = self.state() == QAbstractItemView.State.EditingState
+        return keep_key(event, PAGE_KEYS + (ENTER_KEYS if editing else ())) \
+            or super().event(event)
+
+    def keyPressEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        index = self.currentIndex()
+        if event.key() in self.KIND_KEYS and index.column() == self.KIND_COLUMN \
+                and not event.modifiers() & COMMAND_MODIFIERS and not event.isAutoRepeat():
+            self.kind_key.emit(index.row())
+            return
+        super().keyPressEvent(event)
 
 
 class LinesPanel(QWidget):
     """The traced lines: name (editable; checkbox = visible), kind, length, mean score per px.
 
-    Double-clicking a kind switches it between road and river.
+    Double-clicking a kind, or Return, Space or F2 on it, switches it between road and river.
 
     The table is a view of a :class:`LinesTableModel`, which follows the lines model
     reporting only what changed, and whose cells are read only as they are shown: an edit
@@ -487,12 +538,14 @@ class LinesPanel(QWidget):
         self.new_kind = QComboBox()
         self.new_kind.addItems(LINE_KINDS)
         self.new_kind.setToolTip("Kind given to the next line you trace")
+        self.new_kind.setAccessibleName("New line kind")
         self.new_kind.currentTextChanged.connect(lambda kind: setattr(controller, "kind", kind))
         self.delete_button = QPushButton("Delete")
         self.delete_button.setToolTip("Delete the selected line (Del)")
         self.delete_button.clicked.connect(self.delete_selected)
         self.table_model = LinesTableModel(model, self)
         self.table = LinesTable()
+        self.table.setAccessibleName("Lines")
         self.table.setModel(self.table_model)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
@@ -506,13 +559,16 @@ class LinesPanel(QWidget):
             self.table.setColumnWidth(column, header.sectionSizeHint(column))
         self.table.doubleClicked.connect(
             lambda index: self._cell_double_clicked(index.row(), index.column()))
+        self.table.kind_key.connect(self.switch_kind)
         # The user's choice of a row: a new row selected (mouse or keys), or a press on the
         # row already selected (which changes no selection in the table, but can turn the
         # selection of one segment of that line into the whole line).
         self.table.selectionModel().selectionChanged.connect(self._table_selection_changed)
         self.table.pressed.connect(self._table_selection_changed)
         top = QHBoxLayout()
-        top.addWidget(QLabel("New line:"))
+        new_kind_label = QLabel("New line:")
+        new_kind_label.setBuddy(self.new_kind)
+        top.addWidget(new_kind_label)
         top.addWidget(self.new_kind)
         top.addStretch(1)
         top.addWidget(self.delete_button)
@@ -567,8 +623,13 @@ class LinesPanel(QWidget):
 
     # -- the user's actions ---------------------------------------------------------------------
     def _cell_double_clicked(self, row: int, column: int) -> None:
+        if column == LinesTable.KIND_COLUMN:
+            self.switch_kind(row)
+
+    def switch_kind(self, row: int) -> None:
+        """Switch the kind of the line of ``row`` (road ↔ river): it is traced again as such."""
         line = self.table_model.line_at(row)
-        if line is not None and column == 1:
+        if line is not None:
             kinds = LINE_KINDS
             self.controller.set_line_kind(line.id,
                                           kinds[(kinds.index(line.kind) + 1) % len(kinds)])
@@ -585,17 +646,26 @@ class LinesPanel(QWidget):
         self.controller.select(None if line is None else line.id)
 
     def _show_selection(self) -> None:
+        """Select the selected line's row; the current cell stays in its column (selectRow
+        alone would move it to the first: keys meant for the Kind cell would tick the name's
+        box)."""
         row = self.table_model.row_of(self.controller.selection[0])
         self.delete_button.setEnabled(row is not None)
+        column = max(self.table.currentIndex().column(), 0)
         with self._selecting_rows():
             self.table.clearSelection()
             if row is not None:
                 self.table.selectRow(row)
+                self.table.selectionModel().setCurrentIndex(
+                    self.table_model.index(row, column),
+                    QItemSelectionModel.SelectionFlag.NoUpdate)
 
     def delete_selected(self) -> None:
-        line_id = self.controller.selection[0]
-        if self.model.line(line_id) is not None:
-            self.model.delete(line_id)
+        """Delete the selected line; the status bar says so."""
+        line = self.model.line(self.controller.selection[0])
+        if line is not None:
+            self.model.delete(line.id)
+            self.controller.tell(f"deleted {line.name} (Ctrl+Z undoes)")
 
 
 def _runs(rows: list[int]) -> list[tuple[int, int]]:

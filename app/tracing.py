@@ -39,6 +39,8 @@ SAME_POINT = "the same point as the last one; click elsewhere or press Enter to 
 #: What Esc adds where the trace it drops is running: the engine cannot stop midway.
 STILL_RUNNING = ("the trace already running cannot be stopped midway: it finishes in the "
                  "background, and new traces wait for it")
+#: What a re-trace for a change of parameters says once it lands.
+RETRACED = "re-traced {name} with the new parameters; Ctrl+Z undoes"
 #: The message for a trace asked for while a cancelled one still runs.
 WAITING = "waiting for the previous trace to finish (cancelled, it cannot be stopped midway)"
 
@@ -163,7 +165,8 @@ class TracingController(QObject):
         self.backend_changed.emit(note)
 
     def set_params(self, params: TraceParams) -> None:
-        """New parameters for new traces; the selected segment is re-traced with them."""
+        """New parameters for new traces; the segment or line the user selected is re-traced
+        with them (the status bar says so once it lands)."""
         self.params = params
         self.retrace_selection()
         self.previews.refresh()
@@ -629,7 +632,9 @@ class TracingController(QObject):
             self._edit_running = None
             if command.target(self.model) is not None:
                 self._apply(command, outcome.segments)
-                self._landed(outcome, outcome.notes)
+                said = (RETRACED.format(name=self.model.line(edit.line_id).name),) \
+                    if edit.action == "params" else ()
+                self._landed(outcome, (*said, *outcome.notes))
                 self.changed.emit()
             elif self.model.line(edit.line_id) is not None and edit.attempts < MAX_ATTEMPTS:
                 self._edits.appendleft(replace(edit, attempts=edit.attempts + 1))

@@ -56,6 +56,7 @@ def main(output: str) -> int:
         trace_line(window, "river", RIVER)
         window.model.rename(window.model.lines[0].id, "Ridge road")
         window.model.rename(window.model.lines[1].id, "Gully")
+        window.controller.select(window.model.lines[1].id)  # drawn over its halo
         window.canvas.set_show_corridor(True)
         window.controller.press(PREVIEW_FROM)
         window.controller.hover(PREVIEW_TO)

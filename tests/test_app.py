@@ -269,7 +269,8 @@ def test_escape_with_no_segment_in_flight_finishes_the_line(make_window, qtbot):
     qtbot.keyClick(window.canvas, Qt.Key.Key_Escape)
     assert window.model.lines[0].anchors == (A, B)
     assert not window.controller.drawing
-    assert window.statusBar().currentMessage() == "line finished"
+    assert window.statusBar().currentMessage() == \
+        f"Road 1 finished ({window.model.lines[0].length:.0f} px)"
 
 
 def test_double_click_finishes_the_line(make_window, qtbot):
@@ -577,6 +578,7 @@ def test_hostile_session_is_refused_and_the_app_stays_usable(make_window, qtbot,
     """A session that fails validation is refused with a message box naming the field; the
     open image, its lines and the parameter panel stay as they were and keep working."""
     window = window_with_a_line(make_window, qtbot)
+    window.controller.select(window.model.lines[0].id)
     path = tmp_path / "hostile.json"
     window.write_session(str(path))
     document = json.loads(path.read_text())

@@ -127,6 +127,7 @@ def test_backspace_during_a_drag_of_what_it_removes_cancels_the_drag(make_window
     """Segment C–D, or vertex D, held when Backspace removes it: the drag ends quietly."""
     window = make_window()
     line = draw(qtbot, window, A, B, C, D)
+    window.controller.select(line.id)  # Backspace acts on the selected line
     start = middle(line.segments[2]) if grab == "segment" else D
     press(qtbot, window, start)
     move(qtbot, window, moved(start, 8, 8))

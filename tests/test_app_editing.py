@@ -125,8 +125,8 @@ def test_after_drawing_a_click_on_the_new_lines_row_selects_the_whole_line(make_
                                                                              qtbot):
     window = make_window()
     line = draw_line(qtbot, window, A, B, C)
-    assert window.controller.selection == (line.id, 1)  # the last segment drawn
-    assert selected_rows(window) == [0]
+    assert window.controller.selection == (None, None)  # a finished line is not selected
+    assert selected_rows(window) == []
     row_click(qtbot, window, 0)
     assert window.controller.selection == (line.id, None)
     retrace_with_max_angle(qtbot, window, 25.0)

@@ -252,9 +252,9 @@ def test_lines_shown_from_their_picture_look_as_drawn_directly(canvas, qtbot):
     assert differing(cached, painted_afresh(canvas), tolerance=8) < 1e-4
 
 
-def test_links_are_coloured_by_score_from_red_to_green(qtbot):
+def test_links_are_coloured_by_score_from_red_to_blue(qtbot):
     """A straight traced line whose links score worst to best, drawn at 1:1: its left end is
-    red and its right end green, in the colours of the steps."""
+    red and its right end blue, in the colours of the steps."""
     polyline = np.column_stack([np.linspace(20, 180, 81), np.full(81, 50.5)])
     scores = np.linspace(-1, 1, 80) * np.hypot(*np.diff(polyline, axis=0).T)
     segment = Segment(polyline, scores, float(scores.sum()), TraceParams(), TraceParams(),
@@ -267,5 +267,5 @@ def test_links_are_coloured_by_score_from_red_to_green(qtbot):
     painter.end()
     steps = [colour.rgb() for colour in STEP_COLOURS]
     assert image.pixelColor(24, 50).rgb() == steps[0]  # red
-    assert image.pixelColor(175, 50).rgb() == steps[-1]  # green
-    assert image.pixelColor(100, 50).rgb() in steps[6:10]  # yellow-ish in the middle
+    assert image.pixelColor(175, 50).rgb() == steps[-1]  # blue
+    assert image.pixelColor(100, 50).rgb() in steps[6:10]  # pale yellow in the middle

@@ -37,6 +37,7 @@ from app.line_strokes import (
     EDGE_WIDTH,
     MOVE_TO,
     PATH_ELEMENT,
+    SCORE_SPREAD,
     SCORE_STEPS,
     SELECTED_WIDTH,
     SELECTION_HALO,
@@ -81,18 +82,19 @@ def item_of(line: Line, colour_by_score: bool = True, selected: bool = False,
 
 def reference(painter: QPainter, item: LineItem) -> None:
     """Draw ``item`` simply: each segment's halo (if selected), edges and stroke through every
-    vertex of it, or the runs of its links of one score colour (per px, on the line's range of
-    them) through every vertex of theirs, from red to green; then its anchors."""
+    vertex of it, or the runs of its links of one score colour (per px, below the line's
+    highest, over its range of them or :data:`SCORE_SPREAD`) through every vertex of theirs,
+    from red to blue; then its anchors."""
     style = item.style()
     pairs = list(zip(style.segments, style.widths, strict=True))
     painter.setBrush(Qt.BrushStyle.NoBrush)
     for colour, extra in SELECTION_HALO:
         for segment, width in pairs:
             if width == SELECTED_WIDTH:
-                painter.setPen(stroke_pen(width + 2 * extra, colour.rgba(), False))
+                painter.setPen(stroke_pen(width + 2 * extra, colour.rgba(), False, 1.0))
                 painter.drawPolyline(polygon(segment.polyline))
     for segment, width in pairs:
-        painter.setPen(stroke_pen(width + 2 * EDGE_WIDTH, style.edge.rgba(), False))
+        painter.setPen(stroke_pen(width + 2 * EDGE_WIDTH, style.edge.rgba(), False, 1.0))
         painter.drawPolyline(polygon(segment.polyline))
     per_px = [s.link_scores_per_px for s in style.segments if not s.is_straight]
     values = np.concatenate(per_px) if per_px else np.zeros(1)
@@ -100,16 +102,17 @@ def reference(painter: QPainter, item: LineItem) -> None:
     runs = []
     for segment, width in pairs:
         if segment.is_straight or not item.colour_by_score:
-            painter.setPen(stroke_pen(width, style.colour.rgba(), segment.is_straight))
+            painter.setPen(stroke_pen(width, style.colour.rgba(), segment.is_straight, 1.0))
             painter.drawPolyline(polygon(segment.polyline))
             continue
-        quality = np.clip((segment.link_scores_per_px - low) / max(high - low, 1e-12), 0, 1)
+        quality = np.clip(1 - (high - segment.link_scores_per_px) / max(high - low, SCORE_SPREAD),
+                          0, 1)
         steps = np.rint(quality * (SCORE_STEPS - 1)).astype(int)
         bounds = [0, *(np.flatnonzero(np.diff(steps)) + 1).tolist(), len(steps)]
         runs += [(int(steps[first]), width, segment.polyline[first:last + 1])
                  for first, last in zip(bounds[:-1], bounds[1:], strict=True)]
     for step, width, points in sorted(runs, key=lambda run: run[:2]):
-        painter.setPen(stroke_pen(width, STEP_COLOURS[step].rgba(), False))
+        painter.setPen(stroke_pen(width, STEP_COLOURS[step].rgba(), False, 1.0))
         painter.drawPolyline(polygon(points))
     paint_anchors(painter, item.line.anchors, item.anchor_colour)
 
@@ -398,8 +401,9 @@ def test_straight_segments_among_traced_ones_are_dashed_and_theirs_alone(qtbot):
 @pytest.mark.parametrize("per_px", [0.0, 0.37, 255.0, 1e4, -3e6])
 def test_scores_all_equal_per_px_draw_every_link_in_one_colour(qtbot, per_px):
     """Links of many lengths whose scores per px are all equal: whatever their size, the line
-    is all of the lowest colour (as where they are exactly equal), not speckled by the rounding
-    of score / length (it was in two reds at 255 per px, red, yellow and green at -3e6)."""
+    is all of the strongest colour (as where they are exactly equal), not speckled by the
+    rounding of score / length (it was in two reds at 255 per px, red, yellow and green at
+    -3e6)."""
     rng = np.random.default_rng(2)
     heading = np.cumsum(rng.normal(0, 0.3, 200))
     steps = rng.uniform(0.5, 2.0, (200, 1)) * np.column_stack([np.cos(heading), np.sin(heading)])
@@ -407,8 +411,8 @@ def test_scores_all_equal_per_px_draw_every_link_in_one_colour(qtbot, per_px):
     segment = traced(points, per_px * np.hypot(*np.diff(points, axis=0).T))
     item = item_of(line_of(segment, Segment.straight(tuple(points[-1]), (280.0, 280.0))))
     keys, _, _ = item.strokes(1.0)
-    assert [key[1] for key in keys if key[0] == STROKE_ORDER.index("scored")] == [0]
-    assert step_colours(picture(lambda painter: paint_lines(painter, [item]))) == {0}
+    assert [key[1] for key in keys if key[0] == STROKE_ORDER.index("scored")] == [SCORE_STEPS - 1]
+    assert step_colours(picture(lambda painter: paint_lines(painter, [item]))) == {SCORE_STEPS - 1}
 
 
 def test_scores_alternating_every_link_keep_each_links_colour(qtbot):

@@ -131,7 +131,8 @@ def test_a_second_click_on_the_last_anchor_says_so_but_a_double_click_finishes(m
                       pos=test_app.view_pos(window, B))
     qtbot.wait(50)
     assert not window.controller.drawing
-    assert window.statusBar().currentMessage() == "traced"
+    assert window.statusBar().currentMessage() == \
+        f"Road 1 finished ({window.model.lines[0].length:.0f} px)"
 
 
 def test_a_click_outside_the_image_is_named_in_the_apps_words(make_window, qtbot):
@@ -221,9 +222,11 @@ def test_actions_are_enabled_only_when_they_can_act(make_window, qtbot, tmp_path
     click_and_wait(qtbot, window, B)
     window.controller.finish()
     (line,) = window.model.lines
-    assert window.controller.selection[0] == line.id  # the line just drawn stays selected
-    assert enabled() == [True, False, False, True, True, True]
+    assert window.controller.selection == (None, None)  # a finished line is not selected
+    assert enabled() == [True, False, False, False, False, False]
     assert window.undo_action.text() == "&Undo Add line"
+    window.controller.select(line.id)
+    assert enabled() == [True, False, False, True, True, True]
     assert window.lines_panel.delete_button.isEnabled()
     window.controller.select(None)
     assert enabled() == [True, False, False, False, False, False]
