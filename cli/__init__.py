@@ -288,19 +288,22 @@ def entry(argv: list[str] | None = None) -> int:
         return 130
 
 
-#: Characters of the help texts and tables (σ, θ, →) that a legacy code page lacks.
-_TEXT_CHARACTERS = "σθ→"
+#: A character that only encodings of all of Unicode (UTF-8, UTF-16, GB18030) can write: a
+#: legacy code page may hold some of the help texts' characters and lack others (cp932 has
+#: σ, θ and → but not ·).
+_ANY_CHARACTER = "\U0010fffd"
 
 
 def fit_stream_encodings() -> None:
-    """Make stdout and stderr able to write the help texts and tables: where their encoding
-    cannot (Windows writes to a file or pipe in the ANSI code page, e.g. cp1252), a redirected
-    stream is switched to UTF-8, and a console's unencodable characters become ``?``."""
+    """Make stdout and stderr able to write any text (the help texts and tables, file names):
+    where their encoding is no encoding of all of Unicode (Windows writes to a file or pipe
+    in the ANSI code page, e.g. cp1252 or cp932), a redirected stream is switched to UTF-8,
+    and a console's unencodable characters become ``?``."""
     for stream in (sys.stdout, sys.stderr):
         if not hasattr(stream, "reconfigure"):
             continue
         try:
-            _TEXT_CHARACTERS.encode(stream.encoding)
+            _ANY_CHARACTER.encode(stream.encoding)
             continue
         except (UnicodeEncodeError, LookupError):
             pass

@@ -468,12 +468,13 @@ def _run_planned(args: argparse.Namespace, plan, segments: int, pool: bool, shar
         note(args, f"{len(pixel)} image(s) have no usable georeferencing; their GeoJSON "
              f"coordinates are pixels (x = column, y = row){unscaled}: {listed(pixel)}")
     report_failures(reports + plan.skipped)
-    seed_failures = [Failure(**failure) for failure in summary["seed_failures"]]
-    for failure in seed_failures[len(plan.seed_failures):]:  # those before were told already
-        print(one_line(seed_failure_line(failure)), file=sys.stderr)
+    outside = summary["seeds_outside"]["count"]
+    if outside:
+        note(args, f"{outside} seed line(s) cross none of the images: not traced (counted, "
+             f"the first ids listed: seeds_outside in {SUMMARY_JSON})")
     totals = summary["totals"]
     if not args.quiet:
-        bad_seeds = f"{len(seed_failures)} seed(s) failed; " if seed_failures else ""
+        bad_seeds = f"{len(plan.seed_failures)} seed(s) failed; " if plan.seed_failures else ""
         print(f"{totals['images']} image(s): {totals['ok']} ok, {totals['partial']} partial, "
               f"{totals['failed']} failed, {totals['skipped']} skipped; {bad_seeds}"
               f"{totals['segments_traced']} segment(s) traced in {summary['seconds']:.1f} s; "

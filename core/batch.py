@@ -56,6 +56,7 @@ import sys
 import tempfile
 import threading
 import time
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import (
@@ -69,7 +70,7 @@ from concurrent.futures import (
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import asdict, dataclass, field, replace
-from functools import lru_cache
+from functools import lru_cache, partial
 from itertools import chain, count
 from pathlib import Path
 
@@ -108,6 +109,7 @@ from core.raster import (
     Raster,
     choose_bands,
     image_size,
+    is_image_name,
     list_images,
     load_image,
     read_image_georef,
@@ -143,8 +145,14 @@ CSV_COLUMNS = ("image", "status", "coordinate_space", "lines", "segments", "fail
                "seconds", "reasons")
 #: The ``reasons`` of an image without failures that no seed crosses, in ``summary.csv``.
 NO_SEED_REASON = "no seed crosses it"
+#: What ``summary.csv`` starts with: UTF-8's byte-order mark, without which Excel reads a
+#: CSV file in the system's code page (on Windows, é of a file name as Ã©).
+CSV_BOM = "\ufeff"
 #: First characters that make a spreadsheet read a CSV cell as a formula.
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+#: Most ids of the seeds that cross none of the images listed in ``summary.json``
+#: (:func:`summarize`); the others are counted.
+MAX_OUTSIDE_IDS = 100
 #: Lock file of an output folder, held (``flock``; Windows: ``msvcrt.locking``) by the one
 #: batch run that owns the folder.
 LOCK_FILE = ".roadtracer-batch.lock"
@@ -545,42 +553,50 @@ def process_image(task: ImageTask, backend_factory: Callable[[], TracerBackend],
 
 # -------------------------------------------------------------------------------- planning
 
+def same_name_key(name: str) -> str:
+    """What two file names share when macOS or Windows take them for one: their NFC form
+    (macOS may hand a name back decomposed, NFD, as typed composed), case folded."""
+    return unicodedata.normalize("NFC", name).casefold()
+
+
 def output_names(images: list[Path]) -> dict[str, str]:
     """Output file name per image: ``<stem>.geojson``, ``<name>.geojson`` if stems collide;
     where that is still another image's (``a.png`` beside ``a.png.tif``), the image later in
     name order gets ``<name>.geojson``, then ``<name>~2.geojson``, ``~3``, …: names that
-    differ in case only count as one (macOS and Windows folders), and a folder's names are
-    the same from run to run."""
-    stems = Counter(image.stem.casefold() for image in images)
+    differ in case or Unicode normalisation only count as one (:func:`same_name_key`: macOS
+    and Windows folders), and a folder's names are the same from run to run."""
+    stems = Counter(same_name_key(image.stem) for image in images)
     taken, names = set(), {}
-    for image in sorted(images, key=lambda image: (image.name.casefold(), image.name)):
-        wanted = image.stem if stems[image.stem.casefold()] == 1 else image.name
+    for image in sorted(images, key=lambda image: (same_name_key(image.name), image.name)):
+        wanted = image.stem if stems[same_name_key(image.stem)] == 1 else image.name
         choices = chain((wanted, image.name), (f"{image.name}~{k}" for k in count(2)))
         names[image.name] = next(f"{choice}.geojson" for choice in choices
-                                 if f"{choice}.geojson".casefold() not in taken)
-        taken.add(names[image.name].casefold())
+                                 if same_name_key(f"{choice}.geojson") not in taken)
+        taken.add(same_name_key(names[image.name]))
     return {image.name: names[image.name] for image in images}
 
 
 def image_named(name: str, names: list[str]) -> str | None:
     """The image of ``names`` that a seed's ``properties.image`` ``name`` means.
 
-    The one named exactly so; else, on Windows and macOS, whose file systems ignore case by
-    default, the only one named so but for case (``A.PNG`` for ``a.png``); else None (never
-    two images for one seed).
+    The one named exactly so; else the only one named so in another Unicode normalisation
+    (``é`` composed or decomposed: a folder copied from macOS); else, on Windows and macOS,
+    whose file systems ignore case by default, the only one named so but for case and
+    normalisation (``A.PNG`` for ``a.png``: :func:`same_name_key`); else None (never two
+    images for one seed).
     """
     if name in names:
         return name
-    if sys.platform not in ("win32", "darwin"):
-        return None
-    same = [other for other in names if other.casefold() == name.casefold()]
+    key = same_name_key if sys.platform in ("win32", "darwin") \
+        else partial(unicodedata.normalize, "NFC")
+    same = [other for other in names if key(other) == key(name)]
     return same[0] if len(same) == 1 else None
 
 
 def passed_over(folder: Path) -> tuple[int, int]:
-    """How many subfolders, and links to nothing named like an image, ``folder`` holds:
-    entries that a batch of it does not read (only the images directly in it); none where
-    it can no longer be listed (its images were: what fails later says why)."""
+    """How many subfolders, and links to nothing named like an image (:func:`is_image_name`),
+    ``folder`` holds: entries that a batch of it does not read (only the images directly in
+    it); none where it can no longer be listed (its images were: what fails later says why)."""
     subfolders = broken_links = 0
     try:
         with os.scandir(folder) as entries:
@@ -588,7 +604,7 @@ def passed_over(folder: Path) -> tuple[int, int]:
                 if entry.is_dir():
                     subfolders += 1
                 elif (entry.is_symlink() and not os.path.exists(entry.path)
-                      and Path(entry.name).suffix.lower() in IMAGE_SUFFIXES):
+                      and is_image_name(entry.name)):
                     broken_links += 1
     except OSError:
         return 0, 0
@@ -681,13 +697,12 @@ def lock_output_folder(out_dir: str | os.PathLike, inputs=()) -> Iterator[Path]:
         If ``out_dir`` is empty, another run holds the folder (naming its process), or the
         lock file or a leftover temporary file is one of ``inputs``.
     OutputWriteError
-        If the folder cannot be created or written to.
+        If the folder cannot be created or written to, or its lock file locked.
     """
     refuse_empty_path(out_dir, "output")
     out_dir = Path(out_dir)
     refuse_clobbering_inputs([out_dir / LOCK_FILE, *_leftovers(out_dir)], inputs)
     handle, created = _locked(out_dir)
-    path = out_dir / LOCK_FILE
     try:
         os.ftruncate(handle, 0)
         _write_start(handle, f"process {os.getpid()} on {socket.gethostname()}\n".encode())
@@ -697,10 +712,16 @@ def lock_output_folder(out_dir: str | os.PathLike, inputs=()) -> Iterator[Path]:
             shutil.rmtree(folder, ignore_errors=True)
         yield out_dir
     finally:
-        remove = bool(created) and _holds_only(out_dir, LOCK_FILE)
-        _close_lock(handle, path, remove)
-        if remove:
-            _remove_empty(created)
+        _let_go(handle, out_dir, created)
+
+
+def _let_go(handle: int, out_dir: Path, created: list[Path]) -> None:
+    """Close the lock file ``handle`` of ``out_dir`` (:func:`_close_lock`), removing it and
+    the folders ``created`` for it (deepest first) if nothing else is in them."""
+    remove = bool(created) and _holds_only(out_dir, LOCK_FILE)
+    _close_lock(handle, out_dir / LOCK_FILE, remove)
+    if remove:
+        _remove_empty(created)
 
 
 def _locked(out_dir: Path) -> tuple[int, list[Path]]:
@@ -723,7 +744,8 @@ def _locked(out_dir: Path) -> tuple[int, list[Path]]:
     BadParameter
         If another run holds the lock (naming its process).
     OutputWriteError
-        If the folder or the lock file cannot be made.
+        If the folder or the lock file cannot be made, or the lock cannot be taken (a file
+        system without locks).
     """
     path = out_dir / LOCK_FILE
     created: list[Path] = []
@@ -739,6 +761,11 @@ def _locked(out_dir: Path) -> tuple[int, list[Path]]:
                 raise BadParameter(f"output folder {out_dir} is in use by another batch run "
                                    f"({owner.splitlines()[0] if owner else 'unknown'}); wait "
                                    "for it to end or choose another folder")
+        except OSError as exc:
+            _let_go(handle, out_dir, created)
+            raise OutputWriteError(f"cannot lock {path}: {exc.strerror or exc} (the file "
+                                   "system of the output folder may not support locks, as some "
+                                   "network shares do: choose a folder on a local disk)") from None
         except BaseException:
             os.close(handle)
             raise
@@ -751,12 +778,17 @@ def _try_lock(handle: int) -> bool:
     """Take the exclusive lock of the open lock file ``handle`` without waiting.
 
     ``flock`` on Linux and macOS; on Windows, ``msvcrt.locking`` of the byte
-    :data:`WINDOWS_LOCK_BYTE`. Closing ``handle`` releases it.
+    :data:`WINDOWS_LOCK_BYTE`. :func:`_close_lock` releases it.
 
     Returns
     -------
     bool
         False if another process holds it.
+
+    Raises
+    ------
+    OSError
+        If it cannot be taken otherwise (a file system without locks).
     """
     if sys.platform == "win32":
         import msvcrt
@@ -817,8 +849,10 @@ def _holds_only(folder: Path, name: str) -> bool:
 
 
 def _close_lock(handle: int, path: Path, remove: bool) -> None:
-    """Close the lock file ``handle`` at ``path``, releasing the lock, and with ``remove``
-    delete the file (else it stays: removing it would race with a run about to lock it).
+    """Close the lock file ``handle`` at ``path``, releasing the lock (on Windows unlocked
+    first, as Microsoft asks: closing releases it only once the system gets round to it), and
+    with ``remove`` delete the file (else it stays: removing it would race with a run about
+    to lock it).
 
     It is deleted while still locked, so that no other run takes it meanwhile (a run that
     opened it before and locks it after opens it again: :func:`_locked`); on Windows, which
@@ -828,6 +862,12 @@ def _close_lock(handle: int, path: Path, remove: bool) -> None:
     if remove and sys.platform != "win32":
         with suppress(OSError):
             path.unlink()
+    if sys.platform == "win32":
+        import msvcrt
+
+        os.lseek(handle, WINDOWS_LOCK_BYTE, os.SEEK_SET)
+        with suppress(OSError):  # closing releases it all the same
+            msvcrt.locking(handle, msvcrt.LK_UNLCK, 1)
     os.close(handle)
     if remove and sys.platform == "win32":
         with suppress(OSError):
@@ -1153,9 +1193,11 @@ def _start_worker(devices, sharing: tuple[int, int | None]) -> None:
 
 
 def _worker_context(modules: tuple[str, ...]) -> multiprocessing.context.BaseContext:
-    """How local workers start: forked from a server process that has imported ``modules``
-    (each worker skips those imports), where the platform has one; else spawned."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
+    """How local workers start: on Linux, forked from a server process that has imported
+    ``modules`` (each worker skips those imports); elsewhere spawned, as CPython does by
+    default on Windows and macOS (on macOS a forked child that calls Accelerate, numpy's
+    BLAS there, may crash)."""
+    if sys.platform != "linux" or "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(list(modules))
@@ -1163,34 +1205,49 @@ def _worker_context(modules: tuple[str, ...]) -> multiprocessing.context.BaseCon
 
 
 def start_worker_server(modules: tuple[str, ...] = WORKER_MODULES) -> None:
-    """Start the server that local workers are forked from (where the platform has one), so
-    that it imports ``modules`` (what the workers need; one that fails to import is left to
-    them) while this process goes on; call it as soon as a :func:`local_executor` of the same
-    ``modules`` is likely (a server once started keeps its modules).
-
-    The server starts with SIGINT blocked, and so does every worker forked from it (as
-    Python's resource tracker does): Ctrl-C signals a terminal's whole foreground process
-    group, and would end a server still importing, or a worker still starting, with a
-    traceback. This process stops them itself (:func:`stop_local_executor`), and they end
-    when it does."""
+    """Start the server that local workers are forked from (where there is one:
+    :func:`_worker_context`), so that it imports ``modules`` (what the workers need; one
+    that fails to import is left to them) while this process goes on; call it as soon as a
+    :func:`local_executor` of the same ``modules`` is likely (a server once started keeps
+    its modules). It never sees SIGINT, nor do the workers forked from it
+    (:func:`_children_ignore_sigint`)."""
     if _worker_context(modules).get_start_method() == "forkserver":
         import multiprocessing.forkserver
-        import multiprocessing.resource_tracker
 
-        multiprocessing.resource_tracker.ensure_running()  # first: starting unblocks SIGINT
-        with _sigint_blocked():
+        with _children_ignore_sigint():
             multiprocessing.forkserver.ensure_running()
 
 
 @contextmanager
-def _sigint_blocked() -> Iterator[None]:
-    """SIGINT blocked in this thread meanwhile (and in the processes it starts, for good); one
-    that comes meanwhile is handled once the block ends."""
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+def _children_ignore_sigint() -> Iterator[None]:
+    """The processes that this thread starts meanwhile never see SIGINT, from their very
+    start (Python's resource tracker starts so too): Ctrl-C signals a terminal's whole
+    foreground process group, a Windows console every process attached to it, and would end
+    a worker still importing (or a fork server) with a traceback. This process stops them
+    itself (:func:`stop_local_executor`), and they end when it does.
+
+    On Windows this process ignores Ctrl-C meanwhile (``SetConsoleCtrlHandler(NULL, TRUE)``,
+    which the processes it starts inherit: one pressed meanwhile is lost); elsewhere SIGINT
+    is blocked in this thread (inherited through fork and exec; one that comes meanwhile is
+    handled once the block ends)."""
+    if sys.platform == "win32":
+        import ctypes
+
+        console = ctypes.windll.kernel32
+        console.SetConsoleCtrlHandler(None, True)
+        try:
+            yield
+        finally:
+            console.SetConsoleCtrlHandler(None, False)
+    else:
+        import multiprocessing.resource_tracker
+
+        multiprocessing.resource_tracker.ensure_running()  # first: starting it unblocks SIGINT
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 class LocalPool(Executor):
@@ -1221,8 +1278,10 @@ class LocalPool(Executor):
                                    initargs=(devices, self.sharing))
 
     def submit(self, fn, /, *args, **kwargs) -> Future:
-        """Run ``fn(*args, **kwargs)`` in a worker."""
-        return self.pool.submit(fn, *args, **kwargs)
+        """Run ``fn(*args, **kwargs)`` in a worker (the pool starts one as it is handed a
+        call: :func:`_children_ignore_sigint`)."""
+        with _children_ignore_sigint():
+            return self.pool.submit(fn, *args, **kwargs)
 
     def died(self) -> set[int]:
         """Process ids of the workers that died (killed, crashed), not those the pool
@@ -1245,9 +1304,9 @@ class LocalPool(Executor):
 
 def local_executor(workers: int, gpus: int = 0, modules: tuple[str, ...] = WORKER_MODULES
                    ) -> LocalPool:
-    """A pool of ``workers`` local processes (no state shared with this one: forked from a
-    clean server process that has imported ``modules``, or spawned;
-    :func:`start_worker_server`).
+    """A pool of ``workers`` local processes (no state shared with this one: on Linux forked
+    from a clean server process that has imported ``modules``, elsewhere spawned:
+    :func:`_worker_context`, :func:`start_worker_server`), deaf to SIGINT (Ctrl-C).
 
     Workers end by themselves when this process dies. With ``gpus`` > 0, worker *i* sees only
     GPU *i* mod ``gpus`` (``CUDA_VISIBLE_DEVICES``, set before the worker imports anything
@@ -1633,18 +1692,19 @@ def summarize(plan: BatchPlan, reports: list[ImageReport], seconds: float,
     ``segments_per_second`` only this run's work. ``not_done`` names the images of the plan
     that this run did not finish (interrupted): an output of theirs, if any, is from other
     inputs and the next run traces them; ``orphan_outputs``, the outputs of an earlier
-    batch in the output folder that belong to no image (:func:`orphan_outputs`). A lon/lat
-    seed is reported as crossing no image when no footprint box meets its box, or when
-    every image it may cross has an output (traced in this run or kept) and none matched it
-    (a failed image may have).
+    batch in the output folder that belong to no image (:func:`orphan_outputs`).
+
+    ``seeds_outside`` counts the lon/lat seeds that cross none of the images (no footprint
+    box meets theirs, or every image they may cross has an output, traced in this run or
+    kept, and none matched them: a failed image may have) and lists the first
+    :data:`MAX_OUTSIDE_IDS` of their ids: seeds of more ground than the imagery (a region's
+    extract for a few tiles) are no failure, and may be millions.
     """
     everything = sorted(reports + plan.skipped, key=lambda report: report.image)
-    seed_failures = list(plan.seed_failures)
     matched = {seed for report in everything for seed in report.matched_seeds}
     settled = {report.image for report in everything if report.status != "failed"}
-    seed_failures += [Failure("crosses no georeferenced image of the folder", seed)
-                      for seed, images in plan.candidates.items()
-                      if seed not in matched and images <= settled]
+    outside = [seed for seed, images in plan.candidates.items()
+               if seed not in matched and images <= settled]
     done = {report.image for report in reports}
     traced = sum(report.segments for report in reports)
     counts = {status: sum(report.status == status for report in everything)
@@ -1659,10 +1719,12 @@ def summarize(plan: BatchPlan, reports: list[ImageReport], seconds: float,
             "lines": sum(report.lines for report in everything),
             "segments": sum(report.segments for report in everything),
             "segments_traced": traced,
-            "failures": sum(len(report.failures) for report in everything) + len(seed_failures),
+            "failures": sum(len(report.failures) for report in everything)
+            + len(plan.seed_failures),
             "segments_per_second": round(traced / seconds, 3) if seconds > 0 else None,
         },
-        "seed_failures": [asdict(failure) for failure in seed_failures],
+        "seed_failures": [asdict(failure) for failure in plan.seed_failures],
+        "seeds_outside": {"count": len(outside), "ids": outside[:MAX_OUTSIDE_IDS]},
         "images": [report.as_dict() for report in everything],
         "not_done": sorted(printable(os.path.basename(task.image)) for task in plan.tasks
                            if os.path.basename(task.image) not in done),
@@ -1699,9 +1761,10 @@ def summary_csv(summary: dict) -> str:
 
 
 def write_summary(out_dir: Path, summary: dict) -> None:
-    """Write ``summary.json`` and ``summary.csv`` atomically (raises OutputWriteError)."""
+    """Write ``summary.json`` and ``summary.csv`` (after :data:`CSV_BOM`) atomically (raises
+    OutputWriteError)."""
     write_text_atomic(out_dir / SUMMARY_JSON, json.dumps(summary, indent=1) + "\n")
-    write_text_atomic(out_dir / SUMMARY_CSV, printable(summary_csv(summary)))
+    write_text_atomic(out_dir / SUMMARY_CSV, CSV_BOM + printable(summary_csv(summary)))
 
 
 def batch_failed(summary: dict) -> bool:

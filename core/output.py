@@ -19,6 +19,7 @@ import shutil
 import stat
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -41,8 +42,15 @@ UMASK = _read_umask()
 TEMPORARY_PREFIX = ".roadtracer-"
 #: Deepest nesting of arrays and objects accepted in a JSON document we read.
 MAX_JSON_DEPTH = 64
-#: A process's folder of open descriptors (Linux), where ``/dev/stdout`` and ``/dev/fd/N`` lead.
-DESCRIPTOR_FOLDER = re.compile(r"/proc/(self|[0-9]+)/fd")
+#: A process's folder of open descriptors, where ``/dev/stdout`` and ``/dev/fd/N`` lead:
+#: ``/proc/PID/fd`` on Linux (``/dev/fd`` links there), ``/dev/fd`` itself on macOS and BSD.
+DESCRIPTOR_FOLDER = re.compile(r"/proc/(self|[0-9]+)/fd|/dev/fd")
+#: Seconds between the attempts to replace a file on Windows (:func:`_replace`), where a
+#: program that has it open (GIS software, an antivirus scanner, a search indexer) may refuse
+#: the rename for a moment.
+REPLACE_RETRY_SECONDS = (0.05, 0.1, 0.2, 0.4, 0.8)
+#: Said of a file that Windows would not let us replace.
+HELD_OPEN = " (it may be open in another program, such as QGIS: close it and try again)"
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
@@ -57,7 +65,9 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     Raises
     ------
     OutputWriteError
-        Naming the path, when it cannot be written (the target is then left as it was).
+        Naming the path, when it cannot be written (the target is then left as it was); on
+        Windows, saying that it may be open in another program when that refuses its
+        replacement a while (:func:`_replace`).
     """
     path = os.fspath(path)
     try:
@@ -91,15 +101,29 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
             stream.flush()
             os.fsync(stream.fileno())  # on disk before the rename: no empty file after a crash
         os.chmod(temporary, keep)  # mkstemp makes 0600
-        os.replace(temporary, target)
+        _replace(temporary, target)
     except BaseException as exc:  # also an interrupt: never leave the temporary file behind
         try:
             os.unlink(temporary)
         except OSError:
             pass
         if isinstance(exc, OSError):
-            raise OutputWriteError(f"cannot write {path}: {exc.strerror or exc}") from None
+            held = sys.platform == "win32" and isinstance(exc, PermissionError)
+            raise OutputWriteError(f"cannot write {path}: {exc.strerror or exc}"
+                                   + (HELD_OPEN if held else "")) from None
         raise
+
+
+def _replace(temporary: str, target: str) -> None:
+    """``os.replace(temporary, target)``; on Windows, while a program that has the target
+    open refuses it (PermissionError), tried again after each of :data:`REPLACE_RETRY_SECONDS`."""
+    for wait in REPLACE_RETRY_SECONDS if sys.platform == "win32" else ():
+        try:
+            os.replace(temporary, target)
+            return
+        except PermissionError:  # WinError 5 (access denied) or 32 (in use)
+            time.sleep(wait)
+    os.replace(temporary, target)
 
 
 def names_descriptor(path: str) -> bool:

@@ -72,8 +72,16 @@ UNREAD_FORMATS = {".ecw": "ECW", ".sid": "MrSID", ".vrt": "GDAL virtual raster"}
 #: Image files a folder is searched for (batch images, evidence rasters).
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".jp2", ".j2k")
 
+
+def is_image_name(name: str) -> bool:
+    """Whether a folder's entry ``name`` names an image file: one of :data:`IMAGE_SUFFIXES`,
+    and not a macOS AppleDouble file (``._a.png``: the Finder's metadata of ``a.png``,
+    which it leaves beside it on a FAT or exFAT drive or a network share, no image)."""
+    return not name.startswith("._") and Path(name).suffix.lower() in IMAGE_SUFFIXES
+
+
 def list_images(folder: Path) -> list[Path]:
-    """Image files (:data:`IMAGE_SUFFIXES`) directly in ``folder``, sorted by name.
+    """Image files (:func:`is_image_name`) directly in ``folder``, sorted by name.
 
     Raises
     ------
@@ -82,7 +90,7 @@ def list_images(folder: Path) -> list[Path]:
     """
     try:
         return sorted(path for path in folder.iterdir()
-                      if path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES)
+                      if is_image_name(path.name) and path.is_file())
     except OSError as exc:
         raise ImageReadError(f"cannot list the folder {folder}: {exc.strerror or exc}") from None
 

@@ -33,6 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from cli import fit_stream_encodings  # noqa: E402
 from core.errors import BadParameter  # noqa: E402
 from core.evaluate import OURS, Case, read_report, report_cases  # noqa: E402
 from core.metrics import path_metrics  # noqa: E402
@@ -151,6 +152,7 @@ def split_sides(parser, reports: list[str], after: list[str] | None
 
 
 def main(argv: list[str] | None = None) -> int:
+    fit_stream_encodings()  # the help and tables hold σ and →, which code pages may lack
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("reports", nargs="+", metavar="REPORT",
                         help="reports (eval --json) of the program before the change, and, "

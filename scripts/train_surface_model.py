@@ -104,6 +104,7 @@ except ModuleNotFoundError as missing:  # a usage error, not a traceback, even f
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from cli import fit_stream_encodings  # noqa: E402
 from core.errors import BadParameter, OutputWriteError, TraceError  # noqa: E402
 from core.output import (  # noqa: E402
     TEMPORARY_PREFIX,
@@ -1296,6 +1297,7 @@ def check_counts(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
 
 
 def main():
+    fit_stream_encodings()  # the help and tables hold σ and →, which code pages may lack
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--roads", action="append", default=[], metavar="FOLDER",
                         help="road images: a folder with sources.json ({id, image, gt} records; "

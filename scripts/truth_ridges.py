@@ -25,6 +25,7 @@ from scipy import ndimage
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from cli import fit_stream_encodings  # noqa: E402
 from core.errors import BadParameter, TraceError  # noqa: E402
 from core.evaluate import load_cases  # noqa: E402
 from core.metrics import densify  # noqa: E402
@@ -86,6 +87,7 @@ def write_ridges(cases_path: str, out: str, sigma: float = 1.5) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    fit_stream_encodings()  # the help and tables hold σ and →, which code pages may lack
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("cases", help="a cases file (the format of resources/eval/*/cases.json)")
     parser.add_argument("out", help="an empty or new folder")

@@ -112,7 +112,7 @@ def batch(capsys, images, seeds, out, *extra) -> tuple[int, str]:
 
 def read_summary(out) -> tuple[dict, list[dict]]:
     summary = json.loads((out / "summary.json").read_text())
-    with open(out / "summary.csv", newline="") as stream:
+    with open(out / "summary.csv", newline="", encoding="utf-8-sig") as stream:
         rows = list(csv.DictReader(stream))
     return summary, rows
 
@@ -539,19 +539,21 @@ def test_local_gpu_workers_see_one_device_each():
     assert set(devices) <= {"0", "1"}
 
 
-def test_lonlat_seed_crossing_no_image_is_a_failure(tmp_path, capsys):
+def test_lonlat_seed_crossing_no_image_is_counted_not_failed(tmp_path, capsys):
     images, seeds = make_folder(tmp_path)
     document = json.loads(seeds.read_text())
     document["features"].append(feature([[10.0, 50.0], [10.001, 50.001]], id="far"))
     seeds.write_text(json.dumps(document))
     for _ in range(2):  # the second run skips every image and still knows
-        code, _ = batch(capsys, images, seeds, tmp_path / "out", "--workers", "1")
-        assert code == 1
+        code, err = batch(capsys, images, seeds, tmp_path / "out", "--workers", "1")
+        assert code == 0, err
         summary, rows = read_summary(tmp_path / "out")
-        assert summary["seed_failures"] == [
-            {"reason": "crosses no georeferenced image of the folder", "seed": "far",
-             "segment": None}]
-        assert rows[-1]["image"] == "(seeds)"
+        assert summary["seed_failures"] == []
+        assert summary["seeds_outside"] == {"count": 1, "ids": ["far"]}
+        assert summary["totals"]["failures"] == 0
+        assert rows[-1]["image"] != "(seeds)"
+        assert ("note: 1 seed line(s) cross none of the images: not traced (counted, the first "
+                "ids listed: seeds_outside in summary.json)\n") in err
     assert summary["totals"]["skipped"] == 3
 
 

@@ -30,23 +30,30 @@ from tests.test_batch_integrity import batch, make_folder
 
 class FakeMsvcrt(types.ModuleType):
     """``msvcrt.locking`` as Windows does it: byte ranges locked per open file, from its
-    position, refused (EACCES) while another handle holds them, released when it closes."""
+    position, refused (EACCES) while another handle holds them, unlocked by the handle that
+    holds them, released when it closes (counted in ``closed_locked``)."""
 
     LK_UNLCK, LK_NBLCK = 0, 2
 
     def __init__(self):
         super().__init__("msvcrt")
         self.held = {}  # (device, inode, offset) -> handle
+        self.closed_locked = 0
 
     def locking(self, handle: int, mode: int, size: int) -> None:
-        assert (mode, size) == (self.LK_NBLCK, 1)
+        assert mode in (self.LK_NBLCK, self.LK_UNLCK)
+        assert size == 1
         status = os.fstat(handle)
         key = (status.st_dev, status.st_ino, os.lseek(handle, 0, os.SEEK_CUR))
-        if key in self.held:
+        if mode == self.LK_UNLCK and self.held.get(key) == handle:
+            del self.held[key]
+        elif mode == self.LK_UNLCK or key in self.held:
             raise PermissionError(errno.EACCES, "Permission denied")
-        self.held[key] = handle
+        else:
+            self.held[key] = handle
 
     def closed(self, handle: int) -> None:
+        self.closed_locked += sum(held == handle for held in self.held.values())
         self.held = {key: held for key, held in self.held.items() if held != handle}
 
 

@@ -21,6 +21,8 @@ from tests.test_batch_integrity import road_png
 from tests.test_georef import TRANSFORM, write_world_file
 
 OFF_IMAGE = "point b=(300, 40) lies outside the 96×96 image"
+OUTSIDE_NOTE = ("note: 1 seed line(s) cross none of the images: not traced (counted, the first "
+                "ids listed: seeds_outside in summary.json)")
 
 
 def make_folder(root) -> tuple:
@@ -52,12 +54,12 @@ def batch(capsys, images, seeds, out, *extra) -> tuple[int, str]:
 
 def read_summary(out) -> tuple[dict, list[dict]]:
     summary = json.loads((out / "summary.json").read_text())
-    with open(out / "summary.csv", newline="") as stream:
+    with open(out / "summary.csv", newline="", encoding="utf-8-sig") as stream:
         return summary, list(csv.DictReader(stream))
 
 
 def closing_line(out, counts: str, traced: int) -> str:
-    return (f"2 image(s): {counts}; 1 seed(s) failed; {traced} segment(s) traced in "
+    return (f"2 image(s): {counts}; {traced} segment(s) traced in "
             f"{read_summary(out)[0]['seconds']:.1f} s; summary in {out / 'summary.json'} and "
             "summary.csv")
 
@@ -69,7 +71,7 @@ def test_a_rerun_keeps_the_failures_and_counts_of_the_outputs_it_skips(tmp_path,
     assert code == 1
     assert err.splitlines()[-3:] == [
         f"partial: road.png: seed off segment 0: {OFF_IMAGE}",
-        "bad seed beside: crosses no georeferenced image of the folder",
+        OUTSIDE_NOTE,
         closing_line(out, "1 ok, 1 partial, 0 failed, 0 skipped", 2)]
     first, first_rows = read_summary(out)
 
@@ -78,13 +80,13 @@ def test_a_rerun_keeps_the_failures_and_counts_of_the_outputs_it_skips(tmp_path,
     assert err.splitlines()[-4:] == [
         "note: skipping 2 image(s) whose output exists (--overwrite traces them again)",
         f"partial: road.png (earlier run): seed off segment 0: {OFF_IMAGE}",
-        "bad seed beside: crosses no georeferenced image of the folder",
+        OUTSIDE_NOTE,
         closing_line(out, "0 ok, 0 partial, 0 failed, 2 skipped", 0)]
     summary, rows = read_summary(out)
     assert {key: summary["totals"][key] for key in ("images", "skipped", "lines", "segments",
                                                     "segments_traced", "failures")} == {
         "images": 2, "skipped": 2, "lines": 1, "segments": 2, "segments_traced": 0,
-        "failures": 2}
+        "failures": 1}
     assert [first["totals"][key] for key in ("lines", "segments", "segments_traced")] == [1, 2, 2]
     road = next(record for record in summary["images"] if record["image"] == "road.png")
     assert (road["status"], road["output_status"]) == ("skipped", "partial")
@@ -92,15 +94,12 @@ def test_a_rerun_keeps_the_failures_and_counts_of_the_outputs_it_skips(tmp_path,
     assert first_road["output_status"] is None
     assert road["failures"] == first_road["failures"] == [
         {"reason": OFF_IMAGE, "seed": "off", "segment": 0}]
-    assert summary["seed_failures"] == first["seed_failures"] == [
-        {"reason": "crosses no georeferenced image of the folder", "seed": "beside",
-         "segment": None}]
+    assert summary["seed_failures"] == first["seed_failures"] == []
+    assert summary["seeds_outside"] == first["seeds_outside"] == {"count": 1, "ids": ["beside"]}
     assert [(row["image"], row["status"], row["lines"], row["segments"], row["failures"],
              row["reasons"]) for row in rows] == [
         ("empty.png", "skipped", "0", "0", "0", NO_SEED_REASON),
-        ("road.png", "skipped", "1", "2", "1", f"seed off segment 0: {OFF_IMAGE}"),
-        ("(seeds)", "failed", "0", "0", "1",
-         "seed beside: crosses no georeferenced image of the folder")]
+        ("road.png", "skipped", "1", "2", "1", f"seed off segment 0: {OFF_IMAGE}")]
     assert [row["reasons"] for row in first_rows] == [row["reasons"] for row in rows]
 
 
