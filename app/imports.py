@@ -88,6 +88,16 @@ def unknown_kind_note(kinds: list[str], source: str, default_kind: str) -> str:
             f"{default_kind}, the New line kind")
 
 
+def edited_note(lines, source: str) -> str:
+    """What to say of the lines of the file ``source`` whose exported anchors no longer match
+    their geometry (:attr:`core.vectors.ImportedLine.note`: edited since, e.g. in QGIS), which
+    are taken as drawn; "" if there are none."""
+    notes = [line.note for line in lines if line.note is not None]
+    if not notes:
+        return ""
+    return f"{plural(len(notes), 'edited line')} of {source}: {notes[0]}"
+
+
 def job_size(lengths: np.ndarray) -> int:
     """How many of a line's next segments one job traces.
 

@@ -57,6 +57,7 @@ from app.files import (
 )
 from app.imports import (
     PROGRESS_PREFIX,
+    edited_note,
     plural,
     skipped_feature,
     unknown_kind_note,
@@ -66,7 +67,13 @@ from app.jobs import Job, JobQueue
 from app.model import LinesModel, ModelChange, same_lines
 from app.panels import EVIDENCE_ON_IMAGE, LinesPanel, ParamsPanel
 from app.params import image_ground_resolution, reads_image_as_evidence
-from app.session import Session, SessionReadError, load_session, write_session
+from app.session import (
+    Session,
+    SessionReadError,
+    is_session_file,
+    load_session,
+    write_session,
+)
 from app.traces import TraceOutcome, error_text
 from app.tracing import TracingController
 from core import surface, version
@@ -148,10 +155,10 @@ KEYS = {
         ("F1", "the keys and mouse actions (Help ▸ Keys and mouse)"),
     ),
     "Files": (
-        ("Ctrl+O", "open an image (or drop one on the window; a dropped .geojson file is "
+        ("Ctrl+O", "open an image (or drop one on the window; a dropped GeoJSON file is "
                    "imported on the open image)"),
         ("PgDown, PgUp", "next, previous image in the open image's folder"),
-        ("Ctrl+Shift+O", "open a session (or drop a .json file on the window)"),
+        ("Ctrl+Shift+O", "open a session (or drop its .json file on the window)"),
         ("Ctrl+S, Ctrl+Shift+S", "save the session; save it as a new file"),
         ("Ctrl+I", "import lines from a GeoJSON file"),
         ("Ctrl+E", "export the lines as GeoJSON"),
@@ -963,18 +970,19 @@ class MainWindow(QMainWindow):
             event.acceptProposedAction()
 
     def dropEvent(self, event) -> None:  # noqa: N802 (Qt override)
-        """A dropped file opens: a session (``.json``), GeoJSON lines (``.geojson``: imported
+        """A dropped file opens: a session (``.json`` of a session: :func:`is_session_file`),
+        GeoJSON lines (``.geojson``, ``.geojsonl``, ``.geojsons``, another ``.json``: imported
         on the open image, as File ▸ Import lines does), else an image."""
         paths = [url.toLocalFile() for url in event.mimeData().urls() if url.isLocalFile()]
         if paths:
             event.acceptProposedAction()
-            if paths[0].lower().endswith(".geojson"):
+            if is_session_file(paths[0]):
+                self.open_session(paths[0])
+            elif paths[0].lower().endswith((".geojson", ".geojsonl", ".geojsons", ".json")):
                 if self.raster is None:
                     self.show_status("open an image first, then drop its lines (GeoJSON) on it")
                 else:
                     self.import_lines(paths[0])
-            elif paths[0].endswith(".json"):
-                self.open_session(paths[0])
             else:
                 self.open_image(paths[0])
 
@@ -1211,7 +1219,7 @@ class MainWindow(QMainWindow):
         named = os.path.join(folder, Path(self.image_path).stem + ".geojson")
         path, _ = QFileDialog.getOpenFileName(
             self, "Import lines", named if os.path.isfile(named) else folder,
-            "GeoJSON (*.geojson *.json)")
+            "GeoJSON (*.geojson *.json *.geojsonl *.geojsons)")
         if path:
             self._import_folder = os.path.dirname(path)
             self.import_lines(path)
@@ -1270,6 +1278,7 @@ class MainWindow(QMainWindow):
             self.show_status(f"{name}: {notes[0]}", "; ".join(skipped[1:MAX_SKIPPED_LISTED]))
         kind = self.controller.kind
         notes.append(unknown_kind_note(unknown_kinds(lines), name, kind))
+        notes.append(edited_note(lines, name))
         self.controller.imports.start(lines, name, kind, "; ".join(filter(None, notes)))
 
     def choose_export(self) -> None:
@@ -1382,7 +1391,7 @@ def run_app(argv: list[str]) -> int:
     window = MainWindow()
     window.show()
     path = argv[0] if argv else None
-    if path and path.endswith(".json"):
+    if path and path.lower().endswith(".json"):
         window.open_session(path)
     else:
         window.open_initial(path)

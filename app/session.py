@@ -245,6 +245,26 @@ class LineEncoder:
         return texts
 
 
+#: How much of a ``.json`` file :func:`is_session_file` reads.
+SESSION_HEAD_BYTES = 4096
+
+
+def is_session_file(path: str) -> bool:
+    """Whether ``path`` (a file dropped on the window) is a session to open rather than
+    GeoJSON lines to import: a ``.json`` file (any case) whose start names
+    :data:`SESSION_FORMAT` (:func:`write_session` writes it first). One that is no regular
+    file or cannot be read counts as a session: opening it says why."""
+    if not path.lower().endswith(".json"):
+        return False
+    try:
+        if not os.path.isfile(path):
+            return True
+        with open(path, "rb") as stream:
+            return SESSION_FORMAT.encode() in stream.read(SESSION_HEAD_BYTES)
+    except OSError:
+        return True
+
+
 def write_session(path: str | os.PathLike, image_path: str, lines: tuple[Line, ...],
                   params: TraceParams, backend: str, image_size: tuple[int, int] | None = None,
                   encoder: LineEncoder | None = None) -> None:

@@ -1093,7 +1093,7 @@ def plan_batch(images_dir: str | os.PathLike, seeds_path: str | os.PathLike,
             continue
         name = image_named(seed.image, names)
         if name is None:
-            seed_failures.append(Failure(f"properties.image={seed.image!r} is not an image in "
+            seed_failures.append(Failure(f"it names image {seed.image!r}, which is not in "
                                          f"{images_dir}", seed.id))
         else:
             seeds[index] = replace(seed, image=name)

@@ -1,60 +1,81 @@
 """Line vectors (GeoJSON) on an image's pixel grid: batch seeds and the app's imported lines.
 
+Both read a GeoJSON file (:func:`read_geojson`): a FeatureCollection, a Feature or a bare
+(Multi)LineString, or a GeoJSON text sequence (GDAL's GeoJSONSeq, ``.geojsonl`` or
+``.geojsons``: one Feature per line, or per record begun by RS, 0x1E). A GeoPackage, a
+Shapefile or UTF-16/UTF-32 text is refused with what it is and how to convert it.
+
 Seeds (:func:`read_seeds`, batch mode) are LineStrings or MultiLineStrings in RFC 7946
-longitude/latitude, or in an image's pixel coordinates when ``properties.image`` names it;
-:func:`seeds_in_image` puts them on one image's grid, clipped to it (:func:`pieces_in_image`).
+longitude/latitude, or in an image's pixel coordinates when ``properties.image`` names it
+(in a document whose ``"coordinate_space"`` is ``"pixel"``, roadtracer's ``source_image``
+names it too, else the seed fails); :func:`seeds_in_image` puts them on one image's grid,
+clipped to it (:func:`pieces_in_image`).
 
 Imported lines (:func:`read_lines`, the app's File ▸ Import lines) are read as their document
 says:
 
-* ``"coordinate_space": "pixel"`` (roadtracer's export of an image without georeferencing):
-  pixel (x, y) of this image;
+* ``"coordinate_space": "pixel"``, or a ``"crs"`` member naming roadtracer's CRS of pixels
+  (:data:`core.geojson.PIXEL_CRS`: roadtracer's export of an image without georeferencing):
+  pixel (x, y) of the image each feature names (``properties.image``, else
+  ``properties.source_image``), a feature naming another image skipped; of this image where
+  it names none;
 * a ``"crs"`` member naming a projected CRS (roadtracer's ``--crs source`` export, or older
   GeoJSON: type ``"name"``, or ``"EPSG"`` with a code): map coordinates in that CRS, those of
   another CRS than the image's read as the lon/lat they stand for and placed as lon/lat lines
-  are (below); any other ``"crs"`` member (type ``"link"``, …) is an error naming it;
+  are (below); any other ``"crs"`` member (type ``"link"``, a CRS PROJ does not know or
+  cannot place on the globe) is an error naming the file and the member;
 * otherwise WGS84 longitude/latitude, projected through the image's georeferencing (the
   parts of a MultiLineString cut at the antimeridian read as one line again); a feature whose
   ``properties.image`` names this image is in its pixels and one naming another image is
   skipped. Lines are placed near the image (:func:`seeds_near_image`, :func:`near_centre`):
   on an image across the antimeridian, from either side of it.
 
+Image names match as batch matches them (:func:`core.batch.image_named`: but for case on
+Windows and macOS).
+
 A line exported by roadtracer carries its anchors in pixels (``anchors`` from the app,
 ``anchors_px`` from batch): vertices of its geometry, in order, from its first vertex to its
 last. Where their two ends agree with the geometry's (within :data:`ANCHOR_TOLERANCE_PX`) they
-become the imported line's anchors, so the line comes back as it was drawn; every one of them
-must then be a pair of finite numbers inside the image (its pixels' area, to its outer edge:
-a batch line's straight leg to the edge ends there) on the geometry (at most
-:data:`MAX_LINE_VERTICES`), else the feature is skipped with the reason. The app's export also
-says which segments between its anchors were drawn straight (``segment_details[k].straight``,
-:attr:`ImportedLine.straight`): a ``segment_details`` that is not one such object per segment
-skips the feature too. Otherwise (anchors of another image, or none) every vertex of the
-geometry is an anchor, and no segment is straight. Lines are clipped to the
-image's pixel centres (where the app's anchors may lie: a batch line's leg to the image's
-edge, under 2 px, is dropped there), and anchors closer than :data:`MIN_SEGMENT_PX` to the
-previous one are dropped, as for seeds.
+are checked whole: each must be a pair of finite numbers inside the image (its pixels' area,
+to its outer edge: a batch line's straight leg to the edge ends there), at most
+:data:`MAX_LINE_VERTICES`, else the feature is skipped with the reason. They become the
+imported line's anchors, so that the line comes back as it was drawn, while the geometry is
+still the exported line: each anchor a vertex of it, in order, and (where the feature keeps
+its exported polyline, ``properties.pixels``) every vertex of the geometry on that polyline
+and every vertex of the polyline on the geometry (within the tolerance). Otherwise the
+geometry was edited since (in QGIS: a vertex moved, inserted or deleted): it is taken as
+drawn, every vertex an anchor, and the line's :attr:`ImportedLine.note` says why. The app's
+export also says which segments between its anchors were drawn straight
+(``segment_details[k].straight``, :attr:`ImportedLine.straight`): a ``segment_details`` that
+is not one such object per segment skips the feature too. Otherwise (anchors of another
+image, or none) every vertex of the geometry is an anchor, and no segment is straight. Lines
+are clipped to the image's pixel centres (where the app's anchors may lie: a batch line's leg
+to the image's edge, under 2 px, is dropped there), and anchors closer than
+:data:`MIN_SEGMENT_PX` to the previous one are dropped, as for seeds.
 
 Every check and conversion of a line's vertices runs on the whole line at once (numpy, or a
-compiled loop where each vertex depends on the one kept before it), so that reading a file of
-a million vertices takes well under a second. The app reads in its worker thread, which can
-stop the reading between two features (``stop``).
+compiled loop where each vertex depends on the one kept before it), and the lines of
+:data:`FEATURES_PER_STEP` features are placed on the image together (one projection for all
+of them), so that reading a file of a million vertices takes well under a second. The app
+reads in its worker thread, which can stop the reading between two features (``stop``).
 """
 
 from __future__ import annotations
 
+import json
 import numbers
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from itertools import chain, repeat
+from itertools import chain, islice, repeat
 
 import numpy as np
 
 from core.errors import BadParameter
-from core.geojson import MAX_LONGITUDE
-from core.georef import parse_crs, transform_points, wgs84, world_shift
+from core.geojson import MAX_LONGITUDE, PIXEL_CRS
+from core.georef import GeorefError, parse_crs, transform_points, wgs84, world_shift
 from core.jit import numba
-from core.output import collector_paused, read_json, shortened
+from core.output import READ_CHARS, collector_paused, decode_json, read_json, shortened
 from core.raster import Raster
 from core.tracer import LINE_KINDS
 
@@ -106,13 +127,15 @@ MAX_LINE_VERTICES = 100_000
 PIXEL_AREA_MARGIN = 0.5
 
 
-def feature_lines(feature, index: int, lonlat: bool = True) -> tuple[list[Seed], list[Failure]]:
+def feature_lines(feature, index: int, space: str = "lonlat") -> tuple[list[Seed],
+                                                                       list[Failure]]:
     """The seed lines of one GeoJSON feature (``index``: its place in the file), or why it is
-    not one. With ``lonlat``, vertices of features naming no image must be longitude/latitude
-    (longitudes within ±:data:`core.geojson.MAX_LONGITUDE`, as an image across the
-    antimeridian gives), and MultiLineString parts cut at the antimeridian are one line again
-    (:func:`joined_at_antimeridian`); without, they are taken as they are (a document in
-    pixels or a projected CRS)."""
+    not one, in a document whose coordinates are ``space`` (:func:`_coordinates_of`). In
+    "lonlat", vertices of features naming no image must be longitude/latitude (longitudes
+    within ±:data:`core.geojson.MAX_LONGITUDE`, as an image across the antimeridian gives),
+    and MultiLineString parts cut at the antimeridian are one line again
+    (:func:`joined_at_antimeridian`); else they are taken as they are (pixels, or a projected
+    CRS). A seed's image is the one its feature names (:func:`image_key`)."""
     if not isinstance(feature, dict) or feature.get("type") != "Feature":
         return [], [Failure(f"feature #{index} is not a GeoJSON Feature", f"#{index}")]
     feature_id = feature.get("id")
@@ -125,9 +148,10 @@ def feature_lines(feature, index: int, lonlat: bool = True) -> tuple[list[Seed],
     geometry = feature.get("geometry") or {}
     if not isinstance(properties, dict) or not isinstance(geometry, dict):
         return [], [Failure("properties and geometry must be objects", seed_id)]
-    image = properties.get("image")
+    key = image_key(properties, space)
+    image = properties.get(key)
     if image is not None and (not isinstance(image, str) or not image):
-        return [], [Failure(f"properties.image={image!r} is not a file name", seed_id)]
+        return [], [Failure(f"properties.{key}={shortened(image)} is not a file name", seed_id)]
     kind = geometry.get("type")
     coordinates = geometry.get("coordinates")
     if kind == "LineString":
@@ -146,6 +170,7 @@ def feature_lines(feature, index: int, lonlat: bool = True) -> tuple[list[Seed],
             lines.append((part_id, line_vertices(coords)))
         except BadParameter as exc:
             failures.append(Failure(str(exc), part_id))
+    lonlat = space == "lonlat"
     if lonlat and image is None:
         joined = joined_at_antimeridian(lines)
         lines = [(seed_id, joined[0][1])] if len(joined) == 1 < len(lines) else joined
@@ -160,6 +185,13 @@ def feature_lines(feature, index: int, lonlat: bool = True) -> tuple[list[Seed],
         else:
             seeds.append(Seed(part_id, vertices, image, properties))
     return seeds, failures
+
+
+def image_key(properties: dict, space: str) -> str:
+    """The property of a feature (its ``properties``) that names the image whose pixels its
+    coordinates are: ``"image"``; in a document in pixels (``space`` "pixel"), where that is
+    not given, ``"source_image"``, which roadtracer's exports write."""
+    return "source_image" if space == "pixel" and properties.get("image") is None else "image"
 
 
 def joined_at_antimeridian(lines: list[tuple[str, np.ndarray]]) -> list[tuple[str, np.ndarray]]:
@@ -256,7 +288,8 @@ def _positions(coords) -> np.ndarray:
 
 
 def read_seeds(path: str | os.PathLike) -> tuple[list[Seed], list[Failure]]:
-    """Seed lines of a GeoJSON file, and the features that are not usable seeds.
+    """Seed lines of a GeoJSON file (:func:`read_geojson`), and the features that are not
+    usable seeds.
 
     Accepts a FeatureCollection, a single Feature, or a bare (Multi)LineString geometry.
 
@@ -266,29 +299,37 @@ def read_seeds(path: str | os.PathLike) -> tuple[list[Seed], list[Failure]]:
     failures : list of Failure
         One per feature (or MultiLineString part) that is not a usable seed, e.g. one whose
         ``kind`` property is not one of :data:`core.tracer.LINE_KINDS` while no OpenStreetMap
-        tag says its kind (:func:`line_kind_of`).
+        tag says its kind (:func:`line_kind_of`), or one in pixels that names no image.
 
     Map coordinates in a projected CRS that the document's ``crs`` member names (a batch
-    output written with ``--crs source``) are read in it and become lon/lat.
+    output written with ``--crs source``) are read in it and become lon/lat; pixels (its
+    ``coordinate_space`` "pixel") are those of the image each feature names
+    (:func:`image_key`).
 
     Raises
     ------
     BadParameter
-        If the file cannot be read, is not a GeoJSON object at all, or its ``crs`` member is
-        not read (:func:`crs_member_name`) or names a CRS PROJ does not know.
+        If the file cannot be read, is not GeoJSON (:func:`read_geojson`), or its ``crs``
+        member is not read (:func:`_coordinates_of`).
+    GeorefError
+        If PROJ cannot transform from the CRS it names to WGS84 (:func:`_coordinates_of`).
     """
     seeds, failures = [], []
-    document = read_json(path, "seeds file")
+    document = read_geojson(path, "seeds file")
     space, crs = _coordinates_of(document, path)
     for index, feature in enumerate(geojson_features(document, path)):
-        found, bad = feature_lines(feature, index, lonlat=space != "source")
+        found, bad = feature_lines(feature, index, space)
         if space == "source":
             found, unplaced = seeds_in_lonlat(found, crs)
             bad += unplaced
         failures += bad
         for seed in found:
             kind = seed.properties.get("kind")
-            if kind is None or line_kind_of(seed.properties) is not None:
+            if space == "pixel" and seed.image is None:
+                failures.append(Failure("the document is in pixels, of no image it names "
+                                        "(seeds in pixel coordinates need properties.image)",
+                                        seed.id))
+            elif kind is None or line_kind_of(seed.properties) is not None:
                 seeds.append(seed)
             else:
                 failures.append(Failure(f"properties.kind={shortened(kind)} is not a line kind "
@@ -318,6 +359,98 @@ def seeds_in_lonlat(seeds, crs) -> tuple[list[Seed], list[Failure]]:
             seed = replace(seed, vertices=lonlat)
         placed.append(seed)
     return placed, failures
+
+
+#: How to convert text of another encoding to UTF-8 (:data:`FOREIGN_FILES`).
+_ICONV = "iconv -f {kind} -t UTF-8 {name} > {stem}-utf8.geojson"
+#: Files that are no UTF-8 GeoJSON, from their first bytes: (those bytes, what the file is,
+#: how to convert it: ``{name}`` the file's name, ``{stem}`` that name without its suffix).
+FOREIGN_FILES = (
+    (b"SQLite format 3\x00", "a GeoPackage (SQLite)",
+     "ogr2ogr -f GeoJSON {stem}.geojson {name} (and the layer's name, if it holds several)"),
+    (b"\x00\x00\x27\x0a", "a Shapefile", "ogr2ogr -f GeoJSON {stem}.geojson {stem}.shp"),
+    (b"\xff\xfe\x00\x00", "UTF-32", _ICONV),
+    (b"\x00\x00\xfe\xff", "UTF-32", _ICONV),
+    (b"\xff\xfe", "UTF-16", _ICONV),
+    (b"\xfe\xff", "UTF-16", _ICONV),
+)
+
+
+def read_geojson(path: str | os.PathLike, what: str):
+    """The JSON document of a GeoJSON file (:func:`core.output.read_json`; ``what`` names the
+    file in messages), or a FeatureCollection of the records of a GeoJSON text sequence
+    (GDAL's GeoJSONSeq: a JSON text per line, or per record begun by RS, 0x1E).
+
+    Raises
+    ------
+    BadParameter
+        As :func:`core.output.read_json`; saying what the file is and how to convert it where
+        it is one of :data:`FOREIGN_FILES`; naming the line (record) of a sequence that is
+        not JSON.
+    """
+    head = _first_bytes(path, max(len(magic) for magic, _, _ in FOREIGN_FILES))
+    for magic, kind, how in FOREIGN_FILES:
+        if head.startswith(magic):
+            name = os.path.basename(path)
+            how = how.format(kind=kind, name=name, stem=os.path.splitext(name)[0])
+            raise BadParameter(f"{what} {path} is {kind}, not UTF-8 GeoJSON: convert it, e.g. "
+                               f"{how}")
+    try:
+        return read_json(path, what)
+    except BadParameter as exc:
+        # Text that is no one JSON value (read_json raises from its JSONDecodeError) may be a
+        # sequence of them.
+        if not isinstance(exc.__context__, json.JSONDecodeError):
+            raise
+        features = _sequence_records(path, what)
+        if features is None:
+            raise
+        return {"type": "FeatureCollection", "features": features}
+
+
+def _first_bytes(path, count: int) -> bytes:
+    """The first ``count`` bytes of the regular file ``path``; none of anything else (a FIFO
+    would block) or of a file that cannot be read (:func:`core.output.read_json` says why)."""
+    try:
+        if not os.path.isfile(path):
+            return b""
+        with open(path, "rb") as stream:
+            return stream.read(count)
+    except OSError:
+        return b""
+
+
+def _sequence_records(path, what: str) -> list | None:
+    """The JSON texts of a GeoJSON text sequence (RFC 8142, or one per line), each decoded as
+    :func:`core.output.decode_json` does; None where its first one is not JSON (it is no
+    sequence). The file is one that :func:`core.output.read_json` read (a regular file within
+    its limits) but could not decode.
+
+    Raises
+    ------
+    BadParameter
+        Naming the line (or record) of ``what`` ``path`` that is not JSON.
+    """
+    try:
+        with open(path, encoding="utf-8-sig") as stream:  # a piece at a time, as read_json
+            text = "".join(iter(lambda: stream.read(READ_CHARS), ""))
+    except (OSError, ValueError):  # gone, or changed since it was read
+        return None
+    separated = text.lstrip(" \t\r\n").startswith("\x1e")  # str.lstrip() drops RS too
+    unit, records = ("record", text.split("\x1e")[1:]) if separated else ("line",
+                                                                          text.split("\n"))
+    found = []
+    for number, record in enumerate(records, 1):
+        if not record.strip():
+            continue
+        try:
+            found.append(decode_json(record))
+        except (ValueError, RecursionError) as exc:
+            if not found:
+                return None
+            raise BadParameter(f"{what} {path}: {unit} {number} of its GeoJSON text sequence "
+                               f"is not JSON: {exc}") from None
+    return found
 
 
 def geojson_features(document, path) -> list:
@@ -399,11 +532,13 @@ def pieces_in_image(vertices_px: np.ndarray, width: int, height: int) -> list[
 
     Consecutive segments that stay inside join into one piece; clipped pieces shorter
     than 2 px (a corner grazing the border) are dropped. All segments are clipped at once
-    (:func:`clip_segments`). A piece's edge point at an end that was clipped (the polyline
-    goes on beyond the image) is where the segment it lies on leaves the image's outer edge,
-    the pixel-area box ``[-0.5, width-0.5] × [-0.5, height-0.5]`` (:func:`clip_to_box`: half
-    a pixel beyond the clipped end, in the segment's direction, or the segment's own end
-    vertex where it lies within that half pixel); None at an end not clipped.
+    (:func:`clip_segments`), unless the polyline's bounding box misses the image (that of a
+    polyline with a NaN vertex is not looked at). A piece's edge point at an end that was
+    clipped (the polyline goes on beyond the image) is where the segment it lies on leaves the
+    image's outer edge, the pixel-area box ``[-0.5, width-0.5] × [-0.5, height-0.5]``
+    (:func:`clip_to_box`: half a pixel beyond the clipped end, in the segment's direction, or
+    the segment's own end vertex where it lies within that half pixel); None at an end not
+    clipped.
 
     Parameters
     ----------
@@ -419,6 +554,9 @@ def pieces_in_image(vertices_px: np.ndarray, width: int, height: int) -> list[
     """
     vertices = np.asarray(vertices_px, dtype=np.float64).reshape(-1, 2)
     if len(vertices) < 2:
+        return []
+    (left, top), (right, bottom) = vertices.min(0), vertices.max(0)  # NaN where one is
+    if right < 0 or bottom < 0 or left > width - 1 or top > height - 1:
         return []
     start, end, start_clipped, end_clipped, inside = clip_segments(
         vertices[:-1], vertices[1:], width, height)
@@ -488,25 +626,41 @@ def seeds_in_image(seeds, image_name: str, raster: Raster) -> list[
     list of (Seed, ndarray of shape (K, 2) pixel vertices, (start edge or None, end edge or
     None))
     """
-    georef = raster.georef
     seeds = seeds_near_image(seeds, raster)
     lines = [(seed, seed.vertices, (None, None)) for seed in seeds if seed.image == image_name]
-    lonlat = [seed for seed in seeds if seed.image is None]
-    if not lonlat or georef is None or georef.crs is None:
-        return lines
-    # One projection call for every vertex of every lon/lat seed, then split per seed.
-    centre = centre_longitude(raster)
-    pixels = georef.lonlat_to_pixel(np.vstack([near_centre(seed.vertices, centre)
-                                               for seed in lonlat]))
-    ends = np.cumsum([len(seed.vertices) for seed in lonlat])
-    upper = (raster.width - 1, raster.height - 1)
-    for seed, vertices in zip(lonlat, np.split(pixels, ends[:-1]), strict=True):
-        finite = vertices[np.all(np.isfinite(vertices), axis=1)]
-        if not finite.size or np.any(finite.max(0) < 0) or np.any(finite.min(0) > upper):
-            continue  # the seed's bounding box misses the image
-        lines += [(seed, piece, edges) for piece, _, edges
-                  in pieces_in_image(vertices, raster.width, raster.height)]
+    for seed, vertices in zip(seeds, seeds_in_pixels(seeds, "lonlat", raster), strict=True):
+        if seed.image is None and vertices is not None:
+            lines += [(seed, piece, edges) for piece, _, edges
+                      in pieces_in_image(vertices, raster.width, raster.height)]
     return lines
+
+
+def seeds_in_pixels(seeds, space: str, raster: Raster) -> list[np.ndarray | None]:
+    """Per seed, its vertices in the pixels of ``raster`` (shape (N, 2)), with one projection
+    for every vertex of them all: as they are for a seed naming an image (or in a document in
+    pixels, ``space`` "pixel"); through the image's georeferencing for lon/lat (``space``
+    "lonlat", read near its centre longitude, :func:`near_centre`) or map coordinates in its
+    CRS ("source"), None where it has no CRS."""
+    pixels = [seed.vertices for seed in seeds]
+    placed = [k for k, seed in enumerate(seeds) if seed.image is None and space != "pixel"]
+    georef = raster.georef
+    if not placed:
+        return pixels
+    if georef is None or georef.crs is None:
+        found = [None] * len(placed)
+    else:
+        # One projection call for every vertex of every seed, then split per seed.
+        vertices = [seeds[k].vertices for k in placed]
+        if space == "lonlat":
+            centre = centre_longitude(raster)
+            found = georef.lonlat_to_pixel(np.vstack([near_centre(line, centre)
+                                                      for line in vertices]))
+        else:
+            found = georef.map_to_pixel(np.vstack(vertices))
+        found = np.split(found, np.cumsum([len(line) for line in vertices])[:-1])
+    for k, vertices in zip(placed, found, strict=True):
+        pixels[k] = vertices
+    return pixels
 
 
 def seeds_near_image(seeds, raster: Raster) -> tuple[Seed, ...]:
@@ -609,7 +763,8 @@ def line_kind_of(properties: dict) -> str | None:
     return None
 
 
-#: Exported anchors are trusted when the geometry's ends lie this close to them (px).
+#: Exported anchors are trusted when the geometry's ends lie this close to them (px), and
+#: the geometry is taken for the line exported while it lies this close to it (:func:`_edit_of`).
 ANCHOR_TOLERANCE_PX = 2.0
 #: CRS names that mean longitude/latitude in a GeoJSON ``crs`` member.
 LONLAT_NAMES = ("urn:ogc:def:crs:OGC:1.3:CRS84", "urn:ogc:def:crs:OGC::CRS84",
@@ -637,6 +792,9 @@ class ImportedLine:
         (its ``segment_details[k].straight``; a segment standing for several exported ones,
         the anchors between them dropped, where all of them were); all False for a line of
         any other file. Empty (the default): none is straight.
+    note : str or None
+        Why the line's anchors are not those its feature's export gave: the geometry was
+        edited since (:func:`_anchors`); None where they are, or where none were given.
     """
 
     name: str
@@ -644,16 +802,18 @@ class ImportedLine:
     anchors: np.ndarray
     stated_kind: object = None
     straight: tuple[bool, ...] = ()
+    note: str | None = None
 
 
 def read_lines(path: str | os.PathLike, raster: Raster, image_name: str,
                stop: Callable[[], bool] | None = None) -> tuple[list[ImportedLine],
                                                                list[Failure]]:
-    """The lines of a GeoJSON file that lie on ``raster`` (the image file ``image_name``).
+    """The lines of a GeoJSON file (:func:`read_geojson`) that lie on ``raster`` (the image
+    file ``image_name``).
 
-    ``stop``, if given, is asked before each feature's lines are placed on the image; once it
-    returns True the reading ends with :class:`ReadStopped` (the app's worker thread: Esc,
-    another image, the window closed).
+    ``stop``, if given, is asked before each feature is read; once it returns True the reading
+    ends with :class:`ReadStopped` (the app's worker thread: Esc, another image, the window
+    closed).
 
     Returns
     -------
@@ -661,72 +821,99 @@ def read_lines(path: str | os.PathLike, raster: Raster, image_name: str,
         One per piece of a feature inside the image.
     failures : list of Failure
         Features that are not lines, name another image, cannot be projected, miss it, or
-        whose exported anchors are bad (:func:`line_vertices`; outside the image or off the
-        geometry) or whose ``segment_details`` do not say which of their segments are
-        straight (:func:`_straight_segments`).
+        whose exported anchors are bad (:func:`line_vertices`; outside the image) or whose
+        ``segment_details`` do not say which of their segments are straight
+        (:func:`_straight_segments`), in the file's order.
 
     Raises
     ------
     BadParameter
-        If the file cannot be read, is not GeoJSON, or its ``crs`` member is not read
-        (:func:`crs_member_name`) or names a CRS PROJ does not know.
+        If the file cannot be read, is not GeoJSON (:func:`read_geojson`), or its ``crs``
+        member is not read (:func:`_coordinates_of`).
     GeorefError
-        If PROJ cannot transform from the CRS it names to WGS84.
+        If PROJ cannot transform from the CRS it names to WGS84 (:func:`_coordinates_of`).
     ReadStopped
         Once ``stop()`` returns True.
     """
     with collector_paused():
-        return _lines_on_image(read_json(path, "GeoJSON file"), path, raster, image_name, stop)
+        return _lines_on_image(read_geojson(path, "GeoJSON file"), path, raster, image_name,
+                               stop)
+
+
+#: Features read before their lines are placed on the image together (one projection).
+FEATURES_PER_STEP = 1024
 
 
 def _lines_on_image(document, path, raster: Raster, image_name: str,
                     stop: Callable[[], bool] | None) -> tuple[list[ImportedLine],
                                                               list[Failure]]:
-    """:func:`read_lines` of the GeoJSON ``document`` read from ``path``; each feature is
-    dropped from it once read (it is freed in short steps, before the collector runs again)."""
+    """:func:`read_lines` of the GeoJSON ``document`` read from ``path``, placed
+    :data:`FEATURES_PER_STEP` features at a time; each feature is dropped from it once read
+    (it is freed in short steps, before the collector runs again)."""
+    from core.batch import image_named  # core.batch imports this module
+
     features = geojson_features(document, path)
-    space, crs = _coordinates_of(document, path)
     georef = raster.georef
-    placed = georef is not None and georef.crs is not None
+    image_crs = georef.crs if georef is not None else None
+    space, crs = _coordinates_of(document, path, image_crs)
     # Map coordinates of another CRS than the image's are read as the lon/lat they stand
     # for, and placed near the image as lon/lat lines are.
-    in_lonlat = space == "source" and placed and crs != georef.crs
+    in_lonlat = space == "source" and image_crs is not None and crs != image_crs
     reading = "lonlat" if in_lonlat else space
-    centre = centre_longitude(raster) if reading == "lonlat" and placed else None
     lines, failures = [], []
-    for index in range(len(features)):
-        if stop is not None and stop():
-            raise ReadStopped(f"stopped reading {os.fspath(path)}")
-        feature, features[index] = features[index], None
-        seeds, bad = feature_lines(feature, index, lonlat=space == "lonlat")
-        if in_lonlat:
-            seeds, unplaced = seeds_in_lonlat(seeds, crs)
-            bad += unplaced
-        failures += bad
-        for seed in seeds_near_image(seeds, raster) if reading == "lonlat" else seeds:
-            if seed.image is not None and seed.image != image_name:
-                failures.append(Failure(f"properties.image names another image "
-                                        f"({seed.image})", seed.id))
-                continue
-            try:
-                pixels = _to_pixels(seed, reading, raster, centre)
-                anchors, straight = _anchors(seed.properties, pixels, raster.width,
-                                             raster.height)
-            except BadParameter as exc:
-                failures.append(Failure(str(exc), seed.id))
-                continue
-            pieces = [_without_close_anchors(piece, straight[segments]) for piece, segments, _
-                      in pieces_in_image(anchors, raster.width, raster.height)]
-            pieces = [(piece, flags) for piece, flags in pieces if len(piece) >= 2]
-            if not pieces:
-                failures.append(Failure(f"no part of it longer than {MIN_SEGMENT_PX:g} px "
-                                        "lies on the image", seed.id))
-            name, kind = imported_name_and_kind(seed.properties, seed.id)
-            stated = seed.properties.get("kind") if kind is None else None
-            for number, (piece, flags) in enumerate(pieces, 1):
-                lines.append(ImportedLine(name if len(pieces) == 1 else f"{name} ({number})",
-                                          kind, piece, stated, flags))
+    for first in range(0, len(features), FEATURES_PER_STEP):
+        read = []  # per feature: its seeds, and why its other lines are not read
+        for index in range(first, min(first + FEATURES_PER_STEP, len(features))):
+            if stop is not None and stop():
+                raise ReadStopped(f"stopped reading {os.fspath(path)}")
+            feature, features[index] = features[index], None
+            seeds, bad = feature_lines(feature, index, space)
+            if in_lonlat:
+                seeds, unplaced = seeds_in_lonlat(seeds, crs)
+                bad += unplaced
+            read.append((seeds, bad))
+        seeds = [seed for found, _ in read for seed in found]
+        if reading == "lonlat":
+            seeds = seeds_near_image(seeds, raster)
+        placed = zip(seeds, seeds_in_pixels(seeds, reading, raster), strict=True)
+        for found, bad in read:
+            failures += bad
+            for seed, vertices in islice(placed, len(found)):
+                if seed.image is not None and image_named(seed.image, [image_name]) is None:
+                    failures.append(Failure(f"properties.{image_key(seed.properties, space)} "
+                                            f"names another image ({seed.image})", seed.id))
+                    continue
+                try:
+                    lines += _imported_lines(seed, vertices, raster)
+                except BadParameter as exc:
+                    failures.append(Failure(str(exc), seed.id))
     return lines, failures
+
+
+def _imported_lines(seed: Seed, vertices: np.ndarray | None, raster: Raster) -> list[
+        ImportedLine]:
+    """The pieces on ``raster`` of a seed whose vertices lie at pixel ``vertices`` (N, 2)
+    (:func:`seeds_in_pixels`; None: map coordinates, but the image has no CRS), each an
+    imported line with its anchors (:func:`_anchors`).
+
+    Raises
+    ------
+    BadParameter
+        Why it has none: no CRS, bad exported anchors, or no piece on the image.
+    """
+    if vertices is None:
+        raise BadParameter("map coordinates, but the image has no georeferencing with a CRS "
+                           "(lines in pixels come from an image without one)")
+    anchors, straight, note = _anchors(seed.properties, vertices, raster.width, raster.height)
+    pieces = [_without_close_anchors(piece, straight[segments]) for piece, segments, _
+              in pieces_in_image(anchors, raster.width, raster.height)]
+    pieces = [(piece, flags) for piece, flags in pieces if len(piece) >= 2]
+    if not pieces:
+        raise BadParameter(f"no part of it longer than {MIN_SEGMENT_PX:g} px lies on the image")
+    name, kind = imported_name_and_kind(seed.properties, seed.id)
+    stated = seed.properties.get("kind") if kind is None else None
+    return [ImportedLine(name if len(pieces) == 1 else f"{name} ({number})", kind, piece,
+                         stated, flags, note) for number, (piece, flags) in enumerate(pieces, 1)]
 
 
 def _without_close_anchors(anchors: np.ndarray, straight: np.ndarray) -> tuple[
@@ -762,24 +949,41 @@ class ReadStopped(Exception):
     :class:`core.errors.TraceError`)."""
 
 
-def _coordinates_of(document, path) -> tuple[str, object]:
+def _coordinates_of(document, path, image_crs=None) -> tuple[str, object]:
     """("pixel" | "source" | "lonlat", the source pyproj CRS or None) of a GeoJSON document
-    read from ``path``: pixels where its ``coordinate_space`` says so, else the CRS its
+    read from ``path``: pixels where its ``coordinate_space`` says so or its ``crs`` member
+    names roadtracer's CRS of pixels (:data:`core.geojson.PIXEL_CRS`), else the CRS its
     ``crs`` member names (:func:`crs_member_name`), else longitude/latitude.
 
     Raises
     ------
     BadParameter
-        As :func:`crs_member_name`, or naming the CRS when PROJ does not know it.
+        Naming the file and its ``crs`` member where that is not read
+        (:func:`crs_member_name`) or names a CRS that PROJ does not know.
+    GeorefError
+        Naming them where PROJ cannot transform that CRS to longitude/latitude (unless it is
+        ``image_crs``, the image's own, whose map coordinates are read without PROJ).
     """
     if not isinstance(document, dict):
         return "lonlat", None
     if document.get("coordinate_space") == "pixel":
         return "pixel", None
-    name = crs_member_name(document.get("crs"), path)
+    member = document.get("crs")
+    name = crs_member_name(member, path)
+    if name == PIXEL_CRS:
+        return "pixel", None
     if name is None or name in LONLAT_NAMES:
         return "lonlat", None
-    return "source", parse_crs(name)
+    try:
+        crs = parse_crs(name)
+    except BadParameter as exc:
+        raise _crs_member_error(member, path, str(exc)) from None
+    try:
+        if crs != image_crs:
+            transform_points(np.empty((0, 2)), crs, wgs84())  # PROJ must place it on the globe
+    except GeorefError as exc:
+        raise _crs_member_error(member, path, str(exc), GeorefError) from None
+    return "source", crs
 
 
 def crs_member_name(member, path) -> str | None:
@@ -802,38 +1006,30 @@ def crs_member_name(member, path) -> str | None:
         return name
     if kind == "EPSG" and isinstance(code, int | str) and str(code).isdigit():
         return f"EPSG:{code}"
-    raise BadParameter(f'{path}: its "crs" member {shortened(member)} is not read: give '
-                       '{"type": "name", "properties": {"name": "EPSG:…"}} (or type "EPSG" '
-                       'with properties.code), or no "crs" for longitude/latitude')
+    raise _crs_member_error(member, path, 'give {"type": "name", "properties": {"name": '
+                            '"EPSG:…"}} (or type "EPSG" with properties.code), or no "crs" for '
+                            "longitude/latitude")
 
 
-def _to_pixels(seed: Seed, space: str, raster: Raster, centre: float | None) -> np.ndarray:
-    """Pixel (x, y) of a seed's vertices, shape (N, 2), in pixels, lon/lat (read near the
-    image's centre longitude ``centre``, :func:`near_centre`) or map coordinates of the
-    image's own CRS (``space`` "source"); BadParameter if they cannot be."""
-    if seed.image is not None or space == "pixel":
-        return seed.vertices
-    georef = raster.georef
-    if georef is None or georef.crs is None:
-        raise BadParameter("map coordinates, but the image has no georeferencing with a CRS "
-                           "(lines in pixels come from an image without one)")
-    if space == "lonlat":
-        return georef.lonlat_to_pixel(near_centre(seed.vertices, centre))
-    return georef.map_to_pixel(seed.vertices)
+def _crs_member_error(member, path, why: str,
+                      error: type[Exception] = BadParameter) -> Exception:
+    """The ``error`` for a ``crs`` member of the document read from ``path`` that is not
+    read, saying ``why``."""
+    return error(f'{path}: its "crs" member {shortened(member)} is not read: {why}')
 
 
 def _anchors(properties: dict, pixels: np.ndarray, width: int, height: int) -> tuple[
-        np.ndarray, np.ndarray]:
+        np.ndarray, np.ndarray, str | None]:
     """The exported pixel anchors of a roadtracer line (``anchors``, else ``anchors_px``) when
-    their two ends are the geometry's (within :data:`ANCHOR_TOLERANCE_PX`), else the
-    geometry's vertices ``pixels`` (N, 2) (anchors of another image, or no export's); and
-    which segments between them are straight.
+    their two ends are the geometry's (within :data:`ANCHOR_TOLERANCE_PX`) and it is still
+    the line exported (:func:`_edit_of`), else the geometry's vertices ``pixels`` (N, 2)
+    (anchors of another image, none, or a geometry edited since); which segments between
+    them are straight; and why the geometry's vertices were taken where it was edited.
 
     Anchors whose ends match are checked whole: at most :data:`MAX_LINE_VERTICES` pairs of
     finite numbers (:func:`line_vertices`), each inside the ``width`` × ``height`` image (the
     pixel-area box ``[-0.5, width-0.5] × [-0.5, height-0.5]``, where a batch line's leg to
-    the image's edge ends; the pieces read are then clipped to the pixel centres) and a
-    vertex of the geometry, in order, as an export writes them.
+    the image's edge ends; the pieces read are then clipped to the pixel centres).
 
     Returns
     -------
@@ -841,12 +1037,15 @@ def _anchors(properties: dict, pixels: np.ndarray, width: int, height: int) -> t
     straight : ndarray of shape (K - 1,), bool
         The exported anchors' :func:`_straight_segments`; all False for the geometry's
         vertices.
+    note : str or None
+        Where the geometry was edited: what no longer matches, and that it was taken as drawn.
 
     Raises
     ------
     BadParameter
-        Naming the property and what is wrong with it, or its first bad anchor.
+        Naming the property and what is wrong with it, or its first anchor outside the image.
     """
+    note = None
     for key in ("anchors", "anchors_px"):
         value = properties.get(key)
         if not (isinstance(value, list) and value and np.all(np.isfinite(pixels[[0, -1]]))):
@@ -867,14 +1066,37 @@ def _anchors(properties: dict, pixels: np.ndarray, width: int, height: int) -> t
             raise BadParameter(f"anchor {outside[0]} {shortened(anchors[outside[0]].tolist())} "
                                f"of properties.{key} lies outside the image ({width} × "
                                f"{height} px)")
-        matched = _anchors_on_line(anchors, pixels, ANCHOR_TOLERANCE_PX)
-        if matched < len(anchors):
-            raise BadParameter(f"anchor {matched} {shortened(anchors[matched].tolist())} of "
-                               f"properties.{key} is not on the line's geometry (an export's "
-                               f"anchors are vertices of it, in order, within "
-                               f"{ANCHOR_TOLERANCE_PX:g} px)")
-        return anchors, _straight_segments(properties, len(anchors) - 1)
-    return pixels, np.zeros(len(pixels) - 1, dtype=bool)
+        edit = _edit_of(anchors, properties, pixels)
+        if edit is None:
+            return anchors, _straight_segments(properties, len(anchors) - 1), None
+        note = (f"properties.{key} do not match the geometry: {edit} (edited since the "
+                "export?); taken as drawn, every vertex an anchor")
+        break
+    return pixels, np.zeros(len(pixels) - 1, dtype=bool), note
+
+
+def _edit_of(anchors: np.ndarray, properties: dict, pixels: np.ndarray) -> str | None:
+    """How the geometry ``pixels`` (N, 2) of a feature is no longer the line exported with
+    ``anchors`` (K, 2), within :data:`ANCHOR_TOLERANCE_PX`: an anchor that is no vertex of
+    it, in order (:func:`_anchors_on_line`: one moved or deleted), or, where the feature's
+    ``properties.pixels`` holds the polyline exported, a vertex of either off the other
+    (:func:`_along_line`: one moved, inserted or deleted); None where it is that line."""
+    matched = _anchors_on_line(anchors, pixels, ANCHOR_TOLERANCE_PX)
+    if matched < len(anchors):
+        return f"anchor {matched} {shortened(anchors[matched].tolist())} is no vertex of it"
+    try:
+        exported = line_vertices(properties.get("pixels"), "pixels")
+    except BadParameter:
+        return None  # no polyline of an export's: the anchors alone say
+    off = _along_line(pixels, exported, ANCHOR_TOLERANCE_PX)
+    if off < len(pixels):
+        return (f"its vertex {off} {shortened(np.round(pixels[off], 3).tolist())} is off the "
+                "line exported (properties.pixels)")
+    off = _along_line(exported, pixels, ANCHOR_TOLERANCE_PX)
+    if off < len(exported):
+        return (f"vertex {off} {shortened(exported[off].tolist())} of the line exported "
+                "(properties.pixels) is off it")
+    return None
 
 
 def _straight_segments(properties: dict, count: int) -> np.ndarray:
@@ -915,3 +1137,25 @@ def _anchors_on_line(anchors: np.ndarray, vertices: np.ndarray, tolerance: float
         if j == len(vertices):
             return k
     return len(anchors)
+
+
+@numba.njit(cache=True)
+def _along_line(points: np.ndarray, line: np.ndarray, tolerance: float) -> int:
+    """How many of the first ``points`` (K, 2) lie, in order, within ``tolerance`` of the
+    polyline ``line`` (N, 2), N >= 2: each near the first of its segments at or after the
+    one the point before was near (a compiled walk along both, O(K + N)); K when all do."""
+    j = 0
+    for k in range(len(points)):
+        x, y = points[k, 0], points[k, 1]
+        while j < len(line) - 1:
+            ax, ay = line[j, 0], line[j, 1]
+            dx, dy = line[j + 1, 0] - ax, line[j + 1, 1] - ay
+            length = dx * dx + dy * dy
+            t = 0.0 if length == 0.0 else min(max(((x - ax) * dx + (y - ay) * dy) / length,
+                                                  0.0), 1.0)
+            if np.hypot(x - ax - t * dx, y - ay - t * dy) <= tolerance:
+                break
+            j += 1
+        if j == len(line) - 1:
+            return k
+    return len(points)

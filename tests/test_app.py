@@ -801,6 +801,55 @@ def test_dropping_geojson_lines_imports_them_on_the_open_image(make_window, qtbo
     assert imported.anchors == drawn.anchors
 
 
+def drop_file(window, path) -> None:
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(path))])
+    window.dropEvent(QDropEvent(QPointF(10, 10), Qt.DropAction.CopyAction, mime,
+                                Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier))
+
+
+def test_a_dropped_json_file_opens_as_what_it_holds(make_window, qtbot, tmp_path):
+    """GeoJSON lines saved as .JSON are imported, a session's .JSON opens as a session (the
+    suffix alone said 'session' for any .json, and an upper-case one opened as an image)."""
+    window = make_window()
+    drawn = draw_line(qtbot, window, A, B)
+    lines, session = tmp_path / "LINES.JSON", tmp_path / "WORK.JSON"
+    assert window.export_geojson(str(lines))
+    assert window.write_session(str(session))
+    window.controller.select(drawn.id)
+    window.lines_panel.delete_selected()
+    drop_file(window, lines)
+    wait_idle(qtbot, window)
+    (imported,) = window.model.lines
+    assert imported.anchors == drawn.anchors
+    window.model.mark_saved()
+    with qtbot.waitSignal(window.image_loaded, timeout=30_000):
+        drop_file(window, session)
+    wait_idle(qtbot, window)
+    assert window.session_path == str(session)
+    assert [line.anchors for line in window.model.lines] == [drawn.anchors]
+
+
+def test_an_export_edited_since_is_imported_as_drawn_and_says_so(make_window, qtbot, tmp_path):
+    window = make_window()
+    drawn = draw_line(qtbot, window, A, B)
+    path = tmp_path / "lines.geojson"
+    assert window.export_geojson(str(path))
+    wait_idle(qtbot, window)  # written in the background
+    document = json.loads(path.read_text())
+    vertices = document["features"][0]["geometry"]["coordinates"]
+    middle = len(vertices) // 2
+    vertices[middle] = [vertices[middle][0] + 15.0, vertices[middle][1] + 15.0]  # moved in QGIS
+    path.write_text(json.dumps(document))
+    window.controller.select(drawn.id)
+    window.lines_panel.delete_selected()
+    drop_file(window, path)
+    wait_idle(qtbot, window)
+    (imported,) = window.model.lines
+    assert len(imported.anchors) == len(vertices)  # every vertex an anchor: as drawn
+    assert any("1 edited line of lines.geojson: " in text for _, text in window.messages)
+
+
 def test_run_app_opens_the_image_given_and_quits(qtbot, monkeypatch):
     opened = []
     close_the_window_once_loaded(opened, monkeypatch)

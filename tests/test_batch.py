@@ -144,7 +144,7 @@ def test_batch_with_corrupt_image_and_bad_seeds(tmp_path, capsys):
     assert rows[2]["coordinate_space"] == "pixel"
     assert rows[1]["lines"] == "3"
     assert "seed off segment 0:" in rows[2]["reasons"]
-    assert "\nbad seed ghost: properties.image='missing.png' is not an image in " in err
+    assert "\nbad seed ghost: it names image 'missing.png', which is not in " in err
     assert ("\npartial: plain.png: seed off segment 0: point b=(700, 100) lies outside the "
             "572×572 image\n") in err
     assert "coordinates are pixels" in err
