@@ -138,7 +138,8 @@ KEYS = {
                                                          "a vertex dropped there"),
         ("Alt + click on a line", "select that segment: parameter changes re-trace it, G shows "
                                   "its corridor"),
-        ("Del", "delete the selected line"),
+        ("Del, Ctrl+Backspace", "delete the selected line (on a Mac keyboard ⌘⌫, or fn+⌫: its "
+                                "⌫ key is Backspace)"),
     ),
     "Viewing": (
         ("Wheel", "zoom around the cursor"),
@@ -449,7 +450,7 @@ class MainWindow(QMainWindow):
                 ("&Finish line", c.finish, ["Return", "Enter"]),
                 ("&Cancel segment", c.cancel, ["Esc"]),
                 ("Remove &last segment", c.backspace, ["Backspace"]),
-                ("&Delete line", self.lines_panel.delete_selected, ["Del"])):
+                ("&Delete line", self.lines_panel.delete_selected, ["Del", "Ctrl+Backspace"])):
             action = self._action(edit, text, slot, keys)
             action.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
             for widget in (self.canvas, self.lines_panel.table):

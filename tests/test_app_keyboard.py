@@ -182,12 +182,16 @@ def test_fields_buttons_canvas_and_table_have_accessible_names(make_window):
     assert "Enter finishes the line" in window.canvas.accessibleDescription()
 
 
-def test_deleting_a_line_says_so(make_window, qtbot):
+@pytest.mark.parametrize(("key", "modifier"), [
+    (Qt.Key.Key_Delete, Qt.KeyboardModifier.NoModifier),
+    # A Mac keyboard's ⌫ is Backspace: ⌘⌫ (Qt's Ctrl there) deletes, as in Mac programs.
+    (Qt.Key.Key_Backspace, Qt.KeyboardModifier.ControlModifier)])
+def test_deleting_a_line_says_so(make_window, qtbot, key, modifier):
     window = make_window()
     line = draw_line(qtbot, window, A, B)
     window.controller.select(line.id)
     window.canvas.setFocus()
-    QTest.keyClick(window.canvas, Qt.Key.Key_Delete)
+    QTest.keyClick(window.canvas, key, modifier)
     assert window.model.lines == ()
     assert window.statusBar().currentMessage() == "deleted Road 1 (Ctrl+Z undoes)"
 
