@@ -83,7 +83,8 @@ Resuming: the same command continues an interrupted batch, skipping the images
 whose output records the same seeds, parameters and files (and no failure that
 a rerun may not repeat, such as one over the memory budget). One run at a time
 owns OUT_DIR (its lock file: OUT_DIR/.roadtracer-batch.lock). Exit code: 0 all
-traced, 1 something failed (see OUT_DIR/summary.csv), 2 usage error, 130
+traced (seeds that cross none of the images are counted in summary.json, not
+failures), 1 something failed (see OUT_DIR/summary.csv), 2 usage error, 130
 interrupted (the summary of what is done is written)."""
 
 
@@ -122,7 +123,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="folder of images (PNG, JPEG, TIFF/GeoTIFF, JPEG 2000; world "
                         "files beside)")
     parser.add_argument("--seeds", required=True, metavar="SEEDS",
-                        help="GeoJSON LineStrings: lon/lat, or pixels with properties.image")
+                        help="GeoJSON or GeoJSONSeq LineStrings: lon/lat (or the CRS of a crs "
+                        "member), or pixels with properties.image (source_image in roadtracer's "
+                        "pixel exports)")
     parser.add_argument("-o", "--output", required=True, metavar="OUT_DIR",
                         help="folder for <image stem>.geojson, summary.json and summary.csv")
     parser.add_argument("--overwrite", action="store_true",

@@ -35,7 +35,7 @@ def wait_for(signal, timeout_ms: int = 60_000) -> None:
 
 def trace_line(window: MainWindow, kind: str, anchors) -> None:
     controller = window.controller
-    controller.kind = kind
+    window.lines_panel.new_kind.setCurrentText(kind)  # the box shows the kind drawn
     controller.press(anchors[0])
     for point in anchors[1:]:
         controller.press(point)
