@@ -106,6 +106,11 @@ def make_window(qtbot, tmp_path, monkeypatch):
         assert not window.isVisible(), "the window refused to close (a question answered Cancel?)"
         assert window.jobs.running is None
         assert window.jobs.shutdown(0), "worker thread still running after close"
+    # A queue's trace thread ends once the trace it runs is done (a detached one is not waited
+    # for at shutdown): give it that long, but no thread may stay.
+    deadline = time.monotonic() + 30
+    while python_threads() != threads_before and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert python_threads() == threads_before, threading.enumerate()
 
 

@@ -284,7 +284,8 @@ def test_help_tells_of_resuming_the_lock_and_the_exit_codes(capsys):
     assert ("Resuming: the same command continues an interrupted batch, skipping the images "
             "whose output records the same seeds, parameters and files") in text
     assert "OUT_DIR/.roadtracer-batch.lock" in text
-    assert ("Exit code: 0 all traced, 1 something failed (see OUT_DIR/summary.csv), 2 usage "
+    assert ("Exit code: 0 all traced (seeds that cross none of the images are counted in "
+            "summary.json, not failures), 1 something failed (see OUT_DIR/summary.csv), 2 usage "
             "error, 130 interrupted") in text
 
 
