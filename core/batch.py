@@ -1439,13 +1439,17 @@ def _run_calls(tasks: list[ImageTask], backend_factory: Callable[[], TracerBacke
 
     queue = list(futures)  # in submission order: workers take from the start, here from the end
     while here is not None and futures:
-        done, _ = wait(futures, timeout=0, return_when=FIRST_COMPLETED)
+        done = wait(futures, timeout=0, return_when=FIRST_COMPLETED).done
         for future in done:
             yield from outcomes(future)
         taken = None if done else _take_back(queue, futures)
         if taken is None:  # the workers are up, or nothing is left to take
             break
         yield from _run_here(taken, here, progress)
+    # No reference to a call's future may stay here once it is done: each holds its images'
+    # outputs, and a batch of many images would keep them all until it ends.
+    queue.clear()
+    done = None
     for future in as_completed(list(futures)):
         yield from outcomes(future)
     return lost

@@ -629,3 +629,32 @@ def test_an_unforeseen_error_reading_a_footprint_does_not_stop_the_plan(tmp_path
     assert [record["status"] for record in summary["images"]] == ["ok", "ok"]
     assert code == 0  # the lon/lat seed crosses no image: not traced, no failure
     assert summary["seeds_outside"]["count"] == 1
+
+
+def test_a_calls_outputs_are_let_go_once_handed_on():
+    """The parent keeps no finished call's future (each holds its images' output documents):
+    a batch of many images held them all until it ended."""
+    import weakref
+    from concurrent.futures import Executor, Future
+
+    from core import batch
+
+    class Output:  # an output document, as large as a real one may be
+        pass
+
+    class Finished(Executor):
+        def submit(self, fn, /, *args, **kwargs):
+            future = Future()
+            future.set_result([(args[0][0], Output())])
+            return future
+
+    calls = batch._run_calls([f"image{k}" for k in range(20)], None, Finished(), 1, None, None,
+                             None)
+    seen = []
+    for _report, output in calls:
+        seen.append(weakref.ref(output))
+        del output
+        if len(seen) == 10:
+            break
+    assert sum(ref() is not None for ref in seen) <= 1  # at most the one handed on last
+    calls.close()
