@@ -873,9 +873,11 @@ class MainWindow(QMainWindow):
 
     def _params_changed(self, params: TraceParams) -> None:
         """The panel's parameters changed: new traces take them (and the selection is traced
-        again); say so where score "evidence" now reads the image itself."""
+        again), the lines table gives lengths at their ground resolution; say so where score
+        "evidence" now reads the image itself."""
         if reads_image_as_evidence(params) and not reads_image_as_evidence(self.controller.params):
             self.show_status(EVIDENCE_ON_IMAGE)
+        self.lines_panel.set_metres_per_px(params.ground_resolution)
         self.controller.set_params(params)
 
     def _evidence_changed(self, path: str | None) -> None:

@@ -340,11 +340,21 @@ class ParamsPanel(QWidget):
         self._show_evidence(params.evidence_path)
 
 
-def row_texts(line: Line) -> tuple[str, str, str, str]:
-    """What the lines table shows of ``line``, column by column: name, kind, length (px) and
-    mean score per px ("—" where no segment is traced)."""
+def length_text(pixels: float, metres_per_px: float | None) -> str:
+    """A line's length as the lines table shows it: in metres (km from 10 km) where the
+    imagery's ground resolution ``metres_per_px`` is known, else in pixels."""
+    if metres_per_px is None:
+        return f"{pixels:.0f} px"
+    metres = pixels * metres_per_px
+    return f"{metres / 1000:.2f} km" if metres >= 10_000 else f"{metres:.0f} m" \
+        if metres >= 10 else f"{metres:.1f} m"
+
+
+def row_texts(line: Line, metres_per_px: float | None = None) -> tuple[str, str, str, str]:
+    """What the lines table shows of ``line``, column by column: name, kind, length
+    (:func:`length_text`) and mean score per px ("—" where no segment is traced)."""
     score = line.score_per_px
-    return (line.name, line.kind, f"{line.length:.0f}",
+    return (line.name, line.kind, length_text(line.length, metres_per_px),
             "—" if math.isnan(score) else f"{score:.3f}")
 
 
@@ -357,12 +367,14 @@ class LinesTableModel(QAbstractTableModel):
     box) are edits of the lines model.
     """
 
-    COLUMNS = ("Name", "Kind", "Length (px)", "Score/px")
+    COLUMNS = ("Name", "Kind", "Length", "Score/px")
     COLUMN_TIPS = (
         "The line's name (double-click to rename); the tick box shows or hides it",
         "Road or river (double-click, or Return, Space or F2, to switch: the line is traced "
         "again as such)",
-        "Length of the line in pixels",
+        "Length of the line: in metres where the imagery's ground resolution is known (its "
+        "georeferencing's, at the image's middle, or Parameters ▸ Ground resolution), else "
+        "in pixels",
         "Mean link score per pixel of the line's traced segments (straight ones not counted): "
         "higher, that is closer to 0, is better")
     NAME_HINT = "Double-click to rename; untick to hide"
@@ -374,6 +386,8 @@ class LinesTableModel(QAbstractTableModel):
     def __init__(self, lines_model: LinesModel, parent=None) -> None:
         super().__init__(parent)
         self.lines_model = lines_model
+        #: The imagery's metres per pixel (None: not known, lengths in pixels).
+        self.metres_per_px: float | None = None
         self._lines: list[Line] = []  # the line of every row, top to bottom
         self._row_of: dict[int, int] = {}  # the row of every line id
 
@@ -405,7 +419,7 @@ class LinesTableModel(QAbstractTableModel):
     def data(self, index: QModelIndex, role: int = Qt.ItemDataRole.DisplayRole):
         line, column = self._lines[index.row()], index.column()
         if role in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.EditRole):
-            return row_texts(line)[column]
+            return row_texts(line, self.metres_per_px)[column]
         if role == Qt.ItemDataRole.ToolTipRole and column <= 1:
             return f"{line.name}\n{self.NAME_HINT}" if column == 0 else self.KIND_HINT
         if role == Qt.ItemDataRole.CheckStateRole and column == 0:
@@ -580,6 +594,20 @@ class LinesPanel(QWidget):
         self._show_selection()
 
     # -- following the model --------------------------------------------------------------------
+    def set_metres_per_px(self, metres_per_px: float | None) -> None:
+        """Show lengths in metres at ``metres_per_px`` (the imagery's ground resolution), or in
+        pixels (None)."""
+        table_model = self.table_model
+        if metres_per_px == table_model.metres_per_px:
+            return
+        table_model.metres_per_px = metres_per_px
+        count = table_model.rowCount()
+        if count:
+            column = self.COLUMNS.index("Length")
+            table_model.dataChanged.emit(table_model.index(0, column),
+                                         table_model.index(count - 1, column))
+        self._fit_columns(list(range(count)), shrink=True)
+
     def refresh(self) -> None:
         """Bring the rows up to date with the model, touching only what changed."""
         with self._selecting_rows():
@@ -596,7 +624,8 @@ class LinesPanel(QWidget):
         header = self.table.horizontalHeader()
         grid = 1 if self.table.showGrid() else 0
         table_model = self.table_model
-        texts = [(row, row_texts(table_model.line_at(row))) for row in rows]
+        texts = [(row, row_texts(table_model.line_at(row), table_model.metres_per_px))
+                 for row in rows]
         for column in range(1, len(self.COLUMNS)):
             first_row: dict[str, int] = {}  # the first row showing each text of the column
             for row, row_text in texts:

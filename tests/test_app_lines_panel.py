@@ -77,7 +77,7 @@ def expected(model: LinesModel) -> list[tuple]:
     def score(line: Line) -> str:
         return "—" if math.isnan(line.score_per_px) else f"{line.score_per_px:.3f}"
 
-    return [(line.id, line.name, line.visible, line.kind, f"{line.length:.0f}", score(line))
+    return [(line.id, line.name, line.visible, line.kind, f"{line.length:.0f} px", score(line))
             for line in model.lines]
 
 
@@ -284,8 +284,8 @@ def test_lines_come_in_as_one_block_of_rows_and_only_the_rows_in_sight_are_read(
     assert touches.take() == (0, 3_000, 0)
     assert len(inserts) == 1
     read, row_texts = [], panels.row_texts
-    monkeypatch.setattr(panels, "row_texts", lambda line: read.append(line.id)
-                        or row_texts(line))
+    monkeypatch.setattr(panels, "row_texts", lambda line, metres_per_px: read.append(line.id)
+                        or row_texts(line, metres_per_px))
     table.viewport().repaint()
     in_sight = table.viewport().height() // table.rowHeight(0) + 2
     assert 0 < len(set(read)) <= in_sight
@@ -362,3 +362,10 @@ def test_the_tick_box_and_the_name_editor_edit_the_line(panel, qtbot):
         qtbot.waitUntil(lambda: table.state() != QAbstractItemView.State.EditingState)
         assert model.line(lines[1].id).name == name
     check(panel)
+
+
+def test_lengths_read_in_metres_where_the_ground_resolution_is_known():
+    assert panels.length_text(412.4, None) == "412 px"
+    assert panels.length_text(412.4, 0.2) == "82 m"
+    assert panels.length_text(30.0, 0.2) == "6.0 m"
+    assert panels.length_text(40_000.0, 0.5) == "20.00 km"

@@ -102,6 +102,9 @@ def test_a_georeferenced_image_is_traced_with_its_own_ground_resolution(make_win
     click(qtbot, window, A)
     click_and_wait(qtbot, window, B)
     assert held.traced[-1][2].ground_resolution == own  # what the tracer got
+    lengths = window.lines_panel.table_model
+    drawn = window.model.lines[0]
+    assert lengths.data(lengths.index(0, 2)) == f"{drawn.length * own:.0f} m"
     segment = window.model.lines[0].segments[0]
     assert segment.request.ground_resolution == segment.params.ground_resolution == own
     session = tmp_path / "utm.roadtracer.json"
@@ -114,6 +117,10 @@ def test_a_georeferenced_image_is_traced_with_its_own_ground_resolution(make_win
     assert panel.ground.isEnabled()
     assert panel.ground.value() == 2.0
     assert window.controller.params.ground_resolution == 2.0
+    assert lengths.metres_per_px == 2.0  # lengths at the user's ground resolution
+    with qtbot.waitSignal(panel.params_changed, timeout=5_000):
+        panel.ground.setValue(0.0)  # auto: not known
+    assert lengths.metres_per_px is None
 
 
 def test_georeferencing_beyond_any_imagery_asks_for_the_ground_resolution(make_window, qtbot,
