@@ -164,6 +164,10 @@ def use_process_options(args: argparse.Namespace, traces: bool = True) -> bool:
         set_memory_budget(args.memory_budget, "--memory-budget")
     # An evidence folder (batch, eval) puts every trace on an evidence raster too.
     evidence = getattr(args, "evidence", None) or getattr(args, "evidence_dir", None)
+    if traces and args.score == "evidence" and evidence is None:
+        option = "--evidence RASTER" if hasattr(args, "evidence") else "--evidence-dir DIR"
+        note(args, f"score 'evidence' reads the image's own band 0 as a road probability: "
+             f"give {option} (a segmentation model's road map) unless the image is one")
     if not (traces and runs_surface_model(replace(params_from_args(args),
                                                   evidence_path=evidence))):
         if args.surface_model:

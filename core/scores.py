@@ -393,6 +393,11 @@ def _evidence_river(inputs):
     return (*_evidence_planes(inputs), inputs.pixels[:, :, 0])
 
 
+#: The largest probability near a line below which an evidence raster says nothing: one step
+#: of an 8-bit raster (a 0/1 mask stored in 8 or 16 bits, or percent in 16 bits, reads so).
+FAINT_EVIDENCE = 1.0 / 255.0 + 1e-6
+
+
 def _evidence_planes(inputs):
     """Term −(1 − p + LENGTH_COST) of a probability raster p (band 0, values in [0, 1]).
 
@@ -410,6 +415,12 @@ def _evidence_planes(inputs):
                            f"part of the raster holds values from {low:g} to {high:g} (8/16-bit "
                            "rasters are scaled to [0, 1] when read: rescale a float raster, "
                            "fill its no-data)")
+    if 0.0 < high <= FAINT_EVIDENCE:
+        raise BadParameter(f"score 'evidence' reads band 0 as a probability in [0, 1]; this "
+                           f"part of the raster holds values of at most {high:.2g}, which "
+                           "trace a straight line: an 8/16-bit raster is read over its type's "
+                           "whole range, so a 0/1 mask reads 1/255 (save it as 0/255 or as "
+                           "float 0/1) and percent 100/65535 (rescale it to [0, 1])")
     return _ridge_term(probability)
 
 

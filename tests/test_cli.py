@@ -258,6 +258,36 @@ def test_evidence_raster_option(capsys, tmp_path):
     assert "100×100" in err
 
 
+def test_an_evidence_mask_of_0_and_1_in_8_bits_is_refused_not_traced_straight(capsys,
+                                                                             tmp_path):
+    """Read over its type's range, a 0/1 mask is at most 1/255: the line would be straight."""
+    import imageio.v3 as iio
+    import numpy as np
+
+    mask = np.zeros((572, 572), dtype=np.uint8)
+    mask[200:212, :] = 1
+    path = tmp_path / "mask01.png"
+    iio.imwrite(path, mask)
+    code, _, err = run_cli(capsys, SAMPLE_IMAGE, "--a", "100,206", "--b", "400,205",
+                           "--score", "evidence", "--evidence", path, "--backend", "cpu")
+    assert code == 2
+    assert "holds values of at most 0.0039" in err
+    assert "save it as 0/255 or as float 0/1" in err
+    mask *= 255  # the same mask as 0/255 traces
+    iio.imwrite(path, mask)
+    code, _, err = run_cli(capsys, SAMPLE_IMAGE, "--a", "100,206", "--b", "400,205",
+                           "--score", "evidence", "--evidence", path, "--backend", "cpu")
+    assert code == 0, err
+
+
+def test_score_evidence_on_the_image_itself_says_so(capsys):
+    code, _, err = run_cli(capsys, SAMPLE_IMAGE, "--a", A, "--b", B, "--score", "evidence",
+                           "--backend", "cpu")
+    assert code == 0
+    assert "note: score 'evidence' reads the image's own band 0 as a road probability: give " \
+        "--evidence RASTER" in err
+
+
 def test_multispectral_geotiff_traces_its_colour_bands(capsys, tmp_path):
     """Five bands, red, green and blue tagged as bands 4, 3, 2 (as a satellite stack): the
     trace is the PNG's, and stderr says which bands; --bands picks others or refuses."""
