@@ -821,6 +821,7 @@ def test_a_dropped_json_file_opens_as_what_it_holds(make_window, qtbot, tmp_path
     lines, session = tmp_path / "LINES.JSON", tmp_path / "WORK.JSON"
     assert window.export_geojson(str(lines))
     assert window.write_session(str(session))
+    wait_idle(qtbot, window)  # the export is written in the background
     window.controller.select(drawn.id)
     window.lines_panel.delete_selected()
     drop_file(window, lines)
