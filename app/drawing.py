@@ -30,7 +30,7 @@ import time
 from collections import deque
 from typing import Protocol
 
-from app.model import LinesModel, ModelChange, Point, Segment
+from app.model import LinesModel, ModelChange, Point, Segment, length_text
 from app.traces import TraceOutcome, TraceRequest, error_text
 from core.tracer import TraceParams
 
@@ -79,7 +79,7 @@ class DrawingHost(Protocol):
 LINE_STARTED = ("{kind} line started: click further along it (Shift + click: a straight "
                 "segment); Enter, a double-click or Esc ends the line")
 #: What the status bar says of a line once it is finished.
-LINE_FINISHED = "{name} finished ({length:.0f} px)"
+LINE_FINISHED = "{name} finished ({length})"
 
 
 class LineDrawing:
@@ -185,7 +185,9 @@ class LineDrawing:
             self.host.select(None)
         self.host.drawing_changed()
         if line is not None:
-            self.host.tell(LINE_FINISHED.format(name=line.name, length=line.length))
+            ground = self.host.line_params(line.kind).ground_resolution
+            self.host.tell(LINE_FINISHED.format(name=line.name,
+                                                length=length_text(line.length, ground)))
 
     # -- segments -------------------------------------------------------------------------------
     def _add_segment_to(self, b: Point, straight: bool, at_once: bool = True) -> None:

@@ -37,6 +37,16 @@ def line_name(name: str) -> str:
     return name if len(name) <= MAX_NAME_CHARS else name[:MAX_NAME_CHARS - 1] + "…"
 
 
+def length_text(pixels: float, metres_per_px: float | None) -> str:
+    """A line's length as the app shows it: in metres (km from 10 km) where the imagery's
+    ground resolution ``metres_per_px`` is known, else in pixels."""
+    if metres_per_px is None:
+        return f"{pixels:.0f} px"
+    metres = pixels * metres_per_px
+    return f"{metres / 1000:.2f} km" if metres >= 10_000 else f"{metres:.0f} m" \
+        if metres >= 10 else f"{metres:.1f} m"
+
+
 @dataclass(frozen=True, eq=False)
 class Segment:
     """The polyline between two anchors.

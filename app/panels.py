@@ -35,7 +35,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.model import LINE_KINDS, Line, LinesModel
+from app.model import LINE_KINDS, Line, LinesModel, length_text
 from app.params import (
     AUTO_POINTS_HALFWIDTH,
     PANEL_BACKENDS,
@@ -338,16 +338,6 @@ class ParamsPanel(QWidget):
             for blocker in blockers:
                 blocker.unblock()
         self._show_evidence(params.evidence_path)
-
-
-def length_text(pixels: float, metres_per_px: float | None) -> str:
-    """A line's length as the lines table shows it: in metres (km from 10 km) where the
-    imagery's ground resolution ``metres_per_px`` is known, else in pixels."""
-    if metres_per_px is None:
-        return f"{pixels:.0f} px"
-    metres = pixels * metres_per_px
-    return f"{metres / 1000:.2f} km" if metres >= 10_000 else f"{metres:.0f} m" \
-        if metres >= 10 else f"{metres:.1f} m"
 
 
 def row_texts(line: Line, metres_per_px: float | None = None) -> tuple[str, str, str, str]:

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 
 from app import panels
 from app.jobs import JobQueue
-from app.model import Line, LinesModel, Segment
+from app.model import Line, LinesModel, Segment, length_text
 from app.panels import LinesPanel
 from app.tracing import TracingController
 from core.tracer import TraceParams
@@ -365,7 +365,7 @@ def test_the_tick_box_and_the_name_editor_edit_the_line(panel, qtbot):
 
 
 def test_lengths_read_in_metres_where_the_ground_resolution_is_known():
-    assert panels.length_text(412.4, None) == "412 px"
-    assert panels.length_text(412.4, 0.2) == "82 m"
-    assert panels.length_text(30.0, 0.2) == "6.0 m"
-    assert panels.length_text(40_000.0, 0.5) == "20.00 km"
+    assert length_text(412.4, None) == "412 px"
+    assert length_text(412.4, 0.2) == "82 m"
+    assert length_text(30.0, 0.2) == "6.0 m"
+    assert length_text(40_000.0, 0.5) == "20.00 km"

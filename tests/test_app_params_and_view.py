@@ -113,6 +113,7 @@ def test_a_georeferenced_image_is_traced_with_its_own_ground_resolution(make_win
     assert line.segments[0].request.ground_resolution == own
     # A PNG again: the user's value is back, and applies.
     window.controller.finish()
+    assert window.statusBar().currentMessage() == f"Road 1 finished ({drawn.length * own:.0f} m)"
     open_and_wait(qtbot, window, SAMPLE_IMAGE)
     assert panel.ground.isEnabled()
     assert panel.ground.value() == 2.0
