@@ -294,7 +294,45 @@ def check_point(raster: Raster, point, name: str) -> np.ndarray:
 
 @lru_cache(maxsize=4)
 def _load_evidence(path: str, modified_ns: int, grid=None) -> Raster:
+    _check_one_band(path)
     return load_image(path, grid=grid)
+
+
+#: Side of the decimated read in which :func:`_check_one_band` compares an evidence raster's
+#: bands (px).
+BAND_CHECK_PX = 256
+
+
+def _check_one_band(path: str) -> None:
+    """Refuse an evidence raster read through GDAL (a GeoTIFF, …) whose bands, alpha aside,
+    differ: score "evidence" reads its first band as the road probability, and a map of
+    several (a segmentation model's background and road classes) would be traced on the
+    wrong one without a word. Grey stored as RGB (equal bands) passes; so do PNGs and JPEGs
+    (grey + alpha, or RGB pictures of a mask)."""
+    if not path.lower().endswith(WINDOWED_SUFFIXES):
+        return
+    try:
+        import rasterio
+        from rasterio.enums import ColorInterp
+    except ImportError:  # the reading says what to install
+        return
+    try:
+        with rasterio.open(path) as dataset:
+            bands = [number for number, tag in enumerate(dataset.colorinterp, 1)
+                     if tag != ColorInterp.alpha]
+            if len(bands) < 2:
+                return
+            shape = (len(bands), min(dataset.height, BAND_CHECK_PX),
+                     min(dataset.width, BAND_CHECK_PX))
+            sample = dataset.read(bands, out_shape=shape)
+    except Exception:  # noqa: BLE001 (rasterio's errors: the reading says what is wrong)
+        return
+    if all(np.array_equal(sample[0], other) for other in sample[1:]):
+        return
+    raise BadParameter(f"evidence raster {path} has {len(bands)} bands that differ: score "
+                       "'evidence' reads one band as the road probability; save the road "
+                       f"band alone, e.g. gdal_translate -b {bands[-1]} {os.path.basename(path)} "
+                       "road.tif")
 
 
 def evidence_source(raster: Raster, params: TraceParams) -> Raster:

@@ -280,6 +280,25 @@ def test_an_evidence_mask_of_0_and_1_in_8_bits_is_refused_not_traced_straight(ca
     assert code == 0, err
 
 
+def test_an_evidence_geotiff_of_several_differing_bands_is_refused(capsys, tmp_path):
+    """A segmentation model's (background, road) bands: the first would be traced silently."""
+    from tests.test_raster import write_bands
+
+    road = np.zeros((572, 572), dtype=np.uint8)
+    road[200:212, :] = 255
+    classes, grey = tmp_path / "classes.tif", tmp_path / "grey_as_rgb.tif"
+    write_bands(classes, np.stack([255 - road, road]))
+    write_bands(grey, np.stack([road, road, road]))
+    arguments = ("--a", "100,206", "--b", "400,205", "--score", "evidence", "--backend", "cpu")
+    code, _, err = run_cli(capsys, SAMPLE_IMAGE, *arguments, "--evidence", classes)
+    assert code == 2
+    assert "has 2 bands that differ" in err
+    assert "gdal_translate -b 2 classes.tif road.tif" in err
+    code, out, err = run_cli(capsys, SAMPLE_IMAGE, *arguments, "--evidence", grey)
+    assert code == 0, err
+    assert max(abs(y - 205.5) for _, y in json.loads(out)["pixels"]) <= 6
+
+
 def test_score_evidence_on_the_image_itself_says_so(capsys):
     code, _, err = run_cli(capsys, SAMPLE_IMAGE, "--a", A, "--b", B, "--score", "evidence",
                            "--backend", "cpu")
