@@ -27,6 +27,7 @@ from core.georef import Georef
 from core.tracer import TraceParams
 from tests.conftest import SAMPLE_CASES, SAMPLE_IMAGE, close_the_window_once_loaded
 from tests.synthetic import BULGE, road_image
+from tests.test_raster import write_bands
 
 CASES = {case["id"]: case for case in json.loads(SAMPLE_CASES.read_text())}
 CASE = CASES["gsi_108_01"]
@@ -888,6 +889,11 @@ def test_tracing_on_an_evidence_raster(make_window, qtbot, tmp_path):
     iio.imwrite(small, np.zeros((100, 100), dtype=np.uint8))
     assert not window.set_evidence_raster(str(small))
     assert "100×100" in window.last_error
+    classes = tmp_path / "classes.tif"  # a model's background and road bands
+    write_bands(classes, np.stack([np.zeros((572, 572), np.uint8), np.full((572, 572), 255,
+                                                                           np.uint8)]))
+    assert not window.set_evidence_raster(str(classes))  # refused as chosen, not at a trace
+    assert "has 2 bands that differ" in window.last_error
     assert window.params_panel.params().evidence_path is None
     with qtbot.waitSignal(window.params_panel.params_changed, timeout=5_000):
         assert window.set_evidence_raster(str(evidence))
