@@ -56,7 +56,6 @@ import sys
 import tempfile
 import threading
 import time
-import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import (
@@ -70,7 +69,7 @@ from concurrent.futures import (
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import asdict, dataclass, field, replace
-from functools import lru_cache, partial
+from functools import lru_cache
 from itertools import chain, count
 from pathlib import Path
 
@@ -108,11 +107,13 @@ from core.raster import (
     WINDOWED_SUFFIXES,
     Raster,
     choose_bands,
+    image_named,
     image_size,
     is_image_name,
     list_images,
     load_image,
     read_image_georef,
+    same_name_key,
 )
 from core.resources import (
     OverMemoryBudget,
@@ -553,12 +554,6 @@ def process_image(task: ImageTask, backend_factory: Callable[[], TracerBackend],
 
 # -------------------------------------------------------------------------------- planning
 
-def same_name_key(name: str) -> str:
-    """What two file names share when macOS or Windows take them for one: their NFC form
-    (macOS may hand a name back decomposed, NFD, as typed composed), case folded."""
-    return unicodedata.normalize("NFC", name).casefold()
-
-
 def output_names(images: list[Path]) -> dict[str, str]:
     """Output file name per image: ``<stem>.geojson``, ``<name>.geojson`` if stems collide;
     where that is still another image's (``a.png`` beside ``a.png.tif``), the image later in
@@ -574,23 +569,6 @@ def output_names(images: list[Path]) -> dict[str, str]:
                                  if same_name_key(f"{choice}.geojson") not in taken)
         taken.add(same_name_key(names[image.name]))
     return {image.name: names[image.name] for image in images}
-
-
-def image_named(name: str, names: list[str]) -> str | None:
-    """The image of ``names`` that a seed's ``properties.image`` ``name`` means.
-
-    The one named exactly so; else the only one named so in another Unicode normalisation
-    (``é`` composed or decomposed: a folder copied from macOS); else, on Windows and macOS,
-    whose file systems ignore case by default, the only one named so but for case and
-    normalisation (``A.PNG`` for ``a.png``: :func:`same_name_key`); else None (never two
-    images for one seed).
-    """
-    if name in names:
-        return name
-    key = same_name_key if sys.platform in ("win32", "darwin") \
-        else partial(unicodedata.normalize, "NFC")
-    same = [other for other in names if key(other) == key(name)]
-    return same[0] if len(same) == 1 else None
 
 
 def passed_over(folder: Path) -> tuple[int, int]:

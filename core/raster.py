@@ -33,10 +33,13 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 import textwrap
 import threading
+import unicodedata
 import warnings
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -78,6 +81,30 @@ def is_image_name(name: str) -> bool:
     and not a macOS AppleDouble file (``._a.png``: the Finder's metadata of ``a.png``,
     which it leaves beside it on a FAT or exFAT drive or a network share, no image)."""
     return not name.startswith("._") and Path(name).suffix.lower() in IMAGE_SUFFIXES
+
+
+def same_name_key(name: str) -> str:
+    """What two file names share when macOS or Windows take them for one: their NFC form
+    (macOS may hand a name back decomposed, NFD, as typed composed), case folded."""
+    return unicodedata.normalize("NFC", name).casefold()
+
+
+def image_named(name: str, names: list[str]) -> str | None:
+    """The image file of ``names`` that ``name`` means (a batch seed's or an imported line's
+    ``properties.image``).
+
+    The one named exactly so; else the only one named so in another Unicode normalisation
+    (``é`` composed or decomposed: a folder copied from macOS); else, on Windows and macOS,
+    whose file systems ignore case by default, the only one named so but for case and
+    normalisation (``A.PNG`` for ``a.png``: :func:`same_name_key`); else None (never two
+    images for one seed).
+    """
+    if name in names:
+        return name
+    key = same_name_key if sys.platform in ("win32", "darwin") \
+        else partial(unicodedata.normalize, "NFC")
+    same = [other for other in names if key(other) == key(name)]
+    return same[0] if len(same) == 1 else None
 
 
 def list_images(folder: Path) -> list[Path]:

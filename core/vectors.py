@@ -30,7 +30,7 @@ says:
   skipped. Lines are placed near the image (:func:`seeds_near_image`, :func:`near_centre`):
   on an image across the antimeridian, from either side of it.
 
-Image names match as batch matches them (:func:`core.batch.image_named`: but for case on
+Image names match as batch matches them (:func:`core.raster.image_named`: but for case on
 Windows and macOS).
 
 A line exported by roadtracer carries its anchors in pixels (``anchors`` from the app,
@@ -76,7 +76,7 @@ from core.geojson import MAX_LONGITUDE, PIXEL_CRS
 from core.georef import GeorefError, parse_crs, transform_points, wgs84, world_shift
 from core.jit import numba
 from core.output import READ_CHARS, collector_paused, decode_json, read_json, shortened
-from core.raster import Raster
+from core.raster import Raster, image_named
 from core.tracer import LINE_KINDS
 
 
@@ -850,8 +850,6 @@ def _lines_on_image(document, path, raster: Raster, image_name: str,
     """:func:`read_lines` of the GeoJSON ``document`` read from ``path``, placed
     :data:`FEATURES_PER_STEP` features at a time; each feature is dropped from it once read
     (it is freed in short steps, before the collector runs again)."""
-    from core.batch import image_named  # core.batch imports this module
-
     features = geojson_features(document, path)
     georef = raster.georef
     image_crs = georef.crs if georef is not None else None

@@ -19,12 +19,12 @@ from core.backend import CpuBackend
 from core.batch import (
     LOCK_FILE,
     WINDOWS_LOCK_BYTE,
-    image_named,
     lock_output_folder,
     plan_batch,
     run_tasks,
 )
 from core.errors import BadParameter
+from core.raster import image_named
 from tests.test_batch_integrity import batch, make_folder
 
 

@@ -23,16 +23,14 @@ from core.batch import (
     MAX_OUTSIDE_IDS,
     LocalPool,
     _worker_context,
-    image_named,
     local_executor,
     lock_output_folder,
     output_names,
     passed_over,
-    same_name_key,
 )
 from core.errors import OutputWriteError
 from core.output import names_descriptor, write_text_atomic
-from core.raster import list_images
+from core.raster import image_named, list_images, same_name_key
 from tests import test_batch_portability
 from tests.conftest import ROOT
 from tests.test_batch_integrity import batch, make_folder
