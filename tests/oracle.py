@@ -10,7 +10,10 @@ import itertools
 
 import numpy as np
 
-from core.guides import ANGLE_TOLERANCE
+#: The oracle's own slack on the angle limit: a turn is admissible when turn <= θ + this. It is
+#: the oracle's, not the engine's (core.guides.ANGLE_TOLERANCE), so that an engine whose
+#: tolerance is loosened is caught (tests/test_dp_oracle.py holds the engine's to at most this).
+ANGLE_TOLERANCE = 1e-9
 
 
 def turn_angle(p, q, r) -> float:

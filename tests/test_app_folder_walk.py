@@ -21,6 +21,7 @@ from app.files import autosave_path, load_autosave
 from app.session import LineEncoder, read_session
 from tests import test_app
 from tests.conftest import SAMPLE_IMAGE
+from tests.helpers import open_and_wait
 from tests.test_app import A, B, C, click, wait_idle
 
 make_window = test_app.make_window  # the fixture: windows closed, their workers stopped
@@ -93,12 +94,6 @@ def folder(tmp_path):
     for name in ("a.png", "b.png", "c.png"):
         shutil.copy(SAMPLE_IMAGE, path / name)
     return path
-
-
-def open_and_wait(qtbot, window, path) -> None:
-    with qtbot.waitSignal(window.image_loaded, timeout=60_000):
-        assert window.open_image(str(path))
-    wait_idle(qtbot, window)
 
 
 def draw_straight(qtbot, window, points) -> None:

@@ -18,17 +18,12 @@ from core.errors import OutputWriteError
 from core.georef import GeorefError, transform_points
 from core.tracer import TraceParams
 from core.vectors import read_lines
+from tests.helpers import traced
 from tests.test_vectors import PIXELS, collection, georeferenced_raster, write
 
 HUGE = "1" + "0" * 400  # a JSON integer no float holds
 ENGINEERING_CRS = ('ENGCRS["site",EDATUM["site datum"],CS[Cartesian,2],'
                    'AXIS["x",east,LENGTHUNIT["metre",1]],AXIS["y",north,LENGTHUNIT["metre",1]]]')
-
-
-def traced(a, b) -> Segment:
-    polyline = np.array([a, ((a[0] + b[0]) / 2, (a[1] + b[1]) / 2 + 1), b], dtype=float)
-    return Segment(polyline, np.array([-1.0, -2.0]), -3.0, TraceParams(),
-                   TraceParams(guides=1, points=5, halfwidth=2.0), "cpu")
 
 
 def session_document(tmp_path) -> dict:

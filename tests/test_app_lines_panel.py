@@ -11,7 +11,6 @@ os.environ["QT_QPA_PLATFORM"] = "offscreen"
 import math
 from dataclasses import replace
 
-import numpy as np
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
@@ -28,14 +27,7 @@ from app.jobs import JobQueue
 from app.model import Line, LinesModel, Segment, length_text
 from app.panels import LinesPanel
 from app.tracing import TracingController
-from core.tracer import TraceParams
-
-
-def traced(a, b, score=-3.0) -> Segment:
-    """A 'traced' segment a → b through a point off the chord."""
-    polyline = np.array([a, ((a[0] + b[0]) / 2, (a[1] + b[1]) / 2 + 1), b], dtype=float)
-    return Segment(polyline, np.array([score / 2, score / 2]), score, TraceParams(),
-                   TraceParams(guides=1, points=5, halfwidth=2.0), "cpu")
+from tests.helpers import traced
 
 
 def spec(i: int, length: float = 30.0, kind: str = "road"):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import shutil
@@ -43,6 +42,7 @@ from core.vectors import (
     without_close_vertices,
 )
 from tests.conftest import SAMPLE_CASES, SAMPLE_IMAGE
+from tests.helpers import read_summary
 from tests.synthetic import distance_to_polyline, road_image
 from tests.test_georef import TRANSFORM, sample_pixels, write_geotiff, write_world_file
 
@@ -108,13 +108,6 @@ def batch(capsys, images, seeds, out, *extra) -> tuple[int, str]:
     code = cli_main(["batch", str(images), "--seeds", str(seeds), "-o", str(out),
                      "--backend", "cpu", *map(str, extra)])
     return code, capsys.readouterr().err
-
-
-def read_summary(out) -> tuple[dict, list[dict]]:
-    summary = json.loads((out / "summary.json").read_text())
-    with open(out / "summary.csv", newline="", encoding="utf-8-sig") as stream:
-        rows = list(csv.DictReader(stream))
-    return summary, rows
 
 
 def test_batch_with_corrupt_image_and_bad_seeds(tmp_path, capsys):

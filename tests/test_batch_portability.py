@@ -25,7 +25,8 @@ from core.batch import (
 )
 from core.errors import BadParameter
 from core.raster import image_named
-from tests.test_batch_integrity import batch, make_folder
+from tests.helpers import batch
+from tests.test_batch_integrity import make_folder
 
 
 class FakeMsvcrt(types.ModuleType):

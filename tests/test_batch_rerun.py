@@ -3,19 +3,18 @@ failures and counts, seed failures are told once each, progress is in segments."
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 
 import numpy as np
 import pytest
 
-from cli import main as cli_main
 from cli.batch_cmd import SegmentProgress
 from core.backend import CpuBackend
 from core.batch import NO_SEED_REASON, ImageTask, process_image
 from core.tracer import TraceParams
 from core.vectors import Seed
+from tests.helpers import batch, read_summary
 from tests.test_batch import GEOREF, feature
 from tests.test_batch_integrity import road_png
 from tests.test_georef import TRANSFORM, write_world_file
@@ -43,19 +42,6 @@ def make_folder(root) -> tuple:
         feature([[10, 40], [300, 40]], {"image": "road.png"}, id="off"),
         feature(beside, id="beside")]}))
     return images, seeds
-
-
-def batch(capsys, images, seeds, out, *extra) -> tuple[int, str]:
-    code = cli_main(["batch", str(images), "--seeds", str(seeds), "-o", str(out),
-                     "--backend", "cpu", "--workers", "1", "--score", "centre",
-                     *map(str, extra)])
-    return code, capsys.readouterr().err
-
-
-def read_summary(out) -> tuple[dict, list[dict]]:
-    summary = json.loads((out / "summary.json").read_text())
-    with open(out / "summary.csv", newline="", encoding="utf-8-sig") as stream:
-        return summary, list(csv.DictReader(stream))
 
 
 def closing_line(out, counts: str, traced: int) -> str:

@@ -29,7 +29,8 @@ from core.batch import (
 )
 from core.errors import BadParameter
 from core.resources import BUDGET_OPTION_VARIABLE, BUDGET_VARIABLE, OverMemoryBudget
-from tests.test_batch_integrity import batch, make_folder
+from tests.helpers import batch
+from tests.test_batch_integrity import make_folder
 
 
 def pixel_seeds(path, lines: dict[str, list]) -> None:

@@ -44,7 +44,20 @@ def test_o_is_short_for_json(capsys, tmp_path, argv):
     report = tmp_path / "report.json"
     code, out, _ = run(capsys, [*argv, "-o", report])
     assert code == 0
-    assert json.loads(report.read_text()) is not None
+    document = json.loads(report.read_text())
+    if argv is BENCH:  # one row: the one angle, divisions and points asked for
+        assert set(document) == {"backend", "machine", "rows"}
+        (row,) = document["rows"]
+        assert (row["theta"], row["n"], row["d"]) == (30.0, 5, 8)
+        assert row["end_to_end_ms"] > 0
+    else:  # the one case of --limit 1, traced by ours
+        assert set(document) == {"evidence_dir", "methods", "params", "surface_model"}
+        assert list(document["methods"]) == ["ours"]
+        (case,) = document["methods"]["ours"]["cases"]
+        assert case["id"] == "gsi_108_00"
+        assert case["error"] is None
+        assert 0 <= case["completeness_3"] <= case["completeness_5"] <= 1
+        assert document["methods"]["ours"]["summary"]["all"]["n"] == 1
     assert out.strip()  # the printed report stays on stdout
 
 

@@ -126,22 +126,44 @@ def test_a_backend_that_cannot_start_says_why(monkeypatch, failure, reason):
 
 def test_a_gpu_backend_slow_to_start_is_announced_while_it_starts(monkeypatch):
     """Building the kernels (the first use after an install) takes half a minute: the caller
-    hears of it after SLOW_START_SECONDS, and not at all from a backend that starts at once."""
-    import time
-
+    hears of it after SLOW_START_SECONDS, while the backend still starts, and not at all from
+    a backend that starts at once (its timer is cancelled). No clock: the slow start waits
+    until it is announced, and the fast one's timer is joined."""
     from gpu import select
     from gpu.backend import GpuBackend
 
-    heard = []
-    monkeypatch.setattr(select, "SLOW_START_SECONDS", 0.05)
-    monkeypatch.setattr(GpuBackend, "create",
-                        classmethod(lambda cls, blocking_sync=False: time.sleep(0.5) or "slow"))
-    assert select.gpu_backend(notify=heard.append) == "slow"
+    heard, told = [], threading.Event()
+
+    def notify(note):
+        heard.append(note)
+        told.set()
+
+    def slow(cls, blocking_sync=False):
+        assert told.wait(30)  # announced while still starting (30 s: only a hang fails)
+        return "slow"
+
+    timers = []
+
+    class RecordedTimer(threading.Timer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            timers.append(self)
+
+    monkeypatch.setattr(select.threading, "Timer", RecordedTimer)
+    monkeypatch.setattr(select, "SLOW_START_SECONDS", 0.0)
+    monkeypatch.setattr(GpuBackend, "create", classmethod(slow))
+    assert select.gpu_backend(notify=notify) == "slow"
     assert heard == [select.SLOW_START_NOTE]
     heard.clear()
+    # A timer that would fire only after an hour: once the fast start returns it has been
+    # cancelled, so its thread ends at once and nothing is heard.
+    monkeypatch.setattr(select, "SLOW_START_SECONDS", 3600.0)
     monkeypatch.setattr(GpuBackend, "create", classmethod(lambda cls, blocking_sync=False: "fast"))
-    assert select.gpu_backend(notify=heard.append) == "fast"
-    time.sleep(0.2)  # the timer was cancelled: nothing comes later
+    assert select.gpu_backend(notify=notify) == "fast"
+    assert len(timers) == 2
+    assert timers[1].finished.is_set()  # cancelled
+    timers[1].join(30)
+    assert not timers[1].is_alive()
     assert heard == []
 
 
@@ -502,20 +524,33 @@ def test_dropped_backends_free_their_memory_cleanly(sample):
 
     raster, cases = sample
     case = cases[1]
+    expected = trace(raster, case["a"], case["b"], TraceParams(), CpuBackend())
+    traced, errors = [], []
 
     def use_and_drop():
-        backend = GpuBackend.create()
-        trace(raster, case["a"], case["b"], TraceParams(), backend)
-        backend.release()
-        trace(raster, case["a"], case["b"], TraceParams(), backend)
-        del backend
-        gc.collect()
+        try:
+            backend = GpuBackend.create()
+            traced.append(trace(raster, case["a"], case["b"], TraceParams(), backend))
+            backend.release()
+            traced.append(trace(raster, case["a"], case["b"], TraceParams(), backend))
+            del backend
+            gc.collect()
+        except Exception as exc:  # relayed to the test thread
+            errors.append(exc)
 
     use_and_drop()
     worker = threading.Thread(target=use_and_drop)
     worker.start()
     worker.join()
     gc.collect()
+    assert not errors
+    assert len(traced) == 4  # twice on each thread, before and after the release
+    for got in traced:
+        # As test_gpu_follows_a_drag: the device's float32 surface model moves scores by a
+        # few 1e-6; the path is the CPU's except at a near-exact tie.
+        assert got.score == pytest.approx(expected.score, rel=5e-6)
+        if not np.array_equal(got.indices, expected.indices):
+            assert got.score == pytest.approx(expected.score, rel=1e-6)
 
 
 @pytest.mark.gpu

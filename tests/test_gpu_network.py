@@ -122,7 +122,8 @@ def test_lowered_surface_model_matches_onnx_runtime(rows, cols):
     expected = session.run(None, {"image": image})[0][0]
     got = run_program(program, constants, image[0])
     assert got.shape == expected.shape
-    assert np.abs(got - expected).max() <= 1e-3 * max(1.0, np.abs(expected).max())
+    # Measured (float64 twin vs ONNX Runtime's float32): at most 1.5e-6 of the largest logit.
+    assert np.abs(got - expected).max() <= 2e-5 * max(1.0, np.abs(expected).max())
 
 
 def test_a_model_with_an_unknown_operator_is_refused_with_its_name():

@@ -274,9 +274,24 @@ def test_eval_refuses_a_true_line_outside_its_image(capsys, tmp_path, far, shown
 
 
 def test_eval_takes_a_true_line_to_the_image_edge(capsys, tmp_path):
-    cases = cases_file(tmp_path, [[50, 250], [572.4, 60], [-1.4, -1.4]])
-    code, _ = run(capsys, "eval", cases, "--method", "straight", "-q")
+    """A true line to within a pixel beyond the image's edge is measured as given: the
+    straight line a → b meets its first leg only at a, where the two part at 23.5°, so
+    only the first 3 / sin 23.5° = 7.5 px of its 1133 px lie within 3 px (12.5 px within 5),
+    and its point (572.4, 60), not moved onto the image, lies 322.4 px from b."""
+    gt = np.array([[50, 250], [572.4, 60], [-1.4, -1.4]])
+    cases = cases_file(tmp_path, gt.tolist())
+    report = tmp_path / "report.json"
+    code, _ = run(capsys, "eval", cases, "--method", "straight", "-q", "--json", report)
     assert code == 0
+    (case,) = json.loads(report.read_text())["methods"]["straight"]["cases"]
+    assert case["error"] is None
+    legs = np.diff(gt, axis=0)
+    line, first = np.subtract([250, 60], [50, 250]), legs[0]
+    sine = abs(line[0] * first[1] - line[1] * first[0]) / (np.hypot(*line) * np.hypot(*first))
+    length = np.hypot(*legs.T).sum()
+    assert case["completeness_3"] == pytest.approx(3 / sine / length, abs=1e-3)  # 0.0066
+    assert case["completeness_5"] == pytest.approx(5 / sine / length, abs=1e-3)  # 0.011
+    assert case["hausdorff"] == pytest.approx(572.4 - 250, abs=1e-9)
 
 
 @pytest.mark.parametrize("cases", [

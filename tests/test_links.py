@@ -24,7 +24,7 @@ def test_compiled_links_match_reference(sampler):
     ends = rng.uniform([3, 5], [49, 45], size=(9, 2))
     np.testing.assert_allclose(integrate_links(evidence, starts, ends),
                                integrate_links_reference(evidence, starts, ends),
-                               rtol=1e-6, atol=1e-6)
+                               rtol=1e-12, atol=1e-12)  # measured: at most 4e-14 apart
 
 
 def test_samples_outside_the_image_contribute_nothing():

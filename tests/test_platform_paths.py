@@ -33,7 +33,8 @@ from core.output import names_descriptor, write_text_atomic
 from core.raster import image_named, list_images, same_name_key
 from tests import test_batch_portability
 from tests.conftest import ROOT
-from tests.test_batch_integrity import batch, make_folder
+from tests.helpers import batch
+from tests.test_batch_integrity import make_folder
 
 #: The fixture of a process that Windows' ``msvcrt`` locks (:mod:`tests.test_batch_portability`).
 windows = test_batch_portability.windows

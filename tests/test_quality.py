@@ -33,19 +33,23 @@ def test_default_tracer_lands_on_the_sample_roads(sample_summary):
     # Measured at the defaults: median completeness@5px 1.00; mean @3px 0.89; gt→trace 0.69 px.
     assert sample_summary["all"]["failures"] == 0
     assert sample_summary["all"]["completeness_5"]["median"] >= 0.95
-    assert sample_summary["all"]["completeness_3"]["mean"] >= 0.75
+    assert sample_summary["all"]["completeness_3"]["mean"] >= 0.85
     assert sample_summary["all"]["gt_to_trace"]["median"] <= 1.5
 
 
 def test_default_tracer_on_roads_it_never_saw(road_results):
-    # Measured on the 58 nontrivial cases: medians c@3 0.66, c@5 0.96; means 0.66, 0.83.
-    # A drop of 0.1 in any of them fails.
+    # The shipped model (resources/models/surface.onnx) on the 58 nontrivial cases: medians
+    # c@3 0.767, c@5 0.982; means 0.691, 0.851. The same recipe retrained with other random
+    # starts reads medians 0.70-0.72 / 0.94-0.99, means 0.69-0.71 / 0.85-0.86
+    # (docs/ACCURACY.md, "Roads"): the bounds sit at or just below the lowest of those, so a
+    # retrained model of the recipe stays above them; a drop below that spread fails.
     summary = summarise([r for r in road_results if "nontrivial" in r.case.tags])
+    assert summary["all"]["n"] == 58
     assert summary["all"]["failures"] == 0
-    assert summary["all"]["completeness_3"]["median"] >= 0.56
-    assert summary["all"]["completeness_5"]["median"] >= 0.86
-    assert summary["all"]["completeness_3"]["mean"] >= 0.56
-    assert summary["all"]["completeness_5"]["mean"] >= 0.73
+    assert summary["all"]["completeness_3"]["median"] >= 0.70
+    assert summary["all"]["completeness_5"]["median"] >= 0.94
+    assert summary["all"]["completeness_3"]["mean"] >= 0.67
+    assert summary["all"]["completeness_5"]["mean"] >= 0.83
 
 
 def test_default_tracer_keeps_straight_roads_straight(road_results):
@@ -62,9 +66,10 @@ def test_default_tracer_keeps_straight_roads_straight(road_results):
 
 
 def test_default_tracer_beats_the_straight_line_where_it_matters(sample_summary):
+    # Measured: mean c@5 on the nontrivial sample cases 0.97 against the straight line's 0.69.
     straight = summarise(evaluate(load_cases(SAMPLE_CASES), "straight"))
     assert (sample_summary["nontrivial"]["completeness_5"]["mean"]
-            > straight["nontrivial"]["completeness_5"]["mean"] + 0.05)
+            > straight["nontrivial"]["completeness_5"]["mean"] + 0.2)
 
 
 def test_default_tracer_follows_river_centrelines():
@@ -76,10 +81,11 @@ def test_default_tracer_follows_river_centrelines():
 
 
 def test_moving_an_endpoint_moves_the_line_little():
-    # Measured: 0.68, 0.93, 0.41 px (a model trained with more grey crops moved case 00, a
-    # short bend of a narrow channel, by 3.98 px: a nudged click lands on the bank).
+    # Measured: 0.86, 0.93, 0.41 px, median 0.86 (a model trained with more grey crops moved
+    # case 00, a short bend of a narrow channel, by 3.98 px: a nudged click lands on the bank).
     shifts = stability(load_cases(RIVER_CASES), shift=3.0)
-    assert float(np.median(shifts)) <= 2.0
+    assert len(shifts) == 3
+    assert float(np.median(shifts)) <= 1.2
 
 
 def _band_image(size=(120, 200), centre_row=60.0, amplitude=20.0):

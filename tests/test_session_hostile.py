@@ -8,10 +8,11 @@ wrong size is refused from its header, in the worker."""
 
 from __future__ import annotations
 
+import builtins
+import io
 import json
 import os
 import threading
-import time
 import tracemalloc
 
 import imageio.v3 as iio
@@ -36,7 +37,8 @@ from core.raster import Raster
 from core.tracer import TraceParams, evidence_source
 from tests import test_app
 from tests.conftest import SAMPLE_IMAGE
-from tests.test_app_hostile_files import put, session_document, traced
+from tests.helpers import traced
+from tests.test_app_hostile_files import put, session_document
 
 make_window = test_app.make_window  # the fixture: windows closed, their workers stopped
 
@@ -214,13 +216,25 @@ def sparse_file(path, size: int):
     return path
 
 
-def test_a_session_over_its_size_limit_is_refused_before_it_is_read(tmp_path):
+def test_a_session_over_its_size_limit_is_refused_before_it_is_read(tmp_path, monkeypatch):
     path = sparse_file(tmp_path / "sparse.roadtracer.json", 2 * MAX_SESSION_BYTES)
-    start = time.perf_counter()
+    opened = []
+
+    def guarded(real):
+        def open_(file, *args, **kwargs):
+            if isinstance(file, (str, bytes, os.PathLike)) and os.fspath(file) in (
+                    str(path), bytes(path)):
+                opened.append(file)
+                raise AssertionError(f"{file} was opened to be read")
+            return real(file, *args, **kwargs)
+        return open_
+
+    monkeypatch.setattr(builtins, "open", guarded(builtins.open))
+    monkeypatch.setattr(io, "open", guarded(io.open))
     with pytest.raises(SessionReadError, match=r"cannot read session .*sparse.roadtracer.json: "
                                                r"it is 2.0 GiB, over the limit of 1.0 GiB"):
         load_session(path)
-    assert time.perf_counter() - start < 1.0
+    assert opened == []  # refused from its size: not a byte of it read
 
 
 def test_a_json_file_over_the_limit_of_its_reader_is_refused_before_it_is_read(tmp_path):

@@ -14,6 +14,7 @@ import pytest
 import core.surface
 from cli import main as cli_main
 from tests.conftest import ROOT, SAMPLE_IMAGE
+from tests.helpers import shifted_model
 
 A, B = "505,158", "400,500"
 
@@ -25,22 +26,6 @@ def restored_model(monkeypatch):
     # Set first, so that teardown restores the variable as it was, absent or not.
     monkeypatch.setenv(core.surface.MODEL_VARIABLE, "")
     monkeypatch.delenv(core.surface.MODEL_VARIABLE)
-
-
-def shifted_model(path, shift):
-    """The bundled model with ``shift`` added to its surface logit (its last bias), saved at
-    ``path``: a model that reads the imagery differently."""
-    import onnx
-    from onnx import numpy_helper
-
-    model = onnx.load(str(core.surface.BUNDLED_MODEL))
-    last = model.graph.node[-1]
-    bias = next(item for item in model.graph.initializer if item.name == last.input[2])
-    values = numpy_helper.to_array(bias).copy()
-    values[0] += shift
-    bias.CopyFrom(numpy_helper.from_array(values, bias.name))
-    onnx.save(model, str(path))
-    return path
 
 
 def identity_model(path, planes):
