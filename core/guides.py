@@ -161,7 +161,9 @@ def check_halfwidth(value) -> float:
     """The corridor half-width ``value`` (px) as a float if it is finite and > 0, else
     :class:`BadParameter`."""
     halfwidth = real_number(value, "halfwidth")
-    if not (math.isfinite(halfwidth) and halfwidth > 0):
+    if not math.isfinite(halfwidth):
+        raise BadParameter(f"halfwidth must be a finite number of px, got {value}")
+    if not halfwidth > 0:
         raise BadParameter(f"halfwidth must be > 0 px, got {value}")
     return halfwidth
 

@@ -1,9 +1,10 @@
 """Link integration: the score of every guide-to-guide link from a window's evidence planes.
 
-The score of a link from p to q of length L is the midpoint rule with K = max(2, ceil(L))
-samples: ``score = L/K · Σ_k term(x_k)``, x_k = p + (k + ½)/K · (q − p). Planes are sampled
-with bilinear interpolation; samples outside the image contribute 0. The term is the
-evidence's sampler (:data:`core.scores.SCALAR`, ``CROSS`` or ``SINE``) applied to the samples.
+The score of a link from p to q of length L is the midpoint rule with
+K = max(2, ceil(L − SAMPLE_COUNT_SLACK)) samples: ``score = L/K · Σ_k term(x_k)``,
+x_k = p + (k + ½)/K · (q − p). Planes are sampled with bilinear interpolation; samples outside
+the image contribute 0. The term is the evidence's sampler (:data:`core.scores.SCALAR`,
+``CROSS`` or ``SINE``) applied to the samples.
 :func:`integrate_links` is the compiled version (CPU backend), :func:`integrate_links_reference`
 its plain-numpy twin (reference backend, tests); the GPU's links.cu follows the same rule.
 """
@@ -15,6 +16,17 @@ import numpy as np
 from core.guides import Windows
 from core.jit import numba
 from core.scores import CROSS, SCALAR, SINE, Evidence
+
+#: A link of length L takes max(2, ceil(L − this)) samples: a length that is a whole number of
+#: px but computed a rounding above it (60.00000000000001 where √(dx² + dy²) is taken with fused
+#: operations, as the compiled kernel does) takes as many samples in every backend. gpu/links.cu
+#: holds the same value (LINK_SAMPLE_SLACK; tests/test_engine_degenerate.py compares them).
+SAMPLE_COUNT_SLACK = 1e-9
+
+
+def sample_count(length: float) -> int:
+    """Samples of a link of ``length`` px: max(2, ceil(length − :data:`SAMPLE_COUNT_SLACK`))."""
+    return max(2, int(np.ceil(length - SAMPLE_COUNT_SLACK)))
 
 
 @numba.njit(cache=True, fastmath=True, inline="always")
@@ -85,7 +97,7 @@ def _integrate_links(coefficients, frame, sampler, tau, starts, ends, useful):
                 continue
             qx, qy = ends[s, j, 0], ends[s, j, 1]
             dx, dy = qx - px, qy - py
-            count = max(2, int(np.ceil(np.sqrt(dx * dx + dy * dy))))
+            count = max(2, int(np.ceil(np.sqrt(dx * dx + dy * dy) - SAMPLE_COUNT_SLACK)))
             # A segment with both ends in the (convex) image has every sample inside it.
             inside = start_inside and 0.0 <= qx <= width - 1 and 0.0 <= qy <= height - 1
             link = (px, py, dx, dy, count)
@@ -239,7 +251,7 @@ def integrate_links_reference(evidence: Evidence, starts: np.ndarray,
         for j, q in enumerate(np.asarray(ends, dtype=np.float64)):
             delta = q - p
             length = float(np.hypot(*delta))
-            count = max(2, int(np.ceil(length)))
+            count = sample_count(length)
             f = (np.arange(count) + 0.5) / count
             values = _bilinear_reference(evidence, p[0] + f * delta[0], p[1] + f * delta[1])
             vx, vy = delta / length

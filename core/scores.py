@@ -9,6 +9,10 @@ Three *samplers* turn planes into terms (the GPU implements the same three):
 * ``CROSS``: term = |g × v| = |∇I|·|sin φ| from planes (gx, gy) and link direction v;
 * ``SINE``:  term = |sin φ| where |∇I| > τ, else 0 (the paper read literally).
 
+The rounding noise of a uniform area's gradient (|∇I| ~ 1e-17 of the value range) is no edge:
+the tracer makes ``SINE``'s τ at least the window's :func:`gradient_floor`, and refuses a
+gradient kind's optimum whose mean term per px is at most it (``Evidence.noise_floor``).
+
 Kinds: ``surface`` (default: centre of the surface under a and b, colour match refined by a
 learned model, core/surface.py), ``centre`` (the colour match alone), ``colour``, ``flat``,
 ``cross``, ``sine`` and ``evidence`` (a user's probability raster; see core/tracer.py). The
@@ -28,7 +32,7 @@ from core.errors import BadParameter
 from core.gradient import gaussian_blur
 from core.offset import offset_ridge
 from core.resources import BYTES_PER_WINDOW_PX
-from core.surface import model_memory, surface_model
+from core.surface import STRETCH_SPAN_ABSOLUTE, model_memory, surface_model
 
 SCALAR, CROSS, SINE = 0, 1, 2
 
@@ -47,11 +51,15 @@ class Evidence:
     sampler : int
         SCALAR, CROSS or SINE.
     tau : float
-        Gradient-magnitude threshold of the SINE sampler.
+        Gradient-magnitude threshold of the SINE sampler (the tracer makes it at least
+        ``noise_floor``).
     surface : ndarray of shape (rows, cols), float32, or None
         The clicked surface's membership (:attr:`ScoreKind.river`), in river mode.
     on_no_data : (bool, bool)
         Whether a and b lie on no data in the image (core.tracer.NO_DATA_SHARE).
+    noise_floor : float
+        For the gradient samplers (CROSS, SINE), the window's :func:`gradient_floor`: gradient
+        magnitudes at most this are rounding noise, no edge; 0 for SCALAR.
     """
 
     planes: np.ndarray
@@ -61,6 +69,7 @@ class Evidence:
     tau: float = 0.0
     surface: np.ndarray | None = None
     on_no_data: tuple[bool, bool] = (False, False)
+    noise_floor: float = 0.0
 
 
 def pad_planes(planes: np.ndarray, pad, sampler: int) -> np.ndarray:
@@ -194,8 +203,9 @@ def _sine_planes(inputs):
 #: Smallest spread or gradient scale the kinds divide by, as a fraction of the window's
 #: value range: imagery of any range (1e-7 reflectances or 16-bit counts) scores alike.
 RELATIVE_FLOOR = 1e-6
-#: ... and at least this (a float32 holds 1 / s² above it; a blank window's range is 0).
-ABSOLUTE_FLOOR = 1e-18
+#: ... and at least this (a float32 holds 1 / s² above it; a blank window's range is 0): the
+#: floor of the surface model's stretch too (core.surface.STRETCH_SPAN_ABSOLUTE, one value).
+ABSOLUTE_FLOOR = STRETCH_SPAN_ABSOLUTE
 
 
 def value_floor(value_range: float) -> float:
@@ -203,6 +213,13 @@ def value_floor(value_range: float) -> float:
     is ``value_range``: :data:`RELATIVE_FLOOR` × ``value_range``, at least
     :data:`ABSOLUTE_FLOOR`."""
     return max(RELATIVE_FLOOR * value_range, ABSOLUTE_FLOOR)
+
+
+def gradient_floor(pixels: np.ndarray) -> float:
+    """The gradient magnitude at and below which a gradient is rounding noise, no edge, in a
+    window of ``pixels`` (rows, cols, bands): :func:`value_floor` of its value range (a uniform
+    area's gradient is ~1e-17 of the range; an edge's, ~0.1 of its step)."""
+    return value_floor(float(np.ptp(pixels))) if pixels.size else ABSOLUTE_FLOOR
 
 
 def _flat_planes(inputs):

@@ -55,8 +55,13 @@ UNKNOWN_GROUND_NOTE = ("the surface model reads larger windows at two resolution
 #: then clipped to ``STRETCH_CLIP``.
 STRETCH_PERCENTILES = (1.0, 99.0)
 STRETCH_CLIP = (-0.5, 1.5)
-#: Smallest percentile span the bands are divided by (a blank window's is 0).
+#: Smallest percentile span the bands are divided by, as a fraction of the larger magnitude of
+#: the two percentiles (:func:`stretch_span`: imagery of any scale, 1e-7 reflectances or 16-bit
+#: counts, stretches alike; a blank window's span is 0) ...
 STRETCH_SPAN_FLOOR = 1e-6
+#: ... and at least this (a window of zeros): core.scores.ABSOLUTE_FLOOR is this value, and
+#: gpu/evidence.cu is compiled with it.
+STRETCH_SPAN_ABSOLUTE = 1e-18
 #: :func:`percentiles` reads its thresholds off every this many-th value.
 PERCENTILE_SAMPLE_STRIDE = 64
 #: Reach of the endpoint plane around each click, a fraction of the clicks' distance.
@@ -229,7 +234,7 @@ def model_inputs(pixels: np.ndarray, similarity: np.ndarray, a: np.ndarray,
     """
     bands = pixels[:, :, :3] if pixels.shape[2] >= 3 else np.repeat(pixels[:, :, :1], 3, axis=2)
     low, high = percentiles(bands, STRETCH_PERCENTILES)
-    span = max(float(high - low), STRETCH_SPAN_FLOOR)
+    span = stretch_span(low, high)
     rows, cols = similarity.shape
     inputs = np.empty((1, INPUT_PLANES, rows + (-rows) % SIZE_MULTIPLE,
                        cols + (-cols) % SIZE_MULTIPLE), dtype=np.float32)
@@ -242,6 +247,15 @@ def model_inputs(pixels: np.ndarray, similarity: np.ndarray, a: np.ndarray,
     _reflect_pad(planes[:4], rows, cols)
     planes[4] = endpoint_plane(a, b, *planes.shape[1:])
     return inputs
+
+
+def stretch_span(low: float, high: float) -> float:
+    """What :func:`model_inputs` divides the bands by after subtracting ``low``: the span
+    ``high − low`` of their stretch percentiles, at least :data:`STRETCH_SPAN_FLOOR` × the
+    larger of |low| and |high| and at least :data:`STRETCH_SPAN_ABSOLUTE` (so a window's
+    stretch does not depend on the scale of its values)."""
+    magnitude = max(abs(float(low)), abs(float(high)))
+    return max(float(high - low), STRETCH_SPAN_FLOOR * magnitude, STRETCH_SPAN_ABSOLUTE)
 
 
 def _reflect_pad(planes: np.ndarray, rows: int, cols: int) -> None:

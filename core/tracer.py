@@ -36,6 +36,7 @@ evidence made in the turned frame, the image resampled into it bilinearly
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -77,9 +78,12 @@ from core.raster import (
 from core.resources import check_trace_plan, window_pixels
 from core.scores import (
     PATCH_RADIUS,
+    SCALAR,
+    SINE,
     Evidence,
     ScoreInputs,
     get_score_kind,
+    gradient_floor,
     pad_planes,
     patch_colours,
     trace_window_memory,
@@ -121,6 +125,14 @@ GRADIENT_BLANK_SHARE = 1e-4
 #: Share of an endpoint's patch (``PATCH_RADIUS``) reading 0 in every band (no data) above
 #: which the trace notes that the point lies on no data (on the image, not an evidence raster).
 NO_DATA_SHARE = 0.5
+#: The default gradient scale σ (px). Score kinds that do not read the gradient
+#: (``ScoreKind.uses_gradient`` False) read the window of this σ's margin whatever
+#: ``TraceParams.sigma`` says (:func:`evidence_sigma`): σ does not change their lines.
+DEFAULT_SIGMA = 1.5
+#: How far (px) a point may lie beyond the image's edge and still be taken, moved onto the
+#: edge: float noise of a coordinate conversion (an anchor at 571 + 1e-9 on a 572 px wide
+#: image), as :attr:`core.guides.Corridor.pixel_bounds` rounds it away.
+POINT_TOLERANCE = 1e-6
 
 
 @dataclass(frozen=True)
@@ -140,7 +152,7 @@ class TraceParams:
     points: int | None = None
     halfwidth: float | None = None
     max_angle: float = 60.0
-    sigma: float = 1.5
+    sigma: float = DEFAULT_SIGMA
     score: str = "surface"
     evidence_path: str | None = None
     line_kind: str = "road"
@@ -163,11 +175,12 @@ class TraceParams:
         range (guides >= 1 and points >= 2 whole numbers, halfwidth > 0 px, max angle in
         (0, 180]°, σ from ``MIN_SIGMA`` to ``MAX_SIGMA`` px, a registered score kind, a line kind of
         :data:`LINE_KINDS`, a ground resolution in :data:`GROUND_RESOLUTION_RANGE`, an
-        evidence path)."""
+        evidence path). Whole numbers of guides and points given as floats (3.0) become
+        ints."""
         if self.guides is not None:
-            check_count(self.guides, "guides", 1)
+            object.__setattr__(self, "guides", check_count(self.guides, "guides", 1))
         if self.points is not None:
-            check_count(self.points, "points per guide", 2)
+            object.__setattr__(self, "points", check_count(self.points, "points per guide", 2))
         if self.halfwidth is not None:
             check_halfwidth(self.halfwidth)
         check_max_angle(self.max_angle)
@@ -226,8 +239,12 @@ def check_ground_resolution(value: float, what: str = "ground resolution") -> fl
     """``value`` if it is a number of metres per pixel within :data:`GROUND_RESOLUTION_RANGE`,
     else :class:`BadParameter` naming ``what`` it is."""
     low, high = GROUND_RESOLUTION_RANGE
-    if not low <= real_number(value, what) <= high:  # NaN fails too
-        raise BadParameter(f"{what} {value:.3g} m per pixel, outside {low:g} to {high:g} m"
+    number = real_number(value, what)
+    if not low <= number <= high:  # NaN fails too
+        text = f"{number:.3g}"
+        if low <= float(text) <= high:  # rounded into the range (0.0009999 as 0.001): exactly
+            text = exact_text(number)
+        raise BadParameter(f"{what} {text} m per pixel, outside {low:g} to {high:g} m"
                            + ("" if what == "ground resolution" else
                               "; state the right one (--ground-resolution, or the app's "
                               "ground resolution parameter)"))
@@ -239,7 +256,9 @@ def check_sigma(value) -> float:
     :data:`core.gradient.MIN_SIGMA` to :data:`core.gradient.MAX_SIGMA`, else
     :class:`BadParameter`."""
     sigma = real_number(value, "sigma")
-    if not (math.isfinite(sigma) and sigma >= MIN_SIGMA):
+    if not math.isfinite(sigma):
+        raise BadParameter(f"sigma must be a finite number of px, got {value}")
+    if not sigma >= MIN_SIGMA:
         raise BadParameter(f"sigma must be at least {MIN_SIGMA:g} px (finer, the Gaussian "
                            f"derivative no longer sees edges), got {value}")
     if sigma > MAX_SIGMA:
@@ -247,6 +266,23 @@ def check_sigma(value) -> float:
                            f"reaches, at {TRUNCATE:g}σ, beyond the {MAX_IMAGE_SIDE} px side of "
                            f"the largest image), got {sigma:g}")
     return sigma
+
+
+def evidence_sigma(params: TraceParams) -> float:
+    """The gradient scale σ (px) the evidence of a trace with ``params`` is made with, and
+    its window's margin read for (:func:`core.gradient.gradient_margin`): ``params.sigma`` for
+    a score kind that reads the gradient, else :data:`DEFAULT_SIGMA` (σ is no parameter of
+    theirs: their lines, and the memory they need, are those of the default σ)."""
+    if get_score_kind(params.traced_score).uses_gradient:
+        return params.sigma
+    return DEFAULT_SIGMA
+
+
+def exact_text(value: float) -> str:
+    """``value`` as short text (``:g``) where that reads back as the same number, else as
+    Python writes it exactly (571.000000001, not 571)."""
+    text = f"{value:g}"
+    return text if float(text) == value else repr(float(value))
 
 
 def resolve_for_length(params: TraceParams, length: float) -> TraceParams:
@@ -268,8 +304,9 @@ def check_params(params: TraceParams) -> None:
     error rather than a failure of every segment or case.
     """
     params.check()
-    resolved = params.resolve(100.0)
-    chord, margin = (100.0, 0.0), gradient_margin(params.sigma)
+    sigma = evidence_sigma(params)
+    resolved = replace(params.resolve(100.0), sigma=sigma)
+    chord, margin = (100.0, 0.0), gradient_margin(sigma)
     window_px = window_pixels(chord, resolved.halfwidth, margin)
     check_trace_plan(params, resolved, margin,
                      (window_px, trace_window_memory(resolved, window_px,
@@ -279,17 +316,31 @@ def check_params(params: TraceParams) -> None:
 
 
 def check_point(raster: Raster, point, name: str) -> np.ndarray:
-    """Return the point as (2,) float64, or raise if it is not finite and inside the image."""
+    """Return the point as (2,) float64, or raise if it is not two finite numbers (a bool or
+    a string is none) inside the image. A point at most :data:`POINT_TOLERANCE` px beyond the
+    image's edge is moved onto it."""
     try:
-        xy = np.asarray(point, dtype=np.float64).reshape(2)
+        coordinates = point.reshape(2).tolist() if isinstance(point, np.ndarray) else [
+            value.item() if isinstance(value, np.ndarray) and value.ndim == 0 else value
+            for value in point]
     except (TypeError, ValueError):
-        raise BadParameter(f"point {name}={point!r} is not an (x, y) pair") from None
+        coordinates = None
+    if coordinates is None or len(coordinates) != 2 or not all(
+            isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
+            for value in coordinates):
+        raise BadParameter(f"point {name}={point!r} is not an (x, y) pair of numbers")
+    try:
+        xy = np.array([float(value) for value in coordinates], dtype=np.float64)
+    except OverflowError:  # an integer beyond a float's range
+        raise BadParameter(f"point {name}={point!r} is not finite") from None
+    x, y = (exact_text(value) for value in xy)
     if not np.all(np.isfinite(xy)):
-        raise BadParameter(f"point {name}=({xy[0]:g}, {xy[1]:g}) is not finite")
-    if not (0 <= xy[0] <= raster.width - 1 and 0 <= xy[1] <= raster.height - 1):
-        raise PointOutsideImage(f"point {name}=({xy[0]:g}, {xy[1]:g}) lies outside the "
+        raise BadParameter(f"point {name}=({x}, {y}) is not finite")
+    high = np.array([raster.width - 1, raster.height - 1], dtype=np.float64)
+    if np.any(xy < -POINT_TOLERANCE) or np.any(xy > high + POINT_TOLERANCE):
+        raise PointOutsideImage(f"point {name}=({x}, {y}) lies outside the "
                                 f"{raster.width}×{raster.height} image")
-    return xy
+    return np.clip(xy, 0.0, high)
 
 
 @lru_cache(maxsize=4)
@@ -420,7 +471,7 @@ def border_shift(corridor: Corridor, params: TraceParams) -> np.ndarray:
     -------
     ndarray of shape (2,), float64
     """
-    low = corridor.pixel_bounds[0] - (gradient_margin(params.sigma) + 2)
+    low = corridor.pixel_bounds[0] - (gradient_margin(evidence_sigma(params)) + 2)
     return np.maximum(-low, 0).astype(np.float64)
 
 
@@ -477,7 +528,8 @@ def _evidence_many(raster: Raster, corridors: list, backend: TracerBackend,
     source = evidence_source(raster, params)
     ground = ground_resolution_of(raster, params)
     stray_share = GRADIENT_BLANK_SHARE if "gradient" in kind.needs else 0.0
-    reads = [_read_corridor(raster, source, corridor, frame, params.sigma, stray_share)
+    sigma = evidence_sigma(params)
+    reads = [_read_corridor(raster, source, corridor, frame, sigma, stray_share)
              for corridor, _, frame in corridors]
     if params.line_kind == "river" and kind.river is not None:
         made = []
@@ -489,7 +541,7 @@ def _evidence_many(raster: Raster, corridors: list, backend: TracerBackend,
                          None if surface is None else np.pad(surface, read.pad)))
     else:
         made = [(planes, tau, None) for planes, tau in backend.score_planes_many(
-            kind, [(read.pixels, read.a, read.b) for read in reads], params.sigma, deferred,
+            kind, [(read.pixels, read.a, read.b) for read in reads], sigma, deferred,
             [read.pad for read in reads], ground)]
     return [read.evidence(kind, planes, tau, surface, source is raster)
             for read, (planes, tau, surface) in zip(reads, made, strict=True)]
@@ -562,7 +614,12 @@ class _CorridorWindow:
         """The :class:`Evidence` of ``planes`` (P, rows', cols') made from these pixels and
         padded by :attr:`pad` (and, in river mode, the water ``surface`` (rows', cols') or
         None); where the pixels are the image's (``of_image``), whether a and b lie on no data
-        (more than ``NO_DATA_SHARE`` of their patch reads 0 in every band)."""
+        (more than ``NO_DATA_SHARE`` of their patch reads 0 in every band). For a gradient
+        sampler, the window's :func:`core.scores.gradient_floor` (``noise_floor``), and the
+        ``SINE`` threshold ``tau`` at least that."""
+        floor = 0.0 if kind.sampler == SCALAR else gradient_floor(self.pixels)
+        if kind.sampler == SINE:
+            tau = max(float(tau), floor)
         on_no_data = tuple(
             of_image and bool(np.all(patch_colours(self.pixels, point, PATCH_RADIUS) == 0,
                                      axis=1).mean() > NO_DATA_SHARE)
@@ -570,7 +627,7 @@ class _CorridorWindow:
         return Evidence(np.ascontiguousarray(planes, dtype=np.float32), self.origin, self.size,
                         kind.sampler, tau,
                         None if surface is None else np.asarray(surface, dtype=np.float32),
-                        on_no_data)
+                        on_no_data, floor)
 
 
 @dataclass(frozen=True)
@@ -607,7 +664,7 @@ def _turned_frame(raster: Raster, a: np.ndarray, b: np.ndarray,
     """The frame turned to [a, b] (x along it, y across) whose window holds the corridor of
     ``params`` (resolved) with the gradient margin, where the trace should use it (module
     docstring), else None."""
-    margin = gradient_margin(params.sigma)
+    margin = gradient_margin(evidence_sigma(params))
     axis_aligned = window_pixels(b - a, params.halfwidth, margin)
     if axis_aligned <= TURNED_FRAME_PIXELS:
         return None
@@ -790,8 +847,18 @@ def trace_through(raster: Raster, points: list, params: TraceParams | None = Non
     names = names or [f"point {k + 1}" for k in range(len(points))]
     if len(names) != len(points):
         raise BadParameter(f"{len(names)} names for {len(points)} points")
-    for point, name in zip(points, names, strict=True):
-        check_point(raster, point, name)
+    checked = [check_point(raster, point, name)
+               for point, name in zip(points, names, strict=True)]
+    if len(points) > 2:  # one leg's ends are a and b: trace_many words it
+        for k, (start, end) in enumerate(zip(checked[:-1], checked[1:], strict=True)):
+            apart = float(np.hypot(*(end - start)))
+            if apart < 2:
+                raise BadParameter(
+                    f"{names[k]} → {names[k + 1]}: endpoints {names[k]}="
+                    f"({start[0]:g}, {start[1]:g}) and {names[k + 1]}=({end[0]:g}, {end[1]:g}) "
+                    + ("are the same point" if apart == 0 else
+                       f"are {apart:.3g} px apart")
+                    + "; the ends of a leg must be at least 2 px apart")
     results = trace_many(raster, list(zip(points[:-1], points[1:], strict=True)), params, backend)
     for k, result in enumerate(results):
         if isinstance(result, TraceError):
@@ -915,9 +982,42 @@ def _solve_chunk(raster: Raster, segments: list, backend: TracerBackend, results
         solutions = [exc] * len(ready)
     solve_ms = 1e3 * (time.perf_counter() - start) / max(len(ready), 1)
     for (k, segment, evidence, _), solution in zip(ready, solutions, strict=True):
-        results[k] = solution if isinstance(solution, TraceError) else \
-            _finish(segment, evidence, solution, (windows_ms, evidence_ms, solve_ms),
-                    backend.name)
+        if isinstance(solution, TraceError):
+            results[k] = solution
+        elif _meets_no_edge(segment, evidence, solution):
+            results[k] = _no_edge_error(segment)
+        else:
+            results[k] = _finish(segment, evidence, solution,
+                                 (windows_ms, evidence_ms, solve_ms), backend.name)
+
+
+def _meets_no_edge(segment: _Segment, evidence: Evidence, solution) -> bool:
+    """Whether the optimum ``solution`` (a BackendSolution) of a score kind whose terms are
+    gradient evidence alone (``uses_gradient`` with a ``CROSS`` or ``SINE`` sampler: every
+    term >= 0, no length cost) meets no edge: its mean term per px is at most the window's
+    noise floor (``evidence.noise_floor``: ``CROSS``'s term is at most |∇I|), or, for
+    ``SINE`` (whose threshold is at least that floor), it scores 0. The optimum is the best
+    line, so no line in the corridor meets an edge: the links tie, up to rounding noise, and
+    the tie-break (the corridor's edge, a re-trace wider still) would choose the line."""
+    kind = get_score_kind(segment.params.score)
+    if not kind.uses_gradient or kind.sampler == SCALAR:
+        return False
+    limit = 0.0
+    if kind.sampler != SINE:
+        line = segment.corridor.polyline(solution.indices)
+        limit = evidence.noise_floor * float(np.hypot(*np.diff(line, axis=0).T).sum())
+    return not solution.score > limit
+
+
+def _no_edge_error(segment: _Segment) -> BadParameter:
+    """The refusal of a trace that :func:`_meets_no_edge` (no re-trace in a wider corridor
+    follows it)."""
+    params = segment.params
+    source = "the image" if params.evidence_path is None else "the evidence raster"
+    return BadParameter(f"{source} holds no edge to trace between a and b: score "
+                        f"'{params.score}' follows the gradient, and no line in the corridor "
+                        f"meets any (a uniform area); score 'surface' (the default) follows "
+                        f"the surface under a and b")
 
 
 def _segment(raster: Raster, a, b, params: TraceParams) -> _Segment:
@@ -936,11 +1036,12 @@ def _segment(raster: Raster, a, b, params: TraceParams) -> _Segment:
                            "must be at least 2 px apart")
     resolved = resolve_for_length(params, length)
     frame = _turned_frame(raster, a, b, resolved)
-    margin = gradient_margin(params.sigma)
+    sigma = evidence_sigma(resolved)
+    margin = gradient_margin(sigma)
     window_px = window_pixels(b - a, resolved.halfwidth, margin) if frame is None \
         else float(frame.window[0] * frame.window[1])
     window_bytes = trace_window_memory(resolved, window_px, ground_resolution_of(raster, resolved))
-    check_trace_plan(params, resolved, margin, (window_px, window_bytes))
+    check_trace_plan(params, replace(resolved, sigma=sigma), margin, (window_px, window_bytes))
     params = resolved
     if frame is not None:
         corridor = build_corridor(frame.start, frame.start + (length, 0.0), params.guides,

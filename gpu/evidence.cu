@@ -854,7 +854,8 @@ extern "C" __global__ void __launch_bounds__(1024) percentile_finish(const Windo
 }
 
 // core.surface.model_inputs on the device: the band planes stretched by their percentiles
-// (range = [low, high] from band_percentiles, span max(high - low, STRETCH_SPAN_FLOOR)) and
+// (range = [low, high] from band_percentiles, span core.surface.stretch_span: max(high - low,
+// STRETCH_SPAN_FLOOR x max(|low|, |high|), ABSOLUTE_FLOOR)) and
 // clipped to [clip_low, clip_high], the similarity, all mirrored ("reflect") to out_rows x out_cols, and
 // core.surface.endpoint_plane over the whole out_rows x out_cols (not mirrored): clip(1 -
 // min(|p - a|, |p - b|) / reach, 0, 1), float32 as numpy computes it, with the clicks (ax, ay),
@@ -890,7 +891,10 @@ extern "C" __global__ void model_input(const Window* __restrict__ windows)
     float* out = w.input;
     const size_t plane = (size_t)rows * cols, at = (size_t)mirror(r, rows) * cols + mirror(c, cols);
     const float low = (float)range[0];
-    const float span = (float)fmax(__dsub_rn(range[1], range[0]), STRETCH_SPAN_FLOOR);
+    const double magnitude = fmax(fabs(range[0]), fabs(range[1]));
+    const float span = (float)fmax(fmax(__dsub_rn(range[1], range[0]),
+                                        __dmul_rn(STRETCH_SPAN_FLOOR, magnitude)),
+                                   ABSOLUTE_FLOOR);
     const size_t out_plane = (size_t)out_rows * out_cols, out_at = (size_t)r * out_cols + c;
     for (int k = 0; k < 3; ++k) {
         const float v = __fdiv_rn(__fsub_rn(planes[(used == 3 ? k : 0) * plane + at], low), span);

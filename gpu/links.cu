@@ -1,7 +1,8 @@
 // Link scores of every stage on the device, by the rule of core/links.py:
-// a link p -> q of length L gets K = max(2, ceil(L)) midpoint samples x_k = p + (k + 1/2)/K (q - p),
-// each a bilinear sample of the evidence planes (0 outside the image) turned into a term by the
-// sampler, and score = L/K * sum_k term(x_k). Positions, interpolation and the sum are `real`:
+// a link p -> q of length L gets K = max(2, ceil(L - LINK_SAMPLE_SLACK)) midpoint samples
+// x_k = p + (k + 1/2)/K (q - p), each a bilinear sample of the evidence planes (0 outside the
+// image) turned into a term by the sampler, and score = L/K * sum_k term(x_k). Positions,
+// interpolation and the sum are `real`:
 // float64 by default, positions and interpolation in the CPU's order of operations, so scores
 // agree with the CPU backend to rounding; float32 when built with -DREAL=float (GPUs with a low
 // float64 rate), which interpolates in the cheaper two-lerp form. Samples on the window's far
@@ -26,6 +27,12 @@
 #define REAL double
 #endif
 typedef REAL real;
+
+// core.links.SAMPLE_COUNT_SLACK (tests/test_engine_degenerate.py checks that they agree): a
+// length a rounding above a whole number of px takes as many samples as on the CPU.
+#ifndef LINK_SAMPLE_SLACK
+#define LINK_SAMPLE_SLACK 1e-9
+#endif
 
 #define SAMPLER_SCALAR 0
 #define SAMPLER_CROSS 1
@@ -138,7 +145,7 @@ __device__ __forceinline__ void link_scores(const LinkStage* stages, int n_stage
         const double px64 = st.from[2 * s], py64 = st.from[2 * s + 1];
         const double dx64 = st.to[2 * e] - px64, dy64 = st.to[2 * e + 1] - py64;
         length64 = sqrt(dx64 * dx64 + dy64 * dy64);
-        count = max(2, (int)ceil(length64));
+        count = max(2, (int)ceil(length64 - LINK_SAMPLE_SLACK));
         const real px = (real)px64, py = (real)py64, dx = (real)dx64, dy = (real)dy64;
         const real length = (real)length64;
         const real vx = dx / length, vy = dy / length;

@@ -220,16 +220,16 @@ def test_seeds_naming_their_image_are_listed_as_matched(tmp_path, capsys):
         "a.png": ["#0"], "b.png": ["#1"]}
 
 
-@pytest.mark.parametrize(("option", "value", "named"), [
-    ("--points", "100000", "lower points"),
-    ("--guides", "1000000", "lower guides"),
-    ("--halfwidth", "1e9", "lower halfwidth"),
-    ("--sigma", "1e4", "lower sigma"),
-    ("--halfwidth", "1e-9", "halfwidth 1e-09 px is too narrow"),
+@pytest.mark.parametrize(("options", "named"), [
+    (("--points", "100000"), "lower points"),
+    (("--guides", "1000000"), "lower guides"),
+    (("--halfwidth", "1e9"), "lower halfwidth"),
+    (("--sigma", "1e4", "--score", "flat"), "lower sigma"),  # σ sizes a gradient kind's window
+    (("--halfwidth", "1e-9"), "halfwidth 1e-09 px is too narrow"),
 ])
-def test_plans_over_the_memory_budget_are_usage_errors(tmp_path, capsys, option, value, named):
+def test_plans_over_the_memory_budget_are_usage_errors(tmp_path, capsys, options, named):
     images, seeds = make_folder(tmp_path, names=("a.png",))
-    code, err = batch(capsys, images, seeds, tmp_path / "out", option, value)
+    code, err = batch(capsys, images, seeds, tmp_path / "out", *options)
     assert code == 2
     assert err.count("\n") == 1
     assert named in err

@@ -101,7 +101,7 @@ def test_a_line_through_via_points_is_its_legs_joined(capsys):
     ([SAMPLE_IMAGE, "--a", A, "--b", B, "--points", "100000"], "lower points"),
     ([SAMPLE_IMAGE, "--a", A, "--b", B, "--halfwidth", "1e9"], "halfwidth 1e+09 px is more "
                                                                "than the image's diagonal"),
-    ([SAMPLE_IMAGE, "--a", A, "--b", B, "--sigma", "1e4"], "lower sigma"),
+    ([SAMPLE_IMAGE, "--a", A, "--b", B, "--sigma", "1e4", "--score", "flat"], "lower sigma"),
     ([SAMPLE_IMAGE, "--a", A, "--b", B, "--halfwidth", "1e-9"], "halfwidth 1e-09 px is too "
                                                                  "narrow"),
     ([SAMPLE_IMAGE, "--a", A, "--b", B, "--memory-budget", "lots"], "--memory-budget must be"),

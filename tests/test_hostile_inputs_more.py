@@ -233,7 +233,7 @@ def test_sigma_up_to_its_bound_is_refused_by_the_plan_not_an_overflow(capsys):
         TraceParams(sigma=1e300).check()
     assert model_memory(float("inf")) == float("inf")
     code, err = run(capsys, "trace", SAMPLE_IMAGE, "--a", A, "--b", B, "--sigma",
-                    "5.3e8")
+                    "5.3e8", "--score", "flat")
     assert code == 2
     assert only_error(err).endswith(": lower sigma")
 
@@ -447,7 +447,8 @@ def test_eval_refuses_parameters_no_case_can_trace_with(capsys, tmp_path, option
                                                         culprit):
     report = tmp_path / "report.json"
     report.write_text(OLD)
-    code, err = run(capsys, "eval", SAMPLE_CASES, option, value, "--json", report)
+    code, err = run(capsys, "eval", SAMPLE_CASES, option, value, "--score", "flat",
+                    "--json", report)
     assert code == 2
     line = only_error(err)
     assert "over the memory budget" in line
