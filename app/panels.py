@@ -198,8 +198,9 @@ class ParamsPanel(QWidget):
                                   "roads; raise it for winding rivers.")
         self.sigma = _spin_box(PARAM_RANGES["sigma"], " px", defaults.sigma)
         self.sigma.setSingleStep(0.25)
-        self.sigma.setToolTip("Gaussian scale σ of the image gradient: larger smooths noise and "
-                              "fine texture.")
+        self.sigma_tip = ("Gaussian scale σ of the image gradient: larger smooths noise and "
+                          "fine texture.")
+        self.sigma.setToolTip(self.sigma_tip)
         self.ground = _spin_box(PARAM_RANGES["ground_resolution"], " m/px")
         self.ground.setSingleStep(0.1)
         self.ground_tip = ("The image's metres per pixel, for an image whose georeferencing "
@@ -315,8 +316,22 @@ class ParamsPanel(QWidget):
             EVIDENCE_ON_IMAGE if reads_image_as_evidence(self.params())
             else "Links are scored on the image's own pixels."))
         self.clear_evidence.setEnabled(path is not None)
+        self._show_sigma()
         if changed:
             self.evidence_changed.emit(path)
+
+    def _show_sigma(self) -> None:
+        """σ is a parameter of the score kinds that read the gradient only: greyed out, with a
+        tooltip saying so, for the others (the one traced: ``centre`` for ``surface`` on an
+        evidence raster)."""
+        traced = self.params().traced_score
+        uses_gradient = SCORE_KINDS[traced].uses_gradient
+        self.sigma.setEnabled(uses_gradient)
+        self.sigma.setToolTip(self.sigma_tip if uses_gradient else
+                              f"Score '{traced}' does not read the image gradient: σ does not "
+                              "change its lines (it sets the gradient-based scores' scale: "
+                              + ", ".join(name for name, kind in SCORE_KINDS.items()
+                                          if kind.uses_gradient) + ").")
 
     def set_params(self, params: TraceParams) -> None:
         """Show parameters (from a session, checked by :func:`app.params.params_from_dict`)

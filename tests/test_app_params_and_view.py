@@ -408,3 +408,19 @@ def test_page_down_in_the_lines_table_scrolls_it(make_window, qtbot, tmp_path):
     window.canvas.setFocus()
     with qtbot.waitSignal(window.image_loaded, timeout=60_000):
         qtbot.keyClick(window.canvas, Qt.Key.Key_PageDown)  # elsewhere: the next image
+
+
+def test_sigma_is_offered_only_for_scores_that_read_the_gradient(make_window):
+    panel = make_window().params_panel
+    assert panel.params().score == "surface"
+    assert not panel.sigma.isEnabled()
+    assert "does not read the image gradient" in panel.sigma.toolTip()
+    for score in ("flat", "cross", "sine"):
+        panel.score.setCurrentText(score)
+        assert panel.sigma.isEnabled(), score
+        assert panel.sigma.toolTip() == panel.sigma_tip
+    for score in ("centre", "colour", "evidence"):
+        panel.score.setCurrentText(score)
+        assert not panel.sigma.isEnabled(), score
+    panel.set_params(TraceParams(score="cross"))
+    assert panel.sigma.isEnabled()
