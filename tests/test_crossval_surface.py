@@ -100,16 +100,23 @@ def test_prefix_models_trace_their_images_as_eval_does(crossval, two_images, tmp
 
 
 def test_corrections_are_counted_with_each_images_model(crossval, tmp_path, capsys):
+    """On the sample's cases the shifted model's lines need a vertex where the bundled
+    model's need none (case 05): the counts are those of the model given."""
     model = shifted_model(tmp_path / "shifted.onnx", -4.0)
     report = tmp_path / "report.json"
-    assert crossval.main([str(CASES), "--model", f"gsi_,dubai={model}", "--corrections", "1",
+    assert crossval.main([str(SAMPLE_CASES), "--model", f"gsi_={model}", "--corrections", "1",
                           "--json", str(report)]) == 0
     assert "with 0 to 1 vertices added" in capsys.readouterr().out
-    cases = load_cases(CASES)
-    core.surface.MODEL_PATH = model  # put back by _restore_model_path
-    expected = corrections(cases, OURS, 1, PARAMS)
+    cases = load_cases(SAMPLE_CASES)
+    core.surface.MODEL_PATH = MODEL  # as the script left it: put back by _restore_model_path
+    bundled = {case.id: each.added
+               for case, each in zip(cases, corrections(cases, OURS, 1, PARAMS), strict=True)}
+    core.surface.MODEL_PATH = model
+    expected = {case.id: each.added
+                for case, each in zip(cases, corrections(cases, OURS, 1, PARAMS), strict=True)}
+    assert expected != bundled
     counts = json.loads(report.read_text())["corrections"]["methods"][OURS]["cases"]
-    assert counts == {case.id: each.added for case, each in zip(cases, expected, strict=True)}
+    assert counts == expected
     assert crossval.main([str(CASES), "--model", f"gsi_,dubai={model}", "--corrections",
                           "-1"]) == 2
     assert "--corrections must be 0 to 5, got -1" in capsys.readouterr().err
