@@ -19,8 +19,8 @@ from core.scores import CROSS, SCALAR, SINE, Evidence
 
 #: A link of length L takes max(2, ceil(L − this)) samples: a length that is a whole number of
 #: px but computed a rounding above it (60.00000000000001 where √(dx² + dy²) is taken with fused
-#: operations, as the compiled kernel does) takes as many samples in every backend. gpu/links.cu
-#: holds the same value (LINK_SAMPLE_SLACK; tests/test_engine_degenerate.py compares them).
+#: operations, as the compiled kernel does) takes as many samples in every backend (gpu/links.cu
+#: is compiled with it as LINK_SAMPLE_SLACK).
 SAMPLE_COUNT_SLACK = 1e-9
 
 

@@ -127,11 +127,20 @@ def evidence_constants() -> dict[str, float | int]:
             "STRETCH_SPAN_FLOOR": surface.STRETCH_SPAN_FLOOR}
 
 
+def link_constants() -> dict[str, float]:
+    """The host's constants that ``links.cu`` is compiled with: :mod:`core.links`' slack of the
+    sample count (a link a rounding longer than a whole number of px samples as on the CPU)."""
+    from core import links
+
+    return {"LINK_SAMPLE_SLACK": links.SAMPLE_COUNT_SLACK}
+
+
 def source_options(name: str) -> list[str]:
     """The nvcc options the CUDA source ``name`` needs besides its precision: ``evidence.cu``'s
-    :func:`evidence_constants` as ``-DNAME=value`` (floats written with ``repr``, the shortest
-    text that reads back as the same double)."""
-    constants = evidence_constants() if name == "evidence.cu" else {}
+    :func:`evidence_constants` and ``links.cu``'s :func:`link_constants` as ``-DNAME=value``
+    (floats written with ``repr``, the shortest text that reads back as the same double)."""
+    constants = {"evidence.cu": evidence_constants,
+                 "links.cu": link_constants}.get(name, dict)()
     return [f"-D{key}={value!r}" for key, value in constants.items()]
 
 

@@ -28,11 +28,9 @@
 #endif
 typedef REAL real;
 
-// core.links.SAMPLE_COUNT_SLACK (tests/test_engine_degenerate.py checks that they agree): a
-// length a rounding above a whole number of px takes as many samples as on the CPU.
-#ifndef LINK_SAMPLE_SLACK
-#define LINK_SAMPLE_SLACK 1e-9
-#endif
+// LINK_SAMPLE_SLACK is core.links.SAMPLE_COUNT_SLACK, defined at compile time
+// (gpu.kernels.link_constants): a length a rounding above a whole number of px takes as many
+// samples as on the CPU.
 
 #define SAMPLER_SCALAR 0
 #define SAMPLER_CROSS 1

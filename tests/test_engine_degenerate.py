@@ -5,9 +5,6 @@ what a trace accepts. CPU and reference backends here; the GPU's at the end (mar
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 import imageio.v3 as iio
 import numpy as np
 import pytest
@@ -267,10 +264,13 @@ def test_the_sample_count_takes_its_slack():
 
 
 def test_the_cuda_link_kernel_takes_the_same_slack():
-    text = (Path(links.__file__).resolve().parent.parent / "gpu" / "links.cu").read_text()
-    (value,) = re.findall(r"#define LINK_SAMPLE_SLACK (\S+)", text)
-    assert float(value) == links.SAMPLE_COUNT_SLACK
+    """links.cu holds no copy of the slack: it is compiled with core.links' value."""
+    from gpu.kernels import source, source_options
+
+    assert f"-DLINK_SAMPLE_SLACK={links.SAMPLE_COUNT_SLACK!r}" in source_options("links.cu")
+    text = source("links.cu")
     assert "ceil(length64 - LINK_SAMPLE_SLACK)" in text
+    assert "#define LINK_SAMPLE_SLACK" not in text
 
 
 # -- 6. points and parameters at the edges of what a trace takes ---------------------------------
