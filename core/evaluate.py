@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from core.errors import BadParameter, PointOutsideImage, TraceError
+from core.guides import MIN_ENDPOINT_DISTANCE
 from core.metrics import (
     FAILED,
     PathMetrics,
@@ -174,8 +175,8 @@ def _case(record, index: int, folder: str, path: str) -> Case:
         points[key] = np.array(numbers, dtype=np.float64).reshape((-1, 2) if key == "gt" else 2)
     if len(points["gt"]) < 2:
         raise bad("gt", "needs at least 2 points")
-    if np.hypot(*(points["b"] - points["a"])) < 2:
-        raise bad("a and b", "must be at least 2 px apart")
+    if np.hypot(*(points["b"] - points["a"])) < MIN_ENDPOINT_DISTANCE:
+        raise bad("a and b", f"must be at least {MIN_ENDPOINT_DISTANCE:g} px apart")
     tags = record.get("tags", [])
     if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
         raise bad("tags", "must be a list of strings")

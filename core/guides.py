@@ -127,6 +127,10 @@ class Corridor:
         return np.vstack([self.a, chosen, self.b])
 
 
+#: The least distance (px) between the two ends a corridor is built between.
+MIN_ENDPOINT_DISTANCE = 2.0
+
+
 def build_corridor(a, b, guides: int, points: int, halfwidth: float) -> Corridor:
     """Validate parameters and build the :class:`Corridor` between a and b."""
     a = np.asarray(a, dtype=np.float64).reshape(2)
@@ -134,9 +138,9 @@ def build_corridor(a, b, guides: int, points: int, halfwidth: float) -> Corridor
     guides = check_count(guides, "guides", 1)
     points = check_count(points, "points per guide", 2)
     halfwidth = check_halfwidth(halfwidth)
-    if np.hypot(*(b - a)) < 2:
+    if np.hypot(*(b - a)) < MIN_ENDPOINT_DISTANCE:
         raise BadParameter(f"endpoints a=({a[0]:g}, {a[1]:g}) and b=({b[0]:g}, {b[1]:g}) "
-                           "must be at least 2 px apart")
+                           f"must be at least {MIN_ENDPOINT_DISTANCE:g} px apart")
     return Corridor(a, b, guides, points, halfwidth)
 
 

@@ -56,6 +56,7 @@ from core.errors import (
 )
 from core.gradient import MAX_IMAGE_SIDE, MAX_SIGMA, MIN_SIGMA, TRUNCATE, gradient_margin
 from core.guides import (
+    MIN_ENDPOINT_DISTANCE,
     Corridor,
     admissible_windows,
     build_corridor,
@@ -852,13 +853,13 @@ def trace_through(raster: Raster, points: list, params: TraceParams | None = Non
     if len(points) > 2:  # one leg's ends are a and b: trace_many words it
         for k, (start, end) in enumerate(zip(checked[:-1], checked[1:], strict=True)):
             apart = float(np.hypot(*(end - start)))
-            if apart < 2:
+            if apart < MIN_ENDPOINT_DISTANCE:
                 raise BadParameter(
                     f"{names[k]} → {names[k + 1]}: endpoints {names[k]}="
                     f"({start[0]:g}, {start[1]:g}) and {names[k + 1]}=({end[0]:g}, {end[1]:g}) "
                     + ("are the same point" if apart == 0 else
                        f"are {apart:.3g} px apart")
-                    + "; the ends of a leg must be at least 2 px apart")
+                    + f"; the ends of a leg must be at least {MIN_ENDPOINT_DISTANCE:g} px apart")
     results = trace_many(raster, list(zip(points[:-1], points[1:], strict=True)), params, backend)
     for k, result in enumerate(results):
         if isinstance(result, TraceError):
@@ -999,7 +1000,7 @@ def _meets_no_edge(segment: _Segment, evidence: Evidence, solution) -> bool:
     ``SINE`` (whose threshold is at least that floor), it scores 0. The optimum is the best
     line, so no line in the corridor meets an edge: the links tie, up to rounding noise, and
     the tie-break (the corridor's edge, a re-trace wider still) would choose the line."""
-    kind = get_score_kind(segment.params.score)
+    kind = get_score_kind(segment.params.traced_score)
     if not kind.uses_gradient or kind.sampler == SCALAR:
         return False
     limit = 0.0
@@ -1031,9 +1032,9 @@ def _segment(raster: Raster, a, b, params: TraceParams) -> _Segment:
         raise BadParameter(f"halfwidth {params.halfwidth:g} px is more than the image's "
                            f"diagonal ({np.hypot(raster.width, raster.height):.0f} px)")
     length = float(np.hypot(*(b - a)))
-    if length < 2:
+    if length < MIN_ENDPOINT_DISTANCE:
         raise BadParameter(f"endpoints a=({a[0]:g}, {a[1]:g}) and b=({b[0]:g}, {b[1]:g}) "
-                           "must be at least 2 px apart")
+                           f"must be at least {MIN_ENDPOINT_DISTANCE:g} px apart")
     resolved = resolve_for_length(params, length)
     frame = _turned_frame(raster, a, b, resolved)
     sigma = evidence_sigma(resolved)
