@@ -223,3 +223,37 @@ def test_ctrl_c_while_a_command_is_being_read_ends_quietly(capsys, monkeypatch):
     monkeypatch.setattr("cli.importlib.import_module", interrupted)
     assert entry(["eval", "cases.json"]) == 130
     assert capsys.readouterr().err == "interrupted\n"
+
+
+def test_source_distribution_carries_the_tests_docs_and_licences(tmp_path):
+    """An sdist is a checkout's worth: the tests with their helpers and data, the docs, the
+    scripts they name; the bundled model's and sample's licences travel in its metadata; no
+    compiled caches."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("needs the git checkout to list the project's files")
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True,
+                             check=True).stdout.decode().split("\0")
+    tree = tmp_path / "tree"
+    for name in filter(None, tracked):
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, tree / name)
+    (tree / "core" / "stale.nbi").write_bytes(b"cache")
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys\nfrom setuptools import build_meta\n"
+         "print(build_meta.build_sdist(sys.argv[1]))", str(tmp_path / "dist")],
+        cwd=tree, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    import tarfile
+
+    with tarfile.open(tmp_path / "dist" / done.stdout.split()[-1]) as archive:
+        names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+        info = archive.extractfile(next(name for name in archive.getnames()
+                                        if name.endswith("/PKG-INFO"))).read().decode()
+    for needed in ("tests/conftest.py", "tests/helpers.py", "tests/data/LICENSE.md",
+                   "docs/ACCURACY.md", "scripts/train_surface_model.py", "main.py",
+                   "CHANGELOG.md", "resources/models/surface.onnx",
+                   "resources/eval/roads/cases.json"):
+        assert needed in names, needed
+    assert not [name for name in names if name.endswith((".pyc", ".nbi", ".nbc"))]
+    for licence in ("LICENSE", "resources/models/LICENSE.md", "resources/sample/LICENSE.md"):
+        assert f"License-File: {licence}" in info
