@@ -10,14 +10,13 @@ resolution the zoom needs (averaged down to it), stretched as the pyramid is.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from PySide6.QtGui import QImage
 
-from core.raster import FULL_READ_LIMIT, Raster, load_image
+from core.raster import FULL_READ_LIMIT, Raster, ReadCancelled, load_image
 
 #: Percentiles mapped to 0 and 255 by the contrast stretch.
 STRETCH_PERCENTILES = (1.0, 99.0)
@@ -190,16 +189,43 @@ def read_tile(pyramid: DisplayPyramid, window: TileWindow,
     return DisplayTile(_level(array, factor), window)
 
 
-def load_for_display(path: str) -> tuple[Raster, DisplayPyramid]:
-    """Worker side of opening an image: the raster and its stretched display pyramid."""
+def load_for_display(path: str, *, progress: Callable[[float], None] | None = None,
+                     cancelled: Callable[[], bool] | None = None
+                     ) -> tuple[Raster, DisplayPyramid]:
+    """Worker side of opening an image: the raster and its stretched display pyramid.
+
+    ``progress`` and ``cancelled`` are :func:`display_levels`'; the raster is closed when the
+    load is cancelled (:class:`core.raster.ReadCancelled`) or fails.
+    """
     raster = load_image(path)
-    return raster, display_levels(raster)
+    try:
+        return raster, display_levels(raster, progress=progress, cancelled=cancelled)
+    except BaseException:
+        raster.close()
+        raise
 
 
-def display_levels(raster: Raster) -> DisplayPyramid:
+def display_levels(raster: Raster, *, progress: Callable[[float], None] | None = None,
+                   cancelled: Callable[[], bool] | None = None) -> DisplayPyramid:
     """The stretched display pyramid of a raster (from an overview when it is too large to
-    read whole: its sharp parts are then read as tiles, :func:`read_tile`)."""
+    read whole: its sharp parts are then read as tiles, :func:`read_tile`).
+
+    Parameters
+    ----------
+    progress : callable, optional
+        Called, from this (worker) thread, with the fraction of the display image read
+        (increasing, 1.0 last); in bands of rows while an overview is read.
+    cancelled : callable, optional
+        Asked between bands of rows (and before the pyramid is built): when it returns
+        true, :class:`core.raster.ReadCancelled` is raised.
+    """
     if raster.height * raster.width <= FULL_READ_LIMIT:
-        return display_pyramid(raster.pixels)
-    step = math.ceil(max(raster.height, raster.width) / OVERVIEW_SIZE)
-    return display_pyramid(raster.overview(OVERVIEW_SIZE), step, raster)
+        pixels, step = raster.pixels, 1
+        if progress is not None:
+            progress(1.0)
+    else:
+        step = raster.overview_step(OVERVIEW_SIZE)
+        pixels = raster.overview(OVERVIEW_SIZE, progress=progress, cancelled=cancelled)
+    if cancelled is not None and cancelled():
+        raise ReadCancelled(f"opening {raster.path or 'the image'} cancelled")
+    return display_pyramid(pixels, step, raster)  # source None at step 1

@@ -20,12 +20,15 @@ descriptions name so (:func:`described_colours`), else its first three non-alpha
 where vegetation and water stand apart (:func:`choose_bands`).
 
 Display images: every raster has ``overview(max_size)``, a decimated float32 image whose
-longer side is at most ``max_size`` px (rasterio uses the file's overviews when it has them:
-build them with ``gdaladdo`` for fast display of huge GeoTIFFs), and ``read_window`` with a
-``step`` reads a window averaged over blocks of step × step pixels (from the overviews too,
-where they are fine enough). ``pixels`` is the whole image; a :class:`WindowedRaster` reads
-it on first use and refuses above :data:`FULL_READ_LIMIT` pixels, where a viewer should show
-``overview`` and read windows.
+longer side is at most ``max_size`` px, decimated by ``overview_step(max_size)`` (a
+:class:`WindowedRaster` reads it in bands of rows, reporting ``progress`` and stopping with
+:class:`ReadCancelled` when asked, from the file's overviews when it has them: build them with
+``gdaladdo`` for fast display of huge GeoTIFFs), and ``read_window`` with a ``step`` reads a
+window averaged over blocks of step × step pixels (from the overviews too, where they are
+fine enough). ``pixels`` is the whole image; a :class:`WindowedRaster` reads it on first use
+and refuses above :data:`FULL_READ_LIMIT` pixels, where a viewer should show ``overview`` and
+read windows. A PNG, JPEG, … over that size is held in its decoded type (a
+:class:`DecodedRaster`, :func:`keeps_decoded`), its windows converted as they are read.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import textwrap
 import threading
 import unicodedata
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -126,6 +130,56 @@ def list_images(folder: Path) -> list[Path]:
 FULL_READ_LIMIT = 32 * 2**20
 #: Longer side (px) of the decimated grid on which a resampled raster's coverage is checked.
 COVERAGE_SIZE = 1024
+#: GDAL block cache (bytes) while :meth:`WindowedRaster.overview` reads: at least this, or
+#: twice one row of the file's blocks where that is more. GDAL's default (5 % of the RAM)
+#: fills with every decoded block of the file, and stays full after the read (1.1 GB kept
+#: after the overview of a 20000² px RGB GeoTIFF). The overview is read in bands of whole
+#: block rows, so the cache need hold only the blocks of one band (rows read one by one reuse
+#: a block while it is cached, each decoded once): with 64 MB that file's overview read in
+#: 2.8-3.9 s (as with 256 MB), its whole-image read with GDAL's default cache in 3.3-7.7 s.
+OVERVIEW_CACHE_BYTES = 64 * 2**20
+#: Fewest image rows (of the level read) in one band of an overview read, in whole rows of
+#: the file's blocks: a progress step, and what ``cancelled`` is checked between.
+OVERVIEW_BAND_ROWS = 512
+#: Decimation step from which an overview read reads only the rows it keeps, one by one (a
+#: GDAL read each), rather than the whole band of rows.
+SPARSE_ROWS_STEP = 3
+
+
+class _BlockCacheBound:
+    """``bound(size)``: a context in which GDAL's block cache (one for the process) holds at
+    most ``size`` bytes, or the largest size of the contexts open in other threads; the
+    first context in saves GDAL's setting, the last out restores it."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._sizes: list[int] = []
+        self._saved = None
+
+    @contextmanager
+    def __call__(self, size: int):
+        from rasterio.env import get_gdal_config, set_gdal_config
+
+        with self._lock:
+            if not self._sizes:
+                self._saved = get_gdal_config("GDAL_CACHEMAX")
+            self._sizes.append(int(size))
+            set_gdal_config("GDAL_CACHEMAX", max(self._sizes))
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._sizes.remove(int(size))
+                set_gdal_config("GDAL_CACHEMAX", max(self._sizes) if self._sizes
+                                else self._saved)
+
+
+_BLOCK_CACHE_BOUND = _BlockCacheBound()
+
+
+class ReadCancelled(Exception):
+    """A read was stopped because its caller's ``cancelled()`` turned true (no error to
+    report: the caller no longer wants the result)."""
 
 
 def choose_bands(count: int, requested=None, alpha=(), colours=None) -> tuple[int, ...]:
@@ -212,14 +266,7 @@ def to_float_bands(array: np.ndarray, source: str = "image") -> np.ndarray:
     Accepts grey ``(H, W)``, grey+alpha ``(H, W, 2)``, RGB ``(H, W, 3)`` and RGBA
     ``(H, W, 4)`` arrays of bool, unsigned/signed integer or float type.
     """
-    array = np.asarray(array)
-    if array.ndim == 2:
-        array = array[:, :, None]
-    if array.ndim != 3 or array.shape[2] not in (1, 2, 3, 4):
-        raise ImageReadError(f"{source}: unsupported pixel layout {array.shape}; "
-                             "expected grey, grey+alpha, RGB or RGBA")
-    if array.shape[2] in (2, 4):
-        array = array[:, :, :-1]
+    array = _colour_bands(array, source)
     if array.dtype == bool:
         return array.astype(np.float32)
     if np.issubdtype(array.dtype, np.integer):
@@ -229,6 +276,43 @@ def to_float_bands(array: np.ndarray, source: str = "image") -> np.ndarray:
     if np.issubdtype(array.dtype, np.floating):
         return finite_float32(array, source)
     raise ImageReadError(f"{source}: unsupported pixel type {array.dtype}")
+
+
+def _colour_bands(array: np.ndarray, source: str = "image") -> np.ndarray:
+    """A decoded image (grey, grey+alpha, RGB or RGBA) as (rows, cols, bands) without its
+    alpha band: a view of ``array``.
+
+    Raises
+    ------
+    ImageReadError
+        Naming ``source``, for another layout.
+    """
+    array = np.asarray(array)
+    if array.ndim == 2:
+        array = array[:, :, None]
+    if array.ndim != 3 or array.shape[2] not in (1, 2, 3, 4):
+        raise ImageReadError(f"{source}: unsupported pixel layout {array.shape}; "
+                             "expected grey, grey+alpha, RGB or RGBA")
+    return array[:, :, :-1] if array.shape[2] in (2, 4) else array
+
+
+#: Float32 planes (bytes) above which a PNG, JPEG, … too large to read whole (over
+#: :data:`FULL_READ_LIMIT` px) is held in its decoded type, 1 or 2 bytes a value, and converted
+#: window by window (:class:`DecodedRaster`): a 16000² px RGB PNG holds 0.7 GB, not 2.9 GB.
+#: Smaller images are held as float32, their windows views of it (which the GPU backend keeps
+#: on the device, up to the same 256 MB: ``gpu.evidence.MAX_RESIDENT_BYTES``).
+KEEP_DECODED_BYTES = 256 * 2**20
+
+
+def keeps_decoded(rows: int, cols: int, values_per_pixel: int, dtype) -> bool:
+    """Whether :func:`load_image` holds a decoded image of ``rows`` × ``cols`` px and
+    ``values_per_pixel`` (alpha included) of type ``dtype`` as it is decoded
+    (:class:`DecodedRaster`), not as float32: integers of at most 16 bits (or bool), over
+    :data:`FULL_READ_LIMIT` px and :data:`KEEP_DECODED_BYTES` as float32."""
+    dtype = np.dtype(dtype)
+    small_type = dtype == np.bool_ or (np.issubdtype(dtype, np.integer) and dtype.itemsize <= 2)
+    return (small_type and rows * cols > FULL_READ_LIMIT
+            and 4 * rows * cols * values_per_pixel > KEEP_DECODED_BYTES)
 
 
 def finite_float32(array: np.ndarray, source: str = "image") -> np.ndarray:
@@ -251,6 +335,36 @@ def finite_float32(array: np.ndarray, source: str = "image") -> np.ndarray:
         raise ImageReadError(f"{source}: pixel values reach {largest:.3g}; float images "
                              f"must stay within ±{MAX_FLOAT_VALUE:g} (rescale it)")
     return out
+
+
+def bands_last_float(data: np.ndarray, source: str = "image",
+                     out: np.ndarray | None = None) -> np.ndarray:
+    """``to_float_bands(np.moveaxis(data, 0, -1))`` (``data`` bands first, as rasterio reads
+    them) as C-ordered float32, converted in one pass where the type allows (integers,
+    float32), else copied once more; written into ``out`` (C-ordered, of that shape) where
+    given."""
+    moved = np.moveaxis(data, 0, -1)
+    if data.shape[0] in (1, 3) and np.issubdtype(data.dtype, np.integer):
+        if out is None:
+            out = np.empty(moved.shape, np.float32)
+        np.copyto(out, moved, casting="unsafe")  # as astype(np.float32)
+        out *= np.float32(1.0 / np.iinfo(data.dtype).max)  # as to_float_bands
+        return out
+    if data.shape[0] in (1, 3) and data.dtype == np.float32:
+        pixels = finite_float32(np.ascontiguousarray(moved), source)
+    else:
+        pixels = np.ascontiguousarray(to_float_bands(moved, source=source))
+    if out is None:
+        return pixels
+    out[...] = pixels
+    return out
+
+
+def _nearest(size: int, count: int) -> np.ndarray:
+    """The ``count`` indices GDAL's nearest-neighbour read of ``size`` pixels at ``count``
+    picks: ``floor((i + 0.5) · size / count)`` (with GDAL's 1e-10 against rounding)."""
+    picks = ((np.arange(count) + 0.5) * (size / count) + 1e-10).astype(np.intp)
+    return np.minimum(picks, size - 1)
 
 
 def overview_shape(height: int, width: int, max_size: int) -> tuple[int, int]:
@@ -354,14 +468,16 @@ class Raster:
         """Rows ``row0:row1`` and columns ``col0:col1`` (inside the image; their counts whole
         multiples of ``shape``'s) averaged down to ``shape`` (rows, cols): ndarray of shape
         (*shape, bands), float32."""
-        block = self.pixels[row0:row1, col0:col1]
-        if shape == block.shape[:2]:
-            return block
-        rows, cols = shape
-        return block.reshape(rows, (row1 - row0) // rows, cols, (col1 - col0) // cols,
-                             self.bands).mean(axis=(1, 3))
+        return _block_means(self.pixels[row0:row1, col0:col1], shape)
 
-    def overview(self, max_size: int) -> np.ndarray:
+    def overview_step(self, max_size: int) -> int:
+        """The decimation step of :meth:`overview`: the image's ``(rows, cols)`` are
+        ``(ceil(height / step), ceil(width / step))``; here the ``step`` of
+        :func:`overview_shape`."""
+        overview_shape(self.height, self.width, max_size)  # checks max_size
+        return max(1, math.ceil(max(self.height, self.width) / max_size))
+
+    def overview(self, max_size: int, progress=None, cancelled=None) -> np.ndarray:
         """A display image whose longer side is at most ``max_size`` px (nearest neighbour).
 
         With ``(rows, cols)`` from :func:`overview_shape` and scales ``sx = width / cols``,
@@ -369,14 +485,22 @@ class Raster:
         ``(floor((x + 0.5)·sx), floor((y + 0.5)·sy))``: overview point (x, y) is image point
         ``((x + 0.5)·sx - 0.5, (y + 0.5)·sy - 0.5)``.
 
+        ``progress(fraction)`` and ``cancelled()``, where given, are as
+        :meth:`WindowedRaster.overview`'s (here the image is in memory: done at once).
+
         Returns
         -------
         ndarray of shape (rows, cols, bands), float32
         """
         rows, cols = overview_shape(self.height, self.width, max_size)
+        if cancelled is not None and cancelled():
+            raise ReadCancelled(f"reading the overview of {self.path or 'the image'} cancelled")
         pick_rows = ((np.arange(rows) + 0.5) * (self.height / rows)).astype(np.intp)
         pick_cols = ((np.arange(cols) + 0.5) * (self.width / cols)).astype(np.intp)
-        return self.pixels[pick_rows[:, None], pick_cols[None, :]]
+        result = self.pixels[pick_rows[:, None], pick_cols[None, :]]
+        if progress is not None:
+            progress(1.0)
+        return result
 
     def close(self) -> None:
         """Release the file behind the raster (nothing to do for one held in memory)."""
@@ -386,6 +510,110 @@ class Raster:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+def _block_means(block: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    """``block`` (rows, cols, bands), float32, averaged down to ``shape`` (rows, cols), whole
+    divisors of its own; ``block`` itself at its own shape."""
+    if shape == block.shape[:2]:
+        return block
+    rows, cols = shape
+    return block.reshape(rows, block.shape[0] // rows, cols, block.shape[1] // cols,
+                         block.shape[2]).mean(axis=(1, 3))
+
+
+#: Rows of a :class:`DecodedRaster`'s overview converted at a time (the temporaries stay small:
+#: 2.5 times faster than converting it whole).
+DECODED_OVERVIEW_ROWS = 256
+
+
+class DecodedRaster(Raster):
+    """A PNG, JPEG, … too large to read whole held in its decoded integer type
+    (:func:`keeps_decoded`): windows and overviews are converted to float32 as they are read,
+    to the values :func:`to_float_bands` gives the whole image; ``pixels`` converts the whole
+    image on first use (and keeps it).
+
+    Parameters
+    ----------
+    decoded : ndarray of shape (rows, cols, bands), unsigned integer or bool
+        The bands traced (no alpha), C-ordered.
+    path, georef, band_note, ground_resolution, notes
+        As :class:`Raster`'s.
+    """
+
+    def __init__(self, decoded: np.ndarray, path: str | None = None, georef=None,
+                 band_note: str | None = None, ground_resolution: float | None = None,
+                 notes: tuple[str, ...] = ()):
+        self._decoded = decoded
+        self.path = path
+        self.georef = georef
+        self.band_note = band_note
+        self.ground_resolution = ground_resolution
+        self.notes = notes
+        self._pixels: np.ndarray | None = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (f"DecodedRaster({self.path!r}, {self.width}×{self.height} px, {self.bands} "
+                f"bands of {self._decoded.dtype}, georef={self.georef!r})")
+
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+    @property
+    def height(self) -> int:
+        """Rows of the image (px)."""
+        return int(self._decoded.shape[0])
+
+    @property
+    def width(self) -> int:
+        """Columns of the image (px)."""
+        return int(self._decoded.shape[1])
+
+    @property
+    def bands(self) -> int:
+        """Bands of the image."""
+        return int(self._decoded.shape[2])
+
+    @property
+    def pixels(self) -> np.ndarray:
+        """The whole image as float32 (rows, cols, bands), converted on first use."""
+        with self._lock:
+            if self._pixels is None:
+                self._pixels = self._converted(self._decoded)
+            return self._pixels
+
+    def _converted(self, decoded: np.ndarray) -> np.ndarray:
+        """Decoded pixels (a part of the image) as C-ordered float32."""
+        return np.ascontiguousarray(to_float_bands(decoded, source=self.path or "image"))
+
+    def _read_blocks(self, row0: int, row1: int, col0: int, col1: int,
+                     shape: tuple[int, int]) -> np.ndarray:
+        """:meth:`Raster._read_blocks` of the window converted alone."""
+        if self._pixels is not None:
+            return super()._read_blocks(row0, row1, col0, col1, shape)
+        return _block_means(self._converted(self._decoded[row0:row1, col0:col1]), shape)
+
+    def overview(self, max_size: int, progress=None, cancelled=None) -> np.ndarray:
+        """:meth:`Raster.overview`, the pixels picked converted alone, in bands of
+        :data:`DECODED_OVERVIEW_ROWS` rows (``progress`` and ``cancelled`` as
+        :meth:`WindowedRaster.overview`'s)."""
+        if self._pixels is not None:
+            return super().overview(max_size, progress, cancelled)
+        rows, cols = overview_shape(self.height, self.width, max_size)
+        pick_rows = ((np.arange(rows) + 0.5) * (self.height / rows)).astype(np.intp)
+        pick_cols = ((np.arange(cols) + 0.5) * (self.width / cols)).astype(np.intp)
+        result = np.empty((rows, cols, self.bands), np.float32)
+        for first in range(0, rows, DECODED_OVERVIEW_ROWS):
+            if cancelled is not None and cancelled():
+                raise ReadCancelled(f"reading the overview of {self.path or 'the image'} "
+                                    "cancelled")
+            last = min(first + DECODED_OVERVIEW_ROWS, rows)
+            result[first:last] = self._converted(
+                self._decoded[pick_rows[first:last, None], pick_cols[None, :]])
+            if progress is not None:
+                progress(last / rows)
+        return result
 
 
 def _block_spans(start: int, stop: int, step: int) -> list[tuple[int, int, int]]:
@@ -458,10 +686,10 @@ def _content_format(path: str) -> str | None:
     return next((name for magic, name in MAGIC_BYTES.items() if head.startswith(magic)), None)
 
 
-def _open_dataset(path: str):
+def _open_dataset(path: str, **options):
     """``path`` opened by rasterio, its georeferencing read from the file and its ``.aux.xml``
     only (world files and ``.prj`` are read by :mod:`core.georef`, the same way for every
-    format); the caller closes it.
+    format), with rasterio's open ``options`` (``overview_level``); the caller closes it.
 
     Raises
     ------
@@ -487,7 +715,7 @@ def _open_dataset(path: str):
                           GDAL_GEOREF_SOURCES="PAM,INTERNAL" if pam else "INTERNAL"), \
                 warnings.catch_warnings():
             warnings.simplefilter("ignore", NotGeoreferencedWarning)
-            return rasterio.open(path, driver=driver)
+            return rasterio.open(path, driver=driver, **options)
     except RasterioError as exc:
         content = _content_format(path)
         if content is not None and content != GDAL_DRIVERS[os.path.splitext(path)[1].lower()]:
@@ -734,48 +962,167 @@ class WindowedRaster(Raster):
             return self._read(window, None)
         return self._read(window, shape, "average")
 
-    def overview(self, max_size: int) -> np.ndarray:
-        """A display image whose longer side is at most ``max_size`` px.
+    def overview_step(self, max_size: int) -> int:
+        """The decimation step of :meth:`overview` (the image's ``(rows, cols)`` are
+        ``(ceil(height / step), ceil(width / step))``): the step of :func:`overview_shape`,
+        or where the file has internal overviews (``gdaladdo``: 2, 4, 8, …) the power of two
+        just above it when that is one of them, so that the overview is that level read as
+        it is (coarser than ``max_size`` asks by less than half)."""
+        step = super().overview_step(max_size)
+        power = 1 << (step - 1).bit_length()
+        return power if step > 1 and power in self._overview_factors() else step
 
-        Read decimated by rasterio (nearest neighbour; from the file's own overviews when it
-        has them, else sampling the full-resolution pixels as :meth:`Raster.overview` does).
+    def _overview_factors(self) -> list[int]:
+        """The decimation factors of the file's internal overviews (of the first band read);
+        none for a raster resampled onto another grid."""
+        if self._dataset is not self._source:
+            return []
+        with self._lock:
+            return list(self._dataset.overviews(self._indexes[0]))
+
+    def overview(self, max_size: int, progress=None, cancelled=None) -> np.ndarray:
+        """A display image whose longer side is at most ``max_size`` px, decimated by
+        :meth:`overview_step` (nearest neighbour).
+
+        Read in bands of rows, with GDAL's block cache held to :data:`OVERVIEW_CACHE_BYTES`;
+        from the coarsest of the file's own overviews that is not coarser than the step where
+        it has them (the step's level read as it is, when the step is one), else sampling the
+        full-resolution pixels as :meth:`Raster.overview` does. The pixels are those GDAL's
+        nearest-neighbour read of the whole image at that size gives.
+
+        Parameters
+        ----------
+        max_size : int
+        progress : callable, optional
+            Called with the fraction read (0 < fraction ≤ 1, increasing; 1.0 last) after each
+            band of rows.
+        cancelled : callable, optional
+            Asked before each band; when it returns true, the read stops.
 
         Returns
         -------
-        ndarray of shape (rows, cols, bands), float32
-            ``(rows, cols)`` from :func:`overview_shape`.
-        """
-        shape = overview_shape(self.height, self.width, max_size)
-        if shape == (self.height, self.width):
-            return self.read_window(0, self.height, 0, self.width)
-        return self._read(None, shape)
+        ndarray of shape (rows, cols, bands), float32, C-ordered
 
-    def _read(self, window, shape: tuple[int, int] | None,
-              resampling: str = "nearest") -> np.ndarray:
-        """Bands ``self._indexes`` of ``window`` (None: all), decimated to ``shape`` if given
-        (by the rasterio ``Resampling`` named ``resampling``); pixels whose every band holds
-        its nodata value read as 0, as NaN does."""
+        Raises
+        ------
+        ReadCancelled
+            If ``cancelled()`` turned true.
+        ImageReadError
+            If GDAL cannot read the pixels.
+        """
+        step = self.overview_step(max_size)
+        rows, cols = -(-self.height // step), -(-self.width // step)
+        if cancelled is not None and cancelled():
+            raise ReadCancelled(f"reading the overview of {self.path} cancelled")
+        if step == 1:
+            result = self.read_window(0, self.height, 0, self.width)
+        elif self._dataset is not self._source:  # resampled: GDAL warps at the overview's size
+            with _BLOCK_CACHE_BOUND(OVERVIEW_CACHE_BYTES):
+                result = self._read(None, (rows, cols))
+        else:
+            factors = self._overview_factors()
+            level = max(((factor, index) for index, factor in enumerate(factors)
+                         if factor <= step), default=None)
+            dataset = self._dataset if level is None else \
+                _open_dataset(self.path, overview_level=level[1])
+            try:
+                result = self._sampled(dataset, rows, cols, progress, cancelled)
+            finally:
+                if dataset is not self._dataset:
+                    dataset.close()
+            return result
+        if progress is not None:
+            progress(1.0)
+        return result
+
+    def _sampled(self, dataset, rows: int, cols: int, progress, cancelled) -> np.ndarray:
+        """Bands ``self._indexes`` of ``dataset`` (this raster's, or one of its overview
+        levels) decimated to ``(rows, cols)`` by nearest neighbour, as GDAL would
+        (:func:`_nearest`), read in bands of whole rows of the file's blocks."""
+        from rasterio.windows import Window
+
+        height, width = dataset.height, dataset.width
+        pick_rows, pick_cols = _nearest(height, rows), _nearest(width, cols)
+        block_rows, block_cols = dataset.block_shapes[self._indexes[0] - 1]
+        band_rows = block_rows * max(1, -(-OVERVIEW_BAND_ROWS // block_rows))
+        # Sharing no block between two bands: each block is decoded once.
+        starts = np.flatnonzero(np.diff(pick_rows // band_rows)) + 1
+        bounds = [0, *starts.tolist(), rows]
+        sparse = height >= SPARSE_ROWS_STEP * rows
+        # The blocks of one row of them, all bands (pixel-interleaved files decode them so).
+        block_row_bytes = -(-width // block_cols) * block_rows * block_cols * dataset.count \
+            * np.dtype(dataset.dtypes[0]).itemsize
+        lock = self._lock if dataset is self._dataset else threading.Lock()
+        out = np.empty((rows, cols, self.bands), np.float32)
+        with _BLOCK_CACHE_BOUND(max(OVERVIEW_CACHE_BYTES, 2 * block_row_bytes)):
+            for first, last in zip(bounds[:-1], bounds[1:], strict=True):
+                if cancelled is not None and cancelled():
+                    raise ReadCancelled(f"reading the overview of {self.path} cancelled")
+                wanted = pick_rows[first:last]
+                if sparse:  # only the rows kept, each read on its own
+                    data = np.concatenate([
+                        self._raw_read(dataset, lock, Window(0, int(row), width, 1))
+                        for row in wanted], axis=1)
+                else:  # the band's rows, those kept picked
+                    top, span = int(wanted[0]), int(wanted[-1]) + 1 - int(wanted[0])
+                    data = self._raw_read(dataset, lock, Window(0, top, width, span))
+                    if span != len(wanted):
+                        data = data[:, wanted - top]
+                if cols != width:
+                    data = data[:, :, pick_cols]
+                self._pixels_of(data, out[first:last])
+                if progress is not None:
+                    progress(last / rows)
+        return out
+
+    def _raw_read(self, dataset, lock, window, out_shape=None, resampling: str = "nearest"):
+        """Bands ``self._indexes`` of ``window`` of ``dataset`` as rasterio reads them (bands
+        first, the file's pixel type), under ``lock``.
+
+        Raises
+        ------
+        ImageReadError
+            With GDAL's reason, if it cannot read them.
+        """
         from rasterio.enums import Resampling
         from rasterio.errors import RasterioError
 
-        out_shape = None if shape is None else (len(self._indexes), *shape)
         try:
-            with self._lock:
-                data = self._dataset.read(self._indexes, window=window, out_shape=out_shape,
-                                          resampling=Resampling[resampling])
+            with lock:
+                return dataset.read(self._indexes, window=window, out_shape=out_shape,
+                                    resampling=Resampling[resampling])
         except RasterioError as exc:
             reasons = [str(error) for error in (exc, exc.__cause__, exc.__context__) if error]
             reason = next((text for text in reversed(reasons) if "See previous" not in text),
                           reasons[0])
             raise ImageReadError(f"cannot read pixels of {self.path}: "
                                  f"{_detail(RuntimeError(reason), self.path)}") from None
+
+    def _read(self, window, shape: tuple[int, int] | None,
+              resampling: str = "nearest") -> np.ndarray:
+        """Bands ``self._indexes`` of ``window`` (None: all), decimated to ``shape`` if given
+        (by the rasterio ``Resampling`` named ``resampling``); pixels whose every band holds
+        its nodata value read as 0, as NaN does. C-ordered float32 (rows, cols, bands)."""
+        out_shape = None if shape is None else (len(self._indexes), *shape)
+        return self._pixels_of(self._raw_read(self._dataset, self._lock, window, out_shape,
+                                              resampling))
+
+    def _pixels_of(self, data: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """Pixels read (bands first, the file's type; changed in place) as C-ordered float32
+        ``(rows, cols, bands)``, written into ``out`` where given: colour-mapped ones as their
+        colours, those whose every band holds its nodata value as 0."""
         if self._palette is not None:  # colour-mapped: the colours of the indices
             rgb = self._palette[np.clip(data[0], 0, len(self._palette) - 1)]
-            return np.ascontiguousarray(to_float_bands(rgb, source=self.path))
-        if self._nodata is not None:  # pixels where every band holds its nodata value
-            empty = np.all(data == np.asarray(self._nodata)[:, None, None], axis=0)
-            data[:, empty] = 0
-        return np.ascontiguousarray(to_float_bands(np.moveaxis(data, 0, -1), source=self.path))
+            pixels = to_float_bands(rgb, source=self.path)
+        else:
+            if self._nodata is not None:  # pixels where every band holds its nodata value
+                empty = np.all(data == np.asarray(self._nodata)[:, None, None], axis=0)
+                data[:, empty] = 0
+            return bands_last_float(data, source=self.path, out=out)
+        if out is None:
+            return np.ascontiguousarray(pixels)
+        out[...] = pixels
+        return out
 
     def close(self) -> None:
         """Close the file; later reads fail (``pixels`` already read stay available)."""
@@ -931,14 +1278,23 @@ def load_image(path: str | os.PathLike, crs=None, bands=None, grid=None) -> Rast
         indexes = choose_bands(count, bands)
         array = (array if array.ndim == 3 else array[:, :, None])[:, :, [i - 1 for i in indexes]]
         note = _band_note(count, indexes, [], asked=True)
-    pixels = to_float_bands(array, source=path)
+    decoded = array.ndim in (2, 3) and keeps_decoded(
+        array.shape[0], array.shape[1], array.shape[2] if array.ndim == 3 else 1, array.dtype)
+    if decoded:  # the bands traced, in their type (alpha dropped: a copy, then)
+        pixels = np.ascontiguousarray(_colour_bands(array, source=path))
+    else:
+        pixels = to_float_bands(array, source=path)
+    del array
     if pixels.shape[0] < 2 or pixels.shape[1] < 2:
         raise ImageReadError(f"{path}: image of {pixels.shape[1]}×{pixels.shape[0]} px "
                              "is too small")
     georef = read_image_georef(path, crs)
     centre = (pixels.shape[1] / 2, pixels.shape[0] / 2)
-    return Raster(pixels=np.ascontiguousarray(pixels), path=path, georef=georef, band_note=note,
-                  ground_resolution=ground_resolution(georef, centre), notes=tuple(notes))
+    details = {"path": path, "georef": georef, "band_note": note,
+               "ground_resolution": ground_resolution(georef, centre), "notes": tuple(notes)}
+    if decoded:
+        return DecodedRaster(pixels, **details)
+    return Raster(pixels=np.ascontiguousarray(pixels), **details)
 
 
 class _PillowPixelLimitLifted:
@@ -1012,7 +1368,9 @@ def _decode(path: str) -> tuple[np.ndarray, list[str]]:
                 header = file.properties()  # the header only: nothing is decoded yet
                 frames = header.n_images if header.is_batch else 1
                 rows, cols, *channels = header.shape[1:] if header.is_batch else header.shape
-                check_decode_memory(path, cols, rows, frames * math.prod(channels))
+                values = frames * math.prod(channels)
+                check_decode_memory(path, cols, rows, values,
+                                    _kept_bytes(rows, cols, values, header.dtype))
                 metadata = file.metadata(exclude_applied=False)
                 # A CMYK JPEG would otherwise come as 4 bands whose last (K) reads as alpha.
                 cmyk = metadata.get("mode") == "CMYK"
@@ -1121,11 +1479,23 @@ def _read_through_gdal(path: str) -> np.ndarray:
     from rasterio.errors import RasterioError
 
     with _open_dataset(path) as dataset:
-        check_decode_memory(path, dataset.width, dataset.height, dataset.count)
+        check_decode_memory(path, dataset.width, dataset.height, dataset.count,
+                            _kept_bytes(dataset.height, dataset.width, dataset.count,
+                                        dataset.dtypes[0]))
         try:
             return np.moveaxis(dataset.read(), 0, -1)
         except RasterioError as exc:
             raise _damaged(path, f"GDAL: {_detail(exc, path)}") from None
+
+
+def _kept_bytes(rows: int, cols: int, values_per_pixel: int, dtype) -> int | None:
+    """Bytes a value of an image of this header keeps when :func:`keeps_decoded` (its type's
+    size), else None (float32 planes): for :func:`core.resources.check_decode_memory`."""
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        return None
+    return dtype.itemsize if keeps_decoded(rows, cols, values_per_pixel, dtype) else None
 
 
 def _damaged(path: str, detail: str) -> ImageReadError:

@@ -43,6 +43,11 @@ BYTES_PER_WINDOW_PX = 170
 #: the header, alpha included): the decoder's and numpy's copies come on top (measured on
 #: 4000 × 4000 images: 1.27 8-bit RGB PNG or JPEG, 1.30 8-bit grey, 1.55 16-bit grey).
 DECODE_FACTOR = 1.6
+#: Peak memory of decoding an image whole that is kept in its decoded type (a PNG, JPEG, …
+#: too large to read whole: ``core.raster.keeps_decoded``), per byte of its decoded values:
+#: Pillow's own image (RGB at 4 bytes a pixel), the bytes it hands numpy and numpy's array
+#: (measured on a 16000² px 8-bit RGB PNG: 3.2).
+KEPT_DECODE_FACTOR = 3.3
 #: Share of the memory available now that decoding an image may take where no budget is set
 #: (a trace's own budget, :data:`AVAILABLE_FRACTION`, leaves room for the decoded image).
 DECODE_AVAILABLE_FRACTION = 0.9
@@ -322,14 +327,19 @@ def check_trace_plan(requested, resolved, margin: int, window: tuple[float, floa
                            culprit == "halfwidth" and requested.halfwidth is None)
 
 
-def decode_memory(width: int, height: int, values_per_pixel: int) -> float:
+def decode_memory(width: int, height: int, values_per_pixel: int,
+                  kept_bytes: int | None = None) -> float:
     """Peak bytes of decoding an image whole (PNG, JPEG, …) of ``width`` × ``height`` px and
     ``values_per_pixel`` (bands, alpha included, times frames) from its header: its float32
-    planes times :data:`DECODE_FACTOR`."""
+    planes times :data:`DECODE_FACTOR`; where it is kept in its decoded type, of
+    ``kept_bytes`` a value, those values times :data:`KEPT_DECODE_FACTOR`."""
+    if kept_bytes is not None:
+        return KEPT_DECODE_FACTOR * kept_bytes * width * height * values_per_pixel
     return DECODE_FACTOR * 4.0 * width * height * values_per_pixel
 
 
-def check_decode_memory(path: str, width: int, height: int, values_per_pixel: int) -> None:
+def check_decode_memory(path: str, width: int, height: int, values_per_pixel: int,
+                        kept_bytes: int | None = None) -> None:
     """Refuse, before decoding, an image whose decoding would exceed the memory budget.
 
     Parameters
@@ -340,13 +350,16 @@ def check_decode_memory(path: str, width: int, height: int, values_per_pixel: in
         Its size (px), from its header.
     values_per_pixel : int
         Bands (alpha included) times frames, from its header.
+    kept_bytes : int, optional
+        Bytes a value where the image is kept in its decoded type, not as float32
+        (:func:`decode_memory`).
 
     Raises
     ------
     OverMemoryBudget
         Naming the memory needed and the budget, when the first exceeds the second.
     """
-    needed = decode_memory(width, height, values_per_pixel)
+    needed = decode_memory(width, height, values_per_pixel, kept_bytes)
     if not _checked(needed):
         return
     # The image is the whole of what is decoded: all that is available, near enough.
