@@ -15,7 +15,10 @@ on. Results and exceptions come back to the GUI thread through queued signals.
 A *detachable* job (a trace: the engine cannot be interrupted midway) runs its ``work`` on the
 queue's daemon trace thread, which the worker waits for; :meth:`JobQueue.shutdown` stops
 waiting for it, so that closing the window never waits for a long trace: the daemon thread
-finishes it unheeded, or ends with the process.
+finishes it unheeded (:meth:`JobQueue.wait_for_trace` waits for that, before the process ends).
+
+An exception that a job's work raises, whatever its kind, or that its ``done`` raises, goes to
+its ``failed``: the queue always goes on with the next job.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal, Slot
 @dataclass(eq=False)
 class Job:
     """``work()`` runs in the worker, then ``done(result)`` or ``failed(exc)`` in the GUI thread,
-    then those of every follower (:meth:`JobQueue.follow`)."""
+    then those of every follower (:meth:`JobQueue.follow`). An ``awaited`` job is one whose
+    end closing the window waits for (:attr:`JobQueue.awaiting`: a file the user asked for)."""
 
     work: Callable[[], object]
     done: Callable[[object], None]
@@ -42,6 +46,7 @@ class Job:
     key: object = None
     bulk: bool = False
     detachable: bool = False
+    awaited: bool = False
     followers: list[tuple[Callable[[object], None], Callable[[BaseException], None]]] = field(
         default_factory=list)
 
@@ -76,6 +81,8 @@ class _TraceThread:
     def __init__(self) -> None:
         self._tasks: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
+        self._idle = threading.Event()  # clear while a work runs (or waits to)
+        self._idle.set()
 
     def run(self, work: Callable[[], object], detach: threading.Event) -> object:
         """``work()`` on the thread, waited for until it ends (its result, or its exception
@@ -86,6 +93,7 @@ class _TraceThread:
             self._thread.start()
         outcome: list = []
         ended = threading.Event()
+        self._idle.clear()
         self._tasks.put((work, outcome, ended))
         while not ended.wait(DETACH_POLL_S):
             if detach.is_set():
@@ -99,6 +107,10 @@ class _TraceThread:
         """End the thread once the work it runs (if any) is done."""
         self._tasks.put(None)
 
+    def wait(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the work running (if any) to end; True if none runs."""
+        return self._idle.wait(timeout_s)
+
     def _serve(self) -> None:
         while (task := self._tasks.get()) is not None:
             work, outcome, ended = task
@@ -108,6 +120,24 @@ class _TraceThread:
                 outcome.append((None, exc))
             finally:
                 ended.set()
+                self._idle.set()
+
+
+def _hand_over(done: Callable[[object], None], failed: Callable[[BaseException], None],
+               result: object, error: BaseException | None) -> None:
+    """``done(result)``, or ``failed(error)`` where the job failed; an exception that ``done``
+    raises goes to ``failed`` too, one that ``failed`` raises to :func:`sys.excepthook`: the
+    followers and the next job go on."""
+    try:
+        if error is None:
+            done(result)
+            return
+    except Exception as exc:  # noqa: BLE001 (the job's own failure)
+        error = exc
+    try:
+        failed(error)
+    except Exception:  # noqa: BLE001 (reported, the queue goes on)
+        sys.excepthook(*sys.exc_info())
 
 
 class _Runnable(QRunnable):
@@ -126,8 +156,8 @@ class _Runnable(QRunnable):
                       else self.job.work())
         except _Detached:  # shut down: nobody takes the result any more
             pass
-        except Exception as exc:  # relayed to the GUI thread, never lost in the worker
-            self.relay.finished.emit(self.job, None, exc)
+        except BaseException as exc:  # noqa: BLE001 (a SystemExit too: lost, it jams the queue)
+            self.relay.finished.emit(self.job, None, exc)  # relayed to the GUI thread
         else:
             self.relay.finished.emit(self.job, result, None)
         finally:
@@ -185,6 +215,12 @@ class JobQueue(QObject):
     @property
     def running(self) -> Job | None:
         return self._running
+
+    @property
+    def awaiting(self) -> bool:
+        """Whether an ``awaited`` job runs or waits."""
+        return any(job is not None and job.awaited
+                   for job in (self._running, *self._queue, *self._bulk))
 
     @property
     def pending(self) -> int:
@@ -255,13 +291,15 @@ class JobQueue(QObject):
                 return
             self.finished.emit(job)
             for done, failed in [(job.done, job.failed), *job.followers]:
-                if error is None:
-                    done(result)
-                else:
-                    failed(error)
+                _hand_over(done, failed, result, error)
         finally:
             self._continuation = None
             self._start_next()
+
+    def wait_for_trace(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the work of a detachable job still running (one that
+        :meth:`shutdown` left to finish on the trace thread); True if none runs any more."""
+        return self._trace_thread.wait(timeout_s)
 
     def shutdown(self, timeout_ms: int = 30_000) -> bool:
         """Drop waiting jobs, wait for the running one (a detachable one is left to finish on

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -81,8 +82,8 @@ from core.errors import BadParameter, ImageReadError, TraceError
 from core.geojson import coordinate_space
 from core.georef import sidecar_files
 from core.output import refuse_overwriting_input
-from core.raster import Raster, list_images
-from core.surface import UNKNOWN_GROUND_NOTE, use_model
+from core.raster import Raster, ReadCancelled, list_images
+from core.surface import UNKNOWN_GROUND_NOTE
 from core.teaching import check_new_folder, training_set, write_training_set
 from core.tracer import TraceParams, evidence_source, ground_resolution_unknown
 from core.vectors import read_lines
@@ -175,6 +176,10 @@ TEXT_FIELDS = (QLineEdit, QAbstractSpinBox, QTextEdit, QPlainTextEdit)
 AUTOSAVE_DELAY_MS = 1000
 #: :meth:`MainWindow.confirm_discard`'s answer where the user discards lines it left in place.
 DISCARD = "discard"
+#: How long (s) the process waits at exit for a trace still running in the background (the
+#: engine cannot stop midway; a trace takes well under a second): ending the interpreter
+#: under it aborts the process.
+EXIT_TRACE_WAIT_S = 5.0
 
 
 def in_app_terms(text: str) -> str:
@@ -300,6 +305,8 @@ class MainWindow(QMainWindow):
     """
 
     image_loaded = Signal(str)
+    #: An open's progress from the worker: (its ``_Opening``, the image's path, fraction read).
+    open_progress = Signal(object, str, float)
     error_shown = Signal(str)
 
     def __init__(self, settings: QSettings | None = None, autosave_dir: str | None = None) -> None:
@@ -319,7 +326,10 @@ class MainWindow(QMainWindow):
         # The open image's autosave, locked for this window; None where another window holds
         # it (this one then does not autosave), or no image is open.
         self._autosave_lock: QLockFile | None = None
-        self._close_once_traced = False  # closing waits for a trace in flight
+        self._close_once_traced = False  # closing waits for a trace or an export in flight
+        # The open (of an image or a session) asked for while a trace was in flight: made once
+        # it lands, so that "Save them first?" is asked about the lines with it.
+        self._open_once_traced: Callable[[], object] | None = None
         self.last_error: str | None = None
         self.last_notice: str | None = None  # the last message box shown (errors too)
         self.status_text = ""  # the status bar's message, as shown
@@ -354,8 +364,10 @@ class MainWindow(QMainWindow):
         for signal in (self.controller.changed, self.controller.selection_changed,
                        self.controller.edits_changed):
             signal.connect(self._update_actions)
+        self.open_progress.connect(self._show_open_progress)
         for signal in (self.controller.changed, self.controller.edits_changed):
-            signal.connect(self._close_if_traced)
+            signal.connect(self._go_on_once_traced)
+        self.jobs.finished.connect(lambda _job: self._go_on_once_traced())
         self.canvas.cursor_moved.connect(self._show_cursor)
         self.params_panel.params_changed.connect(self._params_changed)
         self.params_panel.backend_changed.connect(self.controller.set_backend)
@@ -511,6 +523,13 @@ class MainWindow(QMainWindow):
         self.statusBar().setToolTip(self.status_message)
         if self._messages_dialog is not None and self._messages_dialog.isVisible():
             self._fill_messages()
+
+    def _show_open_progress(self, opening: _Opening, path: str, fraction: float) -> None:
+        """How much of the image the open in progress has read, in the status bar (not in
+        View ▸ Messages…: one message a band of rows)."""
+        if opening is self._opening and not opening.dropped.is_set():
+            self.status_text = f"opening {os.path.basename(path)}… {fraction:.0%}"
+            self.statusBar().showMessage(self.status_text)
 
     def show_messages(self) -> None:
         """View ▸ Messages…: the last :data:`MAX_MESSAGES` messages with their times."""
@@ -689,14 +708,29 @@ class MainWindow(QMainWindow):
         return self.open_image(images[index])
 
     def open_image(self, path: str) -> bool:
-        """Open an image in the worker (nothing changes if it cannot be).
+        """Open an image in the worker (nothing changes if it cannot be); while a trace is in
+        flight, once it lands (:meth:`_wait_for_traces`).
 
         Returns False if the user kept the current lines instead.
         """
+        if self._wait_for_traces(lambda: self.open_image(path), path):
+            return True
         answer = self._confirm_replacing()
         if not answer:
             return False
         self._load(answer, image=path)
+        return True
+
+    def _wait_for_traces(self, open_it: Callable[[], object], path: str) -> bool:
+        """Where a segment or an edit is being traced (not in the lines yet, so neither in what
+        "Save them first?" asks about nor in a session saved then), leave ``open_it``, the open
+        of ``path``, to be made once it lands (a later open replaces it) and say so; True if
+        so."""
+        if not self.controller.work_in_flight:
+            return False
+        self._open_once_traced = open_it
+        self.show_status(f"opening {os.path.basename(path)} once the trace in progress lands "
+                         "(Esc cancels the segment being drawn)")
         return True
 
     def _confirm_replacing(self) -> bool | str:
@@ -735,7 +769,12 @@ class MainWindow(QMainWindow):
                 raise SessionReadError(f"session {read.path} names no image")
             path = os.path.abspath(path)
             try:
-                raster, levels = load_for_display(path)
+                raster, levels = load_for_display(
+                    path, progress=lambda fraction: self.open_progress.emit(opening, path,
+                                                                            fraction),
+                    cancelled=opening.dropped.is_set)
+            except ReadCancelled:  # superseded by a later open: dropped once back
+                return None
             except ImageReadError as exc:
                 if read is None or os.path.exists(path):
                     raise
@@ -942,7 +981,7 @@ class MainWindow(QMainWindow):
         """Trace from now on with the surface model ``path`` (lines already traced keep their
         course), if this program can run it; otherwise say why and keep the current one."""
         try:
-            model = use_model(path)
+            model = self.controller.set_surface_model(path)
         except TraceError as exc:
             self.show_error(str(exc), "Surface model")
             return False
@@ -1000,8 +1039,10 @@ class MainWindow(QMainWindow):
         """Read a session in the worker and open its image with its lines and parameters (where
         the image is not found, a file dialog asks where it is). The unsaved lines are asked
         about first: saved, they may be this very session's, which is then read as saved.
-        True if the reading started; a session that cannot be read is reported in a message
-        box (nothing changes)."""
+        True if the reading started, or waits for a trace in flight (:meth:`_wait_for_traces`);
+        a session that cannot be read is reported in a message box (nothing changes)."""
+        if self._wait_for_traces(lambda: self.open_session(path), path):
+            return True
         answer = self._confirm_replacing()
         if not answer:
             return False
@@ -1320,7 +1361,8 @@ class MainWindow(QMainWindow):
                 self.show_status(exported)
 
         self.jobs.submit(Job(lambda: export_lines(path, lines, raster, crs), done,
-                             lambda exc: self.show_error(error_text(exc), "Cannot export")))
+                             lambda exc: self.show_error(error_text(exc), "Cannot export"),
+                             awaited=True))
         self.show_status(f"exporting {plural(len(lines), 'line')} to {path}…")
         return True
 
@@ -1354,11 +1396,13 @@ class MainWindow(QMainWindow):
 
     # -- closing -------------------------------------------------------------------------------
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt override)
-        if self.controller.work_in_flight:  # not in the lines yet: asked about once it is
+        if self._closing_waits:  # not in the lines yet (asked about once it is), or not written
             event.ignore()
             self._close_once_traced = True
+            self._open_once_traced = None
             self.show_status("closing once the trace in progress lands (Esc cancels the "
-                             "segment being drawn)")
+                             "segment being drawn)" if self.controller.work_in_flight else
+                             "closing once the export in progress is written")
             return
         if not self.confirm_discard():
             event.ignore()
@@ -1369,9 +1413,18 @@ class MainWindow(QMainWindow):
         self.shutdown()
         event.accept()
 
-    def _close_if_traced(self) -> None:
-        """Close, as asked while a trace was in flight, once none is (from the event loop)."""
-        if self._close_once_traced and not self.controller.work_in_flight:
+    @property
+    def _closing_waits(self) -> bool:
+        """Whether closing waits: for a trace in flight, or an export the user asked for."""
+        return self.controller.work_in_flight or self.jobs.awaiting
+
+    def _go_on_once_traced(self) -> None:
+        """Open or close, as asked while a trace (for closing, an export too) was in flight,
+        once none is (from the event loop)."""
+        if self._open_once_traced is not None and not self.controller.work_in_flight:
+            QTimer.singleShot(0, self._open_once_traced)
+            self._open_once_traced = None
+        if self._close_once_traced and not self._closing_waits:
             self._close_once_traced = False
             QTimer.singleShot(0, self.close)
 
@@ -1387,7 +1440,12 @@ class MainWindow(QMainWindow):
 
 
 def run_app(argv: list[str]) -> int:
-    """Start the application; ``argv`` may hold one image, folder or session path."""
+    """Start the application; ``argv`` may hold one image, folder or session path.
+
+    Where a trace still runs in the background at the end (the window closed while it ran),
+    it is waited for (:data:`EXIT_TRACE_WAIT_S` at most); if it still runs then, the process
+    ends at once with the application's exit code: ending the interpreter while the engine
+    runs aborts it."""
     app = QApplication.instance() or QApplication([sys.argv[0]])
     QCoreApplication.setOrganizationName("roadtracer")
     QCoreApplication.setApplicationName("roadtracer")
@@ -1398,4 +1456,10 @@ def run_app(argv: list[str]) -> int:
         window.open_session(path)
     else:
         window.open_initial(path)
-    return app.exec()
+    code = app.exec()
+    if not window.jobs.wait_for_trace(EXIT_TRACE_WAIT_S):
+        for stream in (sys.stdout, sys.stderr):  # None without a console (pythonw)
+            if stream is not None:
+                stream.flush()
+        os._exit(code)
+    return code

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 from PySide6.QtCore import QObject, QTimer, Signal
@@ -29,6 +30,7 @@ from app.previews import PreviewScheduler
 from app.traces import TraceOutcome, TraceRequest, error_text, run_requests, snap, trace_anchors
 from core.errors import TraceError
 from core.raster import Raster
+from core.surface import use_model
 from core.tracer import TraceParams, check_point, trace
 from gpu.select import choose_backend
 
@@ -76,6 +78,7 @@ class TracingController(QObject):
         self.jobs = jobs
         self.raster: Raster | None = None
         self.params = TraceParams()
+        self._surface_models = 0  # how many times the surface model changed (in trace keys)
         self.backend = None
         self.backend_note = ""
         self.selection: tuple[int | None, int | None] = (None, None)  # line id, segment index
@@ -83,7 +86,13 @@ class TracingController(QObject):
         self.previews = PreviewScheduler(self.line_drawing, self, self)
         self.imports = ImportRunner(model, self)
         self._shown_preview: TraceOutcome | None = None  # the preview trace shown last
-        self._edits: deque[Edit | str] = deque()  # edits waiting (and "undo", "redo")
+        # Edits waiting (and "undo", "redo"), each with the count of :attr:`_changes_outside`
+        # when it was asked for.
+        self._edits: deque[tuple[Edit | str, int]] = deque()
+        # Changes of the lines made outside the edits' queue (a segment drawn, a line deleted or
+        # renamed): an undo asked for after one of them is meant for it, not for an edit made
+        # before it that is then lost (:meth:`_lost`).
+        self._changes_outside = 0
         self._edit_running: object | None = None  # the ticket of the edit being re-traced
         # While edits are pending: (line before, line after, segment split or None) of every
         # edit of a line but undo and redo, so that a waiting edit finds its line again.
@@ -171,6 +180,15 @@ class TracingController(QObject):
         self.retrace_selection()
         self.previews.refresh()
 
+    def set_surface_model(self, path: str) -> Path:
+        """Trace from now on with the surface model ``path`` (:func:`core.surface.use_model`:
+        its path, or its error raised): a preview traced, or being traced, with the last one
+        is not taken for a click; the preview is traced again."""
+        model = use_model(path)
+        self._surface_models += 1
+        self.previews.refresh()
+        return model
+
     def line_params(self, kind: str) -> TraceParams:
         """The panel's parameters for a line of ``kind`` (a river is traced as water)."""
         return replace(self.params, line_kind=kind)
@@ -180,8 +198,8 @@ class TracingController(QObject):
                preview: bool = False) -> None:
         """Trace ``requests`` in the worker (as :func:`app.params.traced_params` has them, each
         refused if too large: :func:`app.params.check_trace_size`); the result is dropped if
-        the image changed."""
-        raster = self.raster
+        the image changed, a preview's also if the surface model did."""
+        raster, key = self.raster, self._trace_key(requests)
         traced = tuple(request if request.params is None else
                        replace(request, params=traced_params(request.params, raster))
                        for request in requests)
@@ -193,25 +211,32 @@ class TracingController(QObject):
                                      getattr(self.backend, "name", "cpu"))
             return run_requests(raster, traced, self.backend)
 
+        def current() -> bool:
+            return raster is self.raster and (not preview or key == self._trace_key(requests))
+
         def on_done(outcome: TraceOutcome) -> None:
             if outcome.fallback is not None:
                 self._use_backend(*outcome.fallback)
                 self.message.emit(outcome.fallback[1])
-            if raster is self.raster:
+            if current():
                 done(outcome)
                 if preview and self.previews.segment is outcome.segments[0]:  # now shown
                     self._shown_preview = outcome
 
         def on_failed(exc: BaseException) -> None:
-            if raster is self.raster:
+            if current():
                 if not preview:
                     self.trace_failed.emit(error_text(exc))
                 failed(exc)
 
         if not preview:
             self._tell_waiting()
-        self.jobs.submit(Job(work, on_done, on_failed, preview=preview, key=requests,
+        self.jobs.submit(Job(work, on_done, on_failed, preview=preview, key=key,
                              detachable=True))
+
+    def _trace_key(self, requests: tuple[TraceRequest, ...]) -> tuple:
+        """What a trace job is for: its requests, traced with the surface model in use."""
+        return self._surface_models, requests
 
     def submit_anchors(self, anchors: tuple[Point, ...], params: TraceParams, done, failed,
                        live) -> None:
@@ -263,11 +288,11 @@ class TracingController(QObject):
                 self.message.emit("the cancelled trace finished; tracing on")
 
     def follow(self, requests: tuple[TraceRequest, ...], done, failed) -> bool:
-        return self.jobs.follow(requests, done, failed)
+        return self.jobs.follow(self._trace_key(requests), done, failed)
 
     def is_running(self, requests: tuple[TraceRequest, ...]) -> bool:
         running = self.jobs.running
-        return running is not None and running.key == requests
+        return running is not None and running.key == self._trace_key(requests)
 
     def drop_waiting_preview(self) -> None:
         self.jobs.drop_preview()
@@ -368,7 +393,7 @@ class TracingController(QObject):
         """Undo the last edit; one still being re-traced is the last (undone once it lands;
         if its re-trace fails, nothing is undone)."""
         if self.edits_pending:
-            self._edits.append("undo")
+            self._edits.append(("undo", self._changes_outside))
             self.message.emit("undo: once the re-trace in progress lands")
             self.edits_changed.emit()
         elif not self.model.undo():
@@ -376,7 +401,7 @@ class TracingController(QObject):
 
     def redo(self) -> None:
         if self.edits_pending:
-            self._edits.append("redo")
+            self._edits.append(("redo", self._changes_outside))
             self.message.emit("redo: once the re-trace in progress lands")
             self.edits_changed.emit()
         elif not self.model.redo():
@@ -387,6 +412,8 @@ class TracingController(QObject):
         replaced); keep the selection on lines and segments that exist."""
         if change.label == "Reset":
             self._drop_edits()
+        elif change.origin is not self and not change.is_history:
+            self._changes_outside += 1
         for changed_id in change.line_ids:
             before, after = self._lines_seen.pop(changed_id, None), self.model.line(changed_id)
             if after is not None:
@@ -521,7 +548,7 @@ class TracingController(QObject):
         """Whether an undo asked for waits for an edit's re-trace to land, and no redo asked
         for after it takes it back."""
         undos = 0
-        for edit in self._edits:
+        for edit, _ in self._edits:
             if edit == "undo":
                 undos += 1
             elif edit == "redo":
@@ -531,12 +558,12 @@ class TracingController(QObject):
     def _edit(self, edit: Edit) -> None:
         """Make ``edit`` once the edits before it have landed. A change of parameters replaces
         the one still waiting for the same segments (typed digit by digit)."""
-        last = self._edits[-1] if self._edits else None
+        last = self._edits[-1][0] if self._edits else None
         if (isinstance(last, Edit) and last.action == edit.action == "params"
                 and last.base is edit.base and last.segments == edit.segments):
-            self._edits[-1] = edit
+            self._edits[-1] = (edit, self._changes_outside)
         else:
-            self._edits.append(edit)
+            self._edits.append((edit, self._changes_outside))
         self._next_edit()
 
     def _drop_edits(self) -> None:
@@ -556,7 +583,7 @@ class TracingController(QObject):
     def _next_edit(self) -> None:
         """Start the edits waiting, up to the first that needs tracing."""
         while self._edit_running is None and self._edits:
-            edit = self._edits.popleft()
+            edit, asked = self._edits.popleft()
             if edit == "undo":
                 if not self.model.undo():
                     self.message.emit("nothing to undo")
@@ -564,7 +591,7 @@ class TracingController(QObject):
                 if not self.model.redo():
                     self.message.emit("nothing to redo")
             else:
-                self._start(edit)
+                self._start(edit, asked)
         if not self._following:
             self._lineage.clear()
         self.edits_changed.emit()
@@ -582,35 +609,37 @@ class TracingController(QObject):
                 splits.append((step[2], step[1]))
         return splits[::-1]
 
-    def _start(self, edit: Edit) -> None:
-        """Make ``edit`` on its line as it is now: trace its command, or apply it at once if
-        nothing needs tracing."""
+    def _start(self, edit: Edit, asked: int) -> None:
+        """Make ``edit`` (asked for at ``asked`` changes outside the queue) on its line as it
+        is now: trace its command, or apply it at once if nothing needs tracing."""
         line = self.model.line(edit.line_id)
         splits = None if line is None else self._splits_since(edit.base, line)
         if splits is None:
-            self._stale((line or edit.base).name)
+            self._stale((line or edit.base).name, asked)
             return
         command = edit.through(splits).command(line)
         if isinstance(command, str):
             self.message.emit(command)
             self.lines_stale.emit()
-            self._lost()
+            self._lost(asked)
         elif command is not None and not command.requests:
             self._apply(command, ())
         elif command is not None:
-            self._run(edit, command)
+            self._run(edit, command, asked)
 
-    def _stale(self, name: str) -> None:
+    def _stale(self, name: str, asked: int) -> None:
         self.message.emit(f"{name} changed while re-tracing; result dropped")
         self.lines_stale.emit()
-        self._lost()
+        self._lost(asked)
 
-    def _lost(self) -> None:
-        """An edit that did not land left no undo step: an undo asked for right after it (and
-        a redo right after that undo) was meant for it, not for the edit before it."""
-        if self._edits and self._edits[0] == "undo":
+    def _lost(self, asked: int) -> None:
+        """An edit (asked for at ``asked`` changes outside the queue) that did not land left
+        no undo step: an undo asked for right after it, with no change of the lines made
+        outside the queue in between (a delete), was meant for it, not for the step before
+        it; so was a redo right after that undo."""
+        if self._edits and self._edits[0] == ("undo", asked):
             self._edits.popleft()
-            if self._edits and self._edits[0] == "redo":
+            if self._edits and self._edits[0] == ("redo", asked):
                 self._edits.popleft()
 
     def _apply(self, command: Retrace, segments: tuple[Segment, ...]) -> None:
@@ -620,7 +649,7 @@ class TracingController(QObject):
         finally:
             self._splitting = None
 
-    def _run(self, edit: Edit, command: Retrace) -> None:
+    def _run(self, edit: Edit, command: Retrace, asked: int) -> None:
         """Trace a command's segments; its result becomes one undo step, unless the line
         changed meanwhile: then the edit is made again on the line as it is (a few times at
         most), or dropped."""
@@ -637,9 +666,9 @@ class TracingController(QObject):
                 self._landed(outcome, (*said, *outcome.notes))
                 self.changed.emit()
             elif self.model.line(edit.line_id) is not None and edit.attempts < MAX_ATTEMPTS:
-                self._edits.appendleft(replace(edit, attempts=edit.attempts + 1))
+                self._edits.appendleft((replace(edit, attempts=edit.attempts + 1), asked))
             else:
-                self._stale(command.line.name)
+                self._stale(command.line.name, asked)
             self._next_edit()
 
         def failed(exc: BaseException) -> None:
@@ -648,7 +677,7 @@ class TracingController(QObject):
             self._edit_running = None
             self.message.emit(error_text(exc))
             self.lines_stale.emit()
-            self._lost()
+            self._lost(asked)
             self._next_edit()
 
         self.submit(command.requests, done, failed)

@@ -682,9 +682,9 @@ def test_large_image_opens_without_freezing_the_window(make_window, qtbot, tmp_p
     loaded_on = []
     real_load = app.main_window.load_for_display
 
-    def load_for_display(image):
+    def load_for_display(image, **options):
         loaded_on.append(threading.current_thread())
-        return real_load(image)
+        return real_load(image, **options)
 
     monkeypatch.setattr(app.main_window, "load_for_display", load_for_display)
     window = make_window(open_sample=False)

@@ -49,10 +49,10 @@ class HeldLoads:
     def release(self) -> None:
         self.go.set()
 
-    def __call__(self, path):
+    def __call__(self, path, **options):
         self.started.append(os.path.basename(path))
         assert self.go.wait(30)
-        return self.real(path)
+        return self.real(path, **options)
 
 
 @pytest.fixture

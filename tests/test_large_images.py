@@ -220,3 +220,65 @@ def test_a_trace_on_a_png_held_in_its_decoded_type_is_the_same(monkeypatch):
     np.testing.assert_array_equal(result.polyline, expected.polyline)
     np.testing.assert_array_equal(result.link_scores, expected.link_scores)
     assert result.score == expected.score
+
+
+@pytest.fixture
+def shown_from_overview(monkeypatch):
+    """Images shown from an overview of at most 200 px, read in bands of 64 rows."""
+    pytest.importorskip("PySide6")
+    import app.display
+
+    monkeypatch.setattr(raster_module, "OVERVIEW_BAND_ROWS", 64)
+    monkeypatch.setattr(app.display, "FULL_READ_LIMIT", 1000)
+    monkeypatch.setattr(app.display, "OVERVIEW_SIZE", 200)
+
+
+make_window = pytest.importorskip("tests.test_app").make_window  # closes windows, stops workers
+
+
+def test_the_window_shows_how_much_of_the_image_an_open_has_read(
+        shown_from_overview, make_window, qtbot, tmp_path):
+    from tests.helpers import open_and_wait
+
+    path = write_tiff(tmp_path / "a.tif")
+    window = make_window(open_sample=False)
+    shown = []
+    window.statusBar().messageChanged.connect(shown.append)
+    open_and_wait(qtbot, window, path)
+    progress = [text for text in shown if text.startswith("opening a.tif… ")]
+    assert len(progress) >= 5
+    assert progress[-1] == "opening a.tif… 100%"
+    assert window.messages[-1][1] != progress[-1]  # not one message a band in the log
+
+
+def test_an_open_superseded_while_it_reads_stops_reading(
+        shown_from_overview, make_window, qtbot, tmp_path, monkeypatch):
+    import threading
+
+    import app.main_window
+    from tests.conftest import SAMPLE_IMAGE
+
+    real_load, go, outcomes = app.main_window.load_for_display, threading.Event(), []
+
+    def load_for_display(path, progress, cancelled):
+        def held(fraction):  # the first band read, the load waits for the test
+            progress(fraction)
+            assert go.wait(30)
+
+        try:
+            result = real_load(path, progress=held, cancelled=cancelled)
+        except ReadCancelled:
+            outcomes.append("cancelled")
+            raise
+        outcomes.append("read")
+        return result
+
+    monkeypatch.setattr(app.main_window, "load_for_display", load_for_display)
+    window = make_window(open_sample=False)
+    big = str(write_tiff(tmp_path / "big.tif"))
+    assert window.open_image(big)
+    qtbot.waitUntil(lambda: window.status_text.startswith("opening big.tif… "), timeout=30_000)
+    assert window.open_image(str(SAMPLE_IMAGE))  # supersedes it: its next band stops
+    go.set()
+    qtbot.waitUntil(lambda: window.image_path == str(SAMPLE_IMAGE), timeout=60_000)
+    assert outcomes == ["cancelled", "read"]
