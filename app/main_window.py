@@ -618,14 +618,19 @@ class MainWindow(QMainWindow):
         self._keys_dialog.raise_()
 
     def about_text(self) -> str:
-        """Help ▸ About: the version, the backend and surface model in use, where the guide is."""
+        """Help ▸ About: the version, the backend and surface model in use, where the guide and
+        the licences are (in a checkout, or in an installed copy's metadata)."""
         project = Path(__file__).resolve().parent.parent
         backend = self.controller.backend_note or "being chosen"
+        guide = project / "docs" / "APP.md"
+        licences = [project / "LICENSE"] if (project / "LICENSE").is_file() else \
+            installed_licences()
         return (f"roadtracer {version()}: click-to-trace roads and rivers on aerial and "
                 f"satellite imagery.\n\nBackend: {backend}\nSurface model: "
                 f"{os.fspath(surface.MODEL_PATH)}\n\nUser guide: "
-                f"{project / 'docs' / 'APP.md'}\nLicences: {project / 'LICENSE'} (the program), "
-                "LICENSE.md beside the bundled model, sample and evaluation images in "
+                f"{guide if guide.is_file() else 'docs/APP.md of the source distribution'}\n"
+                f"Licences: {', '.join(map(str, licences)) or 'MIT'} (the program), "
+                "LICENSE.md beside the bundled model and sample image in "
                 f"{project / 'resources'}")
 
     def show_about(self) -> None:
@@ -1437,6 +1442,19 @@ class MainWindow(QMainWindow):
         self.jobs.shutdown()
         self.writes.shutdown()
         self._release_autosave()
+
+
+def installed_licences() -> list[Path]:
+    """The licence files in the installed distribution's metadata (none where it is not
+    installed, or lists no files)."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        files = distribution("roadtracer").files or []
+    except PackageNotFoundError:
+        return []
+    return [Path(distribution("roadtracer").locate_file(file)) for file in files
+            if "licenses" in file.parts and file.name.startswith("LICENSE")]
 
 
 def run_app(argv: list[str]) -> int:

@@ -386,3 +386,22 @@ def test_help_about_names_the_version_backend_model_and_guide(make_window, qtbot
     assert guide.endswith(os.path.join("docs", "APP.md"))
     assert "About roadtracer" in [action.text().replace("&", "")
                                   for action in window.menuBar().actions()[-1].menu().actions()]
+
+
+def test_help_about_in_an_installed_copy_names_no_missing_file(make_window, qtbot, tmp_path,
+                                                               monkeypatch):
+    """Installed from a wheel, there is no docs/ or LICENSE beside the code: About names the
+    licence in the distribution's metadata and where the guide is, not paths that are not
+    there."""
+    import app.main_window
+
+    window = make_window()
+    licence = tmp_path / "dist-info" / "licenses" / "LICENSE"
+    licence.parent.mkdir(parents=True)
+    licence.write_text("MIT License")
+    monkeypatch.setattr(app.main_window, "__file__", str(tmp_path / "app" / "main_window.py"))
+    monkeypatch.setattr(app.main_window, "installed_licences", lambda: [licence])
+    text = window.about_text()
+    assert "User guide: docs/APP.md of the source distribution\n" in text
+    assert f"Licences: {licence} (the program)" in text
+    assert str(tmp_path / "docs") not in text
