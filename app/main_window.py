@@ -174,6 +174,9 @@ CANVAS_DESCRIPTION = ("The image and its traced lines. Click on a road, then fur
 #: Fields whose typing the canvas does not interrupt by taking the focus.
 TEXT_FIELDS = (QLineEdit, QAbstractSpinBox, QTextEdit, QPlainTextEdit)
 AUTOSAVE_DELAY_MS = 1000
+#: Said on opening a file shown from an overview that has none of its own.
+NO_OVERVIEWS_NOTE = ("the file has no overviews: it is read whole to show it; `gdaladdo FILE` "
+                     "builds them, for faster opening")
 #: :meth:`MainWindow.confirm_discard`'s answer where the user discards lines it left in place.
 DISCARD = "discard"
 #: How long (s) the process waits at exit for a trace still running in the background (the
@@ -910,6 +913,8 @@ class MainWindow(QMainWindow):
             notes.append("ground resolution unknown: set it in Parameters for faster clicks")
         if reads_image_as_evidence(self.params_panel.params()):
             notes.append(EVIDENCE_ON_IMAGE)
+        if self._image_levels.source is not None and raster.overview_factors() == []:
+            notes.append(NO_OVERVIEWS_NOTE)
         self.show_status(
             f"opened {os.path.basename(path)} ({raster.width}×{raster.height} px, {bands}"
             f"{restored})" + "".join(f"; {note}" for note in notes),

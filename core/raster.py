@@ -477,6 +477,11 @@ class Raster:
         overview_shape(self.height, self.width, max_size)  # checks max_size
         return max(1, math.ceil(max(self.height, self.width) / max_size))
 
+    def overview_factors(self) -> list[int] | None:
+        """The decimation factors of the file's own overviews: None, the image being held in
+        memory (:meth:`WindowedRaster.overview_factors`: a file's)."""
+        return None
+
     def overview(self, max_size: int, progress=None, cancelled=None) -> np.ndarray:
         """A display image whose longer side is at most ``max_size`` px (nearest neighbour).
 
@@ -970,13 +975,14 @@ class WindowedRaster(Raster):
         it is (coarser than ``max_size`` asks by less than half)."""
         step = super().overview_step(max_size)
         power = 1 << (step - 1).bit_length()
-        return power if step > 1 and power in self._overview_factors() else step
+        return power if step > 1 and power in (self.overview_factors() or ()) else step
 
-    def _overview_factors(self) -> list[int]:
-        """The decimation factors of the file's internal overviews (of the first band read);
-        none for a raster resampled onto another grid."""
+    def overview_factors(self) -> list[int] | None:
+        """The decimation factors of the file's internal overviews (of the first band read),
+        as ``gdaladdo`` builds them; None for a raster resampled onto another grid (its
+        overview is warped from the file's as GDAL chooses)."""
         if self._dataset is not self._source:
-            return []
+            return None
         with self._lock:
             return list(self._dataset.overviews(self._indexes[0]))
 
@@ -1020,7 +1026,7 @@ class WindowedRaster(Raster):
             with _BLOCK_CACHE_BOUND(OVERVIEW_CACHE_BYTES):
                 result = self._read(None, (rows, cols))
         else:
-            factors = self._overview_factors()
+            factors = self.overview_factors()
             level = max(((factor, index) for index, factor in enumerate(factors)
                          if factor <= step), default=None)
             dataset = self._dataset if level is None else \

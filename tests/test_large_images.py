@@ -282,3 +282,26 @@ def test_an_open_superseded_while_it_reads_stops_reading(
     go.set()
     qtbot.waitUntil(lambda: window.image_path == str(SAMPLE_IMAGE), timeout=60_000)
     assert outcomes == ["cancelled", "read"]
+
+
+def test_opening_a_file_without_overviews_says_how_to_build_them(
+        shown_from_overview, make_window, qtbot, tmp_path):
+    from app.main_window import NO_OVERVIEWS_NOTE
+    from tests.helpers import open_and_wait
+
+    plain = write_tiff(tmp_path / "plain.tif")
+    with_overviews = shutil.copy(plain, tmp_path / "overviews.tif")
+    with rasterio.open(with_overviews, "r+") as file:
+        file.build_overviews([2, 4], rasterio.enums.Resampling.average)
+    window = make_window(open_sample=False)
+    open_and_wait(qtbot, window, plain)
+    assert window.raster.overview_factors() == []
+    assert NO_OVERVIEWS_NOTE in window.status_text
+    open_and_wait(qtbot, window, with_overviews)
+    assert window.raster.overview_factors() == [2, 4]
+    assert window.status_text.startswith("opened overviews.tif")
+    assert NO_OVERVIEWS_NOTE not in window.status_text
+    from tests.conftest import SAMPLE_IMAGE
+
+    with load_image(SAMPLE_IMAGE) as raster:  # held in memory: no file overviews to speak of
+        assert raster.overview_factors() is None
