@@ -178,7 +178,8 @@ class Line:
         return (self.id, self.name, self.kind, self.anchors, self.visible) == \
             (other.id, other.name, other.kind, other.anchors, other.visible) \
             and len(self.segments) == len(other.segments) \
-            and all(a.same_as(b) for a, b in zip(self.segments, other.segments, strict=True))
+            and all(a is b or a.same_as(b)
+                    for a, b in zip(self.segments, other.segments, strict=True))
 
 
 def same_lines(a: tuple[Line, ...], b: tuple[Line, ...]) -> bool:
@@ -269,8 +270,9 @@ class LinesModel:
 
     @property
     def dirty(self) -> bool:
-        """True when the lines differ from the last saved (or loaded) state."""
-        return self._lines is not self._saved and bool(self._lines or self._saved)
+        """True when the lines differ from the last saved (or loaded) state: a line renamed
+        and renamed back, or hidden and shown again, is as saved."""
+        return self._lines is not self._saved and not same_lines(self._lines, self._saved)
 
     @property
     def undo_label(self) -> str | None:

@@ -372,3 +372,23 @@ def test_a_lines_box_is_worked_out_where_it_is_made():
     renamed = replace(line, name="M")
     assert renamed.bounds is not line.bounds
     np.testing.assert_array_equal(renamed.bounds, line.bounds)
+
+
+def test_lines_changed_back_to_the_saved_state_are_not_dirty():
+    """Renamed and renamed back, hidden and shown again: the lines are as saved, with new
+    objects; a real change among them still counts."""
+    model = LinesModel()
+    line = model.add_line((0, 0), (10, 0), traced((0, 0), (10, 0)))
+    other = model.add_line((0, 5), (10, 5), traced((0, 5), (10, 5)))
+    model.mark_saved()
+    model.rename(line.id, "Main road")
+    model.rename(line.id, line.name)
+    assert not model.dirty
+    model.set_visible(other.id, False)
+    assert model.dirty
+    model.set_visible(other.id, True)
+    assert not model.dirty
+    model.append_segment(line.id, (20, 5), straight((10, 0), (20, 5)))
+    assert model.dirty
+    model.undo()
+    assert not model.dirty
