@@ -1117,12 +1117,23 @@ class MainWindow(QMainWindow):
         if path == self.session_path and not self._overwrite_changed_session(path):
             self.show_status(f"session not saved: {path} changed on disk")
             return False
+        # Written here, the session being asked for now (a question's Save goes on with it):
+        # thousands of lines take seconds, so the wait is shown before it starts.
+        self.show_status(f"saving the session to {path}…")
+        self.statusBar().repaint()
+        QApplication.setOverrideCursor(Qt.CursorShape.WaitCursor)
         try:
             write_session(path, self.image_path, self.model.lines, self.params_panel.params(),
                           self.params_panel.backend.currentText(), self._image_size(),
                           self.autosaver.encoder)
         except TraceError as exc:
-            self.show_error(str(exc), "Cannot save session")
+            failure = str(exc)
+        else:
+            failure = None
+        finally:
+            QApplication.restoreOverrideCursor()
+        if failure is not None:
+            self.show_error(failure, "Cannot save session")
             return False
         self.session_path, self._session_stamp = path, file_stamp(path)
         self.model.mark_saved()

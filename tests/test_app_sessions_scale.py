@@ -31,7 +31,7 @@ from core.tracer import TraceParams
 from tests import test_app
 from tests.conftest import SAMPLE_IMAGE
 from tests.test_app import A, B, click, wait_idle
-from tests.test_app_folder_walk import autosaved, draw_straight
+from tests.test_app_folder_walk import ON_A, autosaved, draw_straight
 
 make_window = test_app.make_window  # the fixture: windows closed, their workers stopped
 
@@ -356,3 +356,36 @@ def test_closing_while_the_first_segment_is_traced_waits_for_it(make_window, qtb
     assert questions.asked == ["1 traced line is not saved in a session. Save it first?"]
     (line,) = read_session(session)[1]
     assert line.anchors == (A, B)
+
+
+def test_a_session_being_written_shows_the_wait_and_an_error_box_without_it(
+        make_window, qtbot, tmp_path, monkeypatch):
+    """A session is written on the window's thread (a question's Save goes on with it), which
+    takes seconds for thousands of lines: the status says so and the cursor waits meanwhile;
+    neither outlasts the write, nor shows over a failure's message box."""
+    from PySide6.QtWidgets import QApplication
+
+    from core.errors import OutputWriteError
+
+    window = make_window()
+    draw_straight(qtbot, window, ON_A)
+    real_write, seen = app.main_window.write_session, []
+
+    def write(*args, **kwargs):
+        cursor = QApplication.overrideCursor()
+        seen.append((window.status_text, cursor.shape() if cursor else None))
+        if len(seen) == 2:
+            raise OutputWriteError("disk full")
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(app.main_window, "write_session", write)
+    boxes = []
+    window.error_shown.connect(lambda _text: boxes.append(QApplication.overrideCursor()))
+    path = str(tmp_path / "s.json")
+    assert window.write_session(path)
+    assert seen[0] == (f"saving the session to {path}…", Qt.CursorShape.WaitCursor)
+    assert window.status_text == f"session saved to {path}"
+    assert QApplication.overrideCursor() is None
+    assert not window.write_session(str(tmp_path / "t.json"))
+    assert boxes == [None]  # the box shown once the cursor was restored
+    assert QApplication.overrideCursor() is None
