@@ -536,7 +536,8 @@ class DecodedRaster(Raster):
     """A PNG, JPEG, … too large to read whole held in its decoded integer type
     (:func:`keeps_decoded`): windows and overviews are converted to float32 as they are read,
     to the values :func:`to_float_bands` gives the whole image; ``pixels`` converts the whole
-    image on first use (and keeps it).
+    image on first use and keeps it instead (the decoded values are let go: every later read
+    takes the floats).
 
     Parameters
     ----------
@@ -549,7 +550,9 @@ class DecodedRaster(Raster):
     def __init__(self, decoded: np.ndarray, path: str | None = None, georef=None,
                  band_note: str | None = None, ground_resolution: float | None = None,
                  notes: tuple[str, ...] = ()):
-        self._decoded = decoded
+        self._decoded: np.ndarray | None = decoded  # None once converted whole
+        self._shape = decoded.shape
+        self._dtype = decoded.dtype
         self.path = path
         self.georef = georef
         self.band_note = band_note
@@ -560,7 +563,7 @@ class DecodedRaster(Raster):
 
     def __repr__(self) -> str:
         return (f"DecodedRaster({self.path!r}, {self.width}×{self.height} px, {self.bands} "
-                f"bands of {self._decoded.dtype}, georef={self.georef!r})")
+                f"bands of {self._dtype}, georef={self.georef!r})")
 
     __eq__ = object.__eq__
     __hash__ = object.__hash__
@@ -568,17 +571,17 @@ class DecodedRaster(Raster):
     @property
     def height(self) -> int:
         """Rows of the image (px)."""
-        return int(self._decoded.shape[0])
+        return int(self._shape[0])
 
     @property
     def width(self) -> int:
         """Columns of the image (px)."""
-        return int(self._decoded.shape[1])
+        return int(self._shape[1])
 
     @property
     def bands(self) -> int:
         """Bands of the image."""
-        return int(self._decoded.shape[2])
+        return int(self._shape[2])
 
     @property
     def pixels(self) -> np.ndarray:
@@ -586,6 +589,7 @@ class DecodedRaster(Raster):
         with self._lock:
             if self._pixels is None:
                 self._pixels = self._converted(self._decoded)
+                self._decoded = None  # after the floats are in place: reads see either
             return self._pixels
 
     def _converted(self, decoded: np.ndarray) -> np.ndarray:
@@ -595,15 +599,17 @@ class DecodedRaster(Raster):
     def _read_blocks(self, row0: int, row1: int, col0: int, col1: int,
                      shape: tuple[int, int]) -> np.ndarray:
         """:meth:`Raster._read_blocks` of the window converted alone."""
-        if self._pixels is not None:
+        decoded = self._decoded
+        if decoded is None:  # converted whole
             return super()._read_blocks(row0, row1, col0, col1, shape)
-        return _block_means(self._converted(self._decoded[row0:row1, col0:col1]), shape)
+        return _block_means(self._converted(decoded[row0:row1, col0:col1]), shape)
 
     def overview(self, max_size: int, progress=None, cancelled=None) -> np.ndarray:
         """:meth:`Raster.overview`, the pixels picked converted alone, in bands of
         :data:`DECODED_OVERVIEW_ROWS` rows (``progress`` and ``cancelled`` as
         :meth:`WindowedRaster.overview`'s)."""
-        if self._pixels is not None:
+        decoded = self._decoded
+        if decoded is None:  # converted whole
             return super().overview(max_size, progress, cancelled)
         rows, cols = overview_shape(self.height, self.width, max_size)
         pick_rows = ((np.arange(rows) + 0.5) * (self.height / rows)).astype(np.intp)
@@ -615,7 +621,7 @@ class DecodedRaster(Raster):
                                     "cancelled")
             last = min(first + DECODED_OVERVIEW_ROWS, rows)
             result[first:last] = self._converted(
-                self._decoded[pick_rows[first:last, None], pick_cols[None, :]])
+                decoded[pick_rows[first:last, None], pick_cols[None, :]])
             if progress is not None:
                 progress(last / rows)
         return result
@@ -994,7 +1000,9 @@ class WindowedRaster(Raster):
         from the coarsest of the file's own overviews that is not coarser than the step where
         it has them (the step's level read as it is, when the step is one), else sampling the
         full-resolution pixels as :meth:`Raster.overview` does. The pixels are those GDAL's
-        nearest-neighbour read of the whole image at that size gives.
+        nearest-neighbour read of that level at that size gives (where a file's overview
+        factors are no powers of two, GDAL itself may take a level up to 1.2 times coarser
+        than the step: the overview shown is then a little sharper than GDAL's).
 
         Parameters
         ----------

@@ -305,3 +305,23 @@ def test_opening_a_file_without_overviews_says_how_to_build_them(
 
     with load_image(SAMPLE_IMAGE) as raster:  # held in memory: no file overviews to speak of
         assert raster.overview_factors() is None
+
+
+def test_a_png_converted_whole_lets_its_decoded_values_go(tmp_path, monkeypatch):
+    """Once ``pixels`` is asked for (a mask read whole), the floats serve every read and the
+    decoded values are not held beside them."""
+    import imageio.v3 as iio
+
+    monkeypatch.setattr(raster_module, "FULL_READ_LIMIT", 100)
+    monkeypatch.setattr(raster_module, "KEEP_DECODED_BYTES", 100)
+    values = np.random.default_rng(3).integers(0, 256, (40, 50, 3), dtype=np.uint8)
+    iio.imwrite(tmp_path / "a.png", values)
+    with load_image(tmp_path / "a.png") as raster:
+        assert isinstance(raster, DecodedRaster)
+        window, overview = raster.read_window(3, 30, 5, 45, 2), raster.overview(20)
+        pixels = raster.pixels
+        assert raster._decoded is None
+        np.testing.assert_array_equal(pixels, to_float_bands(values))
+        np.testing.assert_array_equal(raster.read_window(3, 30, 5, 45, 2), window)
+        np.testing.assert_array_equal(raster.overview(20), overview)
+        assert (raster.height, raster.width, raster.bands) == (40, 50, 3)
