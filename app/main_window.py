@@ -1466,10 +1466,10 @@ def installed_licences() -> list[Path]:
     from importlib.metadata import PackageNotFoundError, distribution
 
     try:
-        files = distribution("roadtracer").files or []
+        installed = distribution("roadtracer")
     except PackageNotFoundError:
         return []
-    return [Path(distribution("roadtracer").locate_file(file)) for file in files
+    return [Path(installed.locate_file(file)) for file in installed.files or []
             if "licenses" in file.parts and file.name.startswith("LICENSE")]
 
 
