@@ -32,8 +32,6 @@ sys.path.insert(0, str(ROOT))
 from cli.bench_cmd import machine_description  # noqa: E402
 
 SAMPLE = ROOT / "resources" / "sample" / "gsi_108.png"
-#: Rows written at a time.
-STRIP_ROWS = 1024
 
 
 def write_geotiff(path: Path, size: int) -> None:
@@ -46,14 +44,14 @@ def write_geotiff(path: Path, size: int) -> None:
     tile = iio.imread(SAMPLE)[:512, :512, :3]
     tile = np.concatenate([tile, tile[:, ::-1]], axis=1)
     tile = np.concatenate([tile, tile[::-1]], axis=0)  # 1024 px, no seams
-    strip = np.tile(tile, (STRIP_ROWS // 1024, -(-size // 1024), 1))[:, :size]
+    strip = np.tile(tile, (1, -(-size // len(tile)), 1))[:, :size]  # a row of tiles
     with rasterio.open(path, "w", driver="GTiff", width=size, height=size, count=3,
                        dtype="uint8", crs="EPSG:32654",
                        transform=from_origin(500_000, 4_000_000, 0.2, 0.2), tiled=True,
                        blockxsize=512, blockysize=512, compress="deflate", BIGTIFF="YES",
                        photometric="RGB") as file:
-        for row in range(0, size, STRIP_ROWS):
-            rows = min(STRIP_ROWS, size - row)
+        for row in range(0, size, len(strip)):
+            rows = min(len(strip), size - row)
             file.write(strip[:rows].transpose(2, 0, 1), window=Window(0, row, size, rows))
 
 

@@ -497,15 +497,19 @@ class Raster:
         -------
         ndarray of shape (rows, cols, bands), float32
         """
-        rows, cols = overview_shape(self.height, self.width, max_size)
+        pick_rows, pick_cols = self._overview_picks(max_size)
         if cancelled is not None and cancelled():
             raise ReadCancelled(f"reading the overview of {self.path or 'the image'} cancelled")
-        pick_rows = ((np.arange(rows) + 0.5) * (self.height / rows)).astype(np.intp)
-        pick_cols = ((np.arange(cols) + 0.5) * (self.width / cols)).astype(np.intp)
         result = self.pixels[pick_rows[:, None], pick_cols[None, :]]
         if progress is not None:
             progress(1.0)
         return result
+
+    def _overview_picks(self, max_size: int) -> tuple[np.ndarray, np.ndarray]:
+        """The image rows and columns that :meth:`overview` shows, shapes (rows,), (cols,)."""
+        rows, cols = overview_shape(self.height, self.width, max_size)
+        return (((np.arange(rows) + 0.5) * (self.height / rows)).astype(np.intp),
+                ((np.arange(cols) + 0.5) * (self.width / cols)).astype(np.intp))
 
     def close(self) -> None:
         """Release the file behind the raster (nothing to do for one held in memory)."""
@@ -611,10 +615,9 @@ class DecodedRaster(Raster):
         decoded = self._decoded
         if decoded is None:  # converted whole
             return super().overview(max_size, progress, cancelled)
-        rows, cols = overview_shape(self.height, self.width, max_size)
-        pick_rows = ((np.arange(rows) + 0.5) * (self.height / rows)).astype(np.intp)
-        pick_cols = ((np.arange(cols) + 0.5) * (self.width / cols)).astype(np.intp)
-        result = np.empty((rows, cols, self.bands), np.float32)
+        pick_rows, pick_cols = self._overview_picks(max_size)
+        rows = len(pick_rows)
+        result = np.empty((rows, len(pick_cols), self.bands), np.float32)
         for first in range(0, rows, DECODED_OVERVIEW_ROWS):
             if cancelled is not None and cancelled():
                 raise ReadCancelled(f"reading the overview of {self.path or 'the image'} "
