@@ -421,14 +421,21 @@ def test_skeleton_loss_grows_where_the_predicted_surface_breaks(trainer):
     assert loss(broken) > loss(wider) + 0.05
 
 
-def test_an_exported_model_loads_back_and_fine_tunes(trainer, road_set, tmp_path):
+@pytest.mark.parametrize("separable_levels", [0, 2])
+def test_an_exported_model_loads_back_and_fine_tunes(trainer, road_set, tmp_path,
+                                                     separable_levels):
     """``load_exported`` gives a network the weights of an exported file (batch norms folded
-    into the convolutions): it computes the file's logits; fine-tuning from the file keeps its
-    folded batch norms and changes the weights."""
+    into the convolutions), with dense or depthwise-separable decoder blocks: it computes the
+    file's logits; fine-tuning from the file keeps its folded batch norms and changes the
+    weights."""
     pytest.importorskip("onnx")
     onnxruntime = pytest.importorskip("onnxruntime")
     torch.manual_seed(1)
-    original = trainer.MobileNetUNet()
+
+    def network():
+        return trainer.MobileNetUNet(separable_levels=separable_levels)
+
+    original = network()
     with torch.no_grad():  # batch norms with statistics of their own, so that folding matters
         for module in original.modules():
             if isinstance(module, torch.nn.BatchNorm2d):
@@ -438,7 +445,7 @@ def test_an_exported_model_loads_back_and_fine_tunes(trainer, road_set, tmp_path
                 module.bias.uniform_(-0.2, 0.2)
     path = tmp_path / "surface.onnx"
     trainer.export(original.eval(), path)
-    loaded = trainer.MobileNetUNet()
+    loaded = network()
     trainer.load_exported(loaded, str(path))
     x = np.random.default_rng(0).random((1, trainer.INPUTS, 48, 64), dtype=np.float32)
     expected = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
@@ -449,7 +456,7 @@ def test_an_exported_model_loads_back_and_fine_tunes(trainer, road_set, tmp_path
 
     items = trainer.load_sets([(str(road_set), 0)])
     cases = trainer.load_cases([str(road_set / "cases.json")], items)
-    tuned = trainer.train(items, cases, 2, "cpu", 0, lambda line: None, trainer.MobileNetUNet,
+    tuned = trainer.train(items, cases, 2, "cpu", 0, lambda line: None, network,
                           trainer.Looks(grey=0.0), batch_size=4, init_from=str(path),
                           learning_rate=1e-3)
     norms = [module for module in tuned.modules() if isinstance(module, torch.nn.BatchNorm2d)]
@@ -458,6 +465,20 @@ def test_an_exported_model_loads_back_and_fine_tunes(trainer, road_set, tmp_path
         assert torch.equal(norm.running_mean.cpu(), start.running_mean)
         assert torch.equal(norm.running_var.cpu(), start.running_var)
     assert not torch.equal(tuned.head.weight.cpu(), loaded.head.weight)
+
+
+def test_separable_levels_count_from_full_resolution(trainer):
+    """``separable_levels`` K: the full-resolution block and the decoder's K finest levels are
+    depthwise-separable (a 3 × 3 convolution per channel), the coarser ones dense."""
+    block_levels = (1, 1, 2, 3, 4)  # of model.full, up[3], up[2], up[1], up[0]
+    for levels in range(len(block_levels)):
+        model = trainer.MobileNetUNet(separable_levels=levels)
+        finest_first = [model.full, *reversed(model.up)]
+        assert [isinstance(block, trainer.SeparableBlock) for block in finest_first] == [
+            level <= levels for level in block_levels]
+        depthwise = [module for module in model.full.modules()
+                     if isinstance(module, torch.nn.Conv2d) and module.groups > 1]
+        assert bool(depthwise) == bool(levels)
 
 
 def test_a_file_of_another_architecture_is_refused(trainer, tmp_path):
@@ -535,6 +556,8 @@ def test_the_cpu_path_distance_is_exact_near_the_line(trainer):
     (["--roads", "{roads}", "--scales", "1.6,0.6"], "--scales must be LOW,HIGH"),
     (["--roads", "{roads}", "--ground-range", "1"], "--ground-range must be LOW,HIGH"),
     (["--roads", "{roads}", "--steps", "0"], "--steps must be at least 1"),
+    (["--roads", "{roads}", "--separable-levels", "5"], "--separable-levels must be 0 to 4"),
+    (["--roads", "{roads}", "--separable-levels", "-1"], "--separable-levels must be 0 to 4"),
     (["--roads", "{roads}", "--batch", "0"], "--batch must be at least 1"),
     (["--roads", "{roads}", "--path-share", "2"], "--path-share must be 0 to 1"),
     (["--roads", "{roads}", "--learning-rate", "nan"], "--learning-rate must be a finite"),
