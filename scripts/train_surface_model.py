@@ -387,6 +387,28 @@ def load_exported(model: nn.Module, path: str) -> None:
                 norm.running_var.fill_(1.0 - norm.eps)
 
 
+def exported_separable_levels(path: str, stride: int = 16) -> int:
+    """The ``separable_levels`` of the :class:`MobileNetUNet` (encoder ``stride``) that the
+    ONNX file ``path`` was exported from: the first whose convolutions match the file's.
+
+    Raises
+    ------
+    BadParameter
+        If the file is not an ONNX model or no such network matches it.
+    """
+    levels = len(MOBILENET_DECODER) + (stride == 32)
+    first_reason = None
+    for separable_levels in range(levels + 1):
+        try:
+            load_exported(MobileNetUNet(None, stride, separable_levels), path)
+            return separable_levels
+        except BadParameter as exc:
+            if "not an ONNX model" in str(exc):
+                raise
+            first_reason = first_reason or str(exc)
+    raise BadParameter(f"{first_reason} (nor with any --separable-levels)")
+
+
 def stretch(x: torch.Tensor) -> torch.Tensor:
     """(N, 3, H, W) → each sample scaled so its 1st..99th percentile maps to 0..1."""
     flat = x.flatten(1)
@@ -1363,10 +1385,10 @@ def main():
     parser.add_argument("--encoder-stride", type=int, choices=(16, 32), default=16,
                         help="mobilenet_v2: the encoder's last stride (32: two more stages, "
                              "a wider view; core.surface.SIZE_MULTIPLE must follow)")
-    parser.add_argument("--separable-levels", type=int, default=0, metavar="K",
+    parser.add_argument("--separable-levels", type=int, metavar="K",
                         help="mobilenet_v2: the decoder's K finest levels (1: full resolution, "
                              "2: also stride 2, …) use depthwise-separable convolutions (less "
-                             "CPU time)")
+                             "CPU time; default: as the --init-from model, else 0)")
     parser.add_argument("--encoder-lr", type=float, default=ENCODER_LR,
                         help="the pretrained encoder's learning rate, as a fraction of the rest's")
     parser.add_argument("--widths", default="16,32,64,128",
@@ -1433,7 +1455,7 @@ def main():
         if not os.path.isfile(file):
             parser.error(f"--cases {file}: no such file")
     levels = len(MOBILENET_DECODER) + (args.encoder_stride == 32)
-    if not 0 <= args.separable_levels <= levels:
+    if args.separable_levels is not None and not 0 <= args.separable_levels <= levels:
         parser.error(f"--separable-levels must be 0 to {levels} (the decoder's levels)")
     if not 0 <= args.water_path_share < 1:
         parser.error("--water-path-share must be at least 0 and below 1")
@@ -1490,6 +1512,10 @@ def main():
             reason = no_cases_reason(args.cases, kept, args.water_path_share)
             if reason:
                 raise BadParameter(reason if fold is None else f"fold {fold}: {reason}")
+        if args.separable_levels is None:
+            args.separable_levels = (0 if not args.init_from or args.backbone == "unet" else
+                                     exported_separable_levels(args.init_from,
+                                                               args.encoder_stride))
         model = network()  # --backbone-weights read
         if args.init_from:
             load_exported(model, args.init_from)

@@ -421,6 +421,19 @@ def test_skeleton_loss_grows_where_the_predicted_surface_breaks(trainer):
     assert loss(broken) > loss(wider) + 0.05
 
 
+def with_own_norms(model):
+    """``model`` with batch norms of statistics and scales of their own (a trained model's, so
+    that folding them into the convolutions matters and no two convolutions export alike)."""
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.BatchNorm2d):
+                module.running_mean.uniform_(-0.5, 0.5)
+                module.running_var.uniform_(0.5, 2.0)
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.uniform_(-0.2, 0.2)
+    return model
+
+
 @pytest.mark.parametrize("separable_levels", [0, 2])
 def test_an_exported_model_loads_back_and_fine_tunes(trainer, road_set, tmp_path,
                                                      separable_levels):
@@ -435,14 +448,7 @@ def test_an_exported_model_loads_back_and_fine_tunes(trainer, road_set, tmp_path
     def network():
         return trainer.MobileNetUNet(separable_levels=separable_levels)
 
-    original = network()
-    with torch.no_grad():  # batch norms with statistics of their own, so that folding matters
-        for module in original.modules():
-            if isinstance(module, torch.nn.BatchNorm2d):
-                module.running_mean.uniform_(-0.5, 0.5)
-                module.running_var.uniform_(0.5, 2.0)
-                module.weight.uniform_(0.5, 1.5)
-                module.bias.uniform_(-0.2, 0.2)
+    original = with_own_norms(network())
     path = tmp_path / "surface.onnx"
     trainer.export(original.eval(), path)
     loaded = network()
@@ -479,6 +485,36 @@ def test_separable_levels_count_from_full_resolution(trainer):
         depthwise = [module for module in model.full.modules()
                      if isinstance(module, torch.nn.Conv2d) and module.groups > 1]
         assert bool(depthwise) == bool(levels)
+
+
+def test_the_decoder_of_an_exported_file_is_read_from_it(trainer, tmp_path):
+    """``exported_separable_levels`` finds the ``separable_levels`` a file was exported with;
+    a file of another architecture matches none."""
+    pytest.importorskip("onnx")
+    torch.manual_seed(2)
+    for levels in (0, 2, 4):
+        path = tmp_path / f"levels{levels}.onnx"
+        trainer.export(with_own_norms(trainer.MobileNetUNet(separable_levels=levels)).eval(), path)
+        assert trainer.exported_separable_levels(str(path)) == levels
+    path = tmp_path / "unet.onnx"
+    trainer.export(trainer.SurfaceNet((4, 8, 16, 32)).eval(), path)
+    with pytest.raises(BadParameter, match="convolutions.*nor with any --separable-levels"):
+        trainer.exported_separable_levels(str(path))
+
+
+def test_fine_tuning_takes_the_decoder_of_the_model_it_starts_from(trainer, road_set, tmp_path,
+                                                                   monkeypatch):
+    """``--init-from`` a model with depthwise-separable levels, no ``--separable-levels``
+    given: it fine-tunes (the same architecture) and writes a model of that architecture."""
+    pytest.importorskip("onnx")
+    torch.manual_seed(3)
+    start = tmp_path / "start.onnx"
+    trainer.export(with_own_norms(trainer.MobileNetUNet(separable_levels=2)).eval(), start)
+    out = tmp_path / "tuned"
+    assert run_trainer(trainer, monkeypatch, "--roads", road_set, "--cases",
+                       road_set / "cases.json", "--init-from", start, "--encoder-lr", "0",
+                       "--steps", "1", "--batch", "2", "--out", out) == 0
+    assert trainer.exported_separable_levels(str(out / "surface.onnx")) == 2
 
 
 def test_a_file_of_another_architecture_is_refused(trainer, tmp_path):
