@@ -273,6 +273,7 @@ class MobileNetUNet(nn.Module):
         self.encoder = nn.Sequential(*layers)
         if weights:
             self.encoder.load_state_dict(imagenet_encoder(weights, len(layers)))
+
         def block(level, channels_in, channels_out):  # level 1: full resolution
             kind = SeparableBlock if level <= separable_levels else Block
             return kind(channels_in, channels_out)
@@ -387,6 +388,11 @@ def load_exported(model: nn.Module, path: str) -> None:
                 norm.running_var.fill_(1.0 - norm.eps)
 
 
+def decoder_levels(stride: int) -> int:
+    """The number of decoder levels of a :class:`MobileNetUNet` of encoder ``stride``."""
+    return len(MOBILENET_DECODER) + (stride == 32)
+
+
 def exported_separable_levels(path: str, stride: int = 16) -> int:
     """The ``separable_levels`` of the :class:`MobileNetUNet` (encoder ``stride``) that the
     ONNX file ``path`` was exported from: the first whose convolutions match the file's.
@@ -396,7 +402,7 @@ def exported_separable_levels(path: str, stride: int = 16) -> int:
     BadParameter
         If the file is not an ONNX model or no such network matches it.
     """
-    levels = len(MOBILENET_DECODER) + (stride == 32)
+    levels = decoder_levels(stride)
     first_reason = None
     for separable_levels in range(levels + 1):
         try:
@@ -1454,7 +1460,7 @@ def main():
     for file in args.cases:
         if not os.path.isfile(file):
             parser.error(f"--cases {file}: no such file")
-    levels = len(MOBILENET_DECODER) + (args.encoder_stride == 32)
+    levels = decoder_levels(args.encoder_stride)
     if args.separable_levels is not None and not 0 <= args.separable_levels <= levels:
         parser.error(f"--separable-levels must be 0 to {levels} (the decoder's levels)")
     if not 0 <= args.water_path_share < 1:
