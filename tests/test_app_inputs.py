@@ -4,6 +4,7 @@ shown as written."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -60,7 +61,10 @@ def test_no_export_or_session_replaces_a_file_the_window_reads(traced_copy, qtbo
         assert not window.export_geojson(str(target))
         assert f"is the input {target}" in window.last_error
         assert target.read_bytes() == before
-    assert window.export_geojson(str(tmp_path / "lines.geojson"))
+    elsewhere = tmp_path / "lines.geojson"
+    assert window.export_geojson(str(elsewhere))
+    wait_idle(qtbot, window)  # written before the window closes (closing would wait for it)
+    assert json.loads(elsewhere.read_text())["features"]
 
 
 def test_a_failed_open_after_discard_keeps_the_lines(traced_copy, qtbot, tmp_path):
